@@ -1,0 +1,463 @@
+/*  =========================================================================
+    dsh_doc - one msgpack document decoded from untrusted bytes, within limits
+
+    The scanner walks the bytes once with an explicit stack (so hostile
+    nesting costs no C stack), refusing anything msgpack-c would either
+    over-allocate for or fail on. Only bytes that pass are handed to
+    msgpack_unpack, into a zone the document owns.
+    =========================================================================
+*/
+
+#include "dsh_doc.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct _dsh_doc_t {
+    msgpack_zone zone;          //  Holds the object tree and strdup copies
+    msgpack_object root;
+};
+
+//  The zone grows in chunks of this size (bounded so that a large document
+//  does not reserve a large first chunk, and a tiny one still fits in one).
+#define DSH_DOC_ZONE_MIN 512
+#define DSH_DOC_ZONE_MAX 65536
+
+static void
+s_set_error (char *error, size_t error_size, const char *format, ...)
+{
+    if (!error || error_size == 0)
+        return;
+    va_list args;
+    va_start (args, format);
+    vsnprintf (error, error_size, format, args);
+    va_end (args);
+}
+
+//  Reads a big-endian unsigned integer of width bytes at p.
+static uint64_t
+s_read_be (const uint8_t *p, size_t width)
+{
+    uint64_t value = 0;
+    for (size_t index = 0; index < width; index++)
+        value = (value << 8) | p [index];
+    return value;
+}
+
+//  What one type byte says about the element that follows it. A payload of
+//  "length" bytes comes after a header of header_size bytes (type byte,
+//  length field and, for ext, the ext type byte); the length is either fixed
+//  or read from the length_size bytes right after the type byte.
+typedef enum {
+    S_KIND_SCALAR,              //  header, then length bytes of payload
+    S_KIND_ARRAY,               //  header, then length elements
+    S_KIND_MAP,                 //  header, then length key/value pairs
+    S_KIND_INVALID
+} s_kind_t;
+
+typedef struct {
+    s_kind_t kind;
+    size_t header_size;         //  Bytes before the payload, type byte included
+    size_t length_size;         //  Bytes of the header holding the length (0: fixed)
+    uint64_t length;            //  Fixed payload length when length_size is 0
+} s_shape_t;
+
+static s_shape_t
+s_shape_of (uint8_t type)
+{
+    if (type <= 0x7f || type >= 0xe0)
+        return (s_shape_t) { S_KIND_SCALAR, 1, 0, 0 };
+    if (type <= 0x8f)
+        return (s_shape_t) { S_KIND_MAP, 1, 0, type & 0x0f };
+    if (type <= 0x9f)
+        return (s_shape_t) { S_KIND_ARRAY, 1, 0, type & 0x0f };
+    if (type <= 0xbf)
+        return (s_shape_t) { S_KIND_SCALAR, 1, 0, type & 0x1f };
+    switch (type) {
+        case 0xc0: case 0xc2: case 0xc3:
+            return (s_shape_t) { S_KIND_SCALAR, 1, 0, 0 };
+        case 0xc4: return (s_shape_t) { S_KIND_SCALAR, 2, 1, 0 };
+        case 0xc5: return (s_shape_t) { S_KIND_SCALAR, 3, 2, 0 };
+        case 0xc6: return (s_shape_t) { S_KIND_SCALAR, 5, 4, 0 };
+        case 0xc7: return (s_shape_t) { S_KIND_SCALAR, 3, 1, 0 };
+        case 0xc8: return (s_shape_t) { S_KIND_SCALAR, 4, 2, 0 };
+        case 0xc9: return (s_shape_t) { S_KIND_SCALAR, 6, 4, 0 };
+        case 0xca: return (s_shape_t) { S_KIND_SCALAR, 1, 0, 4 };
+        case 0xcb: return (s_shape_t) { S_KIND_SCALAR, 1, 0, 8 };
+        case 0xcc: case 0xd0:
+            return (s_shape_t) { S_KIND_SCALAR, 1, 0, 1 };
+        case 0xcd: case 0xd1:
+            return (s_shape_t) { S_KIND_SCALAR, 1, 0, 2 };
+        case 0xce: case 0xd2:
+            return (s_shape_t) { S_KIND_SCALAR, 1, 0, 4 };
+        case 0xcf: case 0xd3:
+            return (s_shape_t) { S_KIND_SCALAR, 1, 0, 8 };
+        case 0xd4: return (s_shape_t) { S_KIND_SCALAR, 2, 0, 1 };
+        case 0xd5: return (s_shape_t) { S_KIND_SCALAR, 2, 0, 2 };
+        case 0xd6: return (s_shape_t) { S_KIND_SCALAR, 2, 0, 4 };
+        case 0xd7: return (s_shape_t) { S_KIND_SCALAR, 2, 0, 8 };
+        case 0xd8: return (s_shape_t) { S_KIND_SCALAR, 2, 0, 16 };
+        case 0xd9: return (s_shape_t) { S_KIND_SCALAR, 2, 1, 0 };
+        case 0xda: return (s_shape_t) { S_KIND_SCALAR, 3, 2, 0 };
+        case 0xdb: return (s_shape_t) { S_KIND_SCALAR, 5, 4, 0 };
+        case 0xdc: return (s_shape_t) { S_KIND_ARRAY, 3, 2, 0 };
+        case 0xdd: return (s_shape_t) { S_KIND_ARRAY, 5, 4, 0 };
+        case 0xde: return (s_shape_t) { S_KIND_MAP, 3, 2, 0 };
+        case 0xdf: return (s_shape_t) { S_KIND_MAP, 5, 4, 0 };
+        default:   return (s_shape_t) { S_KIND_INVALID, 1, 0, 0 };
+    }
+}
+
+//  Depth counts open containers: a scalar root is at depth 0, the root array
+//  or map is at depth 1, and an element container of a depth-d container is
+//  at depth d + 1. Empty containers count too, so [[[]]] has depth 3.
+//  pending [d] holds how many elements the open container at depth d still
+//  expects; pending [0] is the one root object.
+int
+dsh_msgpack_scan (const void *data, size_t size, int max_depth,
+                  char *error, size_t error_size)
+{
+    assert (data || size == 0);
+    if (size == 0) {
+        s_set_error (error, error_size, "empty input");
+        return -1;
+    }
+    if (max_depth < 0)
+        max_depth = 0;
+    uint64_t local_pending [DSH_DOC_MAX_DEPTH + 1];
+    uint64_t *pending = local_pending;
+    if (max_depth > DSH_DOC_MAX_DEPTH) {
+        pending = (uint64_t *) malloc (((size_t) max_depth + 1) * sizeof (uint64_t));
+        if (!pending) {
+            s_set_error (error, error_size, "out of memory");
+            return -1;
+        }
+    }
+    const uint8_t *bytes = (const uint8_t *) data;
+    size_t offset = 0;
+    int depth = 0;
+    int rc = -1;
+    pending [0] = 1;
+
+    while (true) {
+        if (pending [depth] == 0) {
+            if (depth == 0)
+                break;
+            depth--;
+            continue;
+        }
+        pending [depth]--;
+
+        if (offset >= size) {
+            s_set_error (error, error_size, "truncated msgpack");
+            goto done;
+        }
+        uint8_t type = bytes [offset];
+        s_shape_t shape = s_shape_of (type);
+        if (shape.kind == S_KIND_INVALID) {
+            s_set_error (error, error_size, "invalid type byte 0x%02x", type);
+            goto done;
+        }
+        if (size - offset < shape.header_size) {
+            s_set_error (error, error_size, "truncated msgpack");
+            goto done;
+        }
+        uint64_t length = shape.length;
+        if (shape.length_size)
+            length = s_read_be (bytes + offset + 1, shape.length_size);
+        offset += shape.header_size;
+        size_t left = size - offset;
+
+        if (shape.kind == S_KIND_SCALAR) {
+            if (length > left) {
+                s_set_error (error, error_size, "truncated msgpack");
+                goto done;
+            }
+            offset += (size_t) length;
+            continue;
+        }
+        //  Every element takes at least one byte, so a count the bytes left
+        //  cannot hold is refused before msgpack-c would allocate for it.
+        bool is_map = shape.kind == S_KIND_MAP;
+        uint64_t elements = is_map ? length * 2 : length;
+        if (elements > left) {
+            if (is_map)
+                s_set_error (error, error_size,
+                             "map of %" PRIu64 " entries exceeds the %zu bytes left",
+                             length, left);
+            else
+                s_set_error (error, error_size,
+                             "array of %" PRIu64 " elements exceeds the %zu bytes left",
+                             length, left);
+            goto done;
+        }
+        if (depth + 1 > max_depth) {
+            s_set_error (error, error_size, "nesting deeper than %d", max_depth);
+            goto done;
+        }
+        depth++;
+        pending [depth] = elements;
+    }
+    if (offset != size) {
+        s_set_error (error, error_size, "trailing bytes after the object");
+        goto done;
+    }
+    rc = 0;
+done:
+    if (pending != local_pending)
+        free (pending);
+    return rc;
+}
+
+dsh_doc_t *
+dsh_doc_new (const void *data, size_t size, char *error, size_t error_size)
+{
+    if (dsh_msgpack_scan (data, size, DSH_DOC_MAX_DEPTH, error, error_size))
+        return NULL;
+
+    dsh_doc_t *self = (dsh_doc_t *) calloc (1, sizeof (dsh_doc_t));
+    if (!self) {
+        s_set_error (error, error_size, "out of memory");
+        return NULL;
+    }
+    //  An object is 24 bytes; a document of n bytes has at most n objects
+    //  but typically far fewer, so start near twice its size.
+    size_t chunk_size = size < DSH_DOC_ZONE_MAX / 2? size * 2: DSH_DOC_ZONE_MAX;
+    if (chunk_size < DSH_DOC_ZONE_MIN)
+        chunk_size = DSH_DOC_ZONE_MIN;
+    if (!msgpack_zone_init (&self->zone, chunk_size)) {
+        free (self);
+        s_set_error (error, error_size, "out of memory");
+        return NULL;
+    }
+    size_t offset = 0;
+    msgpack_unpack_return status = msgpack_unpack (
+        (const char *) data, size, &offset, &self->zone, &self->root);
+    if (status != MSGPACK_UNPACK_SUCCESS) {
+        s_set_error (error, error_size, "msgpack unpack failed (%d)", (int) status);
+        dsh_doc_destroy (&self);
+        return NULL;
+    }
+    return self;
+}
+
+void
+dsh_doc_destroy (dsh_doc_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_doc_t *self = *self_p;
+        msgpack_zone_destroy (&self->zone);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+const msgpack_object *
+dsh_doc_root (dsh_doc_t *self)
+{
+    assert (self);
+    return &self->root;
+}
+
+char *
+dsh_doc_strdup (dsh_doc_t *self, const msgpack_object *obj)
+{
+    assert (self);
+    if (!obj || obj->type != MSGPACK_OBJECT_STR)
+        return NULL;
+    size_t length = obj->via.str.size;
+    if (length && memchr (obj->via.str.ptr, '\0', length))
+        return NULL;
+    char *copy = (char *) msgpack_zone_malloc_no_align (&self->zone, length + 1);
+    if (!copy)
+        return NULL;
+    if (length)
+        memcpy (copy, obj->via.str.ptr, length);
+    copy [length] = '\0';
+    return copy;
+}
+
+const msgpack_object *
+dsh_map_get (const msgpack_object *map, const char *key)
+{
+    assert (key);
+    if (!map || map->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    for (uint32_t index = 0; index < map->via.map.size; index++) {
+        const msgpack_object_kv *entry = &map->via.map.ptr [index];
+        if (dsh_str_eq (&entry->key, key))
+            return &entry->val;
+    }
+    return NULL;
+}
+
+bool
+dsh_str_eq (const msgpack_object *obj, const char *text)
+{
+    assert (text);
+    if (!obj || obj->type != MSGPACK_OBJECT_STR)
+        return false;
+    size_t length = strlen (text);
+    return obj->via.str.size == length
+        && (length == 0 || memcmp (obj->via.str.ptr, text, length) == 0);
+}
+
+//  Depth as dsh_msgpack_scan counts it; stops looking past limit.
+static bool
+s_depth_within (const msgpack_object *obj, int depth, int limit)
+{
+    if (obj->type == MSGPACK_OBJECT_ARRAY) {
+        if (depth + 1 > limit)
+            return false;
+        for (uint32_t index = 0; index < obj->via.array.size; index++)
+            if (!s_depth_within (&obj->via.array.ptr [index], depth + 1, limit))
+                return false;
+    }
+    else
+    if (obj->type == MSGPACK_OBJECT_MAP) {
+        if (depth + 1 > limit)
+            return false;
+        for (uint32_t index = 0; index < obj->via.map.size; index++) {
+            const msgpack_object_kv *entry = &obj->via.map.ptr [index];
+            if (!s_depth_within (&entry->key, depth + 1, limit)
+            ||  !s_depth_within (&entry->val, depth + 1, limit))
+                return false;
+        }
+    }
+    return true;
+}
+
+static void s_pack_sorted (msgpack_packer *pk, const msgpack_object *obj);
+
+//  One map entry with the bytes it sorts by: str keys by their own bytes,
+//  ahead of all other keys, which sort by their canonical packed bytes.
+typedef struct {
+    const msgpack_object_kv *entry;
+    bool key_is_str;
+    const char *key_bytes;
+    size_t key_size;
+} s_sort_entry_t;
+
+static int
+s_compare_bytes (const char *a, size_t a_size, const char *b, size_t b_size)
+{
+    size_t common = a_size < b_size? a_size: b_size;
+    int order = common? memcmp (a, b, common): 0;
+    if (order)
+        return order;
+    return (a_size > b_size) - (a_size < b_size);
+}
+
+//  Equal keys (a map may repeat one) fall back to the canonical bytes of
+//  the values, so that repeated keys in any order still pack the same.
+static int
+s_compare_entries (const void *a_ptr, const void *b_ptr)
+{
+    const s_sort_entry_t *a = (const s_sort_entry_t *) a_ptr;
+    const s_sort_entry_t *b = (const s_sort_entry_t *) b_ptr;
+    if (a->key_is_str != b->key_is_str)
+        return a->key_is_str? -1: 1;
+    int order = s_compare_bytes (a->key_bytes, a->key_size, b->key_bytes, b->key_size);
+    if (order)
+        return order;
+
+    msgpack_sbuffer a_value, b_value;
+    msgpack_sbuffer_init (&a_value);
+    msgpack_sbuffer_init (&b_value);
+    msgpack_packer a_packer, b_packer;
+    msgpack_packer_init (&a_packer, &a_value, msgpack_sbuffer_write);
+    msgpack_packer_init (&b_packer, &b_value, msgpack_sbuffer_write);
+    s_pack_sorted (&a_packer, &a->entry->val);
+    s_pack_sorted (&b_packer, &b->entry->val);
+    order = s_compare_bytes (a_value.data, a_value.size, b_value.data, b_value.size);
+    msgpack_sbuffer_destroy (&a_value);
+    msgpack_sbuffer_destroy (&b_value);
+    return order;
+}
+
+static void
+s_pack_sorted_map (msgpack_packer *pk, const msgpack_object_map *map)
+{
+    msgpack_pack_map (pk, map->size);
+    if (map->size == 0)
+        return;
+    s_sort_entry_t *entries = (s_sort_entry_t *) calloc (map->size, sizeof (s_sort_entry_t));
+    size_t *key_offsets = (size_t *) calloc (map->size, sizeof (size_t));
+    assert (entries && key_offsets);
+
+    //  Non-str keys are packed into one buffer; their pointers are taken
+    //  only once it has stopped growing.
+    msgpack_sbuffer key_buffer;
+    msgpack_sbuffer_init (&key_buffer);
+    msgpack_packer key_packer;
+    msgpack_packer_init (&key_packer, &key_buffer, msgpack_sbuffer_write);
+    for (uint32_t index = 0; index < map->size; index++) {
+        const msgpack_object_kv *entry = &map->ptr [index];
+        entries [index].entry = entry;
+        entries [index].key_is_str = entry->key.type == MSGPACK_OBJECT_STR;
+        if (entries [index].key_is_str) {
+            entries [index].key_bytes = entry->key.via.str.ptr;
+            entries [index].key_size = entry->key.via.str.size;
+        }
+        else {
+            key_offsets [index] = key_buffer.size;
+            s_pack_sorted (&key_packer, &entry->key);
+            entries [index].key_size = key_buffer.size - key_offsets [index];
+        }
+    }
+    for (uint32_t index = 0; index < map->size; index++)
+        if (!entries [index].key_is_str)
+            entries [index].key_bytes = key_buffer.data + key_offsets [index];
+
+    qsort (entries, map->size, sizeof (s_sort_entry_t), s_compare_entries);
+    for (uint32_t index = 0; index < map->size; index++) {
+        s_pack_sorted (pk, &entries [index].entry->key);
+        s_pack_sorted (pk, &entries [index].entry->val);
+    }
+    msgpack_sbuffer_destroy (&key_buffer);
+    free (key_offsets);
+    free (entries);
+}
+
+//  Recursion is bounded: callers check the depth first.
+static void
+s_pack_sorted (msgpack_packer *pk, const msgpack_object *obj)
+{
+    if (obj->type == MSGPACK_OBJECT_ARRAY) {
+        msgpack_pack_array (pk, obj->via.array.size);
+        for (uint32_t index = 0; index < obj->via.array.size; index++)
+            s_pack_sorted (pk, &obj->via.array.ptr [index]);
+    }
+    else
+    if (obj->type == MSGPACK_OBJECT_MAP)
+        s_pack_sorted_map (pk, &obj->via.map);
+    else
+        msgpack_pack_object (pk, *obj);
+}
+
+int
+dsh_pack_canonical (msgpack_packer *pk, const msgpack_object *obj)
+{
+    assert (pk);
+    assert (obj);
+    //  Checked before packing so that a refusal writes nothing.
+    if (!s_depth_within (obj, 0, DSH_DOC_MAX_DEPTH))
+        return -1;
+    s_pack_sorted (pk, obj);
+    return 0;
+}
+
+void
+dsh_pack_cstr (msgpack_packer *pk, const char *text)
+{
+    assert (pk);
+    assert (text);
+    size_t length = strlen (text);
+    msgpack_pack_str (pk, length);
+    msgpack_pack_str_body (pk, text, length);
+}

@@ -1,0 +1,80 @@
+/*  =========================================================================
+    dsh_doc - one msgpack document decoded from untrusted bytes, within limits
+
+    msgpack-c has no limits for untrusted input: an array header allocates
+    count x 24 bytes before any element is read, and nesting past 32 fails with
+    NOMEM. dsh_doc first scans the bytes (every container count checked against
+    the bytes left, nesting depth bounded, every length checked against the
+    end), and only then lets msgpack-c unpack them. Trailing bytes after the one
+    object are an error, and so is a truncated object.
+
+    The tree's strings and binaries point into the input bytes: the caller
+    keeps them alive for as long as the document lives.
+    =========================================================================
+*/
+
+#ifndef DSH_DOC_H_INCLUDED
+#define DSH_DOC_H_INCLUDED
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  Deepest nesting of arrays and maps that dsh accepts (the root counts as 1).
+#define DSH_DOC_MAX_DEPTH 24
+
+typedef struct _dsh_doc_t dsh_doc_t;
+
+//  Decode one msgpack object from data (borrowed, must outlive the document).
+//  Returns NULL on bad input and writes a one-line reason into error.
+dsh_doc_t *
+    dsh_doc_new (const void *data, size_t size, char *error, size_t error_size);
+
+//  Destroy the document; safe to call twice.
+void
+    dsh_doc_destroy (dsh_doc_t **self_p);
+
+//  The decoded root object.
+const msgpack_object *
+    dsh_doc_root (dsh_doc_t *self);
+
+//  A NUL-terminated copy of a str object, allocated in the document (freed
+//  with it). NULL if obj is NULL or not a str, or if it holds a NUL byte.
+char *
+    dsh_doc_strdup (dsh_doc_t *self, const msgpack_object *obj);
+
+//  Check that data holds exactly one well-formed msgpack object whose nesting
+//  is at most max_depth and whose every count and length fits the bytes left.
+//  Returns 0, or -1 with a one-line reason in error.
+int
+    dsh_msgpack_scan (const void *data, size_t size, int max_depth,
+                      char *error, size_t error_size);
+
+//  The value under key in a map object, or NULL (also when map is not a map).
+const msgpack_object *
+    dsh_map_get (const msgpack_object *map, const char *key);
+
+//  True if obj is a str equal to text.
+bool
+    dsh_str_eq (const msgpack_object *obj, const char *text);
+
+//  Pack obj with every map's entries sorted by key bytes, so that equal
+//  values have equal bytes. Returns 0, or -1 if obj nests deeper than
+//  DSH_DOC_MAX_DEPTH.
+int
+    dsh_pack_canonical (msgpack_packer *pk, const msgpack_object *obj);
+
+//  Pack a NUL-terminated C string as a msgpack str.
+void
+    dsh_pack_cstr (msgpack_packer *pk, const char *text);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,214 @@
+/*  =========================================================================
+    dsh_json - the JSON edge: msgpack values to jansson values and back
+
+    Both directions are plain recursive walks: msgpack trees come from
+    dsh_doc (or msgpack-c, which stops at 32 levels) and jansson trees are
+    depth-checked before anything is packed, so recursion stays shallow.
+    =========================================================================
+*/
+
+#include "dsh_json.h"
+#include "dsh_doc.h"
+
+#include <assert.h>
+#include <czmq.h>
+#include <stdint.h>
+#include <stdio.h>
+
+static json_t *
+s_json_from_bin (const msgpack_object_bin *bin)
+{
+    if (bin->size == 0)
+        return json_string ("");
+    zarmour_t *armour = zarmour_new ();
+    if (!armour)
+        return NULL;
+    zarmour_set_mode (armour, ZARMOUR_MODE_BASE64_STD);
+    zarmour_set_pad (armour, true);
+    zarmour_set_line_length (armour, 0);
+    char *encoded = zarmour_encode (armour, (const byte *) bin->ptr, bin->size);
+    zarmour_destroy (&armour);
+    if (!encoded)
+        return NULL;
+    json_t *json = json_string (encoded);
+    zstr_free (&encoded);
+    return json;
+}
+
+json_t *
+dsh_json_from_msgpack (const msgpack_object *obj)
+{
+    assert (obj);
+    switch (obj->type) {
+        case MSGPACK_OBJECT_NIL:
+            return json_null ();
+        case MSGPACK_OBJECT_BOOLEAN:
+            return json_boolean (obj->via.boolean);
+        case MSGPACK_OBJECT_POSITIVE_INTEGER:
+            if (obj->via.u64 > (uint64_t) INT64_MAX)
+                return json_real ((double) obj->via.u64);
+            return json_integer ((json_int_t) obj->via.u64);
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+            return json_integer ((json_int_t) obj->via.i64);
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64:
+            //  json_real refuses NaN and infinities, which JSON cannot hold.
+            return json_real (obj->via.f64);
+        case MSGPACK_OBJECT_STR:
+            //  json_stringn checks that the bytes are UTF-8.
+            return json_stringn (obj->via.str.ptr ? obj->via.str.ptr : "", obj->via.str.size);
+        case MSGPACK_OBJECT_BIN:
+            return s_json_from_bin (&obj->via.bin);
+        case MSGPACK_OBJECT_ARRAY: {
+            json_t *array = json_array ();
+            for (uint32_t index = 0; array && index < obj->via.array.size; index++) {
+                json_t *item = dsh_json_from_msgpack (&obj->via.array.ptr [index]);
+                if (!item || json_array_append_new (array, item)) {
+                    json_decref (array);
+                    array = NULL;
+                }
+            }
+            return array;
+        }
+        case MSGPACK_OBJECT_MAP: {
+            json_t *object = json_object ();
+            for (uint32_t index = 0; object && index < obj->via.map.size; index++) {
+                const msgpack_object_kv *entry = &obj->via.map.ptr [index];
+                if (entry->key.type != MSGPACK_OBJECT_STR) {
+                    json_decref (object);
+                    return NULL;
+                }
+                json_t *value = dsh_json_from_msgpack (&entry->val);
+                //  json_object_setn_new checks that the key is UTF-8 and
+                //  releases value when it fails.
+                const char *key = entry->key.via.str.ptr ? entry->key.via.str.ptr : "";
+                if (!value
+                ||  json_object_setn_new (object, key, entry->key.via.str.size, value)) {
+                    json_decref (object);
+                    object = NULL;
+                }
+            }
+            return object;
+        }
+        default:
+            return NULL;        //  ext values have no JSON form
+    }
+}
+
+//  Depth as dsh_msgpack_scan counts it (root container = 1); stops looking
+//  past limit, so a cyclic or hostile tree costs at most limit frames.
+static bool
+s_depth_within (const json_t *json, int depth, int limit)
+{
+    if (json_is_array (json)) {
+        if (depth + 1 > limit)
+            return false;
+        size_t index;
+        json_t *item;
+        json_array_foreach (json, index, item)
+            if (!s_depth_within (item, depth + 1, limit))
+                return false;
+    }
+    else
+    if (json_is_object (json)) {
+        if (depth + 1 > limit)
+            return false;
+        const char *key;
+        json_t *value;
+        json_object_foreach ((json_t *) json, key, value)
+            if (!s_depth_within (value, depth + 1, limit))
+                return false;
+    }
+    return true;
+}
+
+static void
+s_pack_json (msgpack_packer *pk, const json_t *json)
+{
+    switch (json_typeof (json)) {
+        case JSON_OBJECT: {
+            msgpack_pack_map (pk, json_object_size (json));
+            const char *key;
+            size_t key_size;
+            json_t *value;
+            json_object_keylen_foreach ((json_t *) json, key, key_size, value) {
+                msgpack_pack_str (pk, key_size);
+                msgpack_pack_str_body (pk, key, key_size);
+                s_pack_json (pk, value);
+            }
+            break;
+        }
+        case JSON_ARRAY: {
+            msgpack_pack_array (pk, json_array_size (json));
+            size_t index;
+            json_t *item;
+            json_array_foreach (json, index, item)
+                s_pack_json (pk, item);
+            break;
+        }
+        case JSON_STRING: {
+            size_t length = json_string_length (json);
+            msgpack_pack_str (pk, length);
+            msgpack_pack_str_body (pk, json_string_value (json), length);
+            break;
+        }
+        case JSON_INTEGER:
+            msgpack_pack_int64 (pk, json_integer_value (json));
+            break;
+        case JSON_REAL:
+            msgpack_pack_double (pk, json_real_value (json));
+            break;
+        case JSON_TRUE:
+            msgpack_pack_true (pk);
+            break;
+        case JSON_FALSE:
+            msgpack_pack_false (pk);
+            break;
+        case JSON_NULL:
+            msgpack_pack_nil (pk);
+            break;
+    }
+}
+
+int
+dsh_json_to_msgpack (msgpack_packer *pk, const json_t *json)
+{
+    assert (pk);
+    assert (json);
+    //  Checked before packing so that a refusal writes nothing.
+    if (!s_depth_within (json, 0, DSH_DOC_MAX_DEPTH))
+        return -1;
+    s_pack_json (pk, json);
+    return 0;
+}
+
+int
+dsh_json_text_to_msgpack (const char *text, msgpack_sbuffer *sbuf,
+                          char *error, size_t error_size)
+{
+    assert (text);
+    assert (sbuf);
+    //  Left empty on failure too, so destroying it is always safe.
+    msgpack_sbuffer_init (sbuf);
+
+    //  Any root value is accepted (a CLI may pass a bare scalar); the
+    //  caller decides what shape it needs.
+    json_error_t json_error;
+    json_t *json = json_loads (text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &json_error);
+    if (!json) {
+        if (error && error_size)
+            snprintf (error, error_size, "invalid JSON at line %d column %d: %s",
+                      json_error.line, json_error.column, json_error.text);
+        return -1;
+    }
+    msgpack_packer packer;
+    msgpack_packer_init (&packer, sbuf, msgpack_sbuffer_write);
+    int rc = dsh_json_to_msgpack (&packer, json);
+    json_decref (json);
+    if (rc) {
+        if (error && error_size)
+            snprintf (error, error_size, "JSON nests deeper than %d", DSH_DOC_MAX_DEPTH);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,472 @@
+/*  =========================================================================
+    dsh_proto - the dsh/1 wire protocol: frames, commands, bodies, limits
+
+    See dsh_proto.h and PROTOCOL.md. Checks here are the protocol's rules;
+    the registry's policies (who owns a name, what a call may reach) live in
+    the broker.
+    =========================================================================
+*/
+
+#include "dsh_proto.h"
+
+#include <stdarg.h>
+
+//  Writes a formatted reason into a caller's error buffer and returns -1.
+static int
+s_fail (char *error, size_t error_size, const char *format, ...)
+{
+    if (error && error_size) {
+        va_list args;
+        va_start (args, format);
+        vsnprintf (error, error_size, format, args);
+        va_end (args);
+    }
+    return -1;
+}
+
+void
+dsh_packer_init (dsh_packer_t *self)
+{
+    assert (self);
+    msgpack_sbuffer_init (&self->sbuf);
+    msgpack_packer_init (&self->pk, &self->sbuf, msgpack_sbuffer_write);
+}
+
+void
+dsh_packer_raw (dsh_packer_t *self, const void *data, size_t size)
+{
+    assert (self);
+    msgpack_sbuffer_write (&self->sbuf, (const char *) data, size);
+}
+
+void
+dsh_packer_kv_str (dsh_packer_t *self, const char *key, const char *value)
+{
+    dsh_pack_cstr (&self->pk, key);
+    dsh_pack_cstr (&self->pk, value);
+}
+
+zframe_t *
+dsh_packer_frame (dsh_packer_t *self)
+{
+    assert (self);
+    zframe_t *frame = zframe_new (self->sbuf.data, self->sbuf.size);
+    self->sbuf.size = 0;
+    return frame;
+}
+
+void
+dsh_packer_release (dsh_packer_t *self)
+{
+    assert (self);
+    msgpack_sbuffer_destroy (&self->sbuf);
+}
+
+bool
+dsh_proto_valid_name (const char *text, size_t size)
+{
+    if (!text || size == 0 || size > DSH_NAME_MAX)
+        return false;
+    for (size_t index = 0; index < size; index++) {
+        char c = text [index];
+        if (!(isalnum ((unsigned char) c) || c == '_' || c == '.' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+bool
+dsh_proto_valid_id (const char *text, size_t size)
+{
+    if (!text || size == 0 || size > DSH_ID_MAX)
+        return false;
+    for (size_t index = 0; index < size; index++) {
+        unsigned char c = (unsigned char) text [index];
+        if (c <= ' ' || c >= 127)
+            return false;
+    }
+    return true;
+}
+
+int
+dsh_proto_split (zmsg_t *msg, zmsg_t **envelope_p,
+                 char *command, size_t command_size,
+                 char *error, size_t error_size)
+{
+    assert (msg);
+    assert (envelope_p);
+    assert (command && command_size > DSH_COMMAND_MAX);
+    *envelope_p = NULL;
+    command [0] = 0;
+
+    //  Find the empty delimiter first; without it there is no envelope to
+    //  reply along, and nothing in the message is trusted.
+    size_t envelope_frames = 0;
+    bool delimited = false;
+    for (zframe_t *frame = zmsg_first (msg); frame; frame = zmsg_next (msg)) {
+        if (zframe_size (frame) == 0) {
+            delimited = true;
+            break;
+        }
+        envelope_frames++;
+    }
+    if (!delimited)
+        return s_fail (error, error_size, "no empty delimiter frame");
+
+    zmsg_t *envelope = zmsg_new ();
+    for (size_t index = 0; index < envelope_frames; index++) {
+        zframe_t *frame = zmsg_pop (msg);
+        zmsg_append (envelope, &frame);
+    }
+    *envelope_p = envelope;
+    zframe_t *delimiter = zmsg_pop (msg);
+    zframe_destroy (&delimiter);
+
+    zframe_t *protocol = zmsg_pop (msg);
+    bool protocol_ok = protocol && zframe_streq (protocol, DSH_PROTOCOL);
+    zframe_destroy (&protocol);
+    if (!protocol_ok)
+        return s_fail (error, error_size, "protocol frame is not \"%s\"", DSH_PROTOCOL);
+
+    zframe_t *verb = zmsg_pop (msg);
+    if (!verb || zframe_size (verb) == 0 || zframe_size (verb) > DSH_COMMAND_MAX) {
+        zframe_destroy (&verb);
+        return s_fail (error, error_size, "missing or oversized command frame");
+    }
+    memcpy (command, zframe_data (verb), zframe_size (verb));
+    command [zframe_size (verb)] = 0;
+    zframe_destroy (&verb);
+    for (char *c = command; *c; c++)
+        if (!isupper ((unsigned char) *c))
+            return s_fail (error, error_size, "command frame is not an upper-case word");
+    return 0;
+}
+
+zmsg_t *
+dsh_proto_message (zmsg_t **envelope_p, const char *command)
+{
+    zmsg_t *msg = NULL;
+    if (envelope_p && *envelope_p) {
+        msg = *envelope_p;
+        *envelope_p = NULL;
+    }
+    else
+        msg = zmsg_new ();
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, command);
+    return msg;
+}
+
+zmsg_t *
+dsh_proto_pub_message (const char *command, zframe_t **body_p)
+{
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, command);
+    zmsg_append (msg, body_p);
+    return msg;
+}
+
+dsh_doc_t *
+dsh_proto_decode_body (zframe_t *frame, char *error, size_t error_size)
+{
+    if (!frame) {
+        s_fail (error, error_size, "missing body frame");
+        return NULL;
+    }
+    dsh_doc_t *doc = dsh_doc_new (zframe_data (frame), zframe_size (frame), error, error_size);
+    if (doc && dsh_doc_root (doc)->type != MSGPACK_OBJECT_MAP) {
+        dsh_doc_destroy (&doc);
+        s_fail (error, error_size, "body is not a map");
+    }
+    return doc;
+}
+
+//  Reads an optional str field into a NUL-terminated copy. Returns 0 (also
+//  when absent, leaving *value NULL) or -1 when present with another type,
+//  too long, or empty when that is not allowed.
+static int
+s_get_str (dsh_doc_t *doc, const char *key, size_t max_size, const char **value,
+           char *error, size_t error_size)
+{
+    const msgpack_object *obj = dsh_map_get (dsh_doc_root (doc), key);
+    *value = NULL;
+    if (!obj)
+        return 0;
+    if (obj->type != MSGPACK_OBJECT_STR)
+        return s_fail (error, error_size, "field \"%s\" must be a string", key);
+    if (obj->via.str.size == 0 || obj->via.str.size > max_size)
+        return s_fail (error, error_size, "field \"%s\" must be 1 to %zu bytes", key, max_size);
+    *value = dsh_doc_strdup (doc, obj);
+    if (!*value)
+        return s_fail (error, error_size, "field \"%s\" holds a NUL byte", key);
+    return 0;
+}
+
+static int
+s_get_uint (dsh_doc_t *doc, const char *key, uint64_t *value, char *error, size_t error_size)
+{
+    const msgpack_object *obj = dsh_map_get (dsh_doc_root (doc), key);
+    *value = 0;
+    if (!obj)
+        return 0;
+    if (obj->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+        return s_fail (error, error_size, "field \"%s\" must be a non-negative integer", key);
+    *value = obj->via.u64;
+    return 0;
+}
+
+int
+dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head, char *error, size_t error_size)
+{
+    assert (doc);
+    assert (head);
+    memset (head, 0, sizeof (*head));
+    if (s_get_str (doc, "callId", DSH_CALL_ID_MAX, &head->call_id, error, error_size))
+        return -1;
+    if (!head->call_id)
+        return s_fail (error, error_size, "field \"callId\" is required");
+    if (s_get_str (doc, "name", DSH_NAME_MAX, &head->name, error, error_size))
+        return -1;
+    if (!head->name)
+        return s_fail (error, error_size, "field \"name\" is required");
+    if (s_get_str (doc, "agent", DSH_ID_MAX, &head->agent, error, error_size))
+        return -1;
+    if (s_get_uint (doc, "timeoutMs", &head->timeout_ms, error, error_size))
+        return -1;
+    head->arguments = dsh_map_get (dsh_doc_root (doc), "arguments");
+    head->meta = dsh_map_get (dsh_doc_root (doc), "meta");
+    if (head->meta && head->meta->type != MSGPACK_OBJECT_MAP)
+        return s_fail (error, error_size, "field \"meta\" must be a map");
+    return 0;
+}
+
+zframe_t *
+dsh_proto_encode_call (const char *call_id, const char *name,
+                       const void *args, size_t args_size,
+                       const char *agent, const void *meta, size_t meta_size,
+                       uint64_t timeout_ms)
+{
+    assert (call_id);
+    assert (name);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 3 + (agent != NULL) + (meta != NULL) + (timeout_ms > 0));
+    dsh_packer_kv_str (&packer, "callId", call_id);
+    dsh_packer_kv_str (&packer, "name", name);
+    dsh_pack_cstr (&packer.pk, "arguments");
+    if (args)
+        dsh_packer_raw (&packer, args, args_size);
+    else
+        msgpack_pack_map (&packer.pk, 0);
+    if (agent)
+        dsh_packer_kv_str (&packer, "agent", agent);
+    if (meta) {
+        dsh_pack_cstr (&packer.pk, "meta");
+        dsh_packer_raw (&packer, meta, meta_size);
+    }
+    if (timeout_ms > 0) {
+        dsh_pack_cstr (&packer.pk, "timeoutMs");
+        msgpack_pack_uint64 (&packer.pk, timeout_ms);
+    }
+    zframe_t *frame = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    return frame;
+}
+
+const char *
+dsh_proto_error_name (const char *code)
+{
+    static const struct { const char *code, *name; } names [] = {
+        { DSH_E_BAD_REQUEST,  "BadRequestError" },
+        { DSH_E_UNKNOWN_TOOL, "UnknownToolError" },
+        { DSH_E_INVALID_ARGS, "ToolArgsError" },
+        { DSH_E_TOOL_FAILED,  "ToolError" },
+        { DSH_E_TOOL_GONE,    "ToolGoneError" },
+        { DSH_E_TIMEOUT,      "ToolTimeoutError" },
+        { DSH_E_OVERLOADED,   "OverloadedError" },
+        { DSH_E_BAD_RESULT,   "BadResultError" },
+    };
+    for (size_t index = 0; index < sizeof (names) / sizeof (names [0]); index++)
+        if (streq (code, names [index].code))
+            return names [index].name;
+    return "Error";
+}
+
+zframe_t *
+dsh_proto_error_result (const char *call_id, const char *code, const char *text)
+{
+    assert (code);
+    assert (text);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 4);
+    dsh_packer_kv_str (&packer, "callId", call_id? call_id: "");
+    dsh_pack_cstr (&packer.pk, "content");
+    msgpack_pack_array (&packer.pk, 1);
+    msgpack_pack_map (&packer.pk, 2);
+    dsh_packer_kv_str (&packer, "type", "text");
+    dsh_packer_kv_str (&packer, "text", text);
+    dsh_pack_cstr (&packer.pk, "isError");
+    msgpack_pack_true (&packer.pk);
+    dsh_pack_cstr (&packer.pk, "error");
+    msgpack_pack_map (&packer.pk, 2);
+    dsh_packer_kv_str (&packer, "name", dsh_proto_error_name (code));
+    dsh_packer_kv_str (&packer, "code", code);
+    zframe_t *frame = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    return frame;
+}
+
+zframe_t *
+dsh_proto_error_body (const msgpack_object *id, const char *code, const char *message)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 2 + (id != NULL));
+    if (id) {
+        dsh_pack_cstr (&packer.pk, "id");
+        msgpack_pack_object (&packer.pk, *id);
+    }
+    dsh_packer_kv_str (&packer, "code", code);
+    dsh_packer_kv_str (&packer, "message", message);
+    zframe_t *frame = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    return frame;
+}
+
+//  True if map holds key as a str (when required) or lacks it (when not).
+static bool
+s_has_str (const msgpack_object *map, const char *key, bool required)
+{
+    const msgpack_object *value = dsh_map_get (map, key);
+    if (!value)
+        return !required;
+    return value->type == MSGPACK_OBJECT_STR;
+}
+
+int
+dsh_proto_check_content (const msgpack_object *block, char *error, size_t error_size)
+{
+    if (!block || block->type != MSGPACK_OBJECT_MAP)
+        return s_fail (error, error_size, "content block is not a map");
+    const msgpack_object *type = dsh_map_get (block, "type");
+    if (dsh_str_eq (type, "text")) {
+        if (!s_has_str (block, "text", true))
+            return s_fail (error, error_size, "text block needs a string \"text\"");
+    }
+    else
+    if (dsh_str_eq (type, "image") || dsh_str_eq (type, "audio")) {
+        if (!s_has_str (block, "data", true) || !s_has_str (block, "mimeType", true))
+            return s_fail (error, error_size, "%.*s block needs string \"data\" and \"mimeType\"",
+                           (int) type->via.str.size, type->via.str.ptr);
+    }
+    else
+    if (dsh_str_eq (type, "resource_link")) {
+        if (!s_has_str (block, "uri", true) || !s_has_str (block, "name", true))
+            return s_fail (error, error_size, "resource_link block needs string \"uri\" and \"name\"");
+    }
+    else
+    if (dsh_str_eq (type, "resource")) {
+        const msgpack_object *resource = dsh_map_get (block, "resource");
+        if (!resource || resource->type != MSGPACK_OBJECT_MAP || !s_has_str (resource, "uri", true))
+            return s_fail (error, error_size, "resource block needs a \"resource\" map with a string \"uri\"");
+        bool has_text = dsh_map_get (resource, "text") != NULL;
+        bool has_blob = dsh_map_get (resource, "blob") != NULL;
+        if (has_text == has_blob || !s_has_str (resource, "text", false) || !s_has_str (resource, "blob", false))
+            return s_fail (error, error_size, "resource needs exactly one of string \"text\" or \"blob\"");
+    }
+    else
+        return s_fail (error, error_size, "content block has no known \"type\"");
+    return 0;
+}
+
+int
+dsh_proto_check_result (const msgpack_object *body, char *error, size_t error_size)
+{
+    if (!body || body->type != MSGPACK_OBJECT_MAP)
+        return s_fail (error, error_size, "result is not a map");
+    const msgpack_object *content = dsh_map_get (body, "content");
+    if (!content || content->type != MSGPACK_OBJECT_ARRAY)
+        return s_fail (error, error_size, "result needs a \"content\" array");
+    for (uint32_t index = 0; index < content->via.array.size; index++)
+        if (dsh_proto_check_content (&content->via.array.ptr [index], error, error_size))
+            return -1;
+    const msgpack_object *is_error = dsh_map_get (body, "isError");
+    if (!is_error || is_error->type != MSGPACK_OBJECT_BOOLEAN)
+        return s_fail (error, error_size, "result needs a boolean \"isError\"");
+    const msgpack_object *failure = dsh_map_get (body, "error");
+    if (failure && (failure->type != MSGPACK_OBJECT_MAP || !s_has_str (failure, "code", true)))
+        return s_fail (error, error_size, "result \"error\" must be a map with a string \"code\"");
+    return 0;
+}
+
+int
+dsh_proto_check_tool (const msgpack_object *tool, char *error, size_t error_size)
+{
+    if (!tool || tool->type != MSGPACK_OBJECT_MAP)
+        return s_fail (error, error_size, "tool entry is not a map");
+    const msgpack_object *name = dsh_map_get (tool, "name");
+    if (!name || name->type != MSGPACK_OBJECT_STR)
+        return s_fail (error, error_size, "tool entry has no string \"name\"");
+    int name_size = (int) name->via.str.size;
+    const char *name_text = name->via.str.ptr;
+    if (!dsh_proto_valid_name (name_text, name->via.str.size))
+        return s_fail (error, error_size, "tool name \"%.*s\" is not 1-128 of [A-Za-z0-9_.-]",
+                       name_size > DSH_NAME_MAX? DSH_NAME_MAX: name_size, name_text);
+    if (!s_has_str (tool, "description", false) || !s_has_str (tool, "title", false))
+        return s_fail (error, error_size, "tool \"%.*s\": description and title must be strings",
+                       name_size, name_text);
+    const msgpack_object *parameters = dsh_map_get (tool, "parameters");
+    if (!parameters || parameters->type != MSGPACK_OBJECT_MAP
+    ||  !dsh_str_eq (dsh_map_get (parameters, "type"), "object"))
+        return s_fail (error, error_size,
+                       "tool \"%.*s\": parameters must be an object schema ({\"type\":\"object\", ...})",
+                       name_size, name_text);
+    const msgpack_object *output = dsh_map_get (tool, "outputSchema");
+    if (output && (output->type != MSGPACK_OBJECT_MAP || !dsh_str_eq (dsh_map_get (output, "type"), "object")))
+        return s_fail (error, error_size, "tool \"%.*s\": outputSchema must be an object schema",
+                       name_size, name_text);
+    const msgpack_object *annotations = dsh_map_get (tool, "annotations");
+    if (annotations) {
+        if (annotations->type != MSGPACK_OBJECT_MAP)
+            return s_fail (error, error_size, "tool \"%.*s\": annotations must be a map", name_size, name_text);
+        static const char *hints [] = { "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint" };
+        for (size_t index = 0; index < sizeof (hints) / sizeof (hints [0]); index++) {
+            const msgpack_object *hint = dsh_map_get (annotations, hints [index]);
+            if (hint && hint->type != MSGPACK_OBJECT_BOOLEAN)
+                return s_fail (error, error_size, "tool \"%.*s\": annotations.%s must be a boolean",
+                               name_size, name_text, hints [index]);
+        }
+    }
+    static const char *flags [] = { "strict", "concurrencySafe" };
+    for (size_t index = 0; index < sizeof (flags) / sizeof (flags [0]); index++) {
+        const msgpack_object *flag = dsh_map_get (tool, flags [index]);
+        if (flag && flag->type != MSGPACK_OBJECT_BOOLEAN)
+            return s_fail (error, error_size, "tool \"%.*s\": %s must be a boolean",
+                           name_size, name_text, flags [index]);
+    }
+    return 0;
+}
+
+int
+dsh_proto_decode_presence (dsh_doc_t *doc, const char *command, dsh_presence_t *presence,
+                           char *error, size_t error_size)
+{
+    assert (doc);
+    assert (presence);
+    memset (presence, 0, sizeof (*presence));
+    if (s_get_str (doc, "component", DSH_ID_MAX, &presence->component, error, error_size))
+        return -1;
+    if (!presence->component || !dsh_proto_valid_id (presence->component, strlen (presence->component)))
+        return s_fail (error, error_size, "field \"component\" must be a valid component id");
+    if (s_get_uint (doc, "generation", &presence->generation, error, error_size))
+        return -1;
+    if (streq (command, DSH_ANNOUNCE)) {
+        presence->tools = dsh_map_get (dsh_doc_root (doc), "tools");
+        if (!presence->tools || presence->tools->type != MSGPACK_OBJECT_ARRAY)
+            return s_fail (error, error_size, "field \"tools\" must be an array");
+    }
+    return 0;
+}

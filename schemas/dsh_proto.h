@@ -1,0 +1,223 @@
+/*  =========================================================================
+    dsh_proto - the dsh/1 wire protocol: frames, commands, bodies, limits
+
+    The one codec that the broker, the SDK and every component share. It
+    knows frames and msgpack bodies, never sockets. The protocol itself is
+    specified in schemas/PROTOCOL.md; this module is its C form.
+
+    Every request/reply message on a ROUTER/DEALER socket is
+        [envelope...] "" "DSH1" COMMAND [TOKEN] BODY
+    where the envelope is whatever routing frames ROUTER hops pushed, the
+    empty frame ends it, TOKEN is present only on the work socket's CALL,
+    CANCEL and RESULT, and BODY is one msgpack map. PUB/SUB messages are
+        "DSH1" COMMAND BODY            (component -> registry)
+        KIND BODY                      (registry events)
+    =========================================================================
+*/
+
+#ifndef DSH_PROTO_H_INCLUDED
+#define DSH_PROTO_H_INCLUDED
+
+#include <czmq.h>
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dsh_doc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DSH_PROTOCOL            "DSH1"
+#define DSH_PROTOCOL_VERSION    1
+
+//  Commands on the front socket (client -> broker, and the replies)
+#define DSH_HELLO               "HELLO"
+#define DSH_WELCOME             "WELCOME"
+#define DSH_PING                "PING"
+#define DSH_PONG                "PONG"
+#define DSH_LIST                "LIST"
+#define DSH_TOOLS               "TOOLS"
+#define DSH_GET                 "GET"
+#define DSH_TOOL                "TOOL"
+#define DSH_SNAPSHOT            "SNAPSHOT"
+#define DSH_CALL                "CALL"
+#define DSH_RESULT              "RESULT"
+#define DSH_ERROR               "ERROR"
+
+//  Commands on the announce channel (component PUB -> registry SUB)
+#define DSH_ANNOUNCE            "ANNOUNCE"
+#define DSH_HEARTBEAT           "HEARTBEAT"
+#define DSH_WITHDRAW            "WITHDRAW"
+
+//  Commands on the work socket besides CALL and RESULT
+#define DSH_SYNC                "SYNC"
+#define DSH_REFUSED             "REFUSED"
+
+//  Change event kinds (the first frame of every event, so SUB can filter)
+#define DSH_EV_REGISTERED       "tool.registered"
+#define DSH_EV_UPDATED          "tool.updated"
+#define DSH_EV_UNREGISTERED     "tool.unregistered"
+#define DSH_EV_JOINED           "component.joined"
+#define DSH_EV_LEFT             "component.left"
+
+//  Error codes carried in error.code of a RESULT, or code of an ERROR
+#define DSH_E_BAD_REQUEST       "BAD_REQUEST"
+#define DSH_E_UNKNOWN_TOOL      "UNKNOWN_TOOL"
+#define DSH_E_INVALID_ARGS      "INVALID_ARGS"
+#define DSH_E_TOOL_FAILED       "TOOL_FAILED"
+#define DSH_E_TOOL_GONE         "TOOL_GONE"
+#define DSH_E_TIMEOUT           "TIMEOUT"
+#define DSH_E_OVERLOADED        "OVERLOADED"
+#define DSH_E_BAD_RESULT        "BAD_RESULT"
+
+//  Limits on untrusted input
+#define DSH_NAME_MAX            128             //  tool names, as MCP
+#define DSH_ID_MAX              128             //  component ids, agent ids
+#define DSH_CALL_ID_MAX         256
+#define DSH_COMMAND_MAX         16
+#define DSH_MAX_MESSAGE_DEFAULT (16 * 1024 * 1024)
+
+//  Defaults every party agrees on until the broker says otherwise
+#define DSH_DEFAULT_ENDPOINT        "tcp://127.0.0.1:7570"
+#define DSH_DEFAULT_HEARTBEAT_MS    1000
+#define DSH_DEFAULT_LIVENESS        3
+#define DSH_DEFAULT_CALL_TIMEOUT_MS 60000
+
+//  A growable msgpack buffer with its packer; hands its bytes to a frame
+//  without copying them.
+typedef struct {
+    msgpack_sbuffer sbuf;
+    msgpack_packer pk;
+} dsh_packer_t;
+
+//  Prepare an empty buffer and its packer.
+void
+    dsh_packer_init (dsh_packer_t *self);
+
+//  Append bytes that are already msgpack.
+void
+    dsh_packer_raw (dsh_packer_t *self, const void *data, size_t size);
+
+//  Pack a key that is a C string followed by a C string value.
+void
+    dsh_packer_kv_str (dsh_packer_t *self, const char *key, const char *value);
+
+//  Move the packed bytes into a new frame and reset the buffer.
+zframe_t *
+    dsh_packer_frame (dsh_packer_t *self);
+
+//  Free the buffer (after dsh_packer_frame there is nothing left to free).
+void
+    dsh_packer_release (dsh_packer_t *self);
+
+//  True if text is a valid tool name: 1-128 of [A-Za-z0-9_.-].
+bool
+    dsh_proto_valid_name (const char *text, size_t size);
+
+//  True if text is a valid component or agent id: 1-128 printable ASCII
+//  bytes, no spaces, not starting with a zero byte.
+bool
+    dsh_proto_valid_id (const char *text, size_t size);
+
+//  Split a received message: remove the envelope (every frame before the
+//  first empty frame) into *envelope_p (a new message, possibly empty), check
+//  the protocol frame and remove it, and copy the command into command.
+//  The frames after the command stay in msg. Returns 0, or -1 with a reason
+//  (the envelope, if found, is still handed back so a reply can be routed).
+int
+    dsh_proto_split (zmsg_t *msg, zmsg_t **envelope_p,
+                     char *command, size_t command_size,
+                     char *error, size_t error_size);
+
+//  A new message [envelope...] "" "DSH1" command; takes the envelope (may
+//  be NULL for a DEALER's own messages).
+zmsg_t *
+    dsh_proto_message (zmsg_t **envelope_p, const char *command);
+
+//  A new PUB message "DSH1" command body; takes the body.
+zmsg_t *
+    dsh_proto_pub_message (const char *command, zframe_t **body_p);
+
+//  Decode a body frame into a document whose root is a map. Returns NULL
+//  with a reason on bad input.
+dsh_doc_t *
+    dsh_proto_decode_body (zframe_t *frame, char *error, size_t error_size);
+
+//  A CALL body, decoded. Strings are owned by the document.
+typedef struct {
+    const char *call_id;
+    const char *name;
+    const char *agent;                  //  NULL when absent
+    const msgpack_object *arguments;    //  NULL when absent (any type)
+    const msgpack_object *meta;         //  NULL when absent, else a map
+    uint64_t timeout_ms;                //  0 when absent
+} dsh_call_head_t;
+
+//  Decode and check a CALL body. call_id is filled as soon as it is known,
+//  so that even a refused call can be answered by id. Returns 0 or -1.
+int
+    dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head,
+                           char *error, size_t error_size);
+
+//  Pack a CALL body. args is msgpack (NULL = empty map); agent, meta may be
+//  NULL; meta is msgpack of a map; timeout_ms 0 = none.
+zframe_t *
+    dsh_proto_encode_call (const char *call_id, const char *name,
+                           const void *args, size_t args_size,
+                           const char *agent,
+                           const void *meta, size_t meta_size,
+                           uint64_t timeout_ms);
+
+//  An error RESULT body: {callId, content:[{type:"text", text}], isError:
+//  true, error:{name, code}}. The error name is derived from the code.
+zframe_t *
+    dsh_proto_error_result (const char *call_id, const char *code,
+                            const char *text);
+
+//  An ERROR body {id?, code, message} for a request that could not be
+//  understood. id is the request's id object, or NULL.
+zframe_t *
+    dsh_proto_error_body (const msgpack_object *id, const char *code,
+                          const char *message);
+
+//  The conventional error name for a code ("UNKNOWN_TOOL" -> "UnknownToolError").
+const char *
+    dsh_proto_error_name (const char *code);
+
+//  Check a RESULT body: a map with a content array of valid content blocks
+//  and a bool isError. Returns 0 or -1 with a reason.
+int
+    dsh_proto_check_result (const msgpack_object *body, char *error, size_t error_size);
+
+//  Check one content block: text, image, audio, resource_link or resource,
+//  with MCP's required fields. Returns 0 or -1 with a reason.
+int
+    dsh_proto_check_content (const msgpack_object *block, char *error, size_t error_size);
+
+//  Check one tool entry of an ANNOUNCE: {name, description?, parameters
+//  (an object schema), title?, annotations?, outputSchema?, strict?,
+//  concurrencySafe?}. Returns 0 or -1 with a reason naming the tool.
+int
+    dsh_proto_check_tool (const msgpack_object *tool, char *error, size_t error_size);
+
+//  An ANNOUNCE, HEARTBEAT or WITHDRAW body, decoded. tools is set for
+//  ANNOUNCE only.
+typedef struct {
+    const char *component;
+    uint64_t generation;
+    const msgpack_object *tools;
+} dsh_presence_t;
+
+//  Decode and check a presence body of the given command. Returns 0 or -1.
+int
+    dsh_proto_decode_presence (dsh_doc_t *doc, const char *command,
+                               dsh_presence_t *presence,
+                               char *error, size_t error_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,584 @@
+/*  =========================================================================
+    test_doc - dsh_doc: the bounded msgpack scanner, decoder and canonical
+    packer, against well-formed, hostile, truncated and random input
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsh_doc.h"
+
+//  A packer writing into a fresh buffer; the test destroys the buffer.
+typedef struct {
+    msgpack_sbuffer buffer;
+    msgpack_packer packer;
+} packed_t;
+
+static void
+s_packed_init (packed_t *packed)
+{
+    msgpack_sbuffer_init (&packed->buffer);
+    msgpack_packer_init (&packed->packer, &packed->buffer, msgpack_sbuffer_write);
+}
+
+//  Decodes bytes that must be accepted, failing the test with the reason.
+static dsh_doc_t *
+s_doc_ok (const void *data, size_t size)
+{
+    char error [256] = "";
+    dsh_doc_t *doc = dsh_doc_new (data, size, error, sizeof error);
+    if (!doc)
+        fail_msg ("rejected: %s", error);
+    assert_string_equal (error, "");
+    return doc;
+}
+
+//  Expects bytes to be refused with exactly reason (or any reason if NULL).
+static void
+s_doc_refused (const void *data, size_t size, const char *reason)
+{
+    char error [256] = "";
+    dsh_doc_t *doc = dsh_doc_new (data, size, error, sizeof error);
+    assert_null (doc);
+    assert_true (strlen (error) > 0);
+    assert_null (strchr (error, '\n'));
+    if (reason)
+        assert_string_equal (error, reason);
+}
+
+static void
+test_scalars (void **state)
+{
+    (void) state;
+    packed_t packed;
+    s_packed_init (&packed);
+    msgpack_packer *pk = &packed.packer;
+    //  One array of every scalar msgpack-c can produce, in a known order.
+    msgpack_pack_array (pk, 21);
+    msgpack_pack_nil (pk);
+    msgpack_pack_true (pk);
+    msgpack_pack_false (pk);
+    msgpack_pack_fix_uint8 (pk, 200);
+    msgpack_pack_fix_uint16 (pk, 60000);
+    msgpack_pack_fix_uint32 (pk, 4000000000u);
+    msgpack_pack_fix_uint64 (pk, UINT64_MAX);
+    msgpack_pack_fix_int8 (pk, -100);
+    msgpack_pack_fix_int16 (pk, -30000);
+    msgpack_pack_fix_int32 (pk, -2000000000);
+    msgpack_pack_fix_int64 (pk, INT64_MIN);
+    msgpack_pack_float (pk, 1.5f);
+    msgpack_pack_double (pk, -2.25);
+    msgpack_pack_int (pk, 7);           //  positive fixint
+    msgpack_pack_int (pk, -7);          //  negative fixint
+    msgpack_pack_str_with_body (pk, "hi", 2);
+    char long_text [300];
+    memset (long_text, 'x', sizeof long_text);
+    msgpack_pack_str_with_body (pk, long_text, 40);             //  str8
+    msgpack_pack_str_with_body (pk, long_text, sizeof long_text);  //  str16
+    msgpack_pack_bin_with_body (pk, "\x00\x01", 2);             //  bin8
+    msgpack_pack_bin_with_body (pk, long_text, sizeof long_text);  //  bin16
+    msgpack_pack_ext_with_body (pk, "abcd", 4, 5);              //  fixext4
+    dsh_doc_t *doc = s_doc_ok (packed.buffer.data, packed.buffer.size);
+    const msgpack_object *root = dsh_doc_root (doc);
+    assert_int_equal (root->type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal (root->via.array.size, 21);
+    const msgpack_object *item = root->via.array.ptr;
+    assert_int_equal (item [0].type, MSGPACK_OBJECT_NIL);
+    assert_int_equal (item [1].type, MSGPACK_OBJECT_BOOLEAN);
+    assert_true (item [1].via.boolean);
+    assert_false (item [2].via.boolean);
+    assert_int_equal (item [3].via.u64, 200);
+    assert_int_equal (item [4].via.u64, 60000);
+    assert_int_equal (item [5].via.u64, 4000000000u);
+    assert_true (item [6].via.u64 == UINT64_MAX);
+    assert_int_equal (item [7].via.i64, -100);
+    assert_int_equal (item [8].via.i64, -30000);
+    assert_int_equal (item [9].via.i64, -2000000000);
+    assert_true (item [10].via.i64 == INT64_MIN);
+    assert_int_equal (item [11].type, MSGPACK_OBJECT_FLOAT32);
+    assert_true (item [11].via.f64 == 1.5);
+    assert_int_equal (item [12].type, MSGPACK_OBJECT_FLOAT64);
+    assert_true (item [12].via.f64 == -2.25);
+    assert_int_equal (item [13].type, MSGPACK_OBJECT_POSITIVE_INTEGER);
+    assert_int_equal (item [13].via.u64, 7);
+    assert_int_equal (item [14].type, MSGPACK_OBJECT_NEGATIVE_INTEGER);
+    assert_int_equal (item [14].via.i64, -7);
+    assert_true (dsh_str_eq (&item [15], "hi"));
+    assert_int_equal (item [16].via.str.size, 40);
+    assert_int_equal (item [17].via.str.size, 300);
+    assert_int_equal (item [18].type, MSGPACK_OBJECT_BIN);
+    assert_memory_equal (item [18].via.bin.ptr, "\x00\x01", 2);
+    assert_int_equal (item [19].via.bin.size, 300);
+    assert_int_equal (item [20].type, MSGPACK_OBJECT_EXT);
+    assert_int_equal (item [20].via.ext.type, 5);
+    assert_memory_equal (item [20].via.ext.ptr, "abcd", 4);
+    //  Strings are borrowed from the input bytes.
+    assert_true (item [15].via.str.ptr >= packed.buffer.data
+              && item [15].via.str.ptr < packed.buffer.data + packed.buffer.size);
+    dsh_doc_destroy (&doc);
+    assert_null (doc);
+    dsh_doc_destroy (&doc);
+    msgpack_sbuffer_destroy (&packed.buffer);
+}
+
+static void
+test_wide_headers (void **state)
+{
+    (void) state;
+    //  Headers msgpack-c only writes for large values, built by hand.
+    static const uint8_t str32 [] = { 0xdb, 0, 0, 0, 2, 'o', 'k' };
+    static const uint8_t bin32 [] = { 0xc6, 0, 0, 0, 1, 0x7f };
+    static const uint8_t array16 [] = { 0xdc, 0, 2, 0x01, 0xc0 };
+    static const uint8_t array32 [] = { 0xdd, 0, 0, 0, 1, 0xc3 };
+    static const uint8_t map16 [] = { 0xde, 0, 1, 0xa1, 'k', 0x02 };
+    static const uint8_t map32 [] = { 0xdf, 0, 0, 0, 1, 0xa1, 'k', 0x03 };
+    static const uint8_t ext8 [] = { 0xc7, 3, 9, 'a', 'b', 'c' };
+    static const uint8_t ext16 [] = { 0xc8, 0, 1, 9, 'a' };
+    static const uint8_t ext32 [] = { 0xc9, 0, 0, 0, 0, 9 };
+    static const uint8_t fixext16 [] = { 0xd8, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 };
+    static const uint8_t float32 [] = { 0xca, 0x3f, 0xc0, 0, 0 };
+
+    dsh_doc_t *doc = s_doc_ok (str32, sizeof str32);
+    assert_true (dsh_str_eq (dsh_doc_root (doc), "ok"));
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (bin32, sizeof bin32);
+    assert_int_equal (dsh_doc_root (doc)->via.bin.size, 1);
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (array16, sizeof array16);
+    assert_int_equal (dsh_doc_root (doc)->via.array.size, 2);
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (array32, sizeof array32);
+    assert_int_equal (dsh_doc_root (doc)->via.array.size, 1);
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (map16, sizeof map16);
+    assert_int_equal (dsh_map_get (dsh_doc_root (doc), "k")->via.u64, 2);
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (map32, sizeof map32);
+    assert_int_equal (dsh_map_get (dsh_doc_root (doc), "k")->via.u64, 3);
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (ext8, sizeof ext8);
+    assert_int_equal (dsh_doc_root (doc)->via.ext.size, 3);
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (ext16, sizeof ext16);
+    assert_int_equal (dsh_doc_root (doc)->via.ext.size, 1);
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (ext32, sizeof ext32);
+    assert_int_equal (dsh_doc_root (doc)->via.ext.size, 0);
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (fixext16, sizeof fixext16);
+    assert_int_equal (dsh_doc_root (doc)->via.ext.size, 16);
+    dsh_doc_destroy (&doc);
+    doc = s_doc_ok (float32, sizeof float32);
+    assert_true (dsh_doc_root (doc)->via.f64 == 1.5);
+    dsh_doc_destroy (&doc);
+}
+
+static void
+test_nested_and_lookup (void **state)
+{
+    (void) state;
+    packed_t packed;
+    s_packed_init (&packed);
+    msgpack_packer *pk = &packed.packer;
+    msgpack_pack_map (pk, 4);
+    dsh_pack_cstr (pk, "name");
+    dsh_pack_cstr (pk, "echo");
+    dsh_pack_cstr (pk, "args");
+    msgpack_pack_array (pk, 2);
+    msgpack_pack_map (pk, 1);
+    dsh_pack_cstr (pk, "deep");
+    msgpack_pack_array (pk, 0);
+    msgpack_pack_int (pk, 9);
+    msgpack_pack_int (pk, 5);           //  an int key: skipped by dsh_map_get
+    dsh_pack_cstr (pk, "five");
+    dsh_pack_cstr (pk, "nul");
+    msgpack_pack_str_with_body (pk, "a\0b", 3);
+
+    dsh_doc_t *doc = s_doc_ok (packed.buffer.data, packed.buffer.size);
+    const msgpack_object *root = dsh_doc_root (doc);
+    const msgpack_object *name = dsh_map_get (root, "name");
+    assert_non_null (name);
+    assert_true (dsh_str_eq (name, "echo"));
+    assert_false (dsh_str_eq (name, "ech"));
+    assert_false (dsh_str_eq (name, "echoo"));
+    assert_false (dsh_str_eq (NULL, "echo"));
+    assert_null (dsh_map_get (root, "nam"));
+    assert_null (dsh_map_get (root, "names"));
+    assert_null (dsh_map_get (root, "five"));
+    assert_null (dsh_map_get (name, "name"));
+    assert_null (dsh_map_get (NULL, "name"));
+
+    const msgpack_object *args = dsh_map_get (root, "args");
+    assert_int_equal (args->type, MSGPACK_OBJECT_ARRAY);
+    const msgpack_object *deep = dsh_map_get (&args->via.array.ptr [0], "deep");
+    assert_int_equal (deep->type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal (deep->via.array.size, 0);
+    assert_int_equal (args->via.array.ptr [1].via.u64, 9);
+
+    char *copy = dsh_doc_strdup (doc, name);
+    assert_string_equal (copy, "echo");
+    assert_ptr_not_equal (copy, name->via.str.ptr);
+    assert_null (dsh_doc_strdup (doc, args));
+    assert_null (dsh_doc_strdup (doc, NULL));
+    assert_null (dsh_doc_strdup (doc, dsh_map_get (root, "nul")));
+    dsh_doc_destroy (&doc);
+    msgpack_sbuffer_destroy (&packed.buffer);
+}
+
+//  n nested arrays (or maps keyed by 0), the innermost one empty.
+static size_t
+s_nested (uint8_t *bytes, int levels, bool maps)
+{
+    size_t size = 0;
+    for (int level = 0; level < levels - 1; level++) {
+        bytes [size++] = maps ? 0x81 : 0x91;
+        if (maps)
+            bytes [size++] = 0x00;
+    }
+    bytes [size++] = maps ? 0x80 : 0x90;
+    return size;
+}
+
+static void
+test_depth (void **state)
+{
+    (void) state;
+    uint8_t bytes [128];
+    char error [128];
+    for (int maps = 0; maps < 2; maps++) {
+        size_t size = s_nested (bytes, DSH_DOC_MAX_DEPTH, maps);
+        dsh_doc_t *doc = s_doc_ok (bytes, size);
+        dsh_doc_destroy (&doc);
+        size = s_nested (bytes, DSH_DOC_MAX_DEPTH + 1, maps);
+        s_doc_refused (bytes, size, "nesting deeper than 24");
+        size = s_nested (bytes, 40, maps);
+        s_doc_refused (bytes, size, "nesting deeper than 24");
+    }
+    //  The scanner's own limit: a scalar root is depth 0, [] is depth 1.
+    assert_int_equal (dsh_msgpack_scan ("\x05", 1, 0, error, sizeof error), 0);
+    assert_int_equal (dsh_msgpack_scan ("\x90", 1, 0, error, sizeof error), -1);
+    assert_string_equal (error, "nesting deeper than 0");
+    assert_int_equal (dsh_msgpack_scan ("\x90", 1, 1, error, sizeof error), 0);
+    assert_int_equal (dsh_msgpack_scan ("\x91\x90", 2, 1, error, sizeof error), -1);
+    //  A larger limit than dsh's own is honoured by the scanner.
+    size_t size = s_nested (bytes, 40, false);
+    assert_int_equal (dsh_msgpack_scan (bytes, size, 40, error, sizeof error), 0);
+    assert_int_equal (dsh_msgpack_scan (bytes, size, 39, error, sizeof error), -1);
+}
+
+static void
+test_hostile_counts (void **state)
+{
+    (void) state;
+    s_doc_refused ("\xdd\xff\xff\xff\xff", 5,
+                   "array of 4294967295 elements exceeds the 0 bytes left");
+    s_doc_refused ("\xdf\xff\xff\xff\xff", 5,
+                   "map of 4294967295 entries exceeds the 0 bytes left");
+    s_doc_refused ("\xdc\xff\xff\x01\x02", 5,
+                   "array of 65535 elements exceeds the 2 bytes left");
+    //  A map of 2 needs 4 bytes, not 2.
+    s_doc_refused ("\x82\x01\x02\x03", 4, "map of 2 entries exceeds the 3 bytes left");
+    s_doc_refused ("\xdb\x00\x00\x00\x10" "ab", 7, "truncated msgpack");
+    s_doc_refused ("\xdb\xff\xff\xff\xff", 5, "truncated msgpack");
+    s_doc_refused ("\xc6\xff\xff\xff\xff" "a", 6, "truncated msgpack");
+    s_doc_refused ("\xc9\xff\xff\xff\xff\x01", 6, "truncated msgpack");
+    s_doc_refused ("\xc1", 1, "invalid type byte 0xc1");
+    s_doc_refused ("\x92\x01\xc1", 3, "invalid type byte 0xc1");
+    s_doc_refused ("", 0, "empty input");
+    s_doc_refused ("\x01\x02", 2, "trailing bytes after the object");
+    s_doc_refused ("\x90\x90", 2, "trailing bytes after the object");
+    s_doc_refused ("\x91", 1, "array of 1 elements exceeds the 0 bytes left");
+    s_doc_refused ("\xcf\x00", 2, "truncated msgpack");
+    //  A small error buffer truncates the reason but does not overflow.
+    char tiny [8];
+    assert_int_equal (dsh_msgpack_scan ("\xc1", 1, 24, tiny, sizeof tiny), -1);
+    assert_string_equal (tiny, "invalid");
+    assert_int_equal (dsh_msgpack_scan ("\xc1", 1, 24, NULL, 0), -1);
+}
+
+//  A document with one of most kinds of value, for cutting and mutating.
+static void
+s_pack_sample (packed_t *packed)
+{
+    s_packed_init (packed);
+    msgpack_packer *pk = &packed->packer;
+    msgpack_pack_map (pk, 6);
+    dsh_pack_cstr (pk, "callId");
+    dsh_pack_cstr (pk, "c-123");
+    dsh_pack_cstr (pk, "name");
+    dsh_pack_cstr (pk, "search");
+    dsh_pack_cstr (pk, "arguments");
+    msgpack_pack_map (pk, 3);
+    dsh_pack_cstr (pk, "query");
+    dsh_pack_cstr (pk, "zeromq msgpack");
+    dsh_pack_cstr (pk, "limits");
+    msgpack_pack_array (pk, 4);
+    msgpack_pack_int (pk, 1);
+    msgpack_pack_int64 (pk, -70000);
+    msgpack_pack_uint64 (pk, UINT64_MAX);
+    msgpack_pack_double (pk, 0.125);
+    dsh_pack_cstr (pk, "flags");
+    msgpack_pack_array (pk, 3);
+    msgpack_pack_true (pk);
+    msgpack_pack_false (pk);
+    msgpack_pack_nil (pk);
+    dsh_pack_cstr (pk, "blob");
+    msgpack_pack_bin_with_body (pk, "\x00\xff\x10", 3);
+    dsh_pack_cstr (pk, "ext");
+    msgpack_pack_ext_with_body (pk, "xyz", 3, 1);
+    dsh_pack_cstr (pk, "f32");
+    msgpack_pack_float (pk, 2.5f);
+}
+
+static void
+test_truncated_everywhere (void **state)
+{
+    (void) state;
+    packed_t packed;
+    s_pack_sample (&packed);
+    dsh_doc_t *doc = s_doc_ok (packed.buffer.data, packed.buffer.size);
+    dsh_doc_destroy (&doc);
+    for (size_t size = 0; size < packed.buffer.size; size++) {
+        //  A fresh copy of exactly size bytes, so ASan sees any over-read.
+        uint8_t *cut = (uint8_t *) malloc (size ? size : 1);
+        memcpy (cut, packed.buffer.data, size);
+        s_doc_refused (cut, size, NULL);
+        free (cut);
+    }
+    msgpack_sbuffer_destroy (&packed.buffer);
+}
+
+static void
+test_trailing_bytes (void **state)
+{
+    (void) state;
+    packed_t packed;
+    s_pack_sample (&packed);
+    msgpack_pack_nil (&packed.packer);
+    s_doc_refused (packed.buffer.data, packed.buffer.size, "trailing bytes after the object");
+    msgpack_sbuffer_destroy (&packed.buffer);
+}
+
+//  Accepted by the scan means decoded by msgpack-c too, and the tree it
+//  decodes packs back to the same bytes.
+static void
+s_check_random (const uint8_t *bytes, size_t size, size_t *accepted)
+{
+    char error [128];
+    int rc = dsh_msgpack_scan (bytes, size, DSH_DOC_MAX_DEPTH, error, sizeof error);
+    dsh_doc_t *doc = dsh_doc_new (bytes, size, error, sizeof error);
+    if (rc == 0) {
+        if (!doc)
+            fail_msg ("scan accepted but decode refused: %s", error);
+        (*accepted)++;
+        packed_t repacked;
+        s_packed_init (&repacked);
+        msgpack_pack_object (&repacked.packer, *dsh_doc_root (doc));
+        assert_true (repacked.buffer.size <= size);
+        msgpack_sbuffer_destroy (&repacked.buffer);
+        dsh_doc_destroy (&doc);
+    }
+    else
+        assert_null (doc);
+}
+
+static void
+test_random_bytes (void **state)
+{
+    (void) state;
+    srand (20240611);
+    uint8_t bytes [24];
+    size_t accepted = 0;
+    for (int round = 0; round < 200000; round++) {
+        size_t size = (size_t) (rand () % (int) sizeof bytes) + 1;
+        for (size_t index = 0; index < size; index++)
+            bytes [index] = (uint8_t) rand ();
+        //  Bias towards container and length headers, the interesting ones.
+        if (rand () % 2)
+            bytes [0] = (uint8_t) (0xc4 + rand () % 28);
+        uint8_t *exact = (uint8_t *) malloc (size);
+        memcpy (exact, bytes, size);
+        s_check_random (exact, size, &accepted);
+        free (exact);
+    }
+    assert_true (accepted > 1000);
+}
+
+static void
+test_mutations (void **state)
+{
+    (void) state;
+    srand (1234567);
+    packed_t packed;
+    s_pack_sample (&packed);
+    size_t size = packed.buffer.size;
+    uint8_t *mutant = (uint8_t *) malloc (size);
+    size_t accepted = 0;
+    for (int round = 0; round < 100000; round++) {
+        memcpy (mutant, packed.buffer.data, size);
+        int changes = 1 + rand () % 3;
+        for (int change = 0; change < changes; change++) {
+            size_t at = (size_t) rand () % size;
+            switch (rand () % 3) {
+                case 0: mutant [at] = (uint8_t) rand (); break;
+                case 1: mutant [at] ^= (uint8_t) (1 << (rand () % 8)); break;
+                default: mutant [at] = (uint8_t) (0xc0 + rand () % 32); break;
+            }
+        }
+        size_t cut = size - (rand () % 4 == 0 ? (size_t) rand () % size : 0);
+        s_check_random (mutant, cut, &accepted);
+    }
+    assert_true (accepted > 100);
+    free (mutant);
+    msgpack_sbuffer_destroy (&packed.buffer);
+}
+
+//  Packs a map of the sample's keys in the order given by order[].
+static void
+s_pack_permuted (packed_t *packed, const int *order)
+{
+    static const char *keys [] = { "b", "a", "ab", "", "ba", "aa" };
+    s_packed_init (packed);
+    msgpack_packer *pk = &packed->packer;
+    msgpack_pack_map (pk, 8);
+    for (int index = 0; index < 6; index++) {
+        int which = order [index];
+        dsh_pack_cstr (pk, keys [which]);
+        if (which == 0) {
+            //  A nested map whose own keys also come permuted.
+            msgpack_pack_map (pk, 2);
+            dsh_pack_cstr (pk, order [0] == 0 ? "y" : "x");
+            msgpack_pack_int (pk, order [0] == 0 ? 2 : 1);
+            dsh_pack_cstr (pk, order [0] == 0 ? "x" : "y");
+            msgpack_pack_int (pk, order [0] == 0 ? 1 : 2);
+        }
+        else
+            msgpack_pack_int (pk, which);
+    }
+    //  Non-str keys, and a repeated key, in an order tied to the permutation.
+    if (order [0] % 2) {
+        msgpack_pack_int (pk, 7);
+        msgpack_pack_int (pk, 70);
+        dsh_pack_cstr (pk, "a");
+        msgpack_pack_int (pk, 99);
+    }
+    else {
+        dsh_pack_cstr (pk, "a");
+        msgpack_pack_int (pk, 99);
+        msgpack_pack_int (pk, 7);
+        msgpack_pack_int (pk, 70);
+    }
+}
+
+static void
+s_canonical (const packed_t *packed, msgpack_sbuffer *out)
+{
+    dsh_doc_t *doc = s_doc_ok (packed->buffer.data, packed->buffer.size);
+    msgpack_packer packer;
+    msgpack_sbuffer_init (out);
+    msgpack_packer_init (&packer, out, msgpack_sbuffer_write);
+    assert_int_equal (dsh_pack_canonical (&packer, dsh_doc_root (doc)), 0);
+    dsh_doc_destroy (&doc);
+}
+
+static void
+test_canonical (void **state)
+{
+    (void) state;
+    static const int orders [][6] = {
+        { 0, 1, 2, 3, 4, 5 }, { 5, 4, 3, 2, 1, 0 }, { 3, 0, 5, 1, 4, 2 }, { 1, 3, 5, 0, 2, 4 }
+    };
+    msgpack_sbuffer first;
+    packed_t packed;
+    s_pack_permuted (&packed, orders [0]);
+    s_canonical (&packed, &first);
+    msgpack_sbuffer_destroy (&packed.buffer);
+    for (size_t index = 1; index < sizeof orders / sizeof orders [0]; index++) {
+        s_pack_permuted (&packed, orders [index]);
+        msgpack_sbuffer other;
+        s_canonical (&packed, &other);
+        assert_int_equal (other.size, first.size);
+        assert_memory_equal (other.data, first.data, first.size);
+        msgpack_sbuffer_destroy (&other);
+        msgpack_sbuffer_destroy (&packed.buffer);
+    }
+    //  The order itself: str keys by bytes, shorter first, then other keys.
+    dsh_doc_t *doc = s_doc_ok (first.data, first.size);
+    const msgpack_object *root = dsh_doc_root (doc);
+    static const char *expected [] = { "", "a", "a", "aa", "ab", "b", "ba" };
+    for (int index = 0; index < 7; index++)
+        assert_true (dsh_str_eq (&root->via.map.ptr [index].key, expected [index]));
+    assert_int_equal (root->via.map.ptr [1].val.via.u64, 1);
+    assert_int_equal (root->via.map.ptr [2].val.via.u64, 99);
+    assert_int_equal (root->via.map.ptr [7].key.type, MSGPACK_OBJECT_POSITIVE_INTEGER);
+    const msgpack_object *nested = dsh_map_get (root, "b");
+    assert_true (dsh_str_eq (&nested->via.map.ptr [0].key, "x"));
+    assert_true (dsh_str_eq (&nested->via.map.ptr [1].key, "y"));
+    dsh_doc_destroy (&doc);
+    msgpack_sbuffer_destroy (&first);
+}
+
+static void
+test_canonical_depth (void **state)
+{
+    (void) state;
+    //  A tree built in memory, not decoded, so no scan has bounded it.
+    msgpack_object levels [DSH_DOC_MAX_DEPTH + 1];
+    for (int index = 0; index <= DSH_DOC_MAX_DEPTH; index++) {
+        levels [index].type = MSGPACK_OBJECT_ARRAY;
+        levels [index].via.array.size = index < DSH_DOC_MAX_DEPTH ? 1 : 0;
+        levels [index].via.array.ptr = index < DSH_DOC_MAX_DEPTH ? &levels [index + 1] : NULL;
+    }
+    packed_t packed;
+    s_packed_init (&packed);
+    assert_int_equal (dsh_pack_canonical (&packed.packer, &levels [0]), -1);
+    assert_int_equal (packed.buffer.size, 0);
+    assert_int_equal (dsh_pack_canonical (&packed.packer, &levels [1]), 0);
+    assert_int_equal (packed.buffer.size, DSH_DOC_MAX_DEPTH);
+    msgpack_sbuffer_destroy (&packed.buffer);
+}
+
+static void
+test_pack_cstr (void **state)
+{
+    (void) state;
+    packed_t packed;
+    s_packed_init (&packed);
+    dsh_pack_cstr (&packed.packer, "héllo");
+    assert_int_equal (packed.buffer.size, 7);
+    assert_memory_equal (packed.buffer.data, "\xa6h\xc3\xa9llo", 7);
+    msgpack_sbuffer_destroy (&packed.buffer);
+    s_packed_init (&packed);
+    dsh_pack_cstr (&packed.packer, "");
+    assert_int_equal (packed.buffer.size, 1);
+    assert_memory_equal (packed.buffer.data, "\xa0", 1);
+    msgpack_sbuffer_destroy (&packed.buffer);
+}
+
+int
+main (void)
+{
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_scalars),
+        cmocka_unit_test (test_wide_headers),
+        cmocka_unit_test (test_nested_and_lookup),
+        cmocka_unit_test (test_depth),
+        cmocka_unit_test (test_hostile_counts),
+        cmocka_unit_test (test_truncated_everywhere),
+        cmocka_unit_test (test_trailing_bytes),
+        cmocka_unit_test (test_random_bytes),
+        cmocka_unit_test (test_mutations),
+        cmocka_unit_test (test_canonical),
+        cmocka_unit_test (test_canonical_depth),
+        cmocka_unit_test (test_pack_cstr),
+    };
+    return cmocka_run_group_tests (tests, NULL, NULL);
+}
