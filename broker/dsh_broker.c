@@ -1,0 +1,134 @@
+/*  =========================================================================
+    dsh-broker - the daemon that hosts the registry actor
+
+    Reads built-in defaults, then a ZPL config file (-c), then flags; starts
+    the registry actor; prints where it listens; runs until SIGINT/SIGTERM.
+    =========================================================================
+*/
+
+#include "dsh_config.h"
+#include "dsh_proto.h"
+#include "dsh_registry.h"
+
+static void
+s_usage (FILE *out)
+{
+    fprintf (out,
+        "usage: dsh-broker [options]\n"
+        "  -c, --config FILE        read settings from a ZPL file (section \"broker\")\n"
+        "  -e, --endpoint ENDPOINT  front endpoint clients and components use\n"
+        "                           (default %s, or $DSH_BROKER)\n"
+        "      --announce ENDPOINT  SUB endpoint for component announcements (default: front port+1)\n"
+        "      --work ENDPOINT      ROUTER endpoint for component calls (default: front port+2)\n"
+        "      --events ENDPOINT    PUB endpoint for change events (default: front port+3)\n"
+        "      --heartbeat-ms N     component heartbeat interval (default %d)\n"
+        "      --liveness N         missed heartbeats before a component expires (default %d)\n"
+        "      --call-timeout-ms N  deadline of a call that sets none (default %d)\n"
+        "      --max-message-bytes N  largest frame accepted (default %d)\n"
+        "  -v, --verbose            log every event and refusal\n"
+        "  -h, --help               this help\n",
+        DSH_DEFAULT_ENDPOINT, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS,
+        DSH_DEFAULT_CALL_TIMEOUT_MS, DSH_MAX_MESSAGE_DEFAULT);
+}
+
+//  Flag -> config key, for the flags that take a value.
+static const char *
+s_flag_key (const char *flag)
+{
+    static const char *flags [][2] = {
+        { "-e", "endpoint" }, { "--endpoint", "endpoint" }, { "--broker", "endpoint" },
+        { "--announce", "announce" }, { "--work", "work" }, { "--events", "events" },
+        { "--heartbeat-ms", "heartbeat_ms" }, { "--liveness", "liveness" },
+        { "--call-timeout-ms", "call_timeout_ms" }, { "--max-call-timeout-ms", "max_call_timeout_ms" },
+        { "--max-message-bytes", "max_message_bytes" }, { "--queue-limit", "queue_limit" },
+    };
+    for (size_t index = 0; index < sizeof (flags) / sizeof (flags [0]); index++)
+        if (streq (flag, flags [index][0]))
+            return flags [index][1];
+    return NULL;
+}
+
+int
+main (int argc, char *argv [])
+{
+    zsys_init ();
+    zsys_set_logident ("dsh-broker");
+    zsys_set_logstream (stderr);
+    dsh_config_t *config = dsh_config_new ();
+    char error [512];
+    int rc = 0;
+
+    //  The config file first, wherever -c stands, so flags override it
+    for (int index = 1; index < argc; index++)
+        if ((streq (argv [index], "-c") || streq (argv [index], "--config")) && index + 1 < argc
+        &&  dsh_config_load (config, argv [index + 1], error, sizeof (error))) {
+            fprintf (stderr, "dsh-broker: %s\n", error);
+            dsh_config_destroy (&config);
+            return 2;
+        }
+    const char *environment = getenv ("DSH_BROKER");
+    if (environment && *environment && dsh_config_set (config, "endpoint", environment, error, sizeof (error))) {
+        fprintf (stderr, "dsh-broker: DSH_BROKER: %s\n", error);
+        rc = 2;
+    }
+    for (int index = 1; index < argc && rc == 0; index++) {
+        const char *flag = argv [index];
+        const char *key = s_flag_key (flag);
+        if (streq (flag, "-h") || streq (flag, "--help")) {
+            s_usage (stdout);
+            dsh_config_destroy (&config);
+            return 0;
+        }
+        else
+        if (streq (flag, "-v") || streq (flag, "--verbose"))
+            config->verbose = true;
+        else
+        if (streq (flag, "-c") || streq (flag, "--config"))
+            index++;
+        else
+        if (key && index + 1 < argc) {
+            if (dsh_config_set (config, key, argv [++index], error, sizeof (error))) {
+                fprintf (stderr, "dsh-broker: %s\n", error);
+                rc = 2;
+            }
+        }
+        else {
+            fprintf (stderr, "dsh-broker: %s: %s\n", flag, key? "needs a value": "unknown option");
+            s_usage (stderr);
+            rc = 2;
+        }
+    }
+    if (rc) {
+        dsh_config_destroy (&config);
+        return rc;
+    }
+
+    zactor_t *registry = zactor_new (dsh_registry_actor, config);
+    char *front = NULL, *announce = NULL, *work = NULL, *events = NULL;
+    zstr_sendx (registry, "ENDPOINTS", NULL);
+    zstr_recvx (registry, &front, &announce, &work, &events, NULL);
+    if (!front || streq (front, "ERROR")) {
+        fprintf (stderr, "dsh-broker: %s\n", announce? announce: "the registry did not start");
+        rc = 1;
+    }
+    else {
+        printf ("dsh-broker: listening on %s (announce %s, work %s, events %s)\n",
+                front, announce, work, events);
+        printf ("dsh-broker: heartbeat %d ms, expiry after %d missed\n",
+                config->heartbeat_ms, config->liveness);
+        printf ("dsh-broker: try  DSH_BROKER=%s dsh tools   and   dsh call echo '{\"message\":\"hi\"}'\n",
+                front);
+        fflush (stdout);
+        //  The actor does the work; this thread only waits for a signal
+        while (!zsys_interrupted)
+            zclock_sleep (100);
+        printf ("dsh-broker: stopping\n");
+    }
+    zstr_free (&front);
+    zstr_free (&announce);
+    zstr_free (&work);
+    zstr_free (&events);
+    zactor_destroy (&registry);
+    dsh_config_destroy (&config);
+    return rc;
+}

@@ -1,0 +1,535 @@
+/*  =========================================================================
+    dsh_catalog - the registry's state: components, tools, change events
+
+    Tools sit in a list in registration order with a hash on name; each
+    holds its canonical entry (dsh_pack_canonical of what was announced, so
+    equal entries have equal bytes) and the ids of its providers. Components
+    sit in a hash on id with the names they provide, in announce order.
+    =========================================================================
+*/
+
+#include "dsh_catalog.h"
+
+typedef struct {
+    char *name;
+    zchunk_t *entry;            //  canonical bytes of the tool entry
+    zlistx_t *providers;        //  char * component ids, in joining order
+    void *handle;               //  in self->tool_order
+} s_tool_t;
+
+typedef struct {
+    char *id;
+    uint64_t generation;
+    int64_t last_seen_ms;
+    zlistx_t *tools;            //  char * names it provides
+    size_t outstanding;         //  calls sent to it and not yet answered
+} s_component_t;
+
+struct _dsh_catalog_t {
+    zlistx_t *tool_order;       //  s_tool_t *, registration order, owns them
+    zhashx_t *tools;            //  name -> s_tool_t * (borrowed)
+    zhashx_t *components;       //  id -> s_component_t *, owns them
+    uint64_t seq;
+};
+
+static void
+s_tool_destroy (s_tool_t **self_p)
+{
+    if (*self_p) {
+        s_tool_t *self = *self_p;
+        zstr_free (&self->name);
+        zchunk_destroy (&self->entry);
+        zlistx_destroy (&self->providers);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static void
+s_component_destroy (s_component_t **self_p)
+{
+    if (*self_p) {
+        s_component_t *self = *self_p;
+        zstr_free (&self->id);
+        zlistx_destroy (&self->tools);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static zlistx_t *
+s_string_list (void)
+{
+    zlistx_t *list = zlistx_new ();
+    zlistx_set_duplicator (list, (zlistx_duplicator_fn *) strdup);
+    zlistx_set_destructor (list, (zlistx_destructor_fn *) zstr_free);
+    zlistx_set_comparator (list, (zlistx_comparator_fn *) strcmp);
+    return list;
+}
+
+void
+dsh_event_destroy (dsh_event_t **self_p)
+{
+    if (*self_p) {
+        dsh_event_t *self = *self_p;
+        zstr_free (&self->component);
+        zstr_free (&self->name);
+        zstr_free (&self->reason);
+        zchunk_destroy (&self->tool);
+        zlistx_destroy (&self->tools);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+void
+dsh_refusal_destroy (dsh_refusal_t **self_p)
+{
+    if (*self_p) {
+        dsh_refusal_t *self = *self_p;
+        zstr_free (&self->component);
+        zstr_free (&self->name);
+        zstr_free (&self->reason);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+zframe_t *
+dsh_event_encode (dsh_event_t *self, uint64_t epoch)
+{
+    assert (self);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 4 + (self->name != NULL) + (self->tool != NULL)
+                                    + (self->tools != NULL) + (self->reason != NULL));
+    dsh_pack_cstr (&packer.pk, "seq");
+    msgpack_pack_uint64 (&packer.pk, self->seq);
+    dsh_pack_cstr (&packer.pk, "epoch");
+    msgpack_pack_uint64 (&packer.pk, epoch);
+    dsh_packer_kv_str (&packer, "kind", self->kind);
+    dsh_packer_kv_str (&packer, "component", self->component);
+    if (self->name)
+        dsh_packer_kv_str (&packer, "name", self->name);
+    if (self->tool) {
+        dsh_pack_cstr (&packer.pk, "tool");
+        dsh_packer_raw (&packer, zchunk_data (self->tool), zchunk_size (self->tool));
+    }
+    if (self->tools) {
+        dsh_pack_cstr (&packer.pk, "tools");
+        msgpack_pack_array (&packer.pk, zlistx_size (self->tools));
+        for (char *name = zlistx_first (self->tools); name; name = zlistx_next (self->tools))
+            dsh_pack_cstr (&packer.pk, name);
+    }
+    if (self->reason)
+        dsh_packer_kv_str (&packer, "reason", self->reason);
+    zframe_t *frame = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    return frame;
+}
+
+dsh_catalog_t *
+dsh_catalog_new (void)
+{
+    dsh_catalog_t *self = (dsh_catalog_t *) zmalloc (sizeof (dsh_catalog_t));
+    assert (self);
+    self->tool_order = zlistx_new ();
+    zlistx_set_destructor (self->tool_order, (zlistx_destructor_fn *) s_tool_destroy);
+    self->tools = zhashx_new ();
+    self->components = zhashx_new ();
+    zhashx_set_destructor (self->components, (zhashx_destructor_fn *) s_component_destroy);
+    return self;
+}
+
+void
+dsh_catalog_destroy (dsh_catalog_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_catalog_t *self = *self_p;
+        zhashx_destroy (&self->tools);
+        zlistx_destroy (&self->tool_order);
+        zhashx_destroy (&self->components);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static dsh_event_t *
+s_event_new (dsh_catalog_t *self, const char *kind, const char *component, const char *name)
+{
+    dsh_event_t *event = (dsh_event_t *) zmalloc (sizeof (dsh_event_t));
+    assert (event);
+    event->seq = ++self->seq;
+    event->kind = kind;
+    event->component = strdup (component);
+    event->name = name? strdup (name): NULL;
+    return event;
+}
+
+static void
+s_refuse (zlistx_t *refusals, const char *component, const char *name, const char *reason)
+{
+    dsh_refusal_t *refusal = (dsh_refusal_t *) zmalloc (sizeof (dsh_refusal_t));
+    assert (refusal);
+    refusal->component = strdup (component);
+    refusal->name = name? strdup (name): NULL;
+    refusal->reason = strdup (reason);
+    zlistx_add_end (refusals, refusal);
+}
+
+//  Takes a component off a tool's providers; the tool goes when none is left.
+static void
+s_drop_provider (dsh_catalog_t *self, s_tool_t *tool, const char *component, zlistx_t *events)
+{
+    void *handle = zlistx_find (tool->providers, (void *) component);
+    if (handle)
+        zlistx_delete (tool->providers, handle);
+    if (zlistx_size (tool->providers) == 0) {
+        zlistx_add_end (events, s_event_new (self, DSH_EV_UNREGISTERED, component, tool->name));
+        zhashx_delete (self->tools, tool->name);
+        zlistx_delete (self->tool_order, tool->handle);
+    }
+}
+
+//  The canonical bytes of a tool entry.
+static zchunk_t *
+s_canonical (const msgpack_object *entry)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    int rc = dsh_pack_canonical (&packer.pk, entry);
+    zchunk_t *chunk = rc == 0? zchunk_new (packer.sbuf.data, packer.sbuf.size): NULL;
+    dsh_packer_release (&packer);
+    return chunk;
+}
+
+static bool
+s_same_bytes (zchunk_t *left, zchunk_t *right)
+{
+    return zchunk_size (left) == zchunk_size (right)
+        && memcmp (zchunk_data (left), zchunk_data (right), zchunk_size (left)) == 0;
+}
+
+//  Applies one validated entry for a component; returns true if the
+//  component now provides it.
+static bool
+s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, zchunk_t **entry_p,
+              zlistx_t *events, zlistx_t *refusals)
+{
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    if (!tool) {
+        tool = (s_tool_t *) zmalloc (sizeof (s_tool_t));
+        assert (tool);
+        tool->name = strdup (name);
+        tool->entry = *entry_p;
+        *entry_p = NULL;
+        tool->providers = s_string_list ();
+        zlistx_add_end (tool->providers, (void *) component);
+        tool->handle = zlistx_add_end (self->tool_order, tool);
+        zhashx_insert (self->tools, name, tool);
+        dsh_event_t *event = s_event_new (self, DSH_EV_REGISTERED, component, name);
+        event->tool = zchunk_dup (tool->entry);
+        zlistx_add_end (events, event);
+        return true;
+    }
+    if (s_same_bytes (tool->entry, *entry_p)) {
+        if (!zlistx_find (tool->providers, (void *) component))
+            zlistx_add_end (tool->providers, (void *) component);
+        return true;
+    }
+    bool provides = zlistx_find (tool->providers, (void *) component) != NULL;
+    if (provides && zlistx_size (tool->providers) == 1) {
+        zchunk_destroy (&tool->entry);
+        tool->entry = *entry_p;
+        *entry_p = NULL;
+        dsh_event_t *event = s_event_new (self, DSH_EV_UPDATED, component, name);
+        event->tool = zchunk_dup (tool->entry);
+        zlistx_add_end (events, event);
+        return true;
+    }
+    char reason [256 + DSH_NAME_MAX + DSH_ID_MAX];
+    if (provides) {
+        //  Its replicas still serve the old entry: they keep it, this one
+        //  stops serving the name until it agrees again.
+        s_drop_provider (self, tool, component, events);
+        snprintf (reason, sizeof (reason),
+                  "tool \"%s\" changed its schema while %zu other replica(s) serve the old one; refused",
+                  name, zlistx_size (tool->providers));
+    }
+    else
+        snprintf (reason, sizeof (reason),
+                  "tool \"%s\" is already registered by component \"%s\" with a different schema",
+                  name, (const char *) zlistx_first (tool->providers));
+    s_refuse (refusals, component, name, reason);
+    return false;
+}
+
+int
+dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t generation,
+                      const msgpack_object *tools, int64_t now_ms,
+                      zlistx_t *events, zlistx_t *refusals)
+{
+    assert (self);
+    assert (component);
+    assert (tools && tools->type == MSGPACK_OBJECT_ARRAY);
+    assert (events);
+    assert (refusals);
+
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    bool joined = record == NULL;
+    if (joined) {
+        record = (s_component_t *) zmalloc (sizeof (s_component_t));
+        assert (record);
+        record->id = strdup (component);
+        record->tools = s_string_list ();
+        zhashx_insert (self->components, component, record);
+    }
+    record->generation = generation;
+    record->last_seen_ms = now_ms;
+
+    //  Names in the new set, checked first so removals can be computed
+    zlistx_t *announced = s_string_list ();
+    zlistx_t *entries = zlistx_new ();
+    zlistx_set_destructor (entries, (zlistx_destructor_fn *) zchunk_destroy);
+    for (uint32_t index = 0; index < tools->via.array.size; index++) {
+        const msgpack_object *entry = &tools->via.array.ptr [index];
+        char error [256 + DSH_NAME_MAX];
+        if (dsh_proto_check_tool (entry, error, sizeof (error))) {
+            s_refuse (refusals, component, NULL, error);
+            continue;
+        }
+        const msgpack_object *name_obj = dsh_map_get (entry, "name");
+        char name [DSH_NAME_MAX + 1];
+        memcpy (name, name_obj->via.str.ptr, name_obj->via.str.size);
+        name [name_obj->via.str.size] = 0;
+        if (zlistx_find (announced, name)) {
+            snprintf (error, sizeof (error), "tool \"%s\" is announced twice; the first is kept", name);
+            s_refuse (refusals, component, name, error);
+            continue;
+        }
+        zchunk_t *canonical = s_canonical (entry);
+        if (!canonical) {
+            s_refuse (refusals, component, name, "tool entry nests too deep");
+            continue;
+        }
+        zlistx_add_end (announced, name);
+        zlistx_add_end (entries, canonical);
+    }
+
+    //  Tools it no longer announces
+    char *name = (char *) zlistx_first (record->tools);
+    while (name) {
+        char *next = (char *) zlistx_next (record->tools);
+        if (!zlistx_find (announced, name)) {
+            s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+            if (tool)
+                s_drop_provider (self, tool, component, events);
+            zlistx_delete (record->tools, zlistx_find (record->tools, name));
+        }
+        name = next;
+    }
+    //  Tools it announces, in its order
+    zchunk_t *entry = (zchunk_t *) zlistx_first (entries);
+    for (name = (char *) zlistx_first (announced); name; name = (char *) zlistx_next (announced)) {
+        void *entry_handle = zlistx_cursor (entries);
+        zchunk_t *owned = entry;
+        bool provides = s_apply_tool (self, component, name, &owned, events, refusals);
+        if (!owned)
+            zlistx_detach (entries, entry_handle);
+        void *known = zlistx_find (record->tools, name);
+        if (provides && !known)
+            zlistx_add_end (record->tools, name);
+        else
+        if (!provides && known)
+            zlistx_delete (record->tools, known);
+        entry = (zchunk_t *) zlistx_next (entries);
+    }
+    zlistx_destroy (&entries);
+    zlistx_destroy (&announced);
+
+    if (joined) {
+        dsh_event_t *event = s_event_new (self, DSH_EV_JOINED, component, NULL);
+        event->tools = zlistx_dup (record->tools);
+        zlistx_add_end (events, event);
+    }
+    return 0;
+}
+
+int
+dsh_catalog_touch (dsh_catalog_t *self, const char *component, uint64_t generation, int64_t now_ms)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (!record)
+        return 1;
+    record->last_seen_ms = now_ms;
+    return record->generation == generation? 0: 1;
+}
+
+int
+dsh_catalog_seen (dsh_catalog_t *self, const char *component, int64_t now_ms)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (!record)
+        return -1;
+    record->last_seen_ms = now_ms;
+    return 0;
+}
+
+int
+dsh_catalog_remove (dsh_catalog_t *self, const char *component, const char *reason, zlistx_t *events)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (!record)
+        return -1;
+    for (char *name = zlistx_first (record->tools); name; name = zlistx_next (record->tools)) {
+        s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+        if (tool)
+            s_drop_provider (self, tool, component, events);
+    }
+    dsh_event_t *event = s_event_new (self, DSH_EV_LEFT, component, NULL);
+    event->tools = zlistx_dup (record->tools);
+    event->reason = strdup (reason);
+    zlistx_add_end (events, event);
+    zhashx_delete (self->components, component);
+    return 0;
+}
+
+zlistx_t *
+dsh_catalog_silent (dsh_catalog_t *self, int64_t now_ms, int64_t silence_ms)
+{
+    assert (self);
+    zlistx_t *silent = s_string_list ();
+    for (s_component_t *record = zhashx_first (self->components); record;
+         record = zhashx_next (self->components))
+        if (now_ms - record->last_seen_ms > silence_ms)
+            zlistx_add_end (silent, record->id);
+    return silent;
+}
+
+zchunk_t *
+dsh_catalog_tool (dsh_catalog_t *self, const char *name)
+{
+    assert (self);
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    return tool? tool->entry: NULL;
+}
+
+const char *
+dsh_catalog_provider (dsh_catalog_t *self, const char *name, const char *except)
+{
+    assert (self);
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    if (!tool)
+        return NULL;
+    const char *best = NULL;
+    size_t best_outstanding = SIZE_MAX;
+    for (char *id = zlistx_first (tool->providers); id; id = zlistx_next (tool->providers)) {
+        if (except && streq (id, except))
+            continue;
+        s_component_t *record = (s_component_t *) zhashx_lookup (self->components, id);
+        size_t outstanding = record? record->outstanding: SIZE_MAX - 1;
+        if (outstanding < best_outstanding) {
+            best = id;
+            best_outstanding = outstanding;
+        }
+    }
+    return best;
+}
+
+void
+dsh_catalog_outstanding (dsh_catalog_t *self, const char *component, int delta)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (!record)
+        return;
+    if (delta < 0 && record->outstanding < (size_t) -delta)
+        record->outstanding = 0;
+    else
+        record->outstanding += delta;
+}
+
+void
+dsh_catalog_pack_tools (dsh_catalog_t *self, msgpack_packer *pk)
+{
+    assert (self);
+    msgpack_pack_array (pk, zlistx_size (self->tool_order));
+    for (s_tool_t *tool = zlistx_first (self->tool_order); tool; tool = zlistx_next (self->tool_order))
+        msgpack_sbuffer_write (pk->data, (const char *) zchunk_data (tool->entry), zchunk_size (tool->entry));
+}
+
+static void
+s_pack_names (msgpack_packer *pk, zlistx_t *names)
+{
+    msgpack_pack_array (pk, zlistx_size (names));
+    for (char *name = zlistx_first (names); name; name = zlistx_next (names))
+        dsh_pack_cstr (pk, name);
+}
+
+void
+dsh_catalog_pack_snapshot (dsh_catalog_t *self, msgpack_packer *pk)
+{
+    assert (self);
+    dsh_pack_cstr (pk, "tools");
+    msgpack_pack_array (pk, zlistx_size (self->tool_order));
+    for (s_tool_t *tool = zlistx_first (self->tool_order); tool; tool = zlistx_next (self->tool_order)) {
+        msgpack_pack_map (pk, 2);
+        dsh_pack_cstr (pk, "tool");
+        msgpack_sbuffer_write (pk->data, (const char *) zchunk_data (tool->entry), zchunk_size (tool->entry));
+        dsh_pack_cstr (pk, "providers");
+        s_pack_names (pk, tool->providers);
+    }
+    //  Components in id order, so that two snapshots of one state are equal
+    zlistx_t *ids = zhashx_keys (self->components);
+    zlistx_set_comparator (ids, (zlistx_comparator_fn *) strcmp);
+    zlistx_sort (ids);
+    dsh_pack_cstr (pk, "components");
+    msgpack_pack_array (pk, zlistx_size (ids));
+    for (char *id = zlistx_first (ids); id; id = zlistx_next (ids)) {
+        s_component_t *record = (s_component_t *) zhashx_lookup (self->components, id);
+        msgpack_pack_map (pk, 3);
+        dsh_pack_cstr (pk, "id");
+        dsh_pack_cstr (pk, record->id);
+        dsh_pack_cstr (pk, "generation");
+        msgpack_pack_uint64 (pk, record->generation);
+        dsh_pack_cstr (pk, "tools");
+        s_pack_names (pk, record->tools);
+    }
+    zlistx_destroy (&ids);
+}
+
+void
+dsh_catalog_pack_providers (dsh_catalog_t *self, const char *name, msgpack_packer *pk)
+{
+    assert (self);
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    if (tool)
+        s_pack_names (pk, tool->providers);
+    else
+        msgpack_pack_array (pk, 0);
+}
+
+uint64_t
+dsh_catalog_seq (dsh_catalog_t *self)
+{
+    assert (self);
+    return self->seq;
+}
+
+size_t
+dsh_catalog_tool_count (dsh_catalog_t *self)
+{
+    assert (self);
+    return zlistx_size (self->tool_order);
+}
+
+size_t
+dsh_catalog_component_count (dsh_catalog_t *self)
+{
+    assert (self);
+    return zhashx_size (self->components);
+}

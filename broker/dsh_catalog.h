@@ -1,0 +1,144 @@
+/*  =========================================================================
+    dsh_catalog - the registry's state: components, the tools they provide,
+    and the numbered change events every change produces
+
+    Pure data, no sockets: the registry actor feeds it announcements,
+    heartbeats, withdrawals and the clock, and publishes what it returns.
+
+    Rules (PROTOCOL.md, "Registry semantics"):
+      - an ANNOUNCE is a component's whole tool set; applying the same set
+        again changes nothing and produces no event;
+      - a name is owned by the providers that serve it with byte-identical
+        canonical entries; another component announcing the same entry is a
+        replica; a different entry is refused, the first owner keeps it;
+      - the sole provider of a name may change its entry (tool.updated);
+      - tools keep the order in which their names were first registered;
+      - every change gets the next sequence number.
+    =========================================================================
+*/
+
+#ifndef DSH_CATALOG_H_INCLUDED
+#define DSH_CATALOG_H_INCLUDED
+
+#include "dsh_proto.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _dsh_catalog_t dsh_catalog_t;
+
+//  One change, as the catalog reports it.
+typedef struct {
+    uint64_t seq;
+    const char *kind;           //  one of the DSH_EV_ constants
+    char *component;
+    char *name;                 //  tool events: the tool's name
+    zchunk_t *tool;             //  registered, updated: the canonical entry
+    zlistx_t *tools;            //  component events: names of its tools
+    char *reason;               //  component.left: "withdrawn" or "expired"
+} dsh_event_t;
+
+//  One announced tool the catalog would not take, and why.
+typedef struct {
+    char *component;
+    char *name;                 //  may be NULL when the entry had no name
+    char *reason;
+} dsh_refusal_t;
+
+//  Destroy an event; safe twice.
+void
+    dsh_event_destroy (dsh_event_t **self_p);
+
+//  Encode an event's body {seq, epoch, kind, component, name?, tool?,
+//  tools?, reason?}.
+zframe_t *
+    dsh_event_encode (dsh_event_t *self, uint64_t epoch);
+
+//  Destroy a refusal; safe twice.
+void
+    dsh_refusal_destroy (dsh_refusal_t **self_p);
+
+//  Create an empty catalog.
+dsh_catalog_t *
+    dsh_catalog_new (void);
+
+//  Destroy the catalog; safe twice.
+void
+    dsh_catalog_destroy (dsh_catalog_t **self_p);
+
+//  Apply a component's whole tool set (tools: the ANNOUNCE's array). New
+//  events are appended to events (dsh_event_t *, caller's list with
+//  destructor), refusals to refusals (dsh_refusal_t *). Returns 0.
+int
+    dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t generation,
+                          const msgpack_object *tools, int64_t now_ms,
+                          zlistx_t *events, zlistx_t *refusals);
+
+//  Note that a component is alive. Returns 0 if it is known at that
+//  generation, 1 if it must announce again (unknown, or another generation).
+int
+    dsh_catalog_touch (dsh_catalog_t *self, const char *component, uint64_t generation,
+                       int64_t now_ms);
+
+//  Note that a known component is alive, whatever its generation (any
+//  message from it counts). Returns 0 if known, -1 if not.
+int
+    dsh_catalog_seen (dsh_catalog_t *self, const char *component, int64_t now_ms);
+
+//  Remove a component and every tool it provides. reason is "withdrawn" or
+//  "expired". Returns 0, or -1 if it was not known.
+int
+    dsh_catalog_remove (dsh_catalog_t *self, const char *component, const char *reason,
+                        zlistx_t *events);
+
+//  Ids of components not seen since now_ms - silence_ms, in a new list of
+//  char * (caller destroys). Nothing is removed.
+zlistx_t *
+    dsh_catalog_silent (dsh_catalog_t *self, int64_t now_ms, int64_t silence_ms);
+
+//  The canonical entry of a tool, or NULL if no such tool.
+zchunk_t *
+    dsh_catalog_tool (dsh_catalog_t *self, const char *name);
+
+//  The provider that should take the next call to name: the live provider
+//  with the fewest calls outstanding (the earliest on ties). NULL if the
+//  tool is unknown. except may name a component to skip, or be NULL.
+const char *
+    dsh_catalog_provider (dsh_catalog_t *self, const char *name, const char *except);
+
+//  Count a call started on (+1) or finished by (-1) a component.
+void
+    dsh_catalog_outstanding (dsh_catalog_t *self, const char *component, int delta);
+
+//  Pack the tool entries in registration order as an array.
+void
+    dsh_catalog_pack_tools (dsh_catalog_t *self, msgpack_packer *pk);
+
+//  Pack the snapshot maps: "tools" (an array of {tool, providers}) and
+//  "components" (an array of {id, generation, tools}); the caller packs the
+//  enclosing map and counts these as two entries.
+void
+    dsh_catalog_pack_snapshot (dsh_catalog_t *self, msgpack_packer *pk);
+
+//  Pack the ids of a tool's providers as an array (empty if unknown).
+void
+    dsh_catalog_pack_providers (dsh_catalog_t *self, const char *name, msgpack_packer *pk);
+
+//  The sequence number of the latest event (0 before any).
+uint64_t
+    dsh_catalog_seq (dsh_catalog_t *self);
+
+//  Number of tools.
+size_t
+    dsh_catalog_tool_count (dsh_catalog_t *self);
+
+//  Number of components.
+size_t
+    dsh_catalog_component_count (dsh_catalog_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

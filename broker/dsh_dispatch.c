@@ -1,0 +1,156 @@
+/*  =========================================================================
+    dsh_dispatch - calls in flight, keyed by token
+
+    A zhashx keyed by the token's 16 hex digits. Deadlines and departures
+    scan the table: both happen at most a few times a second, and the
+    table holds the calls in flight, not the calls ever made.
+    =========================================================================
+*/
+
+#include "dsh_dispatch.h"
+
+struct _dsh_dispatch_t {
+    zhashx_t *pending;          //  token hex -> dsh_pending_t *, owned here, not by the hash
+    uint64_t next_token;
+};
+
+void
+dsh_pending_destroy (dsh_pending_t **self_p)
+{
+    if (*self_p) {
+        dsh_pending_t *self = *self_p;
+        zmsg_destroy (&self->envelope);
+        zstr_free (&self->call_id);
+        zstr_free (&self->tool);
+        zstr_free (&self->component);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+dsh_dispatch_t *
+dsh_dispatch_new (void)
+{
+    dsh_dispatch_t *self = (dsh_dispatch_t *) zmalloc (sizeof (dsh_dispatch_t));
+    assert (self);
+    self->pending = zhashx_new ();
+    //  Tokens start at a random point so that a restarted broker does not
+    //  take a late RESULT meant for its predecessor as one of its own.
+    self->next_token = ((uint64_t) randof (INT32_MAX) << 32) | (uint64_t) randof (INT32_MAX);
+    return self;
+}
+
+void
+dsh_dispatch_destroy (dsh_dispatch_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_dispatch_t *self = *self_p;
+        for (dsh_pending_t *entry = zhashx_first (self->pending); entry; entry = zhashx_next (self->pending))
+            dsh_pending_destroy (&entry);
+        zhashx_destroy (&self->pending);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static void
+s_token_key (uint64_t token, char key [17])
+{
+    snprintf (key, 17, "%016" PRIx64, token);
+}
+
+uint64_t
+dsh_dispatch_add (dsh_dispatch_t *self, zmsg_t **envelope_p, const char *call_id,
+                  const char *tool, const char *component, int64_t deadline_ms)
+{
+    assert (self);
+    dsh_pending_t *entry = (dsh_pending_t *) zmalloc (sizeof (dsh_pending_t));
+    assert (entry);
+    entry->token = ++self->next_token;
+    entry->envelope = *envelope_p;
+    *envelope_p = NULL;
+    entry->call_id = strdup (call_id);
+    entry->tool = strdup (tool);
+    entry->component = strdup (component);
+    entry->deadline_ms = deadline_ms;
+    char key [17];
+    s_token_key (entry->token, key);
+    zhashx_insert (self->pending, key, entry);
+    return entry->token;
+}
+
+dsh_pending_t *
+dsh_dispatch_take (dsh_dispatch_t *self, uint64_t token)
+{
+    assert (self);
+    char key [17];
+    s_token_key (token, key);
+    dsh_pending_t *entry = (dsh_pending_t *) zhashx_lookup (self->pending, key);
+    if (entry)
+        zhashx_delete (self->pending, key);
+    return entry;
+}
+
+//  Takes the entries that match, into a list that owns them.
+static zlistx_t *
+s_take_where (dsh_dispatch_t *self, const char *component, int64_t now_ms)
+{
+    zlistx_t *taken = zlistx_new ();
+    zlistx_set_destructor (taken, (zlistx_destructor_fn *) dsh_pending_destroy);
+    zlistx_t *keys = zhashx_keys (self->pending);
+    for (char *key = zlistx_first (keys); key; key = zlistx_next (keys)) {
+        dsh_pending_t *entry = (dsh_pending_t *) zhashx_lookup (self->pending, key);
+        bool match = component? streq (entry->component, component): entry->deadline_ms <= now_ms;
+        if (match) {
+            zhashx_delete (self->pending, key);
+            zlistx_add_end (taken, entry);
+        }
+    }
+    zlistx_destroy (&keys);
+    return taken;
+}
+
+zlistx_t *
+dsh_dispatch_take_component (dsh_dispatch_t *self, const char *component)
+{
+    assert (self);
+    assert (component);
+    return s_take_where (self, component, 0);
+}
+
+zlistx_t *
+dsh_dispatch_take_expired (dsh_dispatch_t *self, int64_t now_ms)
+{
+    assert (self);
+    return s_take_where (self, NULL, now_ms);
+}
+
+size_t
+dsh_dispatch_size (dsh_dispatch_t *self)
+{
+    assert (self);
+    return zhashx_size (self->pending);
+}
+
+zframe_t *
+dsh_dispatch_token_frame (uint64_t token)
+{
+    byte data [8];
+    for (int index = 0; index < 8; index++)
+        data [index] = (byte) (token >> (56 - 8 * index));
+    return zframe_new (data, sizeof (data));
+}
+
+int
+dsh_dispatch_token_decode (zframe_t *frame, uint64_t *token)
+{
+    if (!frame || zframe_size (frame) != 8)
+        return -1;
+    const byte *data = zframe_data (frame);
+    uint64_t value = 0;
+    for (int index = 0; index < 8; index++)
+        value = (value << 8) | data [index];
+    *token = value;
+    return 0;
+}
