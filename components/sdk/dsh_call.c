@@ -1,0 +1,382 @@
+/*  =========================================================================
+    dsh_call - one call as a tool handler sees it, and the result it builds
+
+    The result packs each content block as it is added, into one buffer,
+    and counts them; encoding writes the array header and appends the
+    buffer, so no block is packed twice.
+    =========================================================================
+*/
+
+#include "dsh_call.h"
+#include "dsh_proto.h"
+
+#include <stdarg.h>
+
+struct _dsh_call_t {
+    dsh_doc_t *doc;
+    dsh_call_head_t head;
+};
+
+struct _dsh_result_t {
+    char *call_id;
+    dsh_packer_t blocks;        //  packed content blocks, back to back
+    size_t block_count;
+    zchunk_t *structured;       //  msgpack of structuredContent, or NULL
+    bool is_error;
+    char *error_code;
+};
+
+dsh_call_t *
+dsh_call_new (const void *body, size_t size, char *error, size_t error_size)
+{
+    dsh_doc_t *doc = dsh_doc_new (body, size, error, error_size);
+    if (!doc)
+        return NULL;
+    dsh_call_t *self = (dsh_call_t *) zmalloc (sizeof (dsh_call_t));
+    assert (self);
+    self->doc = doc;
+    if (dsh_doc_root (doc)->type != MSGPACK_OBJECT_MAP) {
+        snprintf (error, error_size, "body is not a map");
+        dsh_call_destroy (&self);
+    }
+    else
+    if (dsh_proto_decode_call (doc, &self->head, error, error_size))
+        dsh_call_destroy (&self);
+    return self;
+}
+
+void
+dsh_call_destroy (dsh_call_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_call_t *self = *self_p;
+        dsh_doc_destroy (&self->doc);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+const char *
+dsh_call_id (dsh_call_t *self)
+{
+    assert (self);
+    return self->head.call_id;
+}
+
+const char *
+dsh_call_name (dsh_call_t *self)
+{
+    assert (self);
+    return self->head.name;
+}
+
+const char *
+dsh_call_agent (dsh_call_t *self)
+{
+    assert (self);
+    return self->head.agent;
+}
+
+const msgpack_object *
+dsh_call_arguments (dsh_call_t *self)
+{
+    assert (self);
+    return self->head.arguments;
+}
+
+const msgpack_object *
+dsh_call_meta (dsh_call_t *self)
+{
+    assert (self);
+    return self->head.meta;
+}
+
+const msgpack_object *
+dsh_call_arg (dsh_call_t *self, const char *key)
+{
+    assert (self);
+    return dsh_map_get (self->head.arguments, key);
+}
+
+bool
+dsh_call_has (dsh_call_t *self, const char *key)
+{
+    return dsh_call_arg (self, key) != NULL;
+}
+
+const char *
+dsh_call_string (dsh_call_t *self, const char *key, const char *fallback)
+{
+    const msgpack_object *value = dsh_call_arg (self, key);
+    const char *text = value? dsh_doc_strdup (self->doc, value): NULL;
+    return text? text: fallback;
+}
+
+double
+dsh_call_number (dsh_call_t *self, const char *key, double fallback)
+{
+    const msgpack_object *value = dsh_call_arg (self, key);
+    if (!value)
+        return fallback;
+    switch (value->type) {
+        case MSGPACK_OBJECT_POSITIVE_INTEGER: return (double) value->via.u64;
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER: return (double) value->via.i64;
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64:          return value->via.f64;
+        default:                              return fallback;
+    }
+}
+
+int64_t
+dsh_call_integer (dsh_call_t *self, const char *key, int64_t fallback)
+{
+    const msgpack_object *value = dsh_call_arg (self, key);
+    if (!value)
+        return fallback;
+    switch (value->type) {
+        case MSGPACK_OBJECT_POSITIVE_INTEGER:
+            return value->via.u64 > INT64_MAX? fallback: (int64_t) value->via.u64;
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+            return value->via.i64;
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64: {
+            double number = value->via.f64;
+            if (number >= -9.2e18 && number <= 9.2e18 && number == (double) (int64_t) number)
+                return (int64_t) number;
+            return fallback;
+        }
+        default:
+            return fallback;
+    }
+}
+
+bool
+dsh_call_bool (dsh_call_t *self, const char *key, bool fallback)
+{
+    const msgpack_object *value = dsh_call_arg (self, key);
+    return value && value->type == MSGPACK_OBJECT_BOOLEAN? value->via.boolean: fallback;
+}
+
+dsh_result_t *
+dsh_result_new (const char *call_id)
+{
+    dsh_result_t *self = (dsh_result_t *) zmalloc (sizeof (dsh_result_t));
+    assert (self);
+    self->call_id = strdup (call_id? call_id: "");
+    dsh_packer_init (&self->blocks);
+    return self;
+}
+
+void
+dsh_result_destroy (dsh_result_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_result_t *self = *self_p;
+        zstr_free (&self->call_id);
+        dsh_packer_release (&self->blocks);
+        zchunk_destroy (&self->structured);
+        zstr_free (&self->error_code);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static void
+s_pack_str_n (msgpack_packer *pk, const char *text, size_t size)
+{
+    msgpack_pack_str (pk, size);
+    msgpack_pack_str_body (pk, text, size);
+}
+
+void
+dsh_result_text_n (dsh_result_t *self, const char *text, size_t size)
+{
+    assert (self);
+    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_pack_map (pk, 2);
+    dsh_packer_kv_str (&self->blocks, "type", "text");
+    dsh_pack_cstr (pk, "text");
+    s_pack_str_n (pk, text, size);
+    self->block_count++;
+}
+
+void
+dsh_result_text (dsh_result_t *self, const char *text)
+{
+    dsh_result_text_n (self, text, strlen (text));
+}
+
+void
+dsh_result_textf (dsh_result_t *self, const char *format, ...)
+{
+    va_list args;
+    va_start (args, format);
+    char *text = zsys_vprintf (format, args);
+    va_end (args);
+    dsh_result_text (self, text? text: "");
+    zstr_free (&text);
+}
+
+//  Packs "key": base64 of data.
+static void
+s_pack_base64 (msgpack_packer *pk, const char *key, const void *data, size_t size)
+{
+    dsh_pack_cstr (pk, key);
+    if (size == 0) {
+        dsh_pack_cstr (pk, "");
+        return;
+    }
+    zarmour_t *armour = zarmour_new ();
+    zarmour_set_mode (armour, ZARMOUR_MODE_BASE64_STD);
+    zarmour_set_line_breaks (armour, false);
+    char *encoded = zarmour_encode (armour, (const byte *) data, size);
+    dsh_pack_cstr (pk, encoded? encoded: "");
+    zstr_free (&encoded);
+    zarmour_destroy (&armour);
+}
+
+static void
+s_media (dsh_result_t *self, const char *type, const char *mime_type, const void *data, size_t size)
+{
+    assert (self);
+    assert (mime_type);
+    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_pack_map (pk, 3);
+    dsh_packer_kv_str (&self->blocks, "type", type);
+    s_pack_base64 (pk, "data", data, size);
+    dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
+    self->block_count++;
+}
+
+void
+dsh_result_image (dsh_result_t *self, const char *mime_type, const void *data, size_t size)
+{
+    s_media (self, "image", mime_type, data, size);
+}
+
+void
+dsh_result_audio (dsh_result_t *self, const char *mime_type, const void *data, size_t size)
+{
+    s_media (self, "audio", mime_type, data, size);
+}
+
+void
+dsh_result_resource_link (dsh_result_t *self, const char *uri, const char *name,
+                          const char *mime_type, const char *description)
+{
+    assert (self);
+    assert (uri && name);
+    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_pack_map (pk, 3 + (mime_type != NULL) + (description != NULL));
+    dsh_packer_kv_str (&self->blocks, "type", "resource_link");
+    dsh_packer_kv_str (&self->blocks, "uri", uri);
+    dsh_packer_kv_str (&self->blocks, "name", name);
+    if (mime_type)
+        dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
+    if (description)
+        dsh_packer_kv_str (&self->blocks, "description", description);
+    self->block_count++;
+}
+
+//  Packs {type:"resource", resource:{uri, mimeType?, ...}}, leaving the
+//  last entry of the inner map for the caller.
+static void
+s_resource_head (dsh_result_t *self, const char *uri, const char *mime_type)
+{
+    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_pack_map (pk, 2);
+    dsh_packer_kv_str (&self->blocks, "type", "resource");
+    dsh_pack_cstr (pk, "resource");
+    msgpack_pack_map (pk, 2 + (mime_type != NULL));
+    dsh_packer_kv_str (&self->blocks, "uri", uri);
+    if (mime_type)
+        dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
+    self->block_count++;
+}
+
+void
+dsh_result_resource_text (dsh_result_t *self, const char *uri, const char *mime_type, const char *text)
+{
+    assert (self);
+    assert (uri && text);
+    s_resource_head (self, uri, mime_type);
+    dsh_packer_kv_str (&self->blocks, "text", text);
+}
+
+void
+dsh_result_resource_blob (dsh_result_t *self, const char *uri, const char *mime_type,
+                          const void *data, size_t size)
+{
+    assert (self);
+    assert (uri);
+    s_resource_head (self, uri, mime_type);
+    s_pack_base64 (&self->blocks.pk, "blob", data, size);
+}
+
+void
+dsh_result_structured (dsh_result_t *self, const void *data, size_t size)
+{
+    assert (self);
+    zchunk_destroy (&self->structured);
+    self->structured = zchunk_new (data, size);
+}
+
+void
+dsh_result_error (dsh_result_t *self, const char *code, const char *format, ...)
+{
+    assert (self);
+    va_list args;
+    va_start (args, format);
+    char *message = zsys_vprintf (format, args);
+    va_end (args);
+    //  An error result says one thing: what went wrong
+    self->blocks.sbuf.size = 0;
+    self->block_count = 0;
+    zchunk_destroy (&self->structured);
+    dsh_result_textf (self, "Error: %s", message? message: "");
+    zstr_free (&message);
+    self->is_error = true;
+    zstr_free (&self->error_code);
+    self->error_code = strdup (code? code: DSH_E_TOOL_FAILED);
+}
+
+bool
+dsh_result_is_error (dsh_result_t *self)
+{
+    assert (self);
+    return self->is_error;
+}
+
+zframe_t *
+dsh_result_encode (dsh_result_t *self)
+{
+    assert (self);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_packer *pk = &packer.pk;
+    msgpack_pack_map (pk, 3 + (self->error_code != NULL) + (self->structured != NULL));
+    dsh_packer_kv_str (&packer, "callId", self->call_id);
+    dsh_pack_cstr (pk, "content");
+    msgpack_pack_array (pk, self->block_count);
+    dsh_packer_raw (&packer, self->blocks.sbuf.data, self->blocks.sbuf.size);
+    dsh_pack_cstr (pk, "isError");
+    if (self->is_error)
+        msgpack_pack_true (pk);
+    else
+        msgpack_pack_false (pk);
+    if (self->error_code) {
+        dsh_pack_cstr (pk, "error");
+        msgpack_pack_map (pk, 2);
+        dsh_packer_kv_str (&packer, "name", dsh_proto_error_name (self->error_code));
+        dsh_packer_kv_str (&packer, "code", self->error_code);
+    }
+    if (self->structured) {
+        dsh_pack_cstr (pk, "structuredContent");
+        dsh_packer_raw (&packer, zchunk_data (self->structured), zchunk_size (self->structured));
+    }
+    zframe_t *frame = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    return frame;
+}

@@ -1,0 +1,149 @@
+/*  =========================================================================
+    dsh_call - one call as a tool handler sees it, and the result it builds
+
+    A handler gets the call (callId, tool name, agent, arguments, meta) with
+    typed accessors, so it never walks msgpack by hand, and fills a result
+    with content blocks of MCP's full set. Everything the call returns is
+    owned by the call and lives as long as the handler runs.
+    =========================================================================
+*/
+
+#ifndef DSH_CALL_H_INCLUDED
+#define DSH_CALL_H_INCLUDED
+
+#include <czmq.h>
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _dsh_call_t dsh_call_t;
+typedef struct _dsh_result_t dsh_result_t;
+
+//  A tool handler: read the call, fill the result, return 0. Returning -1
+//  without setting an error makes the result "Error: handler failed".
+typedef int (dsh_handler_fn) (dsh_call_t *call, dsh_result_t *result, void *arg);
+
+//  A call decoded from a CALL body (borrowed; keep it alive as long as the
+//  call). NULL with a reason if the body is not a valid CALL.
+dsh_call_t *
+    dsh_call_new (const void *body, size_t size, char *error, size_t error_size);
+
+//  Destroy; safe twice.
+void
+    dsh_call_destroy (dsh_call_t **self_p);
+
+//  The caller's id for this call.
+const char *
+    dsh_call_id (dsh_call_t *self);
+
+//  The tool's name.
+const char *
+    dsh_call_name (dsh_call_t *self);
+
+//  The calling agent's id, or NULL.
+const char *
+    dsh_call_agent (dsh_call_t *self);
+
+//  The arguments as sent (any msgpack value), or NULL if none were sent.
+const msgpack_object *
+    dsh_call_arguments (dsh_call_t *self);
+
+//  The meta map passed through from the caller, or NULL.
+const msgpack_object *
+    dsh_call_meta (dsh_call_t *self);
+
+//  The argument under key, or NULL if absent or the arguments are no map.
+const msgpack_object *
+    dsh_call_arg (dsh_call_t *self, const char *key);
+
+//  True if the argument is present (nil counts as present).
+bool
+    dsh_call_has (dsh_call_t *self, const char *key);
+
+//  The string argument under key (a NUL-terminated copy owned by the call),
+//  or fallback if absent or not a string.
+const char *
+    dsh_call_string (dsh_call_t *self, const char *key, const char *fallback);
+
+//  The numeric argument under key (integer or float), or fallback.
+double
+    dsh_call_number (dsh_call_t *self, const char *key, double fallback);
+
+//  The integer argument under key (or an integral float), or fallback.
+int64_t
+    dsh_call_integer (dsh_call_t *self, const char *key, int64_t fallback);
+
+//  The boolean argument under key, or fallback.
+bool
+    dsh_call_bool (dsh_call_t *self, const char *key, bool fallback);
+
+//  A new, empty, successful result for call_id.
+dsh_result_t *
+    dsh_result_new (const char *call_id);
+
+//  Destroy; safe twice.
+void
+    dsh_result_destroy (dsh_result_t **self_p);
+
+//  Add a text block.
+void
+    dsh_result_text (dsh_result_t *self, const char *text);
+
+//  Add a text block from a printf format.
+void
+    dsh_result_textf (dsh_result_t *self, const char *format, ...) CHECK_PRINTF (2);
+
+//  Add a text block of size bytes (need not be NUL-terminated).
+void
+    dsh_result_text_n (dsh_result_t *self, const char *text, size_t size);
+
+//  Add an image block: data is raw bytes, sent base64-encoded.
+void
+    dsh_result_image (dsh_result_t *self, const char *mime_type, const void *data, size_t size);
+
+//  Add an audio block: data is raw bytes, sent base64-encoded.
+void
+    dsh_result_audio (dsh_result_t *self, const char *mime_type, const void *data, size_t size);
+
+//  Add a resource_link block; mime_type and description may be NULL.
+void
+    dsh_result_resource_link (dsh_result_t *self, const char *uri, const char *name,
+                              const char *mime_type, const char *description);
+
+//  Add an embedded text resource block; mime_type may be NULL.
+void
+    dsh_result_resource_text (dsh_result_t *self, const char *uri, const char *mime_type,
+                              const char *text);
+
+//  Add an embedded binary resource block (sent base64); mime_type may be NULL.
+void
+    dsh_result_resource_blob (dsh_result_t *self, const char *uri, const char *mime_type,
+                              const void *data, size_t size);
+
+//  Set structuredContent from msgpack bytes of a map (copied).
+void
+    dsh_result_structured (dsh_result_t *self, const void *data, size_t size);
+
+//  Make the result an error: replaces the content with one text block
+//  "Error: <message>", sets isError, and error {name, code} (code may be
+//  NULL for a plain tool failure, TOOL_FAILED).
+void
+    dsh_result_error (dsh_result_t *self, const char *code, const char *format, ...) CHECK_PRINTF (3);
+
+//  True once dsh_result_error was called.
+bool
+    dsh_result_is_error (dsh_result_t *self);
+
+//  The RESULT body: {callId, content, isError, error?, structuredContent?}.
+zframe_t *
+    dsh_result_encode (dsh_result_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,358 @@
+/*  =========================================================================
+    dsh_client - call tools and query the registry through a broker
+
+    A DEALER to the front. Replies are matched to requests by the id the
+    client puts in every query body ("id") and by callId for calls; a
+    blocking helper keeps the replies it was not waiting for in a stash that
+    dsh_client_recv drains first, so mixing both styles loses nothing.
+    =========================================================================
+*/
+
+#include "dsh_client.h"
+#include "dsh_json.h"
+#include "dsh_proto.h"
+#include "dsh_sock.h"
+
+//  Time a blocking call waits beyond the call's own deadline, for the
+//  broker's TIMEOUT result to arrive first.
+#define S_CALL_MARGIN_MS 2000
+
+struct _dsh_client_t {
+    zsock_t *dealer;
+    char *endpoint;
+    zlistx_t *stash;            //  dsh_reply_t * received while waiting for another
+    uint64_t sequence;          //  for request ids and call ids
+    char *prefix;               //  makes this client's call ids unique
+    char call_id [DSH_CALL_ID_MAX + 1];
+};
+
+struct _dsh_reply_t {
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body;
+    dsh_doc_t *doc;
+    const char *call_id;
+    const char *code;
+    const char *text;
+    bool is_error;
+};
+
+void
+dsh_reply_destroy (dsh_reply_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_reply_t *self = *self_p;
+        dsh_doc_destroy (&self->doc);
+        zframe_destroy (&self->body);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+dsh_client_t *
+dsh_client_new (const char *broker)
+{
+    if (!broker)
+        broker = getenv ("DSH_BROKER");
+    if (!broker || !*broker)
+        broker = DSH_DEFAULT_ENDPOINT;
+    dsh_client_t *self = (dsh_client_t *) zmalloc (sizeof (dsh_client_t));
+    assert (self);
+    self->endpoint = strdup (broker);
+    self->dealer = zsock_new (ZMQ_DEALER);
+    assert (self->dealer);
+    dsh_sock_limit (self->dealer, DSH_MAX_MESSAGE_DEFAULT, 100000);
+    if (zsock_connect (self->dealer, "%s", broker)) {
+        dsh_client_destroy (&self);
+        return NULL;
+    }
+    self->stash = zlistx_new ();
+    zlistx_set_destructor (self->stash, (zlistx_destructor_fn *) dsh_reply_destroy);
+    zuuid_t *uuid = zuuid_new ();
+    self->prefix = zsys_sprintf ("%.8s", zuuid_str (uuid));
+    zuuid_destroy (&uuid);
+    return self;
+}
+
+void
+dsh_client_destroy (dsh_client_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_client_t *self = *self_p;
+        zsock_destroy (&self->dealer);
+        zlistx_destroy (&self->stash);
+        zstr_free (&self->endpoint);
+        zstr_free (&self->prefix);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+const char *
+dsh_client_endpoint (dsh_client_t *self)
+{
+    assert (self);
+    return self->endpoint;
+}
+
+zsock_t *
+dsh_client_sock (dsh_client_t *self)
+{
+    assert (self);
+    return self->dealer;
+}
+
+static int
+s_send (dsh_client_t *self, const char *command, zframe_t **body_p)
+{
+    zmsg_t *msg = dsh_proto_message (NULL, command);
+    zmsg_append (msg, body_p);
+    return dsh_sock_send (self->dealer, &msg);
+}
+
+const char *
+dsh_client_call_send (dsh_client_t *self, const char *call_id, const char *name,
+                      const void *args, size_t args_size, const char *agent,
+                      const void *meta, size_t meta_size, int timeout_ms)
+{
+    assert (self);
+    assert (name);
+    if (call_id)
+        snprintf (self->call_id, sizeof (self->call_id), "%s", call_id);
+    else
+        snprintf (self->call_id, sizeof (self->call_id), "call-%s-%" PRIu64, self->prefix, ++self->sequence);
+    zframe_t *body = dsh_proto_encode_call (self->call_id, name, args, args_size, agent,
+                                            meta, meta_size, timeout_ms > 0? (uint64_t) timeout_ms: 0);
+    return s_send (self, DSH_CALL, &body) == 0? self->call_id: NULL;
+}
+
+//  Decodes one received message into a reply; NULL if it is malformed.
+static dsh_reply_t *
+s_reply_decode (zmsg_t *msg)
+{
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256];
+    dsh_reply_t *self = NULL;
+    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
+    &&  zmsg_size (msg) == 1) {
+        self = (dsh_reply_t *) zmalloc (sizeof (dsh_reply_t));
+        assert (self);
+        snprintf (self->command, sizeof (self->command), "%s", command);
+        self->body = zmsg_pop (msg);
+        self->doc = dsh_proto_decode_body (self->body, error, sizeof (error));
+        if (!self->doc)
+            dsh_reply_destroy (&self);
+    }
+    if (!self)
+        zsys_warning ("dsh_client: malformed reply ignored: %s", error);
+    else {
+        const msgpack_object *root = dsh_doc_root (self->doc);
+        if (streq (self->command, DSH_RESULT)) {
+            if (dsh_proto_check_result (root, error, sizeof (error))) {
+                zsys_warning ("dsh_client: malformed result ignored: %s", error);
+                dsh_reply_destroy (&self);
+                zmsg_destroy (&envelope);
+                return NULL;
+            }
+            self->call_id = dsh_doc_strdup (self->doc, dsh_map_get (root, "callId"));
+            const msgpack_object *is_error = dsh_map_get (root, "isError");
+            self->is_error = is_error->via.boolean;
+            self->code = dsh_doc_strdup (self->doc, dsh_map_get (dsh_map_get (root, "error"), "code"));
+            const msgpack_object *content = dsh_map_get (root, "content");
+            for (uint32_t index = 0; index < content->via.array.size && !self->text; index++) {
+                const msgpack_object *block = &content->via.array.ptr [index];
+                if (dsh_str_eq (dsh_map_get (block, "type"), "text"))
+                    self->text = dsh_doc_strdup (self->doc, dsh_map_get (block, "text"));
+            }
+        }
+        else
+        if (streq (self->command, DSH_ERROR)) {
+            self->is_error = true;
+            self->code = dsh_doc_strdup (self->doc, dsh_map_get (root, "code"));
+            self->text = dsh_doc_strdup (self->doc, dsh_map_get (root, "message"));
+        }
+    }
+    zmsg_destroy (&envelope);
+    return self;
+}
+
+//  Receives one reply from the socket, waiting at most timeout_ms.
+static dsh_reply_t *
+s_recv_socket (dsh_client_t *self, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (true) {
+        int64_t left = give_up - zclock_mono ();
+        zmq_pollitem_t item = { zsock_resolve (self->dealer), 0, ZMQ_POLLIN, 0 };
+        int rc = zmq_poll (&item, 1, left > 0? (long) left: 0);
+        if (rc <= 0)
+            return NULL;
+        zmsg_t *msg = zmsg_recv (self->dealer);
+        if (!msg)
+            return NULL;
+        dsh_reply_t *reply = s_reply_decode (msg);
+        zmsg_destroy (&msg);
+        if (reply)
+            return reply;
+        if (left <= 0)
+            return NULL;
+    }
+}
+
+dsh_reply_t *
+dsh_client_recv (dsh_client_t *self, int timeout_ms)
+{
+    assert (self);
+    dsh_reply_t *reply = (dsh_reply_t *) zlistx_first (self->stash);
+    if (reply) {
+        zlistx_detach_cur (self->stash);
+        return reply;
+    }
+    return s_recv_socket (self, timeout_ms);
+}
+
+//  Waits for the reply that match accepts, stashing the others.
+static dsh_reply_t *
+s_wait_for (dsh_client_t *self, bool (*match) (dsh_reply_t *, const char *), const char *key,
+            int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (true) {
+        int64_t left = give_up - zclock_mono ();
+        if (left < 0)
+            return NULL;
+        dsh_reply_t *reply = s_recv_socket (self, (int) left);
+        if (!reply)
+            return NULL;
+        if (match (reply, key))
+            return reply;
+        zlistx_add_end (self->stash, reply);
+    }
+}
+
+static bool
+s_match_call (dsh_reply_t *reply, const char *call_id)
+{
+    if (streq (reply->command, DSH_RESULT))
+        return reply->call_id && streq (reply->call_id, call_id);
+    //  An ERROR to a CALL carries no callId: the only calls that get one
+    //  are ones the broker could not read, and ours are always readable
+    return false;
+}
+
+static bool
+s_match_id (dsh_reply_t *reply, const char *id)
+{
+    return dsh_str_eq (dsh_map_get (dsh_doc_root (reply->doc), "id"), id);
+}
+
+dsh_reply_t *
+dsh_client_call (dsh_client_t *self, const char *name, const char *args_json, const char *agent,
+                 int timeout_ms, char *error, size_t error_size)
+{
+    assert (self);
+    assert (name);
+    msgpack_sbuffer args;
+    if (dsh_json_text_to_msgpack (args_json? args_json: "{}", &args, error, error_size)) {
+        msgpack_sbuffer_destroy (&args);
+        return NULL;
+    }
+    const char *call_id = dsh_client_call_send (self, NULL, name, args.data, args.size, agent,
+                                                NULL, 0, timeout_ms);
+    msgpack_sbuffer_destroy (&args);
+    if (!call_id) {
+        snprintf (error, error_size, "cannot send to broker at %s: %s", self->endpoint, zmq_strerror (errno));
+        return NULL;
+    }
+    char *waiting_for = strdup (call_id);
+    int wait_ms = (timeout_ms > 0? timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS) + S_CALL_MARGIN_MS;
+    dsh_reply_t *reply = s_wait_for (self, s_match_call, waiting_for, wait_ms);
+    zstr_free (&waiting_for);
+    if (!reply)
+        snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, wait_ms);
+    return reply;
+}
+
+dsh_reply_t *
+dsh_client_request (dsh_client_t *self, const char *command, const char *name, int timeout_ms,
+                    char *error, size_t error_size)
+{
+    assert (self);
+    assert (command);
+    char id [32];
+    snprintf (id, sizeof (id), "q%" PRIu64, ++self->sequence);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 1 + (name != NULL));
+    dsh_packer_kv_str (&packer, "id", id);
+    if (name)
+        dsh_packer_kv_str (&packer, "name", name);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    if (s_send (self, command, &body)) {
+        snprintf (error, error_size, "cannot send to broker at %s: %s", self->endpoint, zmq_strerror (errno));
+        return NULL;
+    }
+    dsh_reply_t *reply = s_wait_for (self, s_match_id, id, timeout_ms);
+    if (!reply)
+        snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, timeout_ms);
+    return reply;
+}
+
+const char *
+dsh_reply_command (dsh_reply_t *self)
+{
+    assert (self);
+    return self->command;
+}
+
+const msgpack_object *
+dsh_reply_body (dsh_reply_t *self)
+{
+    assert (self);
+    return dsh_doc_root (self->doc);
+}
+
+zframe_t *
+dsh_reply_frame (dsh_reply_t *self)
+{
+    assert (self);
+    return self->body;
+}
+
+json_t *
+dsh_reply_json (dsh_reply_t *self)
+{
+    assert (self);
+    return dsh_json_from_msgpack (dsh_doc_root (self->doc));
+}
+
+const char *
+dsh_reply_call_id (dsh_reply_t *self)
+{
+    assert (self);
+    return self->call_id;
+}
+
+bool
+dsh_reply_is_error (dsh_reply_t *self)
+{
+    assert (self);
+    return self->is_error;
+}
+
+const char *
+dsh_reply_error_code (dsh_reply_t *self)
+{
+    assert (self);
+    return self->code;
+}
+
+const char *
+dsh_reply_text (dsh_reply_t *self)
+{
+    assert (self);
+    return self->text;
+}

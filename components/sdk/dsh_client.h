@@ -1,0 +1,112 @@
+/*  =========================================================================
+    dsh_client - call tools and query the registry through a broker
+
+    One DEALER to the broker's front, so many calls can be in flight at
+    once: send them with dsh_client_call_send and collect replies with
+    dsh_client_recv, or use the blocking helpers (list, get, snapshot,
+    ping, call) which wait at most their timeout and keep any other reply
+    that arrives meanwhile for dsh_client_recv. No call ever waits forever:
+    no reply in time gives NULL and a reason.
+    =========================================================================
+*/
+
+#ifndef DSH_CLIENT_H_INCLUDED
+#define DSH_CLIENT_H_INCLUDED
+
+#include <czmq.h>
+#include <jansson.h>
+#include <msgpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _dsh_client_t dsh_client_t;
+typedef struct _dsh_reply_t dsh_reply_t;
+
+//  Connect to a broker's front (NULL: $DSH_BROKER, else the default).
+dsh_client_t *
+    dsh_client_new (const char *broker);
+
+//  Destroy; safe twice.
+void
+    dsh_client_destroy (dsh_client_t **self_p);
+
+//  The front endpoint in use.
+const char *
+    dsh_client_endpoint (dsh_client_t *self);
+
+//  The socket, for a poller (readable when a reply is waiting; call
+//  dsh_client_recv with timeout 0).
+zsock_t *
+    dsh_client_sock (dsh_client_t *self);
+
+//  Send a CALL without waiting. args is msgpack (NULL = {}); agent and
+//  meta (msgpack of a map) may be NULL; timeout_ms 0 = the broker's default.
+//  call_id NULL: one is made up. Returns the callId (valid until the next
+//  call_send), or NULL if the message could not be sent.
+const char *
+    dsh_client_call_send (dsh_client_t *self, const char *call_id, const char *name,
+                          const void *args, size_t args_size, const char *agent,
+                          const void *meta, size_t meta_size, int timeout_ms);
+
+//  The next reply of any kind, or NULL if none within timeout_ms.
+dsh_reply_t *
+    dsh_client_recv (dsh_client_t *self, int timeout_ms);
+
+//  Call a tool and wait for its result: at most the call's timeout plus a
+//  margin (timeout_ms 0 = the broker's default of 60 s). args_json is JSON
+//  text of the arguments (NULL = {}). NULL with a reason in error if the
+//  JSON is bad or no reply came.
+dsh_reply_t *
+    dsh_client_call (dsh_client_t *self, const char *name, const char *args_json,
+                     const char *agent, int timeout_ms, char *error, size_t error_size);
+
+//  Send a query (HELLO, PING, LIST, GET, SNAPSHOT) with an optional name
+//  (for GET) and wait at most timeout_ms for its reply. NULL with a reason.
+dsh_reply_t *
+    dsh_client_request (dsh_client_t *self, const char *command, const char *name,
+                        int timeout_ms, char *error, size_t error_size);
+
+//  Destroy a reply; safe twice.
+void
+    dsh_reply_destroy (dsh_reply_t **self_p);
+
+//  The reply's command (RESULT, TOOLS, TOOL, SNAPSHOT, PONG, WELCOME, ERROR).
+const char *
+    dsh_reply_command (dsh_reply_t *self);
+
+//  The decoded body (a map).
+const msgpack_object *
+    dsh_reply_body (dsh_reply_t *self);
+
+//  The body's bytes.
+zframe_t *
+    dsh_reply_frame (dsh_reply_t *self);
+
+//  The body as JSON (caller owns), or NULL if it holds no JSON equivalent.
+json_t *
+    dsh_reply_json (dsh_reply_t *self);
+
+//  For a RESULT: its callId; else NULL.
+const char *
+    dsh_reply_call_id (dsh_reply_t *self);
+
+//  True for a RESULT with isError, and for an ERROR.
+bool
+    dsh_reply_is_error (dsh_reply_t *self);
+
+//  The error code of a failed RESULT or an ERROR, or NULL.
+const char *
+    dsh_reply_error_code (dsh_reply_t *self);
+
+//  The text of the first text block of a RESULT, or the message of an
+//  ERROR, or NULL.
+const char *
+    dsh_reply_text (dsh_reply_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

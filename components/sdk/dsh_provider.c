@@ -1,0 +1,681 @@
+/*  =========================================================================
+    dsh_provider - serve tools to a dsh broker from any process
+
+    The provider object is a thin handle on an actor. The actor owns the
+    sockets (a DEALER to the front for discovery, a DEALER to the work
+    socket, a PUB to the announce socket), the tool table, and a dsh_pool of
+    workers. Its loop only moves messages: it decodes a CALL once, finds the
+    tool, and hands the decoded call to a worker; the worker validates the
+    arguments (typed tools), runs the handler and encodes the result; the
+    loop sends it back. See PROTOCOL.md, "Component lifecycle".
+    =========================================================================
+*/
+
+#include "dsh_provider.h"
+#include "dsh_json.h"
+#include "dsh_pool.h"
+#include "dsh_proto.h"
+#include "dsh_sock.h"
+
+#define S_DISCOVERY_RETRY_MS    1000
+#define S_QUEUE_LIMIT           10000
+#define S_SHUTDOWN_GRACE_MS     1000
+
+struct _dsh_provider_t {
+    zactor_t *actor;
+    char *id;
+};
+
+typedef struct {
+    char *name;
+    zchunk_t *entry;                //  msgpack of the wire tool entry
+    const dsh_param_t *params;      //  typed tools: the spec; else NULL
+    bool typed;
+    dsh_handler_fn *handler;
+    void *arg;
+} s_tool_t;
+
+//  One call on its way through a worker.
+typedef struct {
+    zframe_t *token;
+    zframe_t *body;                 //  keeps the call's strings alive
+    dsh_call_t *call;
+    const dsh_param_t *params;
+    bool typed;
+    dsh_handler_fn *handler;
+    void *arg;
+    zframe_t *result;               //  set by the worker
+} s_job_t;
+
+typedef struct {
+    zsock_t *pipe;
+    zloop_t *loop;
+    char *id;
+    char *broker;                   //  front endpoint
+    zsock_t *front;                 //  DEALER, discovery
+    zsock_t *work;                  //  DEALER, calls; NULL until welcomed
+    zsock_t *announce;              //  PUB; NULL until welcomed
+    zlistx_t *tools;                //  s_tool_t *, in the order added
+    uint64_t generation;
+    int heartbeat_ms;
+    int heartbeat_timer;
+    int discovery_timer;
+    int max_message_bytes;
+    bool ready;                     //  the broker asked for our tools
+    zlistx_t *refusals;             //  char *, "tool: reason"
+    dsh_pool_t *pool;
+} self_t;
+
+static void
+s_tool_destroy (s_tool_t **self_p)
+{
+    if (*self_p) {
+        s_tool_t *self = *self_p;
+        zstr_free (&self->name);
+        zchunk_destroy (&self->entry);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static void
+s_job_destroy (s_job_t **self_p)
+{
+    if (*self_p) {
+        s_job_t *self = *self_p;
+        zframe_destroy (&self->token);
+        dsh_call_destroy (&self->call);
+        zframe_destroy (&self->body);
+        zframe_destroy (&self->result);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static void
+s_job_discard (void *job)
+{
+    s_job_t *self = (s_job_t *) job;
+    s_job_destroy (&self);
+}
+
+//  Runs on a worker thread: everything here belongs to the job.
+static void
+s_job_run (void *arg)
+{
+    s_job_t *job = (s_job_t *) arg;
+    dsh_result_t *result = dsh_result_new (dsh_call_id (job->call));
+    char *violations = job->typed? dsh_params_check (job->params, dsh_call_arguments (job->call)): NULL;
+    if (violations) {
+        //  The check's text is already the whole message, "Error: ..."
+        dsh_result_error (result, DSH_E_INVALID_ARGS, "%s", violations + strlen ("Error: "));
+        zstr_free (&violations);
+    }
+    else
+    if (job->handler (job->call, result, job->arg) != 0 && !dsh_result_is_error (result))
+        dsh_result_error (result, NULL, "handler failed");
+    job->result = dsh_result_encode (result);
+    dsh_result_destroy (&result);
+}
+
+//  ---------------------------------------------------------------------
+//  Sending
+
+static void
+s_publish (self_t *self, const char *command, bool with_tools)
+{
+    if (!self->announce)
+        return;
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 2 + with_tools);
+    dsh_packer_kv_str (&packer, "component", self->id);
+    dsh_pack_cstr (&packer.pk, "generation");
+    msgpack_pack_uint64 (&packer.pk, self->generation);
+    if (with_tools) {
+        dsh_pack_cstr (&packer.pk, "tools");
+        msgpack_pack_array (&packer.pk, zlistx_size (self->tools));
+        for (s_tool_t *tool = zlistx_first (self->tools); tool; tool = zlistx_next (self->tools))
+            dsh_packer_raw (&packer, zchunk_data (tool->entry), zchunk_size (tool->entry));
+    }
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    zmsg_t *msg = dsh_proto_pub_message (command, &body);
+    dsh_sock_send (self->announce, &msg);
+}
+
+static void
+s_send_hello (zsock_t *sock, const char *id)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, id? 1: 0);
+    if (id)
+        dsh_packer_kv_str (&packer, "component", id);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    zmsg_t *msg = dsh_proto_message (NULL, DSH_HELLO);
+    zmsg_append (msg, &body);
+    dsh_sock_send (sock, &msg);
+}
+
+static void
+s_send_result (self_t *self, zframe_t **token_p, zframe_t **body_p)
+{
+    zmsg_t *msg = dsh_proto_message (NULL, DSH_RESULT);
+    zmsg_append (msg, token_p);
+    zmsg_append (msg, body_p);
+    if (dsh_sock_send (self->work, &msg))
+        zsys_warning ("%s: a result could not be sent: %s", self->id, zmq_strerror (errno));
+}
+
+//  ---------------------------------------------------------------------
+//  Discovery
+
+static int
+s_heartbeat (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_publish ((self_t *) arg, DSH_HEARTBEAT, false);
+    return 0;
+}
+
+static int
+s_discover (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    self_t *self = (self_t *) arg;
+    s_send_hello (self->front, NULL);
+    return 0;
+}
+
+static int s_work_recv (zloop_t *loop, zsock_t *reader, void *arg);
+
+//  The broker told us where everything is: connect and say hello.
+static void
+s_welcomed (self_t *self, dsh_doc_t *doc)
+{
+    const msgpack_object *root = dsh_doc_root (doc);
+    char *announce = dsh_doc_strdup (doc, dsh_map_get (root, "announce"));
+    char *work = dsh_doc_strdup (doc, dsh_map_get (root, "work"));
+    const msgpack_object *heartbeat = dsh_map_get (root, "heartbeatMs");
+    const msgpack_object *max_bytes = dsh_map_get (root, "maxMessageBytes");
+    if (!announce || !work || !heartbeat || heartbeat->type != MSGPACK_OBJECT_POSITIVE_INTEGER
+    ||  heartbeat->via.u64 == 0 || heartbeat->via.u64 > 3600000) {
+        zsys_warning ("%s: malformed WELCOME from %s; asking again", self->id, self->broker);
+        return;
+    }
+    if (self->work)
+        return;                 //  a late second WELCOME; already connected
+    self->heartbeat_ms = (int) heartbeat->via.u64;
+    if (max_bytes && max_bytes->type == MSGPACK_OBJECT_POSITIVE_INTEGER && max_bytes->via.u64 <= INT_MAX)
+        self->max_message_bytes = (int) max_bytes->via.u64;
+    zloop_timer_end (self->loop, self->discovery_timer);
+
+    char *announce_endpoint = dsh_sock_resolve (announce, self->broker);
+    char *work_endpoint = dsh_sock_resolve (work, self->broker);
+    self->announce = zsock_new (ZMQ_PUB);
+    dsh_sock_limit (self->announce, self->max_message_bytes, S_QUEUE_LIMIT);
+    //  A clean exit's WITHDRAW must get out before the socket closes
+    zsock_set_linger (self->announce, 1000);
+    zsock_connect (self->announce, "%s", announce_endpoint);
+    self->work = zsock_new (ZMQ_DEALER);
+    dsh_sock_limit (self->work, self->max_message_bytes, S_QUEUE_LIMIT);
+    zsock_set_identity (self->work, self->id);
+    zsock_connect (self->work, "%s", work_endpoint);
+    zloop_reader (self->loop, self->work, s_work_recv, self);
+    s_send_hello (self->work, self->id);
+    self->heartbeat_timer = zloop_timer (self->loop, (size_t) self->heartbeat_ms, 0, s_heartbeat, self);
+    zstr_free (&announce_endpoint);
+    zstr_free (&work_endpoint);
+}
+
+static int
+s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    self_t *self = (self_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
+    if (!msg)
+        return 0;
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256];
+    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
+    &&  streq (command, DSH_WELCOME)) {
+        zframe_t *body = zmsg_first (msg);
+        dsh_doc_t *doc = dsh_proto_decode_body (body, error, sizeof (error));
+        if (doc)
+            s_welcomed (self, doc);
+        dsh_doc_destroy (&doc);
+    }
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Calls
+
+static s_tool_t *
+s_tool_find (self_t *self, const char *name)
+{
+    for (s_tool_t *tool = zlistx_first (self->tools); tool; tool = zlistx_next (self->tools))
+        if (streq (tool->name, name))
+            return tool;
+    return NULL;
+}
+
+static void
+s_handle_call (self_t *self, zmsg_t *msg)
+{
+    zframe_t *token = zmsg_pop (msg);
+    zframe_t *body = zmsg_pop (msg);
+    if (!token || !body) {
+        zsys_warning ("%s: CALL without token and body", self->id);
+        zframe_destroy (&token);
+        zframe_destroy (&body);
+        return;
+    }
+    char error [256];
+    dsh_call_t *call = dsh_call_new (zframe_data (body), zframe_size (body), error, sizeof (error));
+    if (!call) {
+        zframe_t *reply = dsh_proto_error_result (NULL, DSH_E_BAD_REQUEST, error);
+        s_send_result (self, &token, &reply);
+        zframe_destroy (&body);
+        return;
+    }
+    s_tool_t *tool = s_tool_find (self, dsh_call_name (call));
+    if (!tool) {
+        char text [DSH_NAME_MAX + 64];
+        snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", dsh_call_name (call));
+        zframe_t *reply = dsh_proto_error_result (dsh_call_id (call), DSH_E_UNKNOWN_TOOL, text);
+        s_send_result (self, &token, &reply);
+        dsh_call_destroy (&call);
+        zframe_destroy (&body);
+        return;
+    }
+    s_job_t *job = (s_job_t *) zmalloc (sizeof (s_job_t));
+    assert (job);
+    job->token = token;
+    job->body = body;
+    job->call = call;
+    job->params = tool->params;
+    job->typed = tool->typed;
+    job->handler = tool->handler;
+    job->arg = tool->arg;
+    if (dsh_pool_submit (self->pool, job)) {
+        char text [128];
+        snprintf (text, sizeof (text), "Error: component \"%.64s\" is overloaded", self->id);
+        zframe_t *reply = dsh_proto_error_result (dsh_call_id (call), DSH_E_OVERLOADED, text);
+        s_send_result (self, &job->token, &reply);
+        s_job_destroy (&job);
+    }
+}
+
+static int
+s_pool_done (zloop_t *loop, zmq_pollitem_t *item, void *arg)
+{
+    (void) loop;
+    (void) item;
+    self_t *self = (self_t *) arg;
+    s_job_t *job;
+    while ((job = (s_job_t *) dsh_pool_done (self->pool))) {
+        s_send_result (self, &job->token, &job->result);
+        s_job_destroy (&job);
+    }
+    return 0;
+}
+
+static int
+s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    self_t *self = (self_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
+    if (!msg)
+        return 0;
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256];
+    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)))
+        zsys_warning ("%s: malformed message from the broker: %s", self->id, error);
+    else
+    if (streq (command, DSH_CALL))
+        s_handle_call (self, msg);
+    else
+    if (streq (command, DSH_SYNC)) {
+        s_publish (self, DSH_ANNOUNCE, true);
+        self->ready = true;
+    }
+    else
+    if (streq (command, DSH_REFUSED)) {
+        dsh_doc_t *doc = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error));
+        if (doc) {
+            const msgpack_object *root = dsh_doc_root (doc);
+            const char *tool = dsh_doc_strdup (doc, dsh_map_get (root, "tool"));
+            const char *reason = dsh_doc_strdup (doc, dsh_map_get (root, "reason"));
+            char *refusal = zsys_sprintf ("%s: %s", tool? tool: "(unnamed)", reason? reason: "refused");
+            zsys_warning ("%s: the broker refused %s", self->id, refusal);
+            if (zlistx_size (self->refusals) < 1000)
+                zlistx_add_end (self->refusals, refusal);
+            else
+                zstr_free (&refusal);
+            dsh_doc_destroy (&doc);
+        }
+    }
+    else
+    if (!streq (command, "CANCEL"))
+        zsys_warning ("%s: unknown command \"%s\" from the broker", self->id, command);
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Pipe
+
+//  Adds a tool from its entry (msgpack); returns 0 or -1 with a reason.
+static int
+s_add_tool (self_t *self, zframe_t *entry, const dsh_param_t *params, bool typed,
+            dsh_handler_fn *handler, void *arg, char *error, size_t error_size)
+{
+    dsh_doc_t *doc = dsh_doc_new (zframe_data (entry), zframe_size (entry), error, error_size);
+    if (!doc)
+        return -1;
+    int rc = dsh_proto_check_tool (dsh_doc_root (doc), error, error_size);
+    char *name = rc == 0? dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "name")): NULL;
+    if (rc == 0 && s_tool_find (self, name)) {
+        snprintf (error, error_size, "tool \"%s\" is already registered", name);
+        rc = -1;
+    }
+    if (rc == 0) {
+        s_tool_t *tool = (s_tool_t *) zmalloc (sizeof (s_tool_t));
+        assert (tool);
+        tool->name = strdup (name);
+        tool->entry = zchunk_new (zframe_data (entry), zframe_size (entry));
+        tool->params = params;
+        tool->typed = typed;
+        tool->handler = handler;
+        tool->arg = arg;
+        zlistx_add_end (self->tools, tool);
+        self->generation++;
+        s_publish (self, DSH_ANNOUNCE, true);
+    }
+    dsh_doc_destroy (&doc);
+    return rc;
+}
+
+//  Pointers cross the pipe as frames of their own bytes (same process).
+static void *
+s_pop_pointer (zmsg_t *msg)
+{
+    void *pointer = NULL;
+    zframe_t *frame = zmsg_pop (msg);
+    if (frame && zframe_size (frame) == sizeof (pointer))
+        memcpy (&pointer, zframe_data (frame), sizeof (pointer));
+    zframe_destroy (&frame);
+    return pointer;
+}
+
+static void
+s_add_pointer (zmsg_t *msg, const void *pointer)
+{
+    zmsg_addmem (msg, &pointer, sizeof (pointer));
+}
+
+static int
+s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    self_t *self = (self_t *) arg;
+    char *command = NULL;
+    zframe_t *entry = NULL;
+    void *params = NULL, *handler = NULL, *handler_arg = NULL;
+    int typed = 0;
+    char *name = NULL;
+    zmsg_t *request = zmsg_recv (reader);
+    if (!request)
+        return -1;
+    command = zmsg_popstr (request);
+    int rc = 0;
+    if (!command || streq (command, "$TERM"))
+        rc = -1;
+    else
+    if (streq (command, "ADD")) {
+        entry = zmsg_pop (request);
+        params = s_pop_pointer (request);
+        typed = (int) (intptr_t) s_pop_pointer (request);
+        handler = s_pop_pointer (request);
+        handler_arg = s_pop_pointer (request);
+        char error [256] = "";
+        int status = s_add_tool (self, entry, (const dsh_param_t *) params, typed != 0,
+                                 (dsh_handler_fn *) handler, handler_arg, error, sizeof (error));
+        zstr_sendx (self->pipe, status? "ERROR": "OK", error, NULL);
+    }
+    else
+    if (streq (command, "REMOVE")) {
+        name = zmsg_popstr (request);
+        s_tool_t *tool = name? s_tool_find (self, name): NULL;
+        if (tool) {
+            zlistx_delete (self->tools, zlistx_cursor (self->tools));
+            self->generation++;
+            s_publish (self, DSH_ANNOUNCE, true);
+        }
+        zsock_signal (self->pipe, tool? 0: 1);
+    }
+    else
+    if (streq (command, "READY"))
+        zsock_signal (self->pipe, self->ready? 0: 1);
+    else
+    if (streq (command, "REFUSAL")) {
+        char *refusal = (char *) zlistx_first (self->refusals);
+        zstr_send (self->pipe, refusal? refusal: "");
+        if (refusal)
+            zlistx_delete (self->refusals, zlistx_cursor (self->refusals));
+    }
+    else
+        zsys_error ("dsh_provider: invalid pipe command \"%s\"", command);
+    zframe_destroy (&entry);
+    zstr_free (&name);
+    zstr_free (&command);
+    zmsg_destroy (&request);
+    return rc;
+}
+
+typedef struct {
+    const char *broker;
+    const char *id;
+    size_t workers;
+} s_args_t;
+
+static void
+s_provider_actor (zsock_t *pipe, void *args)
+{
+    s_args_t *settings = (s_args_t *) args;
+    self_t *self = (self_t *) zmalloc (sizeof (self_t));
+    assert (self);
+    self->pipe = pipe;
+    self->id = strdup (settings->id);
+    self->broker = strdup (settings->broker);
+    self->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
+    self->tools = zlistx_new ();
+    zlistx_set_destructor (self->tools, (zlistx_destructor_fn *) s_tool_destroy);
+    self->refusals = zlistx_new ();
+    zlistx_set_destructor (self->refusals, (zlistx_destructor_fn *) zstr_free);
+    self->pool = dsh_pool_new (settings->workers, S_QUEUE_LIMIT, s_job_run);
+    assert (self->pool);
+    self->front = zsock_new (ZMQ_DEALER);
+    dsh_sock_limit (self->front, DSH_MAX_MESSAGE_DEFAULT, 100);
+    zsock_connect (self->front, "%s", self->broker);
+    zsock_signal (pipe, 0);
+
+    self->loop = zloop_new ();
+    zloop_set_nonstop (self->loop, true);
+    zloop_reader (self->loop, pipe, s_self_handle_pipe, self);
+    zloop_reader (self->loop, self->front, s_front_recv, self);
+    zmq_pollitem_t pool_item = { NULL, dsh_pool_fd (self->pool), ZMQ_POLLIN, 0 };
+    zloop_poller (self->loop, &pool_item, s_pool_done, self);
+    s_send_hello (self->front, NULL);
+    self->discovery_timer = zloop_timer (self->loop, S_DISCOVERY_RETRY_MS, 0, s_discover, self);
+    zloop_start (self->loop);
+
+    s_publish (self, DSH_WITHDRAW, false);
+    zloop_destroy (&self->loop);
+    dsh_pool_destroy (&self->pool, S_SHUTDOWN_GRACE_MS, s_job_discard);
+    zsock_destroy (&self->front);
+    zsock_destroy (&self->work);
+    zsock_destroy (&self->announce);
+    zlistx_destroy (&self->tools);
+    zlistx_destroy (&self->refusals);
+    zstr_free (&self->id);
+    zstr_free (&self->broker);
+    free (self);
+}
+
+//  ---------------------------------------------------------------------
+//  The handle
+
+dsh_provider_t *
+dsh_provider_new (const char *broker, const char *id, size_t workers)
+{
+    if (!broker)
+        broker = getenv ("DSH_BROKER");
+    if (!broker || !*broker)
+        broker = DSH_DEFAULT_ENDPOINT;
+    if (id && !dsh_proto_valid_id (id, strlen (id)))
+        return NULL;
+    dsh_provider_t *self = (dsh_provider_t *) zmalloc (sizeof (dsh_provider_t));
+    assert (self);
+    if (id)
+        self->id = strdup (id);
+    else {
+        zuuid_t *uuid = zuuid_new ();
+        self->id = zsys_sprintf ("c-%.12s", zuuid_str (uuid));
+        zuuid_destroy (&uuid);
+    }
+    s_args_t args = { broker, self->id, workers? workers: 4 };
+    self->actor = zactor_new (s_provider_actor, &args);
+    return self;
+}
+
+void
+dsh_provider_destroy (dsh_provider_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_provider_t *self = *self_p;
+        zactor_destroy (&self->actor);
+        zstr_free (&self->id);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+const char *
+dsh_provider_id (dsh_provider_t *self)
+{
+    assert (self);
+    return self->id;
+}
+
+static int
+s_send_add (dsh_provider_t *self, const void *entry, size_t size, const dsh_param_t *params,
+            bool typed, dsh_handler_fn *handler, void *arg)
+{
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addstr (msg, "ADD");
+    zmsg_addmem (msg, entry, size);
+    s_add_pointer (msg, params);
+    s_add_pointer (msg, (void *) (intptr_t) typed);
+    s_add_pointer (msg, (void *) handler);
+    s_add_pointer (msg, arg);
+    zmsg_send (&msg, self->actor);
+    char *status = NULL, *reason = NULL;
+    zstr_recvx (self->actor, &status, &reason, NULL);
+    int rc = status && streq (status, "OK")? 0: -1;
+    if (rc)
+        zsys_error ("%s: cannot add tool: %s", self->id, reason? reason: "no reply");
+    zstr_free (&status);
+    zstr_free (&reason);
+    return rc;
+}
+
+int
+dsh_provider_add (dsh_provider_t *self, const dsh_tooldef_t *def, dsh_handler_fn *handler, void *arg)
+{
+    assert (self);
+    assert (def);
+    assert (handler);
+    json_t *entry = dsh_tooldef_to_json (def);
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    int rc = entry? dsh_json_to_msgpack (&pk, entry): -1;
+    if (rc == 0)
+        rc = s_send_add (self, sbuf.data, sbuf.size, def->params, true, handler, arg);
+    msgpack_sbuffer_destroy (&sbuf);
+    json_decref (entry);
+    return rc;
+}
+
+int
+dsh_provider_add_raw (dsh_provider_t *self, const char *tool_json, dsh_handler_fn *handler, void *arg)
+{
+    assert (self);
+    assert (tool_json);
+    assert (handler);
+    msgpack_sbuffer sbuf;
+    char error [256];
+    int rc = dsh_json_text_to_msgpack (tool_json, &sbuf, error, sizeof (error));
+    if (rc)
+        zsys_error ("%s: cannot add raw tool: %s", self->id, error);
+    else
+        rc = s_send_add (self, sbuf.data, sbuf.size, NULL, false, handler, arg);
+    msgpack_sbuffer_destroy (&sbuf);
+    return rc;
+}
+
+int
+dsh_provider_remove (dsh_provider_t *self, const char *name)
+{
+    assert (self);
+    assert (name);
+    zstr_sendx (self->actor, "REMOVE", name, NULL);
+    return zsock_wait (self->actor) == 0? 0: -1;
+}
+
+int
+dsh_provider_wait_ready (dsh_provider_t *self, int timeout_ms)
+{
+    assert (self);
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (true) {
+        zstr_send (self->actor, "READY");
+        if (zsock_wait (self->actor) == 0)
+            return 0;
+        if (zclock_mono () >= give_up)
+            return -1;
+        zclock_sleep (20);
+    }
+}
+
+char *
+dsh_provider_refusal (dsh_provider_t *self, int timeout_ms)
+{
+    assert (self);
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (true) {
+        zstr_send (self->actor, "REFUSAL");
+        char *refusal = zstr_recv (self->actor);
+        if (refusal && *refusal)
+            return refusal;
+        zstr_free (&refusal);
+        if (zclock_mono () >= give_up)
+            return NULL;
+        zclock_sleep (20);
+    }
+}

@@ -1,0 +1,80 @@
+/*  =========================================================================
+    dsh_provider - serve tools to a dsh broker from any process
+
+    A provider is a component: it finds the broker from one address,
+    announces its tools, heartbeats, takes calls and answers them. Handlers
+    run on a pool of worker threads, so a slow call never holds up a fast
+    one or the heartbeat. Tools can be added and removed at any time; each
+    change is announced. Destroying the provider withdraws every tool (the
+    C counterpart of "disposed with the calling fiber").
+
+        dsh_provider_t *provider = dsh_provider_new (NULL, "demo");
+        dsh_provider_add (provider, &echo_def, s_echo, NULL);
+        ...
+        dsh_provider_destroy (&provider);
+
+    Typed tools (dsh_provider_add) have their arguments checked against
+    their spec before the handler runs; raw tools (dsh_provider_add_raw)
+    validate their own input.
+    =========================================================================
+*/
+
+#ifndef DSH_PROVIDER_H_INCLUDED
+#define DSH_PROVIDER_H_INCLUDED
+
+#include "dsh_call.h"
+#include "dsh_tooldef.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _dsh_provider_t dsh_provider_t;
+
+//  Start a provider. broker is the front endpoint (NULL: $DSH_BROKER, else
+//  the default); id is the component id (NULL: a fresh UUID-based one).
+//  workers is the handler pool size (0: 4). NULL if the arguments are bad.
+dsh_provider_t *
+    dsh_provider_new (const char *broker, const char *id, size_t workers);
+
+//  Withdraw every tool, stop, and destroy; safe twice.
+void
+    dsh_provider_destroy (dsh_provider_t **self_p);
+
+//  The component id.
+const char *
+    dsh_provider_id (dsh_provider_t *self);
+
+//  Add a typed tool. def (and every spec it points to) must outlive the
+//  tool: static data is the intended use. Returns 0, or -1 if the name is
+//  invalid or already added here.
+int
+    dsh_provider_add (dsh_provider_t *self, const dsh_tooldef_t *def,
+                      dsh_handler_fn *handler, void *arg);
+
+//  Add a tool from a raw JSON tool entry ({name, description, parameters,
+//  ...}); its arguments are not validated by dsh. Returns 0 or -1.
+int
+    dsh_provider_add_raw (dsh_provider_t *self, const char *tool_json,
+                          dsh_handler_fn *handler, void *arg);
+
+//  Remove a tool; calls already running finish. Returns 0, or -1 if no
+//  such tool. Removing twice is harmless.
+int
+    dsh_provider_remove (dsh_provider_t *self, const char *name);
+
+//  Wait until the broker has acknowledged this provider (it asked for and
+//  got an announcement) or timeout_ms passed. Returns 0 or -1.
+int
+    dsh_provider_wait_ready (dsh_provider_t *self, int timeout_ms);
+
+//  The next refusal the broker sent ("tool: reason"), or NULL if none came
+//  within timeout_ms. Caller frees it.
+char *
+    dsh_provider_refusal (dsh_provider_t *self, int timeout_ms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,57 @@
+/*  =========================================================================
+    dsh_watcher - a gap-free view of the registry's tool set, kept current
+
+    The zguide's Clone pattern, done for its user: subscribe to the change
+    events first, then ask for a snapshot, drop events at or below the
+    snapshot's sequence number, apply the rest in order. A gap in sequence
+    numbers, or a new broker epoch (a restarted broker), starts the dance
+    again. The user sees a "snapshot" notice after each (re)sync and every
+    event after it, in order, with nothing missing or repeated.
+    =========================================================================
+*/
+
+#ifndef DSH_WATCHER_H_INCLUDED
+#define DSH_WATCHER_H_INCLUDED
+
+#include <czmq.h>
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _dsh_watcher_t dsh_watcher_t;
+
+//  Start watching the broker at broker (NULL: $DSH_BROKER, else default).
+dsh_watcher_t *
+    dsh_watcher_new (const char *broker);
+
+//  Stop and destroy; safe twice.
+void
+    dsh_watcher_destroy (dsh_watcher_t **self_p);
+
+//  The next notice as JSON (caller owns), or NULL if none within
+//  timeout_ms. A notice is either {kind:"snapshot", seq, epoch, tools:[...],
+//  components:[...]} after a (re)sync, or a change event {seq, epoch, kind,
+//  component, name?, tool?, tools?, reason?}.
+json_t *
+    dsh_watcher_recv (dsh_watcher_t *self, int timeout_ms);
+
+//  The names of the tools in the current view, in registration order, as
+//  a JSON array (caller owns).
+json_t *
+    dsh_watcher_tools (dsh_watcher_t *self);
+
+//  The sequence number the view is at (0 before the first snapshot).
+uint64_t
+    dsh_watcher_seq (dsh_watcher_t *self);
+
+//  How many times the watcher has (re)synchronised with a snapshot.
+size_t
+    dsh_watcher_syncs (dsh_watcher_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
