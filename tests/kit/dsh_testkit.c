@@ -1,0 +1,252 @@
+/*  =========================================================================
+    dsh_testkit - real processes for integration tests
+    =========================================================================
+*/
+
+#include "dsh_testkit.h"
+#include "dsh.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+struct _dsh_testproc_t {
+    pid_t pid;
+    int out_fd;
+    char *buffer;               //  everything read from stdout
+    size_t size;
+    size_t consumed;            //  lines returned by wait_line end here
+    bool exited;
+    int status;
+};
+
+char *
+dsh_testkit_program (const char *relative)
+{
+    const char *build = getenv ("DSH_BUILD_DIR");
+    return zsys_sprintf ("%s/%s", build? build: "build", relative);
+}
+
+dsh_testproc_t *
+dsh_testproc_start (const char *const *argv)
+{
+    int out [2];
+    if (pipe2 (out, O_CLOEXEC))
+        return NULL;
+    char *program = dsh_testkit_program (argv [0]);
+    pid_t pid = fork ();
+    if (pid == 0) {
+        dup2 (out [1], STDOUT_FILENO);
+        execv (program, (char *const *) argv);
+        fprintf (stderr, "testkit: cannot run %s: %s\n", program, strerror (errno));
+        _exit (127);
+    }
+    free (program);
+    close (out [1]);
+    if (pid < 0) {
+        close (out [0]);
+        return NULL;
+    }
+    dsh_testproc_t *self = (dsh_testproc_t *) zmalloc (sizeof (dsh_testproc_t));
+    self->pid = pid;
+    self->out_fd = out [0];
+    fcntl (self->out_fd, F_SETFL, O_NONBLOCK);
+    self->buffer = (char *) zmalloc (1);
+    return self;
+}
+
+static bool
+s_reap (dsh_testproc_t *self, int options)
+{
+    if (self->exited)
+        return true;
+    int status;
+    if (waitpid (self->pid, &status, options) == self->pid) {
+        self->exited = true;
+        self->status = WIFEXITED (status)? WEXITSTATUS (status): 128 + WTERMSIG (status);
+    }
+    return self->exited;
+}
+
+void
+dsh_testproc_destroy (dsh_testproc_t **self_p)
+{
+    if (*self_p) {
+        dsh_testproc_t *self = *self_p;
+        if (!s_reap (self, WNOHANG)) {
+            kill (self->pid, SIGKILL);
+            s_reap (self, 0);
+        }
+        close (self->out_fd);
+        free (self->buffer);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+//  Reads what stdout has, waiting at most timeout_ms for something; false
+//  at end of output.
+static bool
+s_read_some (dsh_testproc_t *self, int timeout_ms)
+{
+    struct pollfd item = { self->out_fd, POLLIN, 0 };
+    if (poll (&item, 1, timeout_ms) <= 0)
+        return true;
+    char chunk [4096];
+    ssize_t got = read (self->out_fd, chunk, sizeof (chunk));
+    if (got <= 0)
+        return got < 0 && errno == EAGAIN;
+    self->buffer = (char *) realloc (self->buffer, self->size + (size_t) got + 1);
+    memcpy (self->buffer + self->size, chunk, (size_t) got);
+    self->size += (size_t) got;
+    self->buffer [self->size] = 0;
+    return true;
+}
+
+char *
+dsh_testproc_wait_line (dsh_testproc_t *self, const char *text, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (true) {
+        char *line = self->buffer + self->consumed;
+        char *end;
+        while ((end = strchr (line, '\n'))) {
+            self->consumed = (size_t) (end + 1 - self->buffer);
+            if (memmem (line, (size_t) (end - line), text, strlen (text)))
+                return strndup (line, (size_t) (end - line));
+            line = end + 1;
+        }
+        int64_t left = give_up - zclock_mono ();
+        if (left <= 0 || !s_read_some (self, (int) (left < 100? left: 100)))
+            return NULL;
+    }
+}
+
+const char *
+dsh_testproc_output (dsh_testproc_t *self, int timeout_ms)
+{
+    //  The child is the pipe's only writer: end of output is its exit
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (zclock_mono () < give_up && s_read_some (self, 50))
+        ;
+    return self->buffer;
+}
+
+void
+dsh_testproc_signal (dsh_testproc_t *self, int signal)
+{
+    if (!self->exited)
+        kill (self->pid, signal);
+}
+
+int
+dsh_testproc_wait (dsh_testproc_t *self, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (!s_reap (self, WNOHANG)) {
+        if (zclock_mono () >= give_up)
+            return -1;
+        //  Keep the pipe drained so a chatty child never blocks on it
+        s_read_some (self, 10);
+    }
+    return self->status;
+}
+
+pid_t
+dsh_testproc_pid (dsh_testproc_t *self)
+{
+    return self->pid;
+}
+
+dsh_testproc_t *
+dsh_testkit_broker (int heartbeat_ms, const char *const *extra, char *endpoint, size_t size)
+{
+    char heartbeat [16];
+    snprintf (heartbeat, sizeof (heartbeat), "%d", heartbeat_ms);
+    const char *argv [32] = { "broker/dsh-broker", "--endpoint", "tcp://127.0.0.1:*",
+                              "--heartbeat-ms", heartbeat };
+    size_t argc = 5;
+    for (size_t index = 0; extra && extra [index] && argc < 31; index++)
+        argv [argc++] = extra [index];
+    argv [argc] = NULL;
+    dsh_testproc_t *broker = dsh_testproc_start (argv);
+    if (!broker)
+        return NULL;
+    char *line = dsh_testproc_wait_line (broker, "listening on ", 10000);
+    if (!line) {
+        dsh_testproc_destroy (&broker);
+        return NULL;
+    }
+    const char *start = strstr (line, "listening on ") + strlen ("listening on ");
+    snprintf (endpoint, size, "%.*s", (int) strcspn (start, " "), start);
+    free (line);
+    return broker;
+}
+
+dsh_testproc_t *
+dsh_testkit_component (const char *program, const char *endpoint, const char *id, const char *const *extra)
+{
+    const char *argv [32] = { program, "--broker", endpoint, "--id", id };
+    size_t argc = 5;
+    for (size_t index = 0; extra && extra [index] && argc < 31; index++)
+        argv [argc++] = extra [index];
+    argv [argc] = NULL;
+    dsh_testproc_t *component = dsh_testproc_start (argv);
+    if (!component)
+        return NULL;
+    char *line = dsh_testproc_wait_line (component, "component", 10000);
+    if (!line) {
+        dsh_testproc_destroy (&component);
+        return NULL;
+    }
+    free (line);
+    return component;
+}
+
+int
+dsh_testkit_cli (const char *endpoint, const char *const *args, int timeout_ms, char **output)
+{
+    const char *argv [32] = { "components/cli/dsh", "--broker", endpoint };
+    size_t argc = 3;
+    for (size_t index = 0; args && args [index] && argc < 31; index++)
+        argv [argc++] = args [index];
+    argv [argc] = NULL;
+    dsh_testproc_t *cli = dsh_testproc_start (argv);
+    if (!cli)
+        return -1;
+    int status = dsh_testproc_wait (cli, timeout_ms);
+    const char *text = dsh_testproc_output (cli, 1000);
+    if (output)
+        *output = strdup (text);
+    dsh_testproc_destroy (&cli);
+    return status;
+}
+
+int
+dsh_testkit_wait_tools (const char *endpoint, const char *text, size_t count, int timeout_ms)
+{
+    dsh_client_t *client = dsh_client_new (endpoint);
+    int64_t give_up = zclock_mono () + timeout_ms;
+    int rc = -1;
+    while (rc && zclock_mono () < give_up) {
+        char error [256];
+        dsh_reply_t *reply = dsh_client_request (client, DSH_LIST, NULL, 1000, error, sizeof (error));
+        if (reply) {
+            const msgpack_object *tools = dsh_map_get (dsh_reply_body (reply), "tools");
+            size_t matches = 0;
+            for (uint32_t index = 0; tools && index < tools->via.array.size; index++) {
+                const msgpack_object *name = dsh_map_get (&tools->via.array.ptr [index], "name");
+                if (name && memmem (name->via.str.ptr, name->via.str.size, text, strlen (text)))
+                    matches++;
+            }
+            if (matches == count)
+                rc = 0;
+            dsh_reply_destroy (&reply);
+        }
+        if (rc)
+            zclock_sleep (50);
+    }
+    dsh_client_destroy (&client);
+    return rc;
+}

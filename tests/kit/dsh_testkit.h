@@ -1,0 +1,79 @@
+/*  =========================================================================
+    dsh_testkit - real processes for integration tests
+
+    Starts the built programs (dsh-broker, dsh-demo, dsh-fs, dsh) as child
+    processes on loopback, reads their stdout, signals and reaps them. The
+    build directory comes from $DSH_BUILD_DIR (meson sets it). Every wait
+    has a timeout; a process still running when destroyed is killed.
+    =========================================================================
+*/
+
+#ifndef DSH_TESTKIT_H_INCLUDED
+#define DSH_TESTKIT_H_INCLUDED
+
+#include <czmq.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+typedef struct _dsh_testproc_t dsh_testproc_t;
+
+//  The path of a built program, e.g. "broker/dsh-broker". Caller frees.
+char *
+    dsh_testkit_program (const char *relative);
+
+//  Start argv (argv[0] relative to the build dir, NULL-terminated), stdout
+//  to a pipe we read, stderr inherited. NULL if it cannot start.
+dsh_testproc_t *
+    dsh_testproc_start (const char *const *argv);
+
+//  Kill (SIGKILL) if still running, reap, free; safe twice.
+void
+    dsh_testproc_destroy (dsh_testproc_t **self_p);
+
+//  Read stdout until a line containing text arrives; returns that line
+//  (caller frees) or NULL on timeout or end of output.
+char *
+    dsh_testproc_wait_line (dsh_testproc_t *self, const char *text, int timeout_ms);
+
+//  All stdout read so far, plus whatever arrives until the process exits
+//  or timeout_ms passes. Owned by the process object.
+const char *
+    dsh_testproc_output (dsh_testproc_t *self, int timeout_ms);
+
+//  Send a signal.
+void
+    dsh_testproc_signal (dsh_testproc_t *self, int signal);
+
+//  Wait for exit; returns the exit status (0-255), 128+signal if killed,
+//  or -1 on timeout.
+int
+    dsh_testproc_wait (dsh_testproc_t *self, int timeout_ms);
+
+//  The process id.
+pid_t
+    dsh_testproc_pid (dsh_testproc_t *self);
+
+//  Start dsh-broker on a free loopback port with the given heartbeat, plus
+//  extra flags (NULL-terminated, may be NULL). Returns the process and
+//  writes its front endpoint into endpoint. NULL on failure.
+dsh_testproc_t *
+    dsh_testkit_broker (int heartbeat_ms, const char *const *extra, char *endpoint, size_t size);
+
+//  Start a component program (e.g. "components/demo/dsh-demo") against
+//  endpoint with --id id and extra flags; waits for its start line.
+dsh_testproc_t *
+    dsh_testkit_component (const char *program, const char *endpoint, const char *id,
+                           const char *const *extra);
+
+//  Run the dsh CLI with args against endpoint, wait up to timeout_ms;
+//  returns its exit status (-1 on timeout) and its stdout (caller frees)
+//  in *output if not NULL.
+int
+    dsh_testkit_cli (const char *endpoint, const char *const *args, int timeout_ms, char **output);
+
+//  Poll until `dsh tools` (via the client SDK) lists count tools whose
+//  names contain text (count 0: none). Returns 0, or -1 on timeout.
+int
+    dsh_testkit_wait_tools (const char *endpoint, const char *text, size_t count, int timeout_ms);
+
+#endif
