@@ -29,6 +29,8 @@ struct _dsh_catalog_t {
     zlistx_t *tool_order;       //  s_tool_t *, registration order, owns them
     zhashx_t *tools;            //  name -> s_tool_t * (borrowed)
     zhashx_t *components;       //  id -> s_component_t *, owns them
+    zhashx_t *refused;          //  name -> zlistx of ids refused that name
+    zlistx_t *resync;           //  ids to ask for a new announcement
     uint64_t seq;
 };
 
@@ -138,6 +140,9 @@ dsh_catalog_new (void)
     self->tools = zhashx_new ();
     self->components = zhashx_new ();
     zhashx_set_destructor (self->components, (zhashx_destructor_fn *) s_component_destroy);
+    self->refused = zhashx_new ();
+    zhashx_set_destructor (self->refused, (zhashx_destructor_fn *) zlistx_destroy);
+    self->resync = s_string_list ();
     return self;
 }
 
@@ -150,6 +155,8 @@ dsh_catalog_destroy (dsh_catalog_t **self_p)
         zhashx_destroy (&self->tools);
         zlistx_destroy (&self->tool_order);
         zhashx_destroy (&self->components);
+        zhashx_destroy (&self->refused);
+        zlistx_destroy (&self->resync);
         free (self);
         *self_p = NULL;
     }
@@ -186,6 +193,12 @@ s_drop_provider (dsh_catalog_t *self, s_tool_t *tool, const char *component, zli
     if (handle)
         zlistx_delete (tool->providers, handle);
     if (zlistx_size (tool->providers) == 0) {
+        //  The name is free again: whoever was refused it may have it now
+        zlistx_t *waiting = (zlistx_t *) zhashx_lookup (self->refused, tool->name);
+        for (char *id = waiting? zlistx_first (waiting): NULL; id; id = zlistx_next (waiting))
+            if (!streq (id, component) && !zlistx_find (self->resync, id))
+                zlistx_add_end (self->resync, id);
+        zhashx_delete (self->refused, tool->name);
         zlistx_add_end (events, s_event_new (self, DSH_EV_UNREGISTERED, component, tool->name));
         zhashx_delete (self->tools, tool->name);
         zlistx_delete (self->tool_order, tool->handle);
@@ -249,6 +262,13 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, zchu
         return true;
     }
     char reason [256 + DSH_NAME_MAX + DSH_ID_MAX];
+    zlistx_t *waiting = (zlistx_t *) zhashx_lookup (self->refused, name);
+    if (!waiting) {
+        waiting = s_string_list ();
+        zhashx_insert (self->refused, name, waiting);
+    }
+    if (!zlistx_find (waiting, (void *) component))
+        zlistx_add_end (waiting, (void *) component);
     if (provides) {
         //  Its replicas still serve the old entry: they keep it, this one
         //  stops serving the name until it agrees again.
@@ -317,17 +337,16 @@ dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t gener
         zlistx_add_end (entries, canonical);
     }
 
-    //  Tools it no longer announces
-    char *name = (char *) zlistx_first (record->tools);
-    while (name) {
-        char *next = (char *) zlistx_next (record->tools);
+    //  Tools it no longer announces; deleting at the cursor moves it back
+    //  one, so the next zlistx_next is still the following name
+    char *name;
+    for (name = (char *) zlistx_first (record->tools); name; name = (char *) zlistx_next (record->tools)) {
         if (!zlistx_find (announced, name)) {
             s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
             if (tool)
                 s_drop_provider (self, tool, component, events);
-            zlistx_delete (record->tools, zlistx_find (record->tools, name));
+            zlistx_delete (record->tools, zlistx_cursor (record->tools));
         }
-        name = next;
     }
     //  Tools it announces, in its order
     zchunk_t *entry = (zchunk_t *) zlistx_first (entries);
@@ -365,6 +384,26 @@ dsh_catalog_touch (dsh_catalog_t *self, const char *component, uint64_t generati
         return 1;
     record->last_seen_ms = now_ms;
     return record->generation == generation? 0: 1;
+}
+
+int
+dsh_catalog_generation (dsh_catalog_t *self, const char *component, uint64_t *generation)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (!record)
+        return -1;
+    *generation = record->generation;
+    return 0;
+}
+
+zlistx_t *
+dsh_catalog_take_resync (dsh_catalog_t *self)
+{
+    assert (self);
+    zlistx_t *resync = self->resync;
+    self->resync = s_string_list ();
+    return resync;
 }
 
 int

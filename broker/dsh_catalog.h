@@ -81,6 +81,16 @@ int
     dsh_catalog_touch (dsh_catalog_t *self, const char *component, uint64_t generation,
                        int64_t now_ms);
 
+//  The generation a known component last announced. Returns 0, or -1 if
+//  the component is unknown.
+int
+    dsh_catalog_generation (dsh_catalog_t *self, const char *component, uint64_t *generation);
+
+//  Ids of components that should announce again because a name they were
+//  refused has become free, in a new list of char * (caller destroys).
+zlistx_t *
+    dsh_catalog_take_resync (dsh_catalog_t *self);
+
 //  Note that a known component is alive, whatever its generation (any
 //  message from it counts). Returns 0 if known, -1 if not.
 int

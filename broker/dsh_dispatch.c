@@ -92,6 +92,15 @@ dsh_dispatch_take (dsh_dispatch_t *self, uint64_t token)
     return entry;
 }
 
+dsh_pending_t *
+dsh_dispatch_lookup (dsh_dispatch_t *self, uint64_t token)
+{
+    assert (self);
+    char key [17];
+    s_token_key (token, key);
+    return (dsh_pending_t *) zhashx_lookup (self->pending, key);
+}
+
 //  Takes the entries that match, into a list that owns them.
 static zlistx_t *
 s_take_where (dsh_dispatch_t *self, const char *component, int64_t now_ms)

@@ -54,6 +54,10 @@ uint64_t
 dsh_pending_t *
     dsh_dispatch_take (dsh_dispatch_t *self, uint64_t token);
 
+//  The entry for a token, left in the table, or NULL.
+dsh_pending_t *
+    dsh_dispatch_lookup (dsh_dispatch_t *self, uint64_t token);
+
 //  Take every entry sent to component, in a new list (caller destroys; the
 //  list destroys its entries).
 zlistx_t *

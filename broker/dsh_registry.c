@@ -184,9 +184,15 @@ s_send_sync (self_t *self, const char *component)
         zsys_info ("dsh-broker: SYNC to %s not sent yet: %s", component, zmq_strerror (errno));
 }
 
+//  Publishes the events of a change, and asks every component that was
+//  refused a name the change freed to announce again.
 static void
 s_publish (self_t *self, zlistx_t *events)
 {
+    zlistx_t *resync = dsh_catalog_take_resync (self->catalog);
+    for (char *component = zlistx_first (resync); component; component = zlistx_next (resync))
+        s_send_sync (self, component);
+    zlistx_destroy (&resync);
     for (dsh_event_t *event = zlistx_first (events); event; event = zlistx_next (events)) {
         zmsg_t *msg = zmsg_new ();
         zmsg_addstr (msg, event->kind);
@@ -259,11 +265,11 @@ s_handle_call (self_t *self, zmsg_t **envelope_p, dsh_doc_t **doc_p, zframe_t **
         s_reply_result_error (self, envelope_p, head.call_id, DSH_E_UNKNOWN_TOOL, text);
         return;
     }
-    int64_t timeout_ms = head.timeout_ms? (int64_t) head.timeout_ms: self->call_timeout_ms;
-    if (timeout_ms > self->max_call_timeout_ms)
-        timeout_ms = self->max_call_timeout_ms;
+    uint64_t timeout_ms = head.timeout_ms? head.timeout_ms: (uint64_t) self->call_timeout_ms;
+    if (timeout_ms > (uint64_t) self->max_call_timeout_ms)
+        timeout_ms = (uint64_t) self->max_call_timeout_ms;
     uint64_t token = dsh_dispatch_add (self->dispatch, envelope_p, head.call_id, head.name,
-                                       provider, zclock_mono () + timeout_ms);
+                                       provider, zclock_mono () + (int64_t) timeout_ms);
     char *component = strdup (provider);
     //  The body still points into its frame; done with it before it moves on
     dsh_doc_destroy (doc_p);
@@ -460,15 +466,28 @@ s_handle_result (self_t *self, const char *component, zmsg_t *msg)
         zsys_warning ("dsh-broker: malformed RESULT from %s: want token and body frames", component);
     }
     else {
-        dsh_pending_t *entry = dsh_dispatch_take (self->dispatch, token);
-        if (!entry)
+        dsh_pending_t *entry = dsh_dispatch_lookup (self->dispatch, token);
+        if (entry && !streq (entry->component, component)) {
+            //  Only the component a call went to may answer it
+            self->bad_messages++;
+            zsys_warning ("dsh-broker: %s sent a RESULT for a call it was not given", component);
+            entry = NULL;
+        }
+        else
+        if (entry)
+            entry = dsh_dispatch_take (self->dispatch, token);
+        else
             self->late_results++;
-        else {
+        if (entry) {
             dsh_catalog_outstanding (self->catalog, entry->component, -1);
             char error [256];
             dsh_doc_t *doc = dsh_proto_decode_body (body, error, sizeof (error));
             if (doc && dsh_proto_check_result (dsh_doc_root (doc), error, sizeof (error)))
                 dsh_doc_destroy (&doc);
+            if (doc && !dsh_str_eq (dsh_map_get (dsh_doc_root (doc), "callId"), entry->call_id)) {
+                snprintf (error, sizeof (error), "its callId is not the call's \"%s\"", entry->call_id);
+                dsh_doc_destroy (&doc);
+            }
             if (doc)
                 s_send_front (self, &entry->envelope, DSH_RESULT, &body);
             else {
@@ -588,8 +607,14 @@ s_announce_recv (zloop_t *loop, zsock_t *reader, void *arg)
         if (dsh_catalog_touch (self->catalog, presence.component, presence.generation, zclock_mono ()))
             s_send_sync (self, presence.component);
     }
-    else
-        s_remove_component (self, presence.component, "withdrawn");
+    else {
+        uint64_t generation;
+        //  A WITHDRAW from an older incarnation must not remove a newer one
+        //  (generations start from the clock, so they grow across restarts)
+        if (dsh_catalog_generation (self->catalog, presence.component, &generation) == 0
+        &&  presence.generation >= generation)
+            s_remove_component (self, presence.component, "withdrawn");
+    }
 
     dsh_doc_destroy (&doc);
     zframe_destroy (&protocol);
@@ -629,6 +654,16 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
         snprintf (text, sizeof (text), "Error: tool \"%s\" did not answer before the call's deadline",
                   entry->tool);
         s_reply_result_error (self, &entry->envelope, entry->call_id, DSH_E_TIMEOUT, text);
+        //  The component may stop the handler; a RESULT it sends anyway is late
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        msgpack_pack_map (&packer.pk, 2);
+        dsh_packer_kv_str (&packer, "callId", entry->call_id);
+        dsh_packer_kv_str (&packer, "reason", "deadline");
+        zframe_t *body = dsh_packer_frame (&packer);
+        dsh_packer_release (&packer);
+        zframe_t *token = dsh_dispatch_token_frame (entry->token);
+        s_send_work (self, entry->component, DSH_CANCEL, &token, &body);
     }
     zlistx_destroy (&expired);
     return 0;

@@ -54,6 +54,7 @@ extern "C" {
 //  Commands on the work socket besides CALL and RESULT
 #define DSH_SYNC                "SYNC"
 #define DSH_REFUSED             "REFUSED"
+#define DSH_CANCEL              "CANCEL"
 
 //  Change event kinds (the first frame of every event, so SUB can filter)
 #define DSH_EV_REGISTERED       "tool.registered"

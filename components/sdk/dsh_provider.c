@@ -202,6 +202,12 @@ s_welcomed (self_t *self, dsh_doc_t *doc)
     char *work = dsh_doc_strdup (doc, dsh_map_get (root, "work"));
     const msgpack_object *heartbeat = dsh_map_get (root, "heartbeatMs");
     const msgpack_object *max_bytes = dsh_map_get (root, "maxMessageBytes");
+    const msgpack_object *protocol = dsh_map_get (root, "protocol");
+    if (!protocol || protocol->type != MSGPACK_OBJECT_POSITIVE_INTEGER || protocol->via.u64 != DSH_PROTOCOL_VERSION) {
+        zsys_error ("%s: the broker at %s does not speak dsh/%d; still asking", self->id, self->broker,
+                    DSH_PROTOCOL_VERSION);
+        return;
+    }
     if (!announce || !work || !heartbeat || heartbeat->type != MSGPACK_OBJECT_POSITIVE_INTEGER
     ||  heartbeat->via.u64 == 0 || heartbeat->via.u64 > 3600000) {
         zsys_warning ("%s: malformed WELCOME from %s; asking again", self->id, self->broker);
@@ -367,7 +373,7 @@ s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
         }
     }
     else
-    if (!streq (command, "CANCEL"))
+    if (!streq (command, DSH_CANCEL))
         zsys_warning ("%s: unknown command \"%s\" from the broker", self->id, command);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
@@ -505,6 +511,9 @@ s_provider_actor (zsock_t *pipe, void *args)
     zlistx_set_destructor (self->tools, (zlistx_destructor_fn *) s_tool_destroy);
     self->refusals = zlistx_new ();
     zlistx_set_destructor (self->refusals, (zlistx_destructor_fn *) zstr_free);
+    //  Generations start from the clock, so a restarted component never
+    //  repeats one its predecessor used
+    self->generation = (uint64_t) zclock_time ();
     self->pool = dsh_pool_new (settings->workers, S_QUEUE_LIMIT, s_job_run);
     assert (self->pool);
     self->front = zsock_new (ZMQ_DEALER);

@@ -355,6 +355,40 @@ test_replicas_and_conflicts (void **state)
     dsh_testproc_destroy (&second);
 }
 
+static void
+test_refused_name_freed (void **state)
+{
+    fixture_t *fixture = (fixture_t *) *state;
+    dsh_testproc_t *owner = dsh_testkit_component (DEMO, fixture->endpoint, "owner", NULL);
+    assert_int_equal (dsh_testkit_wait_tools (fixture->endpoint, "echo", 1, 5000), 0);
+    dsh_provider_t *waiting = dsh_provider_new (fixture->endpoint, "waiting", 1);
+    assert_int_equal (dsh_provider_add_raw (waiting,
+        "{\"name\":\"echo\",\"parameters\":{\"type\":\"object\"}}", s_other_echo, NULL), 0);
+    char *refusal = dsh_provider_refusal (waiting, 5000);
+    assert_non_null (refusal);
+    zstr_free (&refusal);
+
+    //  The owner leaves cleanly: the name is free, and the component that
+    //  was refused it is asked to announce again and gets it
+    dsh_testproc_signal (owner, SIGTERM);
+    assert_int_equal (dsh_testproc_wait (owner, 5000), 0);
+    char *text = NULL;
+    int64_t give_up = zclock_mono () + 5000;
+    while (zclock_mono () < give_up) {
+        dsh_reply_t *reply = s_call (fixture->client, "echo", "{\"message\":\"x\"}");
+        zstr_free (&text);
+        text = dsh_reply_text (reply)? strdup (dsh_reply_text (reply)): NULL;
+        dsh_reply_destroy (&reply);
+        if (text && streq (text, "imposter"))
+            break;
+        zclock_sleep (50);
+    }
+    assert_string_equal (text, "imposter");
+    zstr_free (&text);
+    dsh_provider_destroy (&waiting);
+    dsh_testproc_destroy (&owner);
+}
+
 //  Finds a loopback port p such that p..p+3 are free (front and derived).
 static int
 s_free_ports (void)
@@ -423,6 +457,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_announce_list_call_events, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_kill_with_call_in_flight, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_replicas_and_conflicts, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_refused_name_freed, s_setup, s_teardown),
         cmocka_unit_test (test_broker_restart_relearns),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);

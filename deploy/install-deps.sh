@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+#  Installs the Debian packages dsh needs to build, run and test.
+#  Idempotent and quiet when everything is there already.
+set -euo pipefail
+
+packages=(gcc pkg-config meson ninja-build python3
+          libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
+          valgrind)
+
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
