@@ -1,0 +1,909 @@
+/*  =========================================================================
+    test_proto - dsh_proto: frame splitting, message builders, name and id
+    rules, CALL bodies, error bodies, result, content and tool checks, and
+    presence bodies
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsh_doc.h"
+#include "dsh_json.h"
+#include "dsh_proto.h"
+
+//  Documents built from JSON text in one test; the teardown frees them, so
+//  a failed assertion leaks nothing.
+typedef struct {
+    msgpack_sbuffer sbuf;
+    dsh_doc_t *doc;
+} held_t;
+
+static zlistx_t *s_held;
+
+static void
+s_held_destroy (held_t **held_p)
+{
+    if (*held_p) {
+        dsh_doc_destroy (&(*held_p)->doc);
+        msgpack_sbuffer_destroy (&(*held_p)->sbuf);
+        free (*held_p);
+        *held_p = NULL;
+    }
+}
+
+static int
+s_setup (void **state)
+{
+    (void) state;
+    s_held = zlistx_new ();
+    zlistx_set_destructor (s_held, (zlistx_destructor_fn *) s_held_destroy);
+    return 0;
+}
+
+static int
+s_teardown (void **state)
+{
+    (void) state;
+    zlistx_destroy (&s_held);
+    return 0;
+}
+
+//  The decoded document of JSON text (freed at teardown).
+static dsh_doc_t *
+s_doc (const char *json)
+{
+    held_t *held = (held_t *) calloc (1, sizeof (held_t));
+    assert_non_null (held);
+    zlistx_add_end (s_held, held);
+    char error [256] = "";
+    if (dsh_json_text_to_msgpack (json, &held->sbuf, error, sizeof error))
+        fail_msg ("bad test JSON %s: %s", json, error);
+    held->doc = dsh_doc_new (held->sbuf.data, held->sbuf.size, error, sizeof error);
+    if (!held->doc)
+        fail_msg ("doc refused %s: %s", json, error);
+    return held->doc;
+}
+
+//  The root object of JSON text.
+static const msgpack_object *
+s_obj (const char *json)
+{
+    return dsh_doc_root (s_doc (json));
+}
+
+//  The document decoded from a frame's bytes (the frame must outlive it).
+static dsh_doc_t *
+s_frame_doc (zframe_t *frame)
+{
+    char error [256] = "";
+    dsh_doc_t *doc = dsh_doc_new (zframe_data (frame), zframe_size (frame), error, sizeof error);
+    if (!doc)
+        fail_msg ("frame does not decode: %s", error);
+    return doc;
+}
+
+static void
+s_assert_str (const msgpack_object *obj, const char *text)
+{
+    assert_non_null (obj);
+    assert_int_equal (obj->type, MSGPACK_OBJECT_STR);
+    assert_int_equal (obj->via.str.size, strlen (text));
+    assert_memory_equal (obj->via.str.ptr, text, strlen (text));
+}
+
+static void
+s_assert_contains (const char *text, const char *part)
+{
+    if (!strstr (text, part))
+        fail_msg ("\"%s\" does not contain \"%s\"", text, part);
+}
+
+// ---------------------------------------------------------------------------
+//  Split
+
+static zmsg_t *
+s_msg (const char *const *frames, size_t count)
+{
+    zmsg_t *msg = zmsg_new ();
+    for (size_t index = 0; index < count; index++)
+        zmsg_addstr (msg, frames [index]);
+    return msg;
+}
+
+static void
+s_split_ok (size_t envelope_frames)
+{
+    const char *frames [] = { "peer1", "peer2", "peer3" };
+    zmsg_t *msg = zmsg_new ();
+    for (size_t index = 0; index < envelope_frames; index++)
+        zmsg_addstr (msg, frames [index]);
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, "DSH1");
+    zmsg_addstr (msg, "PING");
+    zmsg_addstr (msg, "body");
+
+    zmsg_t *envelope = (zmsg_t *) 0x1;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256] = "";
+    assert_int_equal (dsh_proto_split (msg, &envelope, command, sizeof command, error, sizeof error), 0);
+    assert_string_equal (command, "PING");
+    assert_non_null (envelope);
+    assert_int_equal (zmsg_size (envelope), envelope_frames);
+    size_t index = 0;
+    for (zframe_t *frame = zmsg_first (envelope); frame; frame = zmsg_next (envelope))
+        assert_true (zframe_streq (frame, frames [index++]));
+    assert_int_equal (zmsg_size (msg), 1);
+    assert_true (zframe_streq (zmsg_first (msg), "body"));
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+}
+
+static void
+test_split_envelopes (void **state)
+{
+    (void) state;
+    s_split_ok (0);
+    s_split_ok (1);
+    s_split_ok (3);
+}
+
+//  Expects a refusal; returns the envelope handed back (caller destroys).
+static zmsg_t *
+s_split_refused (zmsg_t *msg, const char *reason)
+{
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256] = "";
+    assert_int_equal (dsh_proto_split (msg, &envelope, command, sizeof command, error, sizeof error), -1);
+    s_assert_contains (error, reason);
+    zmsg_destroy (&msg);
+    return envelope;
+}
+
+static void
+test_split_refusals (void **state)
+{
+    (void) state;
+    //  No delimiter: no envelope is handed back, nothing is trusted
+    zmsg_t *envelope = s_split_refused (s_msg ((const char *[]) { "DSH1", "PING", "x" }, 3),
+                                        "delimiter");
+    assert_null (envelope);
+
+    //  Wrong protocol: the envelope still comes back so a reply can be routed
+    zmsg_t *msg = s_msg ((const char *[]) { "peer" }, 1);
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, "DSH2");
+    zmsg_addstr (msg, "PING");
+    envelope = s_split_refused (msg, "protocol");
+    assert_non_null (envelope);
+    assert_int_equal (zmsg_size (envelope), 1);
+    assert_true (zframe_streq (zmsg_first (envelope), "peer"));
+    zmsg_destroy (&envelope);
+
+    //  Protocol frame missing altogether
+    msg = zmsg_new ();
+    zmsg_addmem (msg, NULL, 0);
+    envelope = s_split_refused (msg, "protocol");
+    assert_non_null (envelope);
+    assert_int_equal (zmsg_size (envelope), 0);
+    zmsg_destroy (&envelope);
+
+    //  Missing command
+    msg = zmsg_new ();
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, "DSH1");
+    envelope = s_split_refused (msg, "command");
+    zmsg_destroy (&envelope);
+
+    //  Empty command
+    msg = zmsg_new ();
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, "DSH1");
+    zmsg_addmem (msg, NULL, 0);
+    envelope = s_split_refused (msg, "command");
+    zmsg_destroy (&envelope);
+
+    //  Oversized command (17 bytes)
+    msg = zmsg_new ();
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, "DSH1");
+    zmsg_addstr (msg, "ABCDEFGHIJKLMNOPQ");
+    envelope = s_split_refused (msg, "command");
+    zmsg_destroy (&envelope);
+
+    //  Lower-case command
+    msg = zmsg_new ();
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, "DSH1");
+    zmsg_addstr (msg, "ping");
+    envelope = s_split_refused (msg, "upper-case");
+    zmsg_destroy (&envelope);
+
+    //  A 16-byte command is the longest accepted
+    msg = zmsg_new ();
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, "DSH1");
+    zmsg_addstr (msg, "ABCDEFGHIJKLMNOP");
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256] = "";
+    assert_int_equal (dsh_proto_split (msg, &envelope, command, sizeof command, error, sizeof error), 0);
+    assert_string_equal (command, "ABCDEFGHIJKLMNOP");
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+}
+
+static void
+test_split_keeps_following_frames (void **state)
+{
+    (void) state;
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addstr (msg, "worker");
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, "DSH1");
+    zmsg_addstr (msg, "CALL");
+    zframe_t *token = zframe_new ("\x00\x01\x02\x03\x04\x05\x06\x07", 8);
+    zmsg_append (msg, &token);
+    zmsg_addstr (msg, "body");
+    zmsg_addmem (msg, NULL, 0);            //  an empty frame after the command stays too
+
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256] = "";
+    assert_int_equal (dsh_proto_split (msg, &envelope, command, sizeof command, error, sizeof error), 0);
+    assert_string_equal (command, "CALL");
+    assert_int_equal (zmsg_size (envelope), 1);
+    assert_int_equal (zmsg_size (msg), 3);
+    zframe_t *frame = zmsg_first (msg);
+    assert_int_equal (zframe_size (frame), 8);
+    assert_memory_equal (zframe_data (frame), "\x00\x01\x02\x03\x04\x05\x06\x07", 8);
+    assert_true (zframe_streq (zmsg_next (msg), "body"));
+    assert_int_equal (zframe_size (zmsg_next (msg)), 0);
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+}
+
+// ---------------------------------------------------------------------------
+//  Builders
+
+static void
+test_message_builders (void **state)
+{
+    (void) state;
+    //  With an envelope: it is taken and leads the message
+    zmsg_t *envelope = s_msg ((const char *[]) { "a", "b" }, 2);
+    zmsg_t *msg = dsh_proto_message (&envelope, DSH_PONG);
+    assert_null (envelope);
+    assert_int_equal (zmsg_size (msg), 5);
+    assert_true (zframe_streq (zmsg_first (msg), "a"));
+    assert_true (zframe_streq (zmsg_next (msg), "b"));
+    assert_int_equal (zframe_size (zmsg_next (msg)), 0);
+    assert_true (zframe_streq (zmsg_next (msg), "DSH1"));
+    assert_true (zframe_streq (zmsg_next (msg), "PONG"));
+
+    //  ...and splits back into the same parts
+    zmsg_addstr (msg, "body");
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256] = "";
+    assert_int_equal (dsh_proto_split (msg, &envelope, command, sizeof command, error, sizeof error), 0);
+    assert_string_equal (command, "PONG");
+    assert_int_equal (zmsg_size (envelope), 2);
+    assert_int_equal (zmsg_size (msg), 1);
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+
+    //  Without one (a DEALER's own message), and with a NULL pointer
+    zmsg_t *none = NULL;
+    msg = dsh_proto_message (&none, DSH_HELLO);
+    assert_int_equal (zmsg_size (msg), 3);
+    assert_int_equal (zframe_size (zmsg_first (msg)), 0);
+    assert_true (zframe_streq (zmsg_next (msg), "DSH1"));
+    assert_true (zframe_streq (zmsg_next (msg), "HELLO"));
+    zmsg_destroy (&msg);
+    msg = dsh_proto_message (NULL, DSH_HELLO);
+    assert_int_equal (zmsg_size (msg), 3);
+    zmsg_destroy (&msg);
+
+    //  PUB message: "DSH1" command body, body taken
+    zframe_t *body = zframe_new ("\x80", 1);
+    msg = dsh_proto_pub_message (DSH_HEARTBEAT, &body);
+    assert_null (body);
+    assert_int_equal (zmsg_size (msg), 3);
+    assert_true (zframe_streq (zmsg_first (msg), "DSH1"));
+    assert_true (zframe_streq (zmsg_next (msg), "HEARTBEAT"));
+    zframe_t *frame = zmsg_next (msg);
+    assert_int_equal (zframe_size (frame), 1);
+    assert_int_equal (zframe_data (frame) [0], 0x80);
+    zmsg_destroy (&msg);
+}
+
+static void
+test_decode_body (void **state)
+{
+    (void) state;
+    char error [256] = "";
+    zframe_t *frame = zframe_new ("\x81\xa1" "a\x01", 4);     //  {"a": 1}
+    dsh_doc_t *doc = dsh_proto_decode_body (frame, error, sizeof error);
+    assert_non_null (doc);
+    assert_int_equal (dsh_doc_root (doc)->type, MSGPACK_OBJECT_MAP);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&frame);
+
+    frame = zframe_new ("\x91\x01", 2);                       //  [1]
+    assert_null (dsh_proto_decode_body (frame, error, sizeof error));
+    s_assert_contains (error, "not a map");
+    zframe_destroy (&frame);
+
+    frame = zframe_new ("\x82\xa1" "a", 3);                   //  truncated
+    error [0] = 0;
+    assert_null (dsh_proto_decode_body (frame, error, sizeof error));
+    assert_true (strlen (error) > 0);
+    zframe_destroy (&frame);
+
+    error [0] = 0;
+    assert_null (dsh_proto_decode_body (NULL, error, sizeof error));
+    assert_true (strlen (error) > 0);
+}
+
+// ---------------------------------------------------------------------------
+//  Names and ids
+
+static void
+test_valid_name (void **state)
+{
+    (void) state;
+    char text [DSH_NAME_MAX + 2];
+    memset (text, 'a', sizeof text);
+    assert_true (dsh_proto_valid_name (text, 1));
+    assert_true (dsh_proto_valid_name (text, 128));
+    assert_false (dsh_proto_valid_name (text, 129));
+    assert_false (dsh_proto_valid_name (text, 0));
+    assert_false (dsh_proto_valid_name (NULL, 3));
+    assert_true (dsh_proto_valid_name ("fs.read_file-2", 14));
+    assert_true (dsh_proto_valid_name ("ABC.xyz_09-", 11));
+    const char *bad [] = { "a b", "a/b", "a:b", "a\"b", "caf\xc3\xa9", "a\tb", "a@b" };
+    for (size_t index = 0; index < sizeof bad / sizeof bad [0]; index++)
+        if (dsh_proto_valid_name (bad [index], strlen (bad [index])))
+            fail_msg ("name \"%s\" accepted", bad [index]);
+    assert_false (dsh_proto_valid_name ("a\0b", 3));
+}
+
+static void
+test_valid_id (void **state)
+{
+    (void) state;
+    char text [DSH_ID_MAX + 2];
+    memset (text, 'x', sizeof text);
+    assert_true (dsh_proto_valid_id (text, 128));
+    assert_false (dsh_proto_valid_id (text, 129));
+    assert_false (dsh_proto_valid_id (text, 0));
+    assert_false (dsh_proto_valid_id (NULL, 1));
+    assert_true (dsh_proto_valid_id ("agent:7@host/x#1", 16));
+    const char *bad [] = { "a b", "a\tb", "a\nb", "a\x7f" "b", "caf\xc3\xa9", " a" };
+    for (size_t index = 0; index < sizeof bad / sizeof bad [0]; index++)
+        if (dsh_proto_valid_id (bad [index], strlen (bad [index])))
+            fail_msg ("id \"%s\" accepted", bad [index]);
+    assert_false (dsh_proto_valid_id ("\0ab", 3));
+}
+
+// ---------------------------------------------------------------------------
+//  CALL bodies
+
+static void
+test_decode_call_ok (void **state)
+{
+    (void) state;
+    dsh_doc_t *doc = s_doc ("{\"callId\":\"c-1\",\"name\":\"echo\",\"arguments\":{\"a\":1},"
+                            "\"agent\":\"agent-7\",\"meta\":{\"trace\":\"t\"},\"timeoutMs\":1500}");
+    dsh_call_head_t head;
+    char error [256] = "";
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), 0);
+    assert_string_equal (head.call_id, "c-1");
+    assert_string_equal (head.name, "echo");
+    assert_string_equal (head.agent, "agent-7");
+    assert_int_equal (head.timeout_ms, 1500);
+    assert_non_null (head.arguments);
+    assert_int_equal (head.arguments->type, MSGPACK_OBJECT_MAP);
+    assert_int_equal (dsh_map_get (head.arguments, "a")->via.u64, 1);
+    assert_non_null (head.meta);
+    s_assert_str (dsh_map_get (head.meta, "trace"), "t");
+
+    //  Only the required fields: the rest are absent, not defaulted
+    doc = s_doc ("{\"callId\":\"c\",\"name\":\"n\"}");
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), 0);
+    assert_null (head.agent);
+    assert_null (head.arguments);
+    assert_null (head.meta);
+    assert_int_equal (head.timeout_ms, 0);
+
+    //  Arguments may be any value; the tool's schema decides
+    doc = s_doc ("{\"callId\":\"c\",\"name\":\"n\",\"arguments\":[1,2]}");
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), 0);
+    assert_int_equal (head.arguments->type, MSGPACK_OBJECT_ARRAY);
+
+    //  A callId of exactly 256 bytes is the longest accepted
+    char json [400];
+    snprintf (json, sizeof json, "{\"callId\":\"%0256d\",\"name\":\"n\"}", 0);
+    doc = s_doc (json);
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), 0);
+    assert_int_equal (strlen (head.call_id), 256);
+}
+
+//  Expects the CALL body to be refused with a reason containing part;
+//  returns the call id that was still read (may be NULL).
+static const char *
+s_call_refused (const char *json, const char *part)
+{
+    dsh_doc_t *doc = s_doc (json);
+    dsh_call_head_t head;
+    char error [256] = "";
+    if (dsh_proto_decode_call (doc, &head, error, sizeof error) != -1)
+        fail_msg ("CALL %s accepted", json);
+    s_assert_contains (error, part);
+    return head.call_id;
+}
+
+static void
+test_decode_call_refused (void **state)
+{
+    (void) state;
+    assert_null (s_call_refused ("{\"name\":\"n\"}", "callId"));
+    assert_null (s_call_refused ("{\"callId\":42,\"name\":\"n\"}", "callId"));
+    assert_null (s_call_refused ("{\"callId\":\"\",\"name\":\"n\"}", "callId"));
+    char json [400];
+    snprintf (json, sizeof json, "{\"callId\":\"%0257d\",\"name\":\"n\"}", 0);
+    assert_null (s_call_refused (json, "callId"));
+
+    //  Once the callId is read it is kept, so the refusal can be answered by id
+    const char *call_id = s_call_refused ("{\"callId\":\"c9\"}", "name");
+    assert_non_null (call_id);
+    assert_string_equal (call_id, "c9");
+    call_id = s_call_refused ("{\"callId\":\"c9\",\"name\":[\"x\"]}", "name");
+    assert_string_equal (call_id, "c9");
+    call_id = s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"agent\":5}", "agent");
+    assert_string_equal (call_id, "c9");
+    s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"agent\":\"\"}", "agent");
+    call_id = s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"meta\":[1]}", "meta");
+    assert_string_equal (call_id, "c9");
+    s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"meta\":\"m\"}", "meta");
+    s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"timeoutMs\":-5}", "timeoutMs");
+    s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"timeoutMs\":\"100\"}", "timeoutMs");
+    s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"timeoutMs\":1.5}", "timeoutMs");
+}
+
+static void
+test_encode_call_round_trip (void **state)
+{
+    (void) state;
+    msgpack_sbuffer args, meta;
+    char error [256] = "";
+    assert_int_equal (dsh_json_text_to_msgpack ("{\"path\":\"/tmp\",\"n\":3}", &args, error, sizeof error), 0);
+    assert_int_equal (dsh_json_text_to_msgpack ("{\"trace\":\"abc\"}", &meta, error, sizeof error), 0);
+    zframe_t *frame = dsh_proto_encode_call ("call-1", "fs.list", args.data, args.size, "agent-1",
+                                             meta.data, meta.size, 2500);
+    msgpack_sbuffer_destroy (&args);
+    msgpack_sbuffer_destroy (&meta);
+    dsh_doc_t *doc = s_frame_doc (frame);
+    assert_int_equal (dsh_doc_root (doc)->via.map.size, 6);
+    dsh_call_head_t head;
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), 0);
+    assert_string_equal (head.call_id, "call-1");
+    assert_string_equal (head.name, "fs.list");
+    assert_string_equal (head.agent, "agent-1");
+    assert_int_equal (head.timeout_ms, 2500);
+    s_assert_str (dsh_map_get (head.arguments, "path"), "/tmp");
+    assert_int_equal (dsh_map_get (head.arguments, "n")->via.u64, 3);
+    s_assert_str (dsh_map_get (head.meta, "trace"), "abc");
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&frame);
+
+    //  Nothing optional: arguments default to an empty map, nothing else is sent
+    frame = dsh_proto_encode_call ("c", "n", NULL, 0, NULL, NULL, 0, 0);
+    doc = s_frame_doc (frame);
+    const msgpack_object *root = dsh_doc_root (doc);
+    assert_int_equal (root->via.map.size, 3);
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), 0);
+    assert_non_null (head.arguments);
+    assert_int_equal (head.arguments->type, MSGPACK_OBJECT_MAP);
+    assert_int_equal (head.arguments->via.map.size, 0);
+    assert_null (head.agent);
+    assert_null (head.meta);
+    assert_null (dsh_map_get (root, "timeoutMs"));
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&frame);
+}
+
+// ---------------------------------------------------------------------------
+//  Error bodies
+
+static void
+test_error_names (void **state)
+{
+    (void) state;
+    assert_string_equal (dsh_proto_error_name (DSH_E_BAD_REQUEST), "BadRequestError");
+    assert_string_equal (dsh_proto_error_name (DSH_E_UNKNOWN_TOOL), "UnknownToolError");
+    assert_string_equal (dsh_proto_error_name (DSH_E_INVALID_ARGS), "ToolArgsError");
+    assert_string_equal (dsh_proto_error_name (DSH_E_TOOL_FAILED), "ToolError");
+    assert_string_equal (dsh_proto_error_name (DSH_E_TOOL_GONE), "ToolGoneError");
+    assert_string_equal (dsh_proto_error_name (DSH_E_TIMEOUT), "ToolTimeoutError");
+    assert_string_equal (dsh_proto_error_name (DSH_E_OVERLOADED), "OverloadedError");
+    assert_string_equal (dsh_proto_error_name (DSH_E_BAD_RESULT), "BadResultError");
+    assert_string_equal (dsh_proto_error_name ("SOMETHING_ELSE"), "Error");
+}
+
+static void
+test_error_result (void **state)
+{
+    (void) state;
+    zframe_t *frame = dsh_proto_error_result ("c-7", DSH_E_UNKNOWN_TOOL, "Error: unknown tool \"x\"");
+    dsh_doc_t *doc = s_frame_doc (frame);
+    const msgpack_object *root = dsh_doc_root (doc);
+    assert_int_equal (root->type, MSGPACK_OBJECT_MAP);
+    assert_int_equal (root->via.map.size, 4);
+    s_assert_str (dsh_map_get (root, "callId"), "c-7");
+    const msgpack_object *content = dsh_map_get (root, "content");
+    assert_int_equal (content->type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal (content->via.array.size, 1);
+    s_assert_str (dsh_map_get (&content->via.array.ptr [0], "type"), "text");
+    s_assert_str (dsh_map_get (&content->via.array.ptr [0], "text"), "Error: unknown tool \"x\"");
+    const msgpack_object *is_error = dsh_map_get (root, "isError");
+    assert_int_equal (is_error->type, MSGPACK_OBJECT_BOOLEAN);
+    assert_true (is_error->via.boolean);
+    const msgpack_object *failure = dsh_map_get (root, "error");
+    assert_int_equal (failure->type, MSGPACK_OBJECT_MAP);
+    s_assert_str (dsh_map_get (failure, "name"), "UnknownToolError");
+    s_assert_str (dsh_map_get (failure, "code"), "UNKNOWN_TOOL");
+    char error [256] = "";
+    assert_int_equal (dsh_proto_check_result (root, error, sizeof error), 0);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&frame);
+
+    //  No callId known: an empty one, still a valid result
+    frame = dsh_proto_error_result (NULL, DSH_E_BAD_REQUEST, "Error: bad");
+    doc = s_frame_doc (frame);
+    root = dsh_doc_root (doc);
+    s_assert_str (dsh_map_get (root, "callId"), "");
+    s_assert_str (dsh_map_get (dsh_map_get (root, "error"), "name"), "BadRequestError");
+    assert_int_equal (dsh_proto_check_result (root, error, sizeof error), 0);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&frame);
+}
+
+static void
+test_error_body (void **state)
+{
+    (void) state;
+    const msgpack_object *id = s_obj ("{\"id\":[7,\"x\"]}");
+    zframe_t *frame = dsh_proto_error_body (dsh_map_get (id, "id"), DSH_E_BAD_REQUEST, "no such command");
+    dsh_doc_t *doc = s_frame_doc (frame);
+    const msgpack_object *root = dsh_doc_root (doc);
+    assert_int_equal (root->via.map.size, 3);
+    const msgpack_object *echoed = dsh_map_get (root, "id");
+    assert_non_null (echoed);
+    assert_int_equal (echoed->type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal (echoed->via.array.size, 2);
+    assert_int_equal (echoed->via.array.ptr [0].via.u64, 7);
+    s_assert_str (&echoed->via.array.ptr [1], "x");
+    s_assert_str (dsh_map_get (root, "code"), "BAD_REQUEST");
+    s_assert_str (dsh_map_get (root, "message"), "no such command");
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&frame);
+
+    frame = dsh_proto_error_body (NULL, DSH_E_UNKNOWN_TOOL, "unknown tool \"x\"");
+    doc = s_frame_doc (frame);
+    root = dsh_doc_root (doc);
+    assert_int_equal (root->via.map.size, 2);
+    assert_null (dsh_map_get (root, "id"));
+    s_assert_str (dsh_map_get (root, "code"), "UNKNOWN_TOOL");
+    s_assert_str (dsh_map_get (root, "message"), "unknown tool \"x\"");
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&frame);
+}
+
+// ---------------------------------------------------------------------------
+//  Results and content
+
+static void
+s_result_ok (const char *json)
+{
+    char error [256] = "";
+    if (dsh_proto_check_result (s_obj (json), error, sizeof error))
+        fail_msg ("result %s refused: %s", json, error);
+}
+
+static void
+s_result_refused (const char *json, const char *part)
+{
+    char error [256] = "";
+    if (dsh_proto_check_result (s_obj (json), error, sizeof error) != -1)
+        fail_msg ("result %s accepted", json);
+    s_assert_contains (error, part);
+}
+
+static void
+test_check_result (void **state)
+{
+    (void) state;
+    s_result_ok ("{\"content\":[],\"isError\":false}");
+    s_result_ok ("{\"callId\":\"c\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],\"isError\":false,"
+                 "\"structuredContent\":{\"a\":1}}");
+    s_result_ok ("{\"content\":[{\"type\":\"text\",\"text\":\"Error: x\"}],\"isError\":true,"
+                 "\"error\":{\"name\":\"ToolError\",\"code\":\"TOOL_FAILED\"}}");
+    s_result_refused ("[1]", "not a map");
+    s_result_refused ("{\"isError\":false}", "content");
+    s_result_refused ("{\"content\":{},\"isError\":false}", "content");
+    s_result_refused ("{\"content\":[{\"type\":\"text\"}],\"isError\":false}", "text");
+    s_result_refused ("{\"content\":[{\"type\":\"text\",\"text\":\"ok\"},7],\"isError\":false}", "not a map");
+    s_result_refused ("{\"content\":[]}", "isError");
+    s_result_refused ("{\"content\":[],\"isError\":\"no\"}", "isError");
+    s_result_refused ("{\"content\":[],\"isError\":0}", "isError");
+    s_result_refused ("{\"content\":[],\"isError\":true,\"error\":{\"name\":\"ToolError\"}}", "code");
+    s_result_refused ("{\"content\":[],\"isError\":true,\"error\":{\"code\":5}}", "code");
+    s_result_refused ("{\"content\":[],\"isError\":true,\"error\":\"TOOL_FAILED\"}", "error");
+}
+
+static void
+s_content_ok (const char *json)
+{
+    char error [256] = "";
+    if (dsh_proto_check_content (s_obj (json), error, sizeof error))
+        fail_msg ("block %s refused: %s", json, error);
+}
+
+static void
+s_content_refused (const char *json, const char *part)
+{
+    char error [256] = "";
+    if (dsh_proto_check_content (s_obj (json), error, sizeof error) != -1)
+        fail_msg ("block %s accepted", json);
+    s_assert_contains (error, part);
+}
+
+static void
+test_check_content (void **state)
+{
+    (void) state;
+    //  text
+    s_content_ok ("{\"type\":\"text\",\"text\":\"\"}");
+    s_content_refused ("{\"type\":\"text\"}", "text");
+    s_content_refused ("{\"type\":\"text\",\"text\":5}", "text");
+    //  image and audio
+    s_content_ok ("{\"type\":\"image\",\"data\":\"iVBORw0=\",\"mimeType\":\"image/png\"}");
+    s_content_ok ("{\"type\":\"audio\",\"data\":\"UklGRg==\",\"mimeType\":\"audio/wav\"}");
+    s_content_refused ("{\"type\":\"image\",\"data\":\"iVBORw0=\"}", "image block");
+    s_content_refused ("{\"type\":\"image\",\"mimeType\":\"image/png\"}", "image block");
+    s_content_refused ("{\"type\":\"audio\",\"data\":7,\"mimeType\":\"audio/wav\"}", "audio block");
+    s_content_refused ("{\"type\":\"audio\",\"data\":\"x\",\"mimeType\":null}", "audio block");
+    //  resource_link
+    s_content_ok ("{\"type\":\"resource_link\",\"uri\":\"file:///a\",\"name\":\"a\"}");
+    s_content_ok ("{\"type\":\"resource_link\",\"uri\":\"file:///a\",\"name\":\"a\","
+                  "\"mimeType\":\"text/plain\",\"description\":\"d\"}");
+    s_content_refused ("{\"type\":\"resource_link\",\"uri\":\"file:///a\"}", "resource_link");
+    s_content_refused ("{\"type\":\"resource_link\",\"name\":\"a\"}", "resource_link");
+    s_content_refused ("{\"type\":\"resource_link\",\"uri\":1,\"name\":\"a\"}", "resource_link");
+    //  resource: a uri and exactly one of text or blob
+    s_content_ok ("{\"type\":\"resource\",\"resource\":{\"uri\":\"file:///a\",\"text\":\"hi\"}}");
+    s_content_ok ("{\"type\":\"resource\",\"resource\":{\"uri\":\"file:///a\",\"mimeType\":\"x/y\","
+                  "\"blob\":\"AAE=\"}}");
+    s_content_refused ("{\"type\":\"resource\",\"resource\":{\"uri\":\"file:///a\",\"text\":\"hi\","
+                       "\"blob\":\"AAE=\"}}", "exactly one");
+    s_content_refused ("{\"type\":\"resource\",\"resource\":{\"uri\":\"file:///a\"}}", "exactly one");
+    s_content_refused ("{\"type\":\"resource\",\"resource\":{\"uri\":\"file:///a\",\"text\":3}}",
+                       "exactly one");
+    s_content_refused ("{\"type\":\"resource\",\"resource\":{\"uri\":\"file:///a\",\"blob\":[1]}}",
+                       "exactly one");
+    s_content_refused ("{\"type\":\"resource\",\"resource\":{\"text\":\"hi\"}}", "uri");
+    s_content_refused ("{\"type\":\"resource\",\"resource\":\"file:///a\"}", "resource");
+    s_content_refused ("{\"type\":\"resource\"}", "resource");
+    //  no known type
+    s_content_refused ("{\"type\":\"video\",\"data\":\"x\",\"mimeType\":\"video/mp4\"}", "type");
+    s_content_refused ("{\"text\":\"hi\"}", "type");
+    s_content_refused ("{\"type\":7}", "type");
+    s_content_refused ("[\"text\"]", "not a map");
+    char error [256] = "";
+    assert_int_equal (dsh_proto_check_content (NULL, error, sizeof error), -1);
+}
+
+// ---------------------------------------------------------------------------
+//  Tool entries
+
+static void
+s_tool_ok (const char *json)
+{
+    char error [256] = "";
+    if (dsh_proto_check_tool (s_obj (json), error, sizeof error))
+        fail_msg ("tool %s refused: %s", json, error);
+}
+
+static void
+s_tool_refused (const char *json, const char *part)
+{
+    char error [512] = "";
+    if (dsh_proto_check_tool (s_obj (json), error, sizeof error) != -1)
+        fail_msg ("tool %s accepted", json);
+    s_assert_contains (error, part);
+}
+
+static void
+test_check_tool (void **state)
+{
+    (void) state;
+    s_tool_ok ("{\"name\":\"t\",\"parameters\":{\"type\":\"object\"}}");
+    s_tool_ok ("{\"name\":\"fs.read_file-2\",\"description\":\"reads\",\"title\":\"Read\","
+               "\"parameters\":{\"type\":\"object\",\"properties\":{\"p\":{\"type\":\"string\"}},"
+               "\"required\":[\"p\"]},"
+               "\"annotations\":{\"readOnlyHint\":true,\"destructiveHint\":false,"
+               "\"idempotentHint\":true,\"openWorldHint\":false,\"title\":\"anything\"},"
+               "\"outputSchema\":{\"type\":\"object\"},\"strict\":true,\"concurrencySafe\":false}");
+
+    //  Name rules
+    char name [DSH_NAME_MAX + 2];
+    memset (name, 'n', sizeof name);
+    char json [512];
+    snprintf (json, sizeof json, "{\"name\":\"%.*s\",\"parameters\":{\"type\":\"object\"}}", 128, name);
+    s_tool_ok (json);
+    snprintf (json, sizeof json, "{\"name\":\"%.*s\",\"parameters\":{\"type\":\"object\"}}", 129, name);
+    s_tool_refused (json, "is not 1-128");
+    s_tool_refused ("{\"parameters\":{\"type\":\"object\"}}", "name");
+    s_tool_refused ("{\"name\":5,\"parameters\":{\"type\":\"object\"}}", "name");
+    s_tool_refused ("{\"name\":\"\",\"parameters\":{\"type\":\"object\"}}", "is not 1-128");
+    s_tool_refused ("{\"name\":\"bad name\",\"parameters\":{\"type\":\"object\"}}", "\"bad name\"");
+    s_tool_refused ("{\"name\":\"a/b\",\"parameters\":{\"type\":\"object\"}}", "is not 1-128");
+    s_tool_refused ("[\"t\"]", "not a map");
+
+    //  Strings, and every reason names the tool
+    s_tool_refused ("{\"name\":\"t\",\"description\":5,\"parameters\":{\"type\":\"object\"}}",
+                    "tool \"t\": description");
+    s_tool_refused ("{\"name\":\"t\",\"title\":[],\"parameters\":{\"type\":\"object\"}}", "tool \"t\"");
+
+    //  parameters must be {type:"object", ...}
+    s_tool_refused ("{\"name\":\"t\"}", "tool \"t\": parameters");
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":{}}", "parameters");
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":{\"type\":\"string\"}}", "parameters");
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":[{\"type\":\"object\"}]}", "parameters");
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":\"object\"}", "parameters");
+
+    //  annotations hints must be booleans
+    const char *hints [] = { "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint" };
+    for (size_t index = 0; index < 4; index++) {
+        snprintf (json, sizeof json, "{\"name\":\"t\",\"parameters\":{\"type\":\"object\"},"
+                                     "\"annotations\":{\"%s\":\"yes\"}}", hints [index]);
+        s_tool_refused (json, hints [index]);
+        snprintf (json, sizeof json, "{\"name\":\"t\",\"parameters\":{\"type\":\"object\"},"
+                                     "\"annotations\":{\"%s\":1}}", hints [index]);
+        s_tool_refused (json, hints [index]);
+    }
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":{\"type\":\"object\"},\"annotations\":[]}", "annotations");
+
+    //  outputSchema must be an object schema
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":{\"type\":\"object\"},\"outputSchema\":{\"type\":\"array\"}}",
+                    "outputSchema");
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":{\"type\":\"object\"},\"outputSchema\":\"object\"}",
+                    "outputSchema");
+
+    //  strict and concurrencySafe must be booleans
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":{\"type\":\"object\"},\"strict\":\"true\"}", "strict");
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":{\"type\":\"object\"},\"strict\":1}", "strict");
+    s_tool_refused ("{\"name\":\"t\",\"parameters\":{\"type\":\"object\"},\"concurrencySafe\":null}",
+                    "concurrencySafe");
+    s_tool_ok ("{\"name\":\"t\",\"parameters\":{\"type\":\"object\"},\"strict\":false,\"concurrencySafe\":true}");
+}
+
+// ---------------------------------------------------------------------------
+//  Presence
+
+static void
+test_decode_presence (void **state)
+{
+    (void) state;
+    dsh_presence_t presence;
+    char error [256] = "";
+    dsh_doc_t *doc = s_doc ("{\"component\":\"demo-1\",\"generation\":3,"
+                            "\"tools\":[{\"name\":\"t\",\"parameters\":{\"type\":\"object\"}}]}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), 0);
+    assert_string_equal (presence.component, "demo-1");
+    assert_int_equal (presence.generation, 3);
+    assert_non_null (presence.tools);
+    assert_int_equal (presence.tools->type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal (presence.tools->via.array.size, 1);
+
+    //  ANNOUNCE needs a tools array
+    doc = s_doc ("{\"component\":\"demo-1\",\"generation\":3}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), -1);
+    s_assert_contains (error, "tools");
+    doc = s_doc ("{\"component\":\"demo-1\",\"generation\":3,\"tools\":{}}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), -1);
+    s_assert_contains (error, "tools");
+
+    //  HEARTBEAT and WITHDRAW need no tools, and tools are not reported
+    doc = s_doc ("{\"component\":\"demo-1\",\"generation\":4}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_HEARTBEAT, &presence, error, sizeof error), 0);
+    assert_string_equal (presence.component, "demo-1");
+    assert_int_equal (presence.generation, 4);
+    assert_null (presence.tools);
+    doc = s_doc ("{\"component\":\"demo-1\",\"generation\":5,\"tools\":[]}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_WITHDRAW, &presence, error, sizeof error), 0);
+    assert_int_equal (presence.generation, 5);
+    assert_null (presence.tools);
+
+    //  Bad component ids and generations
+    const char *bad [] = {
+        "{\"generation\":1,\"tools\":[]}",
+        "{\"component\":\"has space\",\"generation\":1,\"tools\":[]}",
+        "{\"component\":\"\",\"generation\":1,\"tools\":[]}",
+        "{\"component\":7,\"generation\":1,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":\"1\",\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":-1,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1.5,\"tools\":[]}",
+    };
+    const char *commands [] = { DSH_ANNOUNCE, DSH_HEARTBEAT, DSH_WITHDRAW };
+    for (size_t index = 0; index < sizeof bad / sizeof bad [0]; index++)
+        for (size_t command = 0; command < 3; command++) {
+            doc = s_doc (bad [index]);
+            if (dsh_proto_decode_presence (doc, commands [command], &presence, error, sizeof error) != -1)
+                fail_msg ("%s %s accepted", commands [command], bad [index]);
+        }
+    char json [300];
+    snprintf (json, sizeof json, "{\"component\":\"%0129d\",\"generation\":1}", 0);
+    doc = s_doc (json);
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_HEARTBEAT, &presence, error, sizeof error), -1);
+    snprintf (json, sizeof json, "{\"component\":\"%0128d\",\"generation\":1}", 0);
+    doc = s_doc (json);
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_HEARTBEAT, &presence, error, sizeof error), 0);
+}
+
+// ---------------------------------------------------------------------------
+//  Packer
+
+static void
+test_packer (void **state)
+{
+    (void) state;
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 1);
+    dsh_packer_kv_str (&packer, "k", "v");
+    zframe_t *frame = dsh_packer_frame (&packer);
+    assert_int_equal (zframe_size (frame), 5);
+    assert_memory_equal (zframe_data (frame), "\x81\xa1k\xa1v", 5);
+    //  The buffer is empty again and reusable
+    dsh_packer_raw (&packer, "\xc3", 1);
+    zframe_t *second = dsh_packer_frame (&packer);
+    assert_int_equal (zframe_size (second), 1);
+    assert_int_equal (zframe_data (second) [0], 0xc3);
+    dsh_packer_release (&packer);
+    zframe_destroy (&frame);
+    zframe_destroy (&second);
+}
+
+int
+main (void)
+{
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test_setup_teardown (test_split_envelopes, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_split_refusals, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_split_keeps_following_frames, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_message_builders, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_body, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_valid_name, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_valid_id, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_call_ok, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_call_refused, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_encode_call_round_trip, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_error_names, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_error_result, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_error_body, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_check_result, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_check_content, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_check_tool, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_presence, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_packer, s_setup, s_teardown),
+    };
+    return cmocka_run_group_tests (tests, NULL, NULL);
+}

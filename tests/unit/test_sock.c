@@ -1,0 +1,198 @@
+/*  =========================================================================
+    test_sock - dsh_sock: wildcard endpoint resolution, non-blocking sends
+    that always consume the message, socket limits, and an inproc DEALER/
+    ROUTER round trip in dsh/1 frames
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsh_proto.h"
+#include "dsh_sock.h"
+
+static void
+s_resolves (const char *advertised, const char *front, const char *expected)
+{
+    char *resolved = dsh_sock_resolve (advertised, front);
+    assert_non_null (resolved);
+    if (!streq (resolved, expected))
+        fail_msg ("%s via %s gave %s, not %s", advertised, front? front: "(null)", resolved, expected);
+    free (resolved);
+}
+
+static void
+test_resolve (void **state)
+{
+    (void) state;
+    //  Wildcard hosts take the front's host
+    s_resolves ("tcp://*:7571", "tcp://10.0.0.5:7570", "tcp://10.0.0.5:7571");
+    s_resolves ("tcp://0.0.0.0:7572", "tcp://10.0.0.5:7570", "tcp://10.0.0.5:7572");
+    s_resolves ("tcp://:::7573", "tcp://10.0.0.5:7570", "tcp://10.0.0.5:7573");
+    s_resolves ("tcp://[::]:7573", "tcp://10.0.0.5:7570", "tcp://10.0.0.5:7573");
+    s_resolves ("tcp://*:7571", "tcp://broker.example.com:7570", "tcp://broker.example.com:7571");
+    s_resolves ("tcp://*:7571", "tcp://[::1]:7570", "tcp://[::1]:7571");
+    s_resolves ("tcp://*:7571", "tcp://127.0.0.1:*", "tcp://127.0.0.1:7571");
+
+    //  Real hosts stay
+    s_resolves ("tcp://192.168.1.2:7571", "tcp://10.0.0.5:7570", "tcp://192.168.1.2:7571");
+    s_resolves ("tcp://localhost:7571", "tcp://10.0.0.5:7570", "tcp://localhost:7571");
+    s_resolves ("tcp://**:7571", "tcp://10.0.0.5:7570", "tcp://**:7571");
+    s_resolves ("tcp://0.0.0.01:7571", "tcp://10.0.0.5:7570", "tcp://0.0.0.01:7571");
+
+    //  Nothing to resolve against, or not tcp
+    s_resolves ("tcp://*:7571", NULL, "tcp://*:7571");
+    s_resolves ("tcp://*:7571", "ipc:///tmp/dsh", "tcp://*:7571");
+    s_resolves ("ipc:///tmp/dsh-work", "tcp://10.0.0.5:7570", "ipc:///tmp/dsh-work");
+    s_resolves ("inproc://work", "inproc://front", "inproc://work");
+    s_resolves ("tcp://nocolon", "tcp://10.0.0.5:7570", "tcp://nocolon");
+}
+
+//  A message [frames...] from C strings.
+static zmsg_t *
+s_msg (const char *const *frames, size_t count)
+{
+    zmsg_t *msg = zmsg_new ();
+    for (size_t index = 0; index < count; index++)
+        zmsg_addstr (msg, frames [index]);
+    return msg;
+}
+
+static void
+test_send_unroutable (void **state)
+{
+    (void) state;
+    zsock_t *router = zsock_new_router ("inproc://test-sock-unroutable");
+    assert_non_null (router);
+    zsock_set_router_mandatory (router, 1);
+    zmsg_t *msg = s_msg ((const char *[]) { "nobody", "", "DSH1", "PING", "body" }, 5);
+    errno = 0;
+    assert_int_equal (dsh_sock_send (router, &msg), -1);
+    assert_int_equal (errno, EHOSTUNREACH);
+    assert_null (msg);
+    zsock_destroy (&router);
+}
+
+static void
+test_send_no_peer (void **state)
+{
+    (void) state;
+    //  A DEALER with no peer has no room: the send fails at once, never blocks
+    zsock_t *dealer = zsock_new (ZMQ_DEALER);
+    assert_non_null (dealer);
+    zmsg_t *msg = s_msg ((const char *[]) { "", "DSH1", "HELLO", "body" }, 4);
+    errno = 0;
+    int64_t started = zclock_mono ();
+    assert_int_equal (dsh_sock_send (dealer, &msg), -1);
+    assert_int_equal (errno, EAGAIN);
+    assert_true (zclock_mono () - started < 2000);
+    assert_null (msg);
+
+    //  Nothing to send
+    assert_int_equal (dsh_sock_send (dealer, &msg), -1);
+    zsock_destroy (&dealer);
+}
+
+static void
+test_limit (void **state)
+{
+    (void) state;
+    zsock_t *sock = zsock_new (ZMQ_ROUTER);
+    dsh_sock_limit (sock, 4096, 77);
+    assert_int_equal (zsock_maxmsgsize (sock), 4096);
+    assert_int_equal (zsock_sndhwm (sock), 77);
+    assert_int_equal (zsock_rcvhwm (sock), 77);
+    zsock_destroy (&sock);
+}
+
+//  Receives a message within 5 s, or fails.
+static zmsg_t *
+s_recv (zsock_t *sock)
+{
+    zpoller_t *poller = zpoller_new (sock, NULL);
+    void *which = zpoller_wait (poller, 5000);
+    zpoller_destroy (&poller);
+    if (which != sock)
+        fail_msg ("nothing received");
+    zmsg_t *msg = zmsg_recv (sock);
+    assert_non_null (msg);
+    return msg;
+}
+
+static void
+test_round_trip (void **state)
+{
+    (void) state;
+    zsock_t *router = zsock_new_router ("inproc://test-sock-round-trip");
+    assert_non_null (router);
+    zsock_set_router_mandatory (router, 1);
+    zsock_t *dealer = zsock_new (ZMQ_DEALER);
+    zsock_set_identity (dealer, "comp-1");
+    assert_int_equal (zsock_connect (dealer, "inproc://test-sock-round-trip"), 0);
+
+    //  DEALER -> ROUTER: the router sees the dealer's routing id first
+    zframe_t *body = zframe_new ("\x81\xa1k\xa1v", 5);
+    zmsg_t *msg = dsh_proto_message (NULL, DSH_HELLO);
+    zmsg_append (msg, &body);
+    assert_int_equal (dsh_sock_send (dealer, &msg), 0);
+    assert_null (msg);
+
+    msg = s_recv (router);
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256] = "";
+    assert_int_equal (dsh_proto_split (msg, &envelope, command, sizeof command, error, sizeof error), 0);
+    assert_string_equal (command, "HELLO");
+    assert_int_equal (zmsg_size (envelope), 1);
+    assert_true (zframe_streq (zmsg_first (envelope), "comp-1"));
+    assert_int_equal (zmsg_size (msg), 1);
+    assert_memory_equal (zframe_data (zmsg_first (msg)), "\x81\xa1k\xa1v", 5);
+    zmsg_destroy (&msg);
+
+    //  ROUTER -> DEALER along the envelope
+    zmsg_t *reply = dsh_proto_message (&envelope, DSH_WELCOME);
+    assert_null (envelope);
+    body = zframe_new ("\x80", 1);
+    zmsg_append (reply, &body);
+    assert_int_equal (dsh_sock_send (router, &reply), 0);
+    assert_null (reply);
+
+    msg = s_recv (dealer);
+    assert_int_equal (zmsg_size (msg), 4);
+    assert_int_equal (zframe_size (zmsg_first (msg)), 0);
+    assert_true (zframe_streq (zmsg_next (msg), "DSH1"));
+    assert_true (zframe_streq (zmsg_next (msg), "WELCOME"));
+    zframe_t *frame = zmsg_next (msg);
+    assert_int_equal (zframe_size (frame), 1);
+    assert_int_equal (zframe_data (frame) [0], 0x80);
+    //  The DEALER's own split sees no envelope
+    assert_int_equal (dsh_proto_split (msg, &envelope, command, sizeof command, error, sizeof error), 0);
+    assert_string_equal (command, "WELCOME");
+    assert_int_equal (zmsg_size (envelope), 0);
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+
+    zsock_destroy (&dealer);
+    zsock_destroy (&router);
+}
+
+int
+main (void)
+{
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_resolve),
+        cmocka_unit_test (test_send_unroutable),
+        cmocka_unit_test (test_send_no_peer),
+        cmocka_unit_test (test_limit),
+        cmocka_unit_test (test_round_trip),
+    };
+    int rc = cmocka_run_group_tests (tests, NULL, NULL);
+    zsys_shutdown ();
+    return rc;
+}
