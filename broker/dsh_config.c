@@ -31,6 +31,7 @@ dsh_config_destroy (dsh_config_t **self_p)
         zstr_free (&self->announce);
         zstr_free (&self->work);
         zstr_free (&self->events);
+        zconfig_destroy (&self->file);
         free (self);
         *self_p = NULL;
     }
@@ -127,6 +128,10 @@ dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error
     }
     int rc = 0;
     for (zconfig_t *section = zconfig_child (root); section && rc == 0; section = zconfig_next (section)) {
+        if (streq (zconfig_name (section), "chain")) {
+            self->chain = section;
+            continue;
+        }
         if (!streq (zconfig_name (section), "broker")) {
             snprintf (error, error_size, "%s: unknown section \"%s\"", path, zconfig_name (section));
             rc = -1;
@@ -141,7 +146,15 @@ dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error
             }
         }
     }
-    zconfig_destroy (&root);
+    if (rc == 0) {
+        //  The chain section points into the file: keep the file
+        zconfig_destroy (&self->file);
+        self->file = root;
+    }
+    else {
+        self->chain = NULL;
+        zconfig_destroy (&root);
+    }
     return rc;
 }
 

@@ -29,6 +29,8 @@ typedef struct {
     int max_message_bytes;      //  ZMQ_MAXMSGSIZE on network sockets
     int queue_limit;            //  high-water mark of every socket
     bool verbose;
+    zconfig_t *chain;           //  the "chain" section of the file, or NULL
+    zconfig_t *file;            //  the file as read, or NULL
 } dsh_config_t;
 
 //  A configuration with the built-in defaults.
@@ -45,8 +47,9 @@ int
     dsh_config_set (dsh_config_t *self, const char *key, const char *value,
                     char *error, size_t error_size);
 
-//  Read a ZPL file: every key under its "broker" section. Returns 0, or -1
-//  with a reason.
+//  Read a ZPL file: every key under its "broker" section, and its "chain"
+//  section (checked when the chain is built). Returns 0, or -1 with a
+//  reason.
 int
     dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error_size);
 

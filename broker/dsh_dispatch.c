@@ -61,15 +61,18 @@ s_token_key (uint64_t token, char key [17])
 }
 
 uint64_t
-dsh_dispatch_add (dsh_dispatch_t *self, zmsg_t **envelope_p, const char *call_id,
-                  const char *tool, const char *component, int64_t deadline_ms)
+dsh_dispatch_add (dsh_dispatch_t *self, zmsg_t **envelope_p, uint64_t chain_token,
+                  const char *call_id, const char *tool, const char *component, int64_t deadline_ms)
 {
     assert (self);
     dsh_pending_t *entry = (dsh_pending_t *) zmalloc (sizeof (dsh_pending_t));
     assert (entry);
     entry->token = ++self->next_token;
-    entry->envelope = *envelope_p;
-    *envelope_p = NULL;
+    if (envelope_p) {
+        entry->envelope = *envelope_p;
+        *envelope_p = NULL;
+    }
+    entry->chain_token = chain_token;
     entry->call_id = strdup (call_id);
     entry->tool = strdup (tool);
     entry->component = strdup (component);

@@ -25,7 +25,8 @@ typedef struct _dsh_dispatch_t dsh_dispatch_t;
 //  One call in flight.
 typedef struct {
     uint64_t token;
-    zmsg_t *envelope;           //  the route back to the caller
+    zmsg_t *envelope;           //  the route back to the caller, or NULL
+    uint64_t chain_token;       //  or the chain flow to answer, when not 0
     char *call_id;
     char *tool;
     char *component;
@@ -44,10 +45,11 @@ dsh_dispatch_t *
 void
     dsh_dispatch_destroy (dsh_dispatch_t **self_p);
 
-//  Add a call; takes the envelope. Returns the new entry's token.
+//  Add a call; takes the envelope (NULL for a call from the chain, which
+//  is answered by chain_token). Returns the new entry's token.
 uint64_t
-    dsh_dispatch_add (dsh_dispatch_t *self, zmsg_t **envelope_p, const char *call_id,
-                      const char *tool, const char *component, int64_t deadline_ms);
+    dsh_dispatch_add (dsh_dispatch_t *self, zmsg_t **envelope_p, uint64_t chain_token,
+                      const char *call_id, const char *tool, const char *component, int64_t deadline_ms);
 
 //  Take the entry for a token out of the table (caller destroys it), or
 //  NULL if there is none (answered already, or never sent).

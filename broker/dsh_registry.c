@@ -18,6 +18,7 @@
 
 #include "dsh_registry.h"
 #include "dsh_catalog.h"
+#include "dsh_chain.h"
 #include "dsh_dispatch.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -31,6 +32,7 @@ typedef struct {
     zsock_t *events;            //  PUB: change events
     dsh_catalog_t *catalog;
     dsh_dispatch_t *dispatch;
+    dsh_chain_t *chain;         //  the middleware stages every call runs through
     char *broker_id;
     uint64_t epoch;             //  changes when the broker restarts
     int64_t started_ms;
@@ -47,6 +49,9 @@ typedef struct {
     uint64_t dropped_replies;   //  replies to callers that had gone
     uint64_t bad_messages;      //  malformed input, from anyone
 } self_t;
+
+static void s_chain_dispatch (void *arg, uint64_t token, zframe_t **body_p);
+static void s_chain_reply (void *arg, zmsg_t **envelope_p, const char *command, zframe_t **body_p);
 
 //  Binds a new socket of type to endpoint, with dsh's limits; NULL and an
 //  error on failure.
@@ -103,6 +108,13 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
         self->work = s_bind (self, ZMQ_ROUTER, config->work, 2, config->queue_limit);
     if (self->work)
         self->events = s_bind (self, ZMQ_PUB, config->events, 3, config->queue_limit);
+    if (self->events) {
+        dsh_chain_host_t host = { s_chain_dispatch, s_chain_reply, self };
+        char error [512];
+        self->chain = dsh_chain_new (config->chain, self->endpoints [0], &host, error, sizeof (error));
+        if (!self->chain)
+            self->error = strdup (error);
+    }
     return self;
 }
 
@@ -112,6 +124,7 @@ s_self_destroy (self_t **self_p)
     if (*self_p) {
         self_t *self = *self_p;
         zloop_destroy (&self->loop);
+        dsh_chain_destroy (&self->chain);
         zsock_destroy (&self->front);
         zsock_destroy (&self->announce);
         zsock_destroy (&self->work);
@@ -150,12 +163,22 @@ s_reply_error (self_t *self, zmsg_t **envelope_p, const msgpack_object *id,
     s_send_front (self, envelope_p, DSH_ERROR, &body);
 }
 
+//  Answers a call: back up the chain if it came down it, else to the caller.
 static void
-s_reply_result_error (self_t *self, zmsg_t **envelope_p, const char *call_id,
-                      const char *code, const char *text)
+s_answer (self_t *self, zmsg_t **envelope_p, uint64_t chain_token, zframe_t **body_p)
+{
+    if (chain_token)
+        dsh_chain_result (self->chain, chain_token, body_p);
+    else
+        s_send_front (self, envelope_p, DSH_RESULT, body_p);
+}
+
+static void
+s_answer_error (self_t *self, zmsg_t **envelope_p, uint64_t chain_token, const char *call_id,
+                const char *code, const char *text)
 {
     zframe_t *body = dsh_proto_error_result (call_id, code, text);
-    s_send_front (self, envelope_p, DSH_RESULT, &body);
+    s_answer (self, envelope_p, chain_token, &body);
 }
 
 //  Sends [component] "" DSH1 command [token] body on the work socket.
@@ -214,7 +237,7 @@ s_fail_component_calls (self_t *self, const char *component, const char *why)
         char text [512];
         snprintf (text, sizeof (text), "Error: tool \"%s\" is gone: component \"%s\" %s",
                   entry->tool, component, why);
-        s_reply_result_error (self, &entry->envelope, entry->call_id, DSH_E_TOOL_GONE, text);
+        s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id, DSH_E_TOOL_GONE, text);
     }
     zlistx_destroy (&orphans);
 }
@@ -244,34 +267,26 @@ s_pack_id (msgpack_packer *pk, const msgpack_object *id)
     }
 }
 
+//  Sends a call to a provider of its tool, or answers it at once. The call
+//  came from the front (envelope) or out of the chain (chain_token).
 static void
-s_handle_call (self_t *self, zmsg_t **envelope_p, dsh_doc_t **doc_p, zframe_t **body_p)
+s_dispatch (self_t *self, zmsg_t **envelope_p, uint64_t chain_token, dsh_doc_t **doc_p,
+            dsh_call_head_t *head, zframe_t **body_p)
 {
-    char error [256];
-    dsh_call_head_t head;
-    if (dsh_proto_decode_call (*doc_p, &head, error, sizeof (error))) {
-        self->bad_messages++;
-        if (head.call_id)
-            s_reply_result_error (self, envelope_p, head.call_id, DSH_E_BAD_REQUEST, error);
-        else
-            s_reply_error (self, envelope_p, dsh_map_get (dsh_doc_root (*doc_p), "id"),
-                           DSH_E_BAD_REQUEST, error);
-        return;
-    }
-    const char *provider = dsh_catalog_provider (self->catalog, head.name, NULL);
+    const char *provider = dsh_catalog_provider (self->catalog, head->name, NULL);
     if (!provider) {
         char text [DSH_NAME_MAX + 64];
-        snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", head.name);
-        s_reply_result_error (self, envelope_p, head.call_id, DSH_E_UNKNOWN_TOOL, text);
+        snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", head->name);
+        s_answer_error (self, envelope_p, chain_token, head->call_id, DSH_E_UNKNOWN_TOOL, text);
         return;
     }
-    uint64_t timeout_ms = head.timeout_ms? head.timeout_ms: (uint64_t) self->call_timeout_ms;
+    uint64_t timeout_ms = head->timeout_ms? head->timeout_ms: (uint64_t) self->call_timeout_ms;
     if (timeout_ms > (uint64_t) self->max_call_timeout_ms)
         timeout_ms = (uint64_t) self->max_call_timeout_ms;
-    uint64_t token = dsh_dispatch_add (self->dispatch, envelope_p, head.call_id, head.name,
+    uint64_t token = dsh_dispatch_add (self->dispatch, envelope_p, chain_token, head->call_id, head->name,
                                        provider, zclock_mono () + (int64_t) timeout_ms);
     char *component = strdup (provider);
-    //  The body still points into its frame; done with it before it moves on
+    //  The head points into the body's frame; done with it before it moves on
     dsh_doc_destroy (doc_p);
     zframe_t *token_frame = dsh_dispatch_token_frame (token);
     if (s_send_work (self, component, DSH_CALL, &token_frame, body_p) == 0) {
@@ -288,11 +303,64 @@ s_handle_call (self_t *self, zmsg_t **envelope_p, dsh_doc_t **doc_p, zframe_t **
         else
             snprintf (text, sizeof (text), "Error: tool \"%s\" is gone: component \"%s\" is not connected",
                       entry->tool, component);
-        s_reply_result_error (self, &entry->envelope, entry->call_id,
-                              full? DSH_E_OVERLOADED: DSH_E_TOOL_GONE, text);
+        s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id,
+                        full? DSH_E_OVERLOADED: DSH_E_TOOL_GONE, text);
         dsh_pending_destroy (&entry);
     }
     zstr_free (&component);
+}
+
+static void
+s_handle_call (self_t *self, zmsg_t **envelope_p, dsh_doc_t **doc_p, zframe_t **body_p)
+{
+    char error [256];
+    dsh_call_head_t head;
+    if (dsh_proto_decode_call (*doc_p, &head, error, sizeof (error))) {
+        self->bad_messages++;
+        if (head.call_id)
+            s_answer_error (self, envelope_p, 0, head.call_id, DSH_E_BAD_REQUEST, error);
+        else
+            s_reply_error (self, envelope_p, dsh_map_get (dsh_doc_root (*doc_p), "id"),
+                           DSH_E_BAD_REQUEST, error);
+        return;
+    }
+    if (dsh_chain_size (self->chain)) {
+        //  The waterfall runs first, even for a tool nobody serves
+        char *call_id = strdup (head.call_id);
+        zchunk_t *tool = dsh_catalog_tool (self->catalog, head.name);
+        dsh_doc_destroy (doc_p);
+        dsh_chain_enter (self->chain, envelope_p, call_id, body_p, tool);
+        zstr_free (&call_id);
+    }
+    else
+        s_dispatch (self, envelope_p, 0, doc_p, &head, body_p);
+}
+
+//  The chain host: a call leaves the bottom of the chain.
+static void
+s_chain_dispatch (void *arg, uint64_t token, zframe_t **body_p)
+{
+    self_t *self = (self_t *) arg;
+    char error [256];
+    dsh_call_head_t head;
+    dsh_doc_t *doc = dsh_proto_decode_body (*body_p, error, sizeof (error));
+    if (!doc || dsh_proto_decode_call (doc, &head, error, sizeof (error))) {
+        //  A stage rewrote the call into something that is not one
+        char text [320];
+        snprintf (text, sizeof (text), "Error: the chain passed on a malformed call: %s", error);
+        s_answer_error (self, NULL, token, doc? head.call_id: NULL, DSH_E_MIDDLEWARE_FAILED, text);
+        zframe_destroy (body_p);
+    }
+    else
+        s_dispatch (self, NULL, token, &doc, &head, body_p);
+    dsh_doc_destroy (&doc);
+}
+
+//  The chain host: a reply leaves the top of the chain.
+static void
+s_chain_reply (void *arg, zmsg_t **envelope_p, const char *command, zframe_t **body_p)
+{
+    s_send_front ((self_t *) arg, envelope_p, command, body_p);
 }
 
 //  Replies with a body packed by the caller: {id?, ...}.
@@ -313,7 +381,17 @@ s_handle_query (self_t *self, const char *command, zmsg_t **envelope_p, dsh_doc_
     dsh_packer_init (&packer);
     msgpack_packer *pk = &packer.pk;
     if (streq (command, DSH_HELLO)) {
-        msgpack_pack_map (pk, 9 + (id != NULL));
+        //  An external stage asks for its slot by name
+        char *stage = dsh_doc_strdup (doc, dsh_map_get (root, "stage"));
+        const char *feed = NULL, *drain = NULL;
+        bool slot = stage && dsh_chain_slot (self->chain, stage, &feed, &drain) == 0;
+        msgpack_pack_map (pk, 9 + (id != NULL) + slot);
+        if (slot) {
+            dsh_pack_cstr (pk, "stage");
+            msgpack_pack_map (pk, 2);
+            dsh_packer_kv_str (&packer, "feed", feed);
+            dsh_packer_kv_str (&packer, "drain", drain);
+        }
         s_pack_id (pk, id);
         dsh_pack_cstr (pk, "protocol");
         msgpack_pack_uint32 (pk, DSH_PROTOCOL_VERSION);
@@ -347,6 +425,14 @@ s_handle_query (self_t *self, const char *command, zmsg_t **envelope_p, dsh_doc_
         dsh_pack_cstr (pk, "seq");
         msgpack_pack_uint64 (pk, dsh_catalog_seq (self->catalog));
         s_reply_packed (self, envelope_p, DSH_PONG, &packer);
+    }
+    else
+    if (streq (command, DSH_CHAIN)) {
+        msgpack_pack_map (pk, 1 + (id != NULL));
+        s_pack_id (pk, id);
+        dsh_pack_cstr (pk, "stages");
+        dsh_chain_pack (self->chain, pk);
+        s_reply_packed (self, envelope_p, DSH_CHAIN, &packer);
     }
     else
     if (streq (command, DSH_LIST)) {
@@ -445,6 +531,11 @@ s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
     if (streq (command, DSH_CALL))
         s_handle_call (self, &envelope, &doc, &body);
     else
+    if (streq (command, DSH_CONTROL)) {
+        dsh_doc_destroy (&doc);
+        dsh_chain_control (self->chain, &envelope, &body);
+    }
+    else
         s_handle_query (self, command, &envelope, doc);
     dsh_doc_destroy (&doc);
     zframe_destroy (&body);
@@ -489,14 +580,14 @@ s_handle_result (self_t *self, const char *component, zmsg_t *msg)
                 dsh_doc_destroy (&doc);
             }
             if (doc)
-                s_send_front (self, &entry->envelope, DSH_RESULT, &body);
+                s_answer (self, &entry->envelope, entry->chain_token, &body);
             else {
                 self->bad_messages++;
                 char text [512];
                 snprintf (text, sizeof (text), "Error: component \"%s\" sent a malformed result: %s",
                           component, error);
                 zsys_warning ("dsh-broker: %s", text + 7);
-                s_reply_result_error (self, &entry->envelope, entry->call_id, DSH_E_BAD_RESULT, text);
+                s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id, DSH_E_BAD_RESULT, text);
             }
             dsh_doc_destroy (&doc);
             dsh_pending_destroy (&entry);
@@ -653,7 +744,7 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
         char text [DSH_NAME_MAX + 128];
         snprintf (text, sizeof (text), "Error: tool \"%s\" did not answer before the call's deadline",
                   entry->tool);
-        s_reply_result_error (self, &entry->envelope, entry->call_id, DSH_E_TIMEOUT, text);
+        s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id, DSH_E_TIMEOUT, text);
         //  The component may stop the handler; a RESULT it sends anyway is late
         dsh_packer_t packer;
         dsh_packer_init (&packer);
@@ -720,6 +811,7 @@ dsh_registry_actor (zsock_t *pipe, void *args)
         zloop_reader (self->loop, self->front, s_front_recv, self);
         zloop_reader (self->loop, self->announce, s_announce_recv, self);
         zloop_reader (self->loop, self->work, s_work_recv, self);
+        dsh_chain_start (self->chain, self->loop);
         zloop_timer (self->loop, (size_t) self->heartbeat_ms, 0, s_expire_components, self);
         int tick_ms = self->heartbeat_ms < 50? self->heartbeat_ms: 50;
         zloop_timer (self->loop, (size_t) tick_ms, 0, s_expire_calls, self);

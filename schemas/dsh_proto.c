@@ -287,6 +287,9 @@ dsh_proto_error_name (const char *code)
         { DSH_E_TIMEOUT,      "ToolTimeoutError" },
         { DSH_E_OVERLOADED,   "OverloadedError" },
         { DSH_E_BAD_RESULT,   "BadResultError" },
+        { DSH_E_DENIED,       "PermissionDeniedError" },
+        { DSH_E_MIDDLEWARE_FAILED, "MiddlewareError" },
+        { DSH_E_CANCELLED,    "CancelledError" },
     };
     for (size_t index = 0; index < sizeof (names) / sizeof (names [0]); index++)
         if (streq (code, names [index].code))

@@ -45,6 +45,8 @@ extern "C" {
 #define DSH_CALL                "CALL"
 #define DSH_RESULT              "RESULT"
 #define DSH_ERROR               "ERROR"
+#define DSH_CHAIN               "CHAIN"
+#define DSH_CONTROL             "CONTROL"
 
 //  Commands on the announce channel (component PUB -> registry SUB)
 #define DSH_ANNOUNCE            "ANNOUNCE"
@@ -72,6 +74,9 @@ extern "C" {
 #define DSH_E_TIMEOUT           "TIMEOUT"
 #define DSH_E_OVERLOADED        "OVERLOADED"
 #define DSH_E_BAD_RESULT        "BAD_RESULT"
+#define DSH_E_DENIED            "DENIED"
+#define DSH_E_MIDDLEWARE_FAILED "MIDDLEWARE_FAILED"
+#define DSH_E_CANCELLED         "CANCELLED"
 
 //  Limits on untrusted input
 #define DSH_NAME_MAX            128             //  tool names, as MCP

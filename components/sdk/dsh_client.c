@@ -168,6 +168,12 @@ s_reply_decode (zmsg_t *msg)
             }
         }
         else
+        if (streq (self->command, DSH_CONTROL)) {
+            const msgpack_object *ok = dsh_map_get (root, "ok");
+            self->is_error = !(ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean);
+            self->text = dsh_doc_strdup (self->doc, dsh_map_get (root, "message"));
+        }
+        else
         if (streq (self->command, DSH_ERROR)) {
             self->is_error = true;
             self->code = dsh_doc_strdup (self->doc, dsh_map_get (root, "code"));
@@ -292,6 +298,36 @@ dsh_client_request (dsh_client_t *self, const char *command, const char *name, i
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     if (s_send (self, command, &body)) {
+        snprintf (error, error_size, "cannot send to broker at %s: %s", self->endpoint, zmq_strerror (errno));
+        return NULL;
+    }
+    dsh_reply_t *reply = s_wait_for (self, s_match_id, id, timeout_ms);
+    if (!reply)
+        snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, timeout_ms);
+    return reply;
+}
+
+dsh_reply_t *
+dsh_client_control (dsh_client_t *self, const char *stage, const char *command, json_t *args,
+                    int timeout_ms, char *error, size_t error_size)
+{
+    assert (self);
+    assert (stage && command);
+    char id [32];
+    snprintf (id, sizeof (id), "q%" PRIu64, ++self->sequence);
+    json_t *body = json_pack ("{s:s, s:s, s:s, s:O}", "id", id, "stage", stage, "command", command,
+                              "args", args? args: json_null ());
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    int rc = body? dsh_json_to_msgpack (&packer.pk, body): -1;
+    json_decref (body);
+    zframe_t *frame = rc == 0? dsh_packer_frame (&packer): NULL;
+    dsh_packer_release (&packer);
+    if (!frame) {
+        snprintf (error, error_size, "the control command's arguments cannot be encoded");
+        return NULL;
+    }
+    if (s_send (self, DSH_CONTROL, &frame)) {
         snprintf (error, error_size, "cannot send to broker at %s: %s", self->endpoint, zmq_strerror (errno));
         return NULL;
     }

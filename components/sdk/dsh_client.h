@@ -68,6 +68,13 @@ dsh_reply_t *
     dsh_client_request (dsh_client_t *self, const char *command, const char *name,
                         int timeout_ms, char *error, size_t error_size);
 
+//  Send a control command to a stage of the broker's chain (args: a JSON
+//  object or NULL) and wait at most timeout_ms for its CONTROL reply
+//  {ok, message?, data?}. NULL with a reason if no reply came.
+dsh_reply_t *
+    dsh_client_control (dsh_client_t *self, const char *stage, const char *command, json_t *args,
+                        int timeout_ms, char *error, size_t error_size);
+
 //  Destroy a reply; safe twice.
 void
     dsh_reply_destroy (dsh_reply_t **self_p);

@@ -28,7 +28,7 @@ static uint64_t
 s_add (dsh_dispatch_t *dispatch, const char *call_id, const char *component, int64_t deadline_ms)
 {
     zmsg_t *envelope = s_envelope (call_id);
-    uint64_t token = dsh_dispatch_add (dispatch, &envelope, call_id, "tool", component, deadline_ms);
+    uint64_t token = dsh_dispatch_add (dispatch, &envelope, 0, call_id, "tool", component, deadline_ms);
     assert_null (envelope);
     return token;
 }
@@ -49,7 +49,7 @@ test_add_take_once (void **state)
     dsh_dispatch_t *dispatch = dsh_dispatch_new ();
     assert_int_equal (dsh_dispatch_size (dispatch), 0);
     zmsg_t *envelope = s_envelope ("client-1");
-    uint64_t token = dsh_dispatch_add (dispatch, &envelope, "call-1", "fs.read", "fs-1", 5000);
+    uint64_t token = dsh_dispatch_add (dispatch, &envelope, 0, "call-1", "fs.read", "fs-1", 5000);
     assert_null (envelope);
     uint64_t other = s_add (dispatch, "call-2", "fs-1", 6000);
     assert_true (token != other);
@@ -230,7 +230,7 @@ test_destroy_with_entries (void **state)
         s_add (dispatch, call_id, index % 2? "odd": "even", index);
     }
     zmsg_t *envelope = zmsg_new ();            //  an empty envelope is fine too
-    dsh_dispatch_add (dispatch, &envelope, "empty", "t", "c", 0);
+    dsh_dispatch_add (dispatch, &envelope, 0, "empty", "t", "c", 0);
     assert_int_equal (dsh_dispatch_size (dispatch), 51);
     dsh_dispatch_destroy (&dispatch);
     assert_null (dispatch);

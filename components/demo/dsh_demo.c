@@ -1,0 +1,312 @@
+/*  =========================================================================
+    dsh-demo - a small component that shows what a tool provider looks like
+
+        dsh-demo [--broker ENDPOINT] [--id ID] [--workers N] [--prefix P] [-v]
+
+    Tools: echo (returns the message), sleep_ms (a slow read-only call, for
+    timeouts, cancellation and parallelism), fail (always an error result)
+    and sample_content (one content block of every MCP kind plus
+    structuredContent, so tests can see every block survive the trip).
+    Each tool is a typed definition written as static data; the provider
+    checks arguments against it before a handler runs.
+    =========================================================================
+*/
+
+#include "dsh_proto.h"
+#include "dsh_provider.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+//  The longest sleep_ms accepts: ten minutes.
+#define SLEEP_MS_MAX    600000
+
+static const dsh_param_t s_echo_params [] = {
+    { .name = "message", .type = DSH_TYPE_STRING, .required = true,
+      .description = "the text to return" },
+    { .name = NULL }
+};
+
+static const dsh_tooldef_t s_echo_def = {
+    .name = "echo",
+    .description = "Return the message unchanged, as one text block",
+    .params = s_echo_params
+};
+
+static const dsh_param_t s_sleep_ms_params [] = {
+    { .name = "ms", .type = DSH_TYPE_INTEGER, .required = true,
+      .description = "milliseconds to sleep, 0-600000" },
+    { .name = NULL }
+};
+
+static const dsh_tooldef_t s_sleep_ms_def = {
+    .name = "sleep_ms",
+    .description = "Sleep for the given number of milliseconds, then say so",
+    .params = s_sleep_ms_params,
+    .read_only = DSH_HINT_TRUE,
+    .concurrency_safe = true
+};
+
+static const dsh_param_t s_fail_params [] = {
+    { .name = "message", .type = DSH_TYPE_STRING,
+      .description = "the error message (default: \"requested failure\")" },
+    { .name = NULL }
+};
+
+static const dsh_tooldef_t s_fail_def = {
+    .name = "fail",
+    .description = "Always fail, with the given message",
+    .params = s_fail_params
+};
+
+static const dsh_tooldef_t s_sample_content_def = {
+    .name = "sample_content",
+    .description = "Return one content block of every MCP kind (text, image, audio, "
+                   "resource_link, text resource, blob resource) and structuredContent",
+    .read_only = DSH_HINT_TRUE
+};
+
+//  A real 1x1 PNG: one opaque green pixel.
+static const unsigned char s_tiny_png [] = {
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d,
+    0x49, 0x48, 0x44, 0x52, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01,
+    0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4, 0x89, 0x00, 0x00, 0x00,
+    0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0xda, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x56, 0xc7, 0x2f, 0x0d, 0x00, 0x00,
+    0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82
+};
+
+//  A WAV header with no samples: 8 kHz, mono, 8-bit PCM.
+static const unsigned char s_empty_wav [] = {
+    'R', 'I', 'F', 'F', 0x24, 0x00, 0x00, 0x00, 'W', 'A', 'V', 'E',
+    'f', 'm', 't', ' ', 0x10, 0x00, 0x00, 0x00, 0x01, 0x00, 0x01, 0x00,
+    0x40, 0x1f, 0x00, 0x00, 0x40, 0x1f, 0x00, 0x00, 0x01, 0x00, 0x08, 0x00,
+    'd', 'a', 't', 'a', 0x00, 0x00, 0x00, 0x00
+};
+
+//  Bytes that are not text, including a zero, for the blob resource.
+static const unsigned char s_blob [] = { 0x00, 0x01, 0x02, 0xfe, 0xff };
+
+//  Set once before the provider starts, only read afterwards.
+static bool s_verbose = false;
+
+static void
+s_log_call (dsh_call_t *call)
+{
+    if (s_verbose)
+        zsys_info ("dsh-demo: %s (call %s, agent %s)", dsh_call_name (call),
+                   dsh_call_id (call), dsh_call_agent (call)? dsh_call_agent (call): "-");
+}
+
+static int
+s_echo (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    s_log_call (call);
+    //  The raw string, so a message holding a NUL comes back whole.
+    const msgpack_object *message = dsh_call_arg (call, "message");
+    if (message && message->type == MSGPACK_OBJECT_STR)
+        dsh_result_text_n (result, message->via.str.ptr, message->via.str.size);
+    else
+        dsh_result_text (result, "");
+    return 0;
+}
+
+static int
+s_sleep_ms (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    s_log_call (call);
+    int64_t ms = dsh_call_integer (call, "ms", -1);
+    if (ms < 0 || ms > SLEEP_MS_MAX) {
+        dsh_result_error (result, DSH_E_INVALID_ARGS,
+                          "invalid arguments: \"ms\" must be from 0 to %d", SLEEP_MS_MAX);
+        return 0;
+    }
+    //  In slices, so Ctrl-C does not wait for a ten-minute sleep to end.
+    int64_t deadline = zclock_mono () + ms;
+    for (int64_t left = ms; left > 0 && !zsys_interrupted; left = deadline - zclock_mono ())
+        zclock_sleep ((int) (left < 50? left: 50));
+    if (zsys_interrupted && zclock_mono () < deadline)
+        dsh_result_error (result, NULL, "interrupted: the component is shutting down");
+    else
+        dsh_result_textf (result, "slept %" PRId64 " ms", ms);
+    return 0;
+}
+
+static int
+s_fail (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    s_log_call (call);
+    dsh_result_error (result, NULL, "%s", dsh_call_string (call, "message", "requested failure"));
+    return 0;
+}
+
+static int
+s_sample_content (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    s_log_call (call);
+    dsh_result_text (result, "sample text");
+    dsh_result_image (result, "image/png", s_tiny_png, sizeof s_tiny_png);
+    dsh_result_audio (result, "audio/wav", s_empty_wav, sizeof s_empty_wav);
+    dsh_result_resource_link (result, "dsh://demo/sample.txt", "sample.txt",
+                              "text/plain", "a linked sample resource");
+    dsh_result_resource_text (result, "dsh://demo/embedded.txt", "text/plain",
+                              "embedded sample text");
+    dsh_result_resource_blob (result, "dsh://demo/sample.bin", "application/octet-stream",
+                              s_blob, sizeof s_blob);
+
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 2);
+    msgpack_pack_str_with_body (&pk, "ok", 2);
+    msgpack_pack_true (&pk);
+    msgpack_pack_str_with_body (&pk, "count", 5);
+    msgpack_pack_int (&pk, 6);
+    dsh_result_structured (result, sbuf.data, sbuf.size);
+    msgpack_sbuffer_destroy (&sbuf);
+    return 0;
+}
+
+static const struct {
+    const dsh_tooldef_t *def;
+    dsh_handler_fn *handler;
+} s_tools [] = {
+    { &s_echo_def, s_echo },
+    { &s_sleep_ms_def, s_sleep_ms },
+    { &s_fail_def, s_fail },
+    { &s_sample_content_def, s_sample_content }
+};
+#define TOOL_COUNT (sizeof s_tools / sizeof s_tools [0])
+
+static void
+s_usage (FILE *stream)
+{
+    fprintf (stream,
+        "usage: dsh-demo [--broker ENDPOINT] [--id ID] [--workers N] [--prefix P] [-v]\n"
+        "Serve the demo tools echo, sleep_ms, fail and sample_content to a dsh broker.\n"
+        "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
+        "  --id ID            the component id (default: a fresh one)\n"
+        "  --workers N        handler threads, 1-1024 (default: 4)\n"
+        "  --prefix P         prefix every tool name with P (e.g. \"a_\" -> a_echo)\n"
+        "  -v, --verbose      log every call on stderr\n"
+        "  -h, --help         show this help\n",
+        DSH_DEFAULT_ENDPOINT);
+}
+
+//  Bad usage: one line on stderr, exit status 2.
+static int
+s_bad_usage (const char *format, ...) __attribute__ ((format (printf, 1, 2)));
+
+static int
+s_bad_usage (const char *format, ...)
+{
+    va_list args;
+    va_start (args, format);
+    fprintf (stderr, "dsh-demo: ");
+    vfprintf (stderr, format, args);
+    fprintf (stderr, " (try --help)\n");
+    va_end (args);
+    return 2;
+}
+
+int
+main (int argc, char *argv [])
+{
+    static const struct option options [] = {
+        { "broker", required_argument, NULL, 'b' },
+        { "id", required_argument, NULL, 'i' },
+        { "workers", required_argument, NULL, 'w' },
+        { "prefix", required_argument, NULL, 'p' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    const char *broker = NULL, *id = NULL, *prefix = "";
+    long workers = 0;
+    opterr = 0;
+    int option;
+    while ((option = getopt_long (argc, argv, ":vh", options, NULL)) != -1) {
+        switch (option) {
+            case 'b': broker = optarg; break;
+            case 'i': id = optarg; break;
+            case 'p': prefix = optarg; break;
+            case 'v': s_verbose = true; break;
+            case 'h': s_usage (stdout); return 0;
+            case 'w': {
+                char *end = NULL;
+                workers = strtol (optarg, &end, 10);
+                if (end == optarg || *end || workers < 1 || workers > 1024)
+                    return s_bad_usage ("--workers needs a number from 1 to 1024, not \"%s\"", optarg);
+                break;
+            }
+            case ':':
+                return s_bad_usage ("option %s needs a value", argv [optind - 1]);
+            default:
+                if (optopt)
+                    return s_bad_usage ("unknown option -%c", optopt);
+                return s_bad_usage ("unknown option %s", argv [optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return s_bad_usage ("unexpected argument \"%s\"", argv [optind]);
+    if (id && !dsh_proto_valid_id (id, strlen (id)))
+        return s_bad_usage ("invalid component id \"%s\"", id);
+
+    //  Prefixed definitions are copies with their own names; the provider
+    //  keeps pointers to them, so they live until it is destroyed.
+    dsh_tooldef_t defs [TOOL_COUNT];
+    char *names [TOOL_COUNT];
+    for (size_t index = 0; index < TOOL_COUNT; index++) {
+        names [index] = zsys_sprintf ("%s%s", prefix, s_tools [index].def->name);
+        defs [index] = *s_tools [index].def;
+        defs [index].name = names [index];
+    }
+    int status = 0;
+    for (size_t index = 0; index < TOOL_COUNT && status == 0; index++)
+        if (!dsh_proto_valid_name (names [index], strlen (names [index])))
+            status = s_bad_usage ("prefix \"%s\" makes an invalid tool name", prefix);
+    if (status == 0 && !broker) {
+        broker = getenv ("DSH_BROKER");
+        if (broker && !*broker)
+            broker = NULL;
+    }
+    dsh_provider_t *provider = NULL;
+    if (status == 0) {
+        zsys_init ();
+        //  stdout carries only the start line, for whoever launched us.
+        zsys_set_logstream (stderr);
+        provider = dsh_provider_new (broker, id, (size_t) workers);
+        if (!provider) {
+            fprintf (stderr, "dsh-demo: cannot start the provider\n");
+            status = 1;
+        }
+    }
+    for (size_t index = 0; index < TOOL_COUNT && status == 0; index++)
+        if (dsh_provider_add (provider, &defs [index], s_tools [index].handler, NULL) != 0) {
+            fprintf (stderr, "dsh-demo: cannot add tool %s\n", names [index]);
+            status = 1;
+        }
+    if (status == 0) {
+        if (dsh_provider_wait_ready (provider, 3000) != 0)
+            fprintf (stderr, "dsh-demo: no answer from the broker yet; still trying\n");
+        printf ("dsh-demo: component %s serving %s, %s, %s, %s via %s\n",
+                dsh_provider_id (provider), names [0], names [1], names [2], names [3],
+                broker? broker: DSH_DEFAULT_ENDPOINT);
+        fflush (stdout);
+        while (!zsys_interrupted)
+            zclock_sleep (100);
+    }
+    dsh_provider_destroy (&provider);
+    for (size_t index = 0; index < TOOL_COUNT; index++)
+        zstr_free (&names [index]);
+    return status;
+}

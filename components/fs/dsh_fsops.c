@@ -1,0 +1,482 @@
+/*  =========================================================================
+    dsh_fsops - the file operations dsh-fs serves, confined to a root
+
+    dsh_fspath decides which absolute path a request names; between that
+    check and the open, someone inside the root could swap the file for a
+    symlink. So every open here refuses a final symlink (O_NOFOLLOW), and a
+    write works relative to its parent directory opened the same way.
+    Handlers run on many threads: nothing here keeps state.
+    =========================================================================
+*/
+
+#include "dsh_fsops.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+//  How much of a request path an error echoes, as dsh_fspath does.
+#define SHOWN_PATH_MAX 80
+
+//  Errors echo request paths; a control byte in one would split the line.
+static void
+s_set_error (char *error, size_t error_size, const char *format, ...)
+    __attribute__ ((format (printf, 3, 4)));
+
+static void
+s_set_error (char *error, size_t error_size, const char *format, ...)
+{
+    if (!error || error_size == 0)
+        return;
+    va_list args;
+    va_start (args, format);
+    vsnprintf (error, error_size, format, args);
+    va_end (args);
+    for (char *c = error; *c; c++)
+        if ((unsigned char) *c < 0x20 || *c == 0x7f)
+            *c = '?';
+}
+
+static void
+s_shorten (const char *path, char *shown, size_t shown_size)
+{
+    if (strlen (path) < shown_size)
+        snprintf (shown, shown_size, "%s", path);
+    else
+        snprintf (shown, shown_size, "%.*s...", (int) (shown_size - 4), path);
+}
+
+//  The reason an open or a stat of an already resolved path failed.
+static void
+s_set_errno_error (int error_number, const char *shown, char *error, size_t error_size)
+{
+    switch (error_number) {
+        case ELOOP:
+            s_set_error (error, error_size, "path \"%s\" is a symlink", shown);
+            break;
+        case ENOENT:
+            s_set_error (error, error_size, "path \"%s\" does not exist", shown);
+            break;
+        case EACCES:
+        case EPERM:
+            s_set_error (error, error_size, "path \"%s\" is not accessible", shown);
+            break;
+        case ENOTDIR:
+            s_set_error (error, error_size, "path \"%s\" is not a directory", shown);
+            break;
+        case EISDIR:
+            s_set_error (error, error_size, "path \"%s\" is a directory", shown);
+            break;
+        case ENOSPC:
+        case EDQUOT:
+            s_set_error (error, error_size, "no space left for \"%s\"", shown);
+            break;
+        default:
+            s_set_error (error, error_size, "path \"%s\": %s", shown, strerror (error_number));
+            break;
+    }
+}
+
+//  jansson refuses a string that is not UTF-8; nothing else in our
+//  libraries exports that check.
+static bool
+s_is_utf8 (const char *text, size_t size)
+{
+    json_t *string = json_stringn (text, size);
+    bool valid = string != NULL;
+    json_decref (string);
+    return valid;
+}
+
+//  Reads the whole regular file behind fd, refusing more than
+//  DSH_FSOPS_READ_MAX bytes even if it grows while we read.
+static char *
+s_read_all (int fd, size_t expected, size_t *size_p, const char *shown,
+            char *error, size_t error_size)
+{
+    size_t capacity = (expected < DSH_FSOPS_READ_MAX? expected: DSH_FSOPS_READ_MAX) + 1;
+    char *buffer = malloc (capacity + 1);
+    size_t size = 0;
+    while (buffer) {
+        if (size == capacity) {
+            if (capacity > DSH_FSOPS_READ_MAX) {
+                free (buffer);
+                s_set_error (error, error_size,
+                             "path \"%s\": file too large (the limit is %d bytes)",
+                             shown, DSH_FSOPS_READ_MAX);
+                return NULL;
+            }
+            capacity = capacity * 2 > DSH_FSOPS_READ_MAX + 1
+                     ? DSH_FSOPS_READ_MAX + 1: capacity * 2;
+            char *grown = realloc (buffer, capacity + 1);
+            if (!grown)
+                break;
+            buffer = grown;
+        }
+        ssize_t got = read (fd, buffer + size, capacity - size);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            int read_errno = errno;
+            free (buffer);
+            s_set_errno_error (read_errno, shown, error, error_size);
+            return NULL;
+        }
+        if (got == 0) {
+            buffer [size] = '\0';
+            *size_p = size;
+            return buffer;
+        }
+        size += (size_t) got;
+    }
+    free (buffer);
+    s_set_error (error, error_size, "out of memory");
+    return NULL;
+}
+
+char *
+dsh_fsops_read (dsh_fspath_t *fspath, const char *path, int64_t offset,
+                int64_t limit, size_t *size_p, char *error, size_t error_size)
+{
+    assert (fspath);
+    assert (size_p);
+    char *resolved = dsh_fspath_resolve (fspath, path, true, error, error_size);
+    if (!resolved)
+        return NULL;
+    char shown [SHOWN_PATH_MAX + 1];
+    s_shorten (path, shown, sizeof shown);
+
+    //  O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+    //  writer; the stat below refuses it before any read.
+    int fd = open (resolved, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    int open_errno = errno;
+    free (resolved);
+    if (fd < 0) {
+        s_set_errno_error (open_errno, shown, error, error_size);
+        return NULL;
+    }
+    struct stat file_stat;
+    if (fstat (fd, &file_stat) != 0) {
+        s_set_errno_error (errno, shown, error, error_size);
+        close (fd);
+        return NULL;
+    }
+    if (!S_ISREG (file_stat.st_mode)) {
+        if (S_ISDIR (file_stat.st_mode))
+            s_set_error (error, error_size, "path \"%s\" is a directory", shown);
+        else
+            s_set_error (error, error_size, "path \"%s\" is not a regular file", shown);
+        close (fd);
+        return NULL;
+    }
+    if (file_stat.st_size > DSH_FSOPS_READ_MAX) {
+        s_set_error (error, error_size,
+                     "path \"%s\": file too large (%lld bytes; the limit is %d)",
+                     shown, (long long) file_stat.st_size, DSH_FSOPS_READ_MAX);
+        close (fd);
+        return NULL;
+    }
+    size_t size = 0;
+    char *text = s_read_all (fd, (size_t) file_stat.st_size, &size, shown, error, error_size);
+    close (fd);
+    if (!text)
+        return NULL;
+    if (!s_is_utf8 (text, size)) {
+        free (text);
+        s_set_error (error, error_size, "path \"%s\": file is not UTF-8 text", shown);
+        return NULL;
+    }
+    //  A line is everything up to and including its '\n'; a last line
+    //  without one still counts.
+    const char *start = text;
+    const char *end = text + size;
+    for (int64_t skipped = 0; skipped < offset && start < end; skipped++) {
+        const char *newline = memchr (start, '\n', (size_t) (end - start));
+        start = newline? newline + 1: end;
+    }
+    const char *stop = start;
+    if (limit < 0)
+        stop = end;
+    else
+        for (int64_t taken = 0; taken < limit && stop < end; taken++) {
+            const char *newline = memchr (stop, '\n', (size_t) (end - stop));
+            stop = newline? newline + 1: end;
+        }
+    size = (size_t) (stop - start);
+    memmove (text, start, size);
+    text [size] = '\0';
+    *size_p = size;
+    return text;
+}
+
+static void
+s_entry_destroy (void **item_p)
+{
+    dsh_fsops_entry_t *entry = (dsh_fsops_entry_t *) *item_p;
+    if (entry) {
+        free (entry->name);
+        free (entry);
+        *item_p = NULL;
+    }
+}
+
+static int
+s_entry_compare (const void *item1, const void *item2)
+{
+    return strcmp (((const dsh_fsops_entry_t *) item1)->name,
+                   ((const dsh_fsops_entry_t *) item2)->name);
+}
+
+//  The kind of the entry name in the directory dir_fd, without following
+//  a symlink.
+static dsh_fsops_kind_t
+s_entry_kind (int dir_fd, const struct dirent *dirent)
+{
+    unsigned char type = dirent->d_type;
+    if (type == DT_UNKNOWN) {
+        struct stat entry_stat;
+        if (fstatat (dir_fd, dirent->d_name, &entry_stat, AT_SYMLINK_NOFOLLOW) != 0)
+            return DSH_FSOPS_OTHER;
+        return S_ISREG (entry_stat.st_mode)? DSH_FSOPS_FILE
+             : S_ISDIR (entry_stat.st_mode)? DSH_FSOPS_DIRECTORY
+             : DSH_FSOPS_OTHER;
+    }
+    return type == DT_REG? DSH_FSOPS_FILE
+         : type == DT_DIR? DSH_FSOPS_DIRECTORY
+         : DSH_FSOPS_OTHER;
+}
+
+//  File names are bytes; listings go out as UTF-8 strings.
+static char *
+s_entry_name (const char *name)
+{
+    char *copy = strdup (name);
+    if (copy && !s_is_utf8 (copy, strlen (copy)))
+        for (char *c = copy; *c; c++)
+            if ((unsigned char) *c > 0x7f)
+                *c = '?';
+    return copy;
+}
+
+zlistx_t *
+dsh_fsops_list (dsh_fspath_t *fspath, const char *path, char *error, size_t error_size)
+{
+    assert (fspath);
+    char *resolved = dsh_fspath_resolve (fspath, path, true, error, error_size);
+    if (!resolved)
+        return NULL;
+    char shown [SHOWN_PATH_MAX + 1];
+    s_shorten (path, shown, sizeof shown);
+
+    int fd = open (resolved, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int open_errno = errno;
+    free (resolved);
+    if (fd < 0) {
+        s_set_errno_error (open_errno, shown, error, error_size);
+        return NULL;
+    }
+    DIR *dir = fdopendir (fd);
+    if (!dir) {
+        s_set_errno_error (errno, shown, error, error_size);
+        close (fd);
+        return NULL;
+    }
+    zlistx_t *entries = zlistx_new ();
+    zlistx_set_destructor (entries, s_entry_destroy);
+    zlistx_set_comparator (entries, s_entry_compare);
+    bool failed = false;
+    while (!failed) {
+        errno = 0;
+        struct dirent *dirent = readdir (dir);
+        if (!dirent) {
+            if (errno) {
+                s_set_errno_error (errno, shown, error, error_size);
+                failed = true;
+            }
+            break;
+        }
+        if (strcmp (dirent->d_name, ".") == 0 || strcmp (dirent->d_name, "..") == 0)
+            continue;
+        dsh_fsops_entry_t *entry = calloc (1, sizeof (dsh_fsops_entry_t));
+        if (entry) {
+            entry->name = s_entry_name (dirent->d_name);
+            entry->kind = s_entry_kind (dirfd (dir), dirent);
+        }
+        if (!entry || !entry->name) {
+            s_entry_destroy ((void **) &entry);
+            s_set_error (error, error_size, "out of memory");
+            failed = true;
+        }
+        else
+            zlistx_add_end (entries, entry);
+    }
+    closedir (dir);
+    if (failed) {
+        zlistx_destroy (&entries);
+        return NULL;
+    }
+    zlistx_sort (entries);
+    return entries;
+}
+
+const char *
+dsh_fsops_kind_name (dsh_fsops_kind_t kind)
+{
+    return kind == DSH_FSOPS_FILE? "file"
+         : kind == DSH_FSOPS_DIRECTORY? "directory"
+         : "other";
+}
+
+//  Writes all of content to fd, retrying short writes.
+static int
+s_write_all (int fd, const void *content, size_t size)
+{
+    const char *cursor = (const char *) content;
+    while (size > 0) {
+        ssize_t written = write (fd, cursor, size);
+        if (written < 0 && errno == EINTR)
+            continue;
+        if (written < 0)
+            return -1;
+        cursor += written;
+        size -= (size_t) written;
+    }
+    return 0;
+}
+
+int
+dsh_fsops_write (dsh_fspath_t *fspath, const char *path, const void *content,
+                 size_t size, char *error, size_t error_size)
+{
+    assert (fspath);
+    assert (content || size == 0);
+    char *resolved = dsh_fspath_resolve (fspath, path, false, error, error_size);
+    if (!resolved)
+        return -1;
+    char shown [SHOWN_PATH_MAX + 1];
+    s_shorten (path, shown, sizeof shown);
+
+    //  resolved is absolute and names a file, so it has a '/' and a name.
+    char *slash = strrchr (resolved, '/');
+    assert (slash && slash [1]);
+    const char *name = slash + 1;
+    char *parent = slash == resolved? strdup ("/"): strndup (resolved, (size_t) (slash - resolved));
+    if (!parent) {
+        free (resolved);
+        s_set_error (error, error_size, "out of memory");
+        return -1;
+    }
+    int dir_fd = open (parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int open_errno = errno;
+    free (parent);
+    if (dir_fd < 0) {
+        free (resolved);
+        s_set_errno_error (open_errno, shown, error, error_size);
+        return -1;
+    }
+    //  0666 lets the umask decide a new file's mode, as any editor would;
+    //  a replaced file keeps the mode it had.
+    mode_t mode = 0666;
+    bool replacing = false;
+    struct stat target_stat;
+    if (fstatat (dir_fd, name, &target_stat, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (S_ISDIR (target_stat.st_mode)) {
+            s_set_error (error, error_size, "path \"%s\" is a directory", shown);
+            goto failed;
+        }
+        if (!S_ISREG (target_stat.st_mode)) {
+            s_set_error (error, error_size, "path \"%s\" is not a regular file", shown);
+            goto failed;
+        }
+        mode = target_stat.st_mode & 07777;
+        replacing = true;
+    }
+    //  A unique hidden name beside the target; O_EXCL never follows a
+    //  symlink someone planted there.
+    zuuid_t *uuid = zuuid_new ();
+    char temp_name [64];
+    snprintf (temp_name, sizeof temp_name, ".dsh-%s.tmp", zuuid_str_canonical (uuid));
+    zuuid_destroy (&uuid);
+    int fd = openat (dir_fd, temp_name,
+                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) {
+        s_set_errno_error (errno, shown, error, error_size);
+        goto failed;
+    }
+    int rc = s_write_all (fd, content, size);
+    int write_errno = errno;
+    if (rc == 0 && replacing && fchmod (fd, mode) != 0) {
+        rc = -1;
+        write_errno = errno;
+    }
+    if (close (fd) != 0 && rc == 0) {
+        rc = -1;
+        write_errno = errno;
+    }
+    if (rc == 0 && renameat (dir_fd, temp_name, dir_fd, name) != 0) {
+        rc = -1;
+        write_errno = errno;
+    }
+    if (rc != 0) {
+        unlinkat (dir_fd, temp_name, 0);
+        s_set_errno_error (write_errno, shown, error, error_size);
+        goto failed;
+    }
+    close (dir_fd);
+    free (resolved);
+    return 0;
+
+failed:
+    close (dir_fd);
+    free (resolved);
+    return -1;
+}
+
+int
+dsh_fsops_check_sandbox (dsh_fspath_t *fspath, const char *path, bool writing,
+                         const char *policy, const char *workspace,
+                         char *error, size_t error_size)
+{
+    assert (fspath);
+    if (!policy || streq (policy, "danger-full-access"))
+        return 0;
+    if (streq (policy, "read-only")) {
+        if (!writing)
+            return 0;
+        s_set_error (error, error_size, "sandbox policy \"read-only\" forbids writing");
+        return -1;
+    }
+    if (!streq (policy, "workspace-write")) {
+        char shown [SHOWN_PATH_MAX + 1];
+        s_shorten (policy, shown, sizeof shown);
+        s_set_error (error, error_size, "unknown sandbox policy \"%s\"", shown);
+        return -1;
+    }
+    if (!workspace || !*workspace) {
+        s_set_error (error, error_size, "sandbox policy \"workspace-write\" names no workspace");
+        return -1;
+    }
+    char resolve_error [256];
+    char *resolved = dsh_fspath_resolve (fspath, path, false, resolve_error, sizeof resolve_error);
+    if (!resolved)
+        return 0;
+    char *directory = workspace [0] == '/'? strdup (workspace)
+                    : zsys_sprintf ("%s/%s", dsh_fspath_root (fspath), workspace);
+    bool within = directory && dsh_fspath_is_within (resolved, directory);
+    free (directory);
+    free (resolved);
+    if (within)
+        return 0;
+    char shown [SHOWN_PATH_MAX + 1];
+    s_shorten (path, shown, sizeof shown);
+    s_set_error (error, error_size, "path \"%s\" is outside the sandbox workspace", shown);
+    return -1;
+}

@@ -1,0 +1,726 @@
+/*  =========================================================================
+    dsh_stage - write a middleware stage of the execution chain as callbacks
+
+    The actor holds the upstream ROUTER, the downstream DEALER and a table
+    of the calls it still has business with: deferred ones, and passed ones
+    whose result it watches. The table's key is the chain token, the first
+    envelope frame after the ROUTER's own identity (PROTOCOL.md, "The
+    execution chain"); a result whose call is not in the table goes up
+    frame for frame, untouched.
+    =========================================================================
+*/
+
+#include "dsh_stage.h"
+#include "dsh_json.h"
+#include "dsh_proto.h"
+#include "dsh_sock.h"
+
+#include <stdarg.h>
+
+#define S_NAME_MAX 64
+
+struct _dsh_stage_t {
+    char *name;
+    dsh_stage_callbacks_t callbacks;
+    void *arg;
+    zactor_t *actor;
+    //  Owned by the actor's thread once it runs
+    zsock_t *pipe;
+    zloop_t *loop;
+    zsock_t *upstream;          //  ROUTER, connected to the broker's feed
+    zsock_t *downstream;        //  DEALER, connected to the broker's drain
+    zhashx_t *calls;            //  chain token (hex) -> dsh_stage_call_t *
+    bool connected;             //  set by the actor before it signals
+};
+
+struct _dsh_stage_call_t {
+    dsh_stage_t *stage;
+    char key [2 * 32 + 1];      //  chain token, hex
+    zmsg_t *envelope;           //  everything before the empty delimiter
+    zframe_t *body;
+    zframe_t *tool;
+    dsh_doc_t *doc;
+    dsh_doc_t *tool_doc;
+    dsh_call_head_t head;
+    json_t *rewrite;            //  the whole body, once the stage changed it
+    json_t *answer;
+    bool watch;
+    bool deferred;
+    zframe_t *result;
+    json_t *new_result;
+    bool result_deferred;
+    void *data;
+    void (*data_destructor) (void *);
+};
+
+static void
+s_call_destroy (dsh_stage_call_t **self_p)
+{
+    if (*self_p) {
+        dsh_stage_call_t *self = *self_p;
+        if (self->data && self->data_destructor)
+            self->data_destructor (self->data);
+        dsh_doc_destroy (&self->doc);
+        dsh_doc_destroy (&self->tool_doc);
+        zmsg_destroy (&self->envelope);
+        zframe_destroy (&self->body);
+        zframe_destroy (&self->tool);
+        zframe_destroy (&self->result);
+        json_decref (self->rewrite);
+        json_decref (self->answer);
+        json_decref (self->new_result);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+//  The chain token of an envelope (its second frame), as hex; false if the
+//  envelope has none.
+static bool
+s_envelope_key (zmsg_t *envelope, char *key, size_t size)
+{
+    zframe_t *frame = zmsg_first (envelope);
+    frame = frame? zmsg_next (envelope): NULL;
+    if (!frame || zframe_size (frame) == 0 || zframe_size (frame) * 2 + 1 > size)
+        return false;
+    const byte *data = zframe_data (frame);
+    for (size_t index = 0; index < zframe_size (frame); index++)
+        snprintf (key + 2 * index, 3, "%02x", data [index]);
+    return true;
+}
+
+//  ---------------------------------------------------------------------
+//  Sending
+
+static int
+s_send (zsock_t *sock, zmsg_t *envelope, const char *command, zframe_t **body_p, zframe_t **tool_p)
+{
+    zmsg_t *copy = zmsg_dup (envelope);
+    zmsg_t *msg = dsh_proto_message (&copy, command);
+    zmsg_append (msg, body_p);
+    if (tool_p)
+        zmsg_append (msg, tool_p);
+    return dsh_sock_send (sock, &msg);
+}
+
+static zframe_t *
+s_encode_json (json_t *value)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    zframe_t *frame = NULL;
+    if (dsh_json_to_msgpack (&packer.pk, value) == 0)
+        frame = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    return frame;
+}
+
+//  The answer's body: the stage's JSON result with the call's callId.
+static zframe_t *
+s_result_body (dsh_stage_call_t *call, json_t *result)
+{
+    json_object_set_new (result, "callId", json_string (call->head.call_id? call->head.call_id: ""));
+    if (!json_is_array (json_object_get (result, "content")))
+        json_object_set_new (result, "content", json_array ());
+    if (!json_is_boolean (json_object_get (result, "isError")))
+        json_object_set_new (result, "isError", json_false ());
+    return s_encode_json (result);
+}
+
+static void
+s_send_up (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **body_p)
+{
+    if (s_send (self->upstream, call->envelope, DSH_RESULT, body_p, NULL))
+        zsys_warning ("stage %s: cannot send a result up: %s", self->name, zmq_strerror (errno));
+}
+
+static void
+s_answer (dsh_stage_t *self, dsh_stage_call_t *call)
+{
+    zframe_t *body = NULL;
+    if (call->answer)
+        body = s_result_body (call, call->answer);
+    if (!body) {
+        char text [128];
+        snprintf (text, sizeof (text), "Error: stage \"%s\" answered without a result", self->name);
+        body = dsh_proto_error_result (call->head.call_id, DSH_E_MIDDLEWARE_FAILED, text);
+    }
+    s_send_up (self, call, &body);
+}
+
+//  Sends the call down; returns false (and answers it) if it cannot go.
+static bool
+s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
+{
+    zframe_t *body = NULL;
+    if (call->rewrite)
+        body = s_encode_json (call->rewrite);
+    else {
+        //  Untouched: the same frame goes on, not a re-encoding of it
+        body = call->body;
+        call->body = NULL;
+    }
+    zframe_t *tool = zframe_dup (call->tool);
+    if (body && s_send (self->downstream, call->envelope, DSH_CALL, &body, &tool) == 0)
+        return true;
+    zframe_destroy (&body);
+    zframe_destroy (&tool);
+    char text [160];
+    snprintf (text, sizeof (text), "Error: stage \"%s\" cannot pass the call on", self->name);
+    zframe_t *failure = dsh_proto_error_result (call->head.call_id, DSH_E_MIDDLEWARE_FAILED, text);
+    s_send_up (self, call, &failure);
+    return false;
+}
+
+//  Acts on a verdict; takes the call (keeps it in the table if needed).
+static void
+s_decide (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict)
+{
+    call->deferred = false;
+    bool keep = false;
+    if (verdict == DSH_STAGE_DEFER) {
+        call->deferred = true;
+        keep = true;
+    }
+    else
+    if (verdict == DSH_STAGE_ANSWER)
+        s_answer (self, call);
+    else
+        keep = s_pass (self, call) && call->watch;
+    if (keep) {
+        if (!zhashx_lookup (self->calls, call->key))
+            zhashx_insert (self->calls, call->key, call);
+    }
+    else {
+        zhashx_delete (self->calls, call->key);
+        s_call_destroy (&call);
+    }
+}
+
+//  ---------------------------------------------------------------------
+//  Receiving
+
+static void
+s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
+{
+    dsh_stage_call_t *call = (dsh_stage_call_t *) zmalloc (sizeof (dsh_stage_call_t));
+    assert (call);
+    call->stage = self;
+    call->envelope = *envelope_p;
+    *envelope_p = NULL;
+    call->body = zmsg_pop (msg);
+    call->tool = zmsg_pop (msg);
+    char error [256] = "";
+    if (!s_envelope_key (call->envelope, call->key, sizeof (call->key)))
+        snprintf (error, sizeof (error), "no chain token in the envelope");
+    else
+    if (!call->body || !call->tool || zmsg_size (msg))
+        snprintf (error, sizeof (error), "CALL wants a body and a tool frame");
+    else
+    if ((call->doc = dsh_proto_decode_body (call->body, error, sizeof (error))))
+        dsh_proto_decode_call (call->doc, &call->head, error, sizeof (error));
+    if (!*error && zframe_size (call->tool)) {
+        call->tool_doc = dsh_proto_decode_body (call->tool, error, sizeof (error));
+        if (!call->tool_doc)
+            snprintf (error, sizeof (error), "malformed tool frame");
+    }
+    if (*error) {
+        zsys_warning ("stage %s: bad CALL: %s", self->name, error);
+        if (*call->key) {
+            zframe_t *failure = dsh_proto_error_result (call->head.call_id, DSH_E_BAD_REQUEST, error);
+            s_send_up (self, call, &failure);
+        }
+        s_call_destroy (&call);
+        return;
+    }
+    if (zhashx_lookup (self->calls, call->key)) {
+        zsys_warning ("stage %s: a second call with one chain token; dropped", self->name);
+        s_call_destroy (&call);
+        return;
+    }
+    s_decide (self, call, self->callbacks.on_request (self, call, self->arg));
+}
+
+static void
+s_handle_control (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
+{
+    char error_text [256] = "";
+    char *error = NULL;
+    json_t *reply = NULL;
+    dsh_doc_t *doc = dsh_proto_decode_body (zmsg_first (msg), error_text, sizeof (error_text));
+    json_t *request = doc? dsh_json_from_msgpack (dsh_doc_root (doc)): NULL;
+    const char *command = json_string_value (json_object_get (request, "command"));
+    if (!command)
+        error = strdup (*error_text? error_text: "CONTROL wants {command, args?}");
+    else
+    if (!self->callbacks.on_control)
+        error = zsys_sprintf ("stage \"%s\" takes no commands", self->name);
+    else {
+        json_t *args = json_object_get (request, "args");
+        reply = self->callbacks.on_control (self, command, args? args: json_null (), &error, self->arg);
+        if (!reply && !error)
+            error = zsys_sprintf ("stage \"%s\" has no command \"%s\"", self->name, command);
+    }
+    json_t *body = json_object ();
+    json_object_set_new (body, "ok", json_boolean (error == NULL));
+    if (error)
+        json_object_set_new (body, "message", json_string (error));
+    if (reply)
+        json_object_set_new (body, "data", reply);
+    zframe_t *frame = s_encode_json (body);
+    if (frame && s_send (self->upstream, *envelope_p, DSH_CONTROL, &frame, NULL))
+        zsys_warning ("stage %s: cannot answer a control command", self->name);
+    zframe_destroy (&frame);
+    json_decref (body);
+    json_decref (request);
+    dsh_doc_destroy (&doc);
+    zstr_free (&error);
+}
+
+static int
+s_upstream_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    dsh_stage_t *self = (dsh_stage_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
+    if (!msg)
+        return 0;
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256];
+    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)))
+        zsys_warning ("stage %s: malformed message from upstream: %s", self->name, error);
+    else
+    if (streq (command, DSH_CALL))
+        s_handle_call (self, &envelope, msg);
+    else
+    if (streq (command, DSH_CONTROL))
+        s_handle_control (self, &envelope, msg);
+    else
+        zsys_warning ("stage %s: unknown command \"%s\" from upstream", self->name, command);
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+    return 0;
+}
+
+static void
+s_finish_result (dsh_stage_t *self, dsh_stage_call_t *call)
+{
+    zframe_t *body = NULL;
+    if (call->new_result)
+        body = s_result_body (call, call->new_result);
+    if (!body) {
+        body = call->result;
+        call->result = NULL;
+    }
+    s_send_up (self, call, &body);
+    zhashx_delete (self->calls, call->key);
+    s_call_destroy (&call);
+}
+
+static int
+s_downstream_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    dsh_stage_t *self = (dsh_stage_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
+    if (!msg)
+        return 0;
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256];
+    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
+    dsh_stage_call_t *call = NULL;
+    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
+    &&  streq (command, DSH_RESULT) && zmsg_size (msg) == 1
+    &&  s_envelope_key (envelope, key, sizeof (key)))
+        call = (dsh_stage_call_t *) zhashx_lookup (self->calls, key);
+    if (call && call->watch && !call->deferred && !call->result) {
+        call->result = zmsg_pop (msg);
+        if (self->callbacks.on_result)
+            self->callbacks.on_result (self, call, self->arg);
+        if (!call->result_deferred)
+            s_finish_result (self, call);
+    }
+    else
+    if (envelope) {
+        //  Not ours to look at: up it goes, as it came
+        zmsg_t *copy = dsh_proto_message (&envelope, command);
+        while (zmsg_size (msg)) {
+            zframe_t *frame = zmsg_pop (msg);
+            zmsg_append (copy, &frame);
+        }
+        dsh_sock_send (self->upstream, &copy);
+    }
+    else
+        zsys_warning ("stage %s: malformed message from downstream: %s", self->name, error);
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+    return 0;
+}
+
+static int
+s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    (void) arg;
+    char *command = zstr_recv (reader);
+    int rc = (!command || streq (command, "$TERM"))? -1: 0;
+    zstr_free (&command);
+    return rc;
+}
+
+typedef struct {
+    dsh_stage_t *stage;
+    const char *feed;
+    const char *drain;
+} s_start_t;
+
+static void
+s_stage_actor (zsock_t *pipe, void *args)
+{
+    s_start_t *start = (s_start_t *) args;
+    dsh_stage_t *self = start->stage;
+    self->pipe = pipe;
+    self->calls = zhashx_new ();
+    self->upstream = zsock_new (ZMQ_ROUTER);
+    self->downstream = zsock_new (ZMQ_DEALER);
+    dsh_sock_limit (self->upstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
+    dsh_sock_limit (self->downstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
+    zsock_set_router_mandatory (self->upstream, 1);
+    //  Refuse to queue calls for a broker that is not there
+    zsock_set_immediate (self->downstream, 1);
+    int rc = zsock_connect (self->upstream, "%s", start->feed);
+    if (rc == 0)
+        rc = zsock_connect (self->downstream, "%s", start->drain);
+    self->connected = rc == 0;
+    zsock_signal (pipe, rc == 0? 0: 1);
+    if (rc == 0) {
+        self->loop = zloop_new ();
+        zloop_set_nonstop (self->loop, true);
+        zloop_reader (self->loop, pipe, s_self_handle_pipe, self);
+        zloop_reader (self->loop, self->upstream, s_upstream_recv, self);
+        zloop_reader (self->loop, self->downstream, s_downstream_recv, self);
+        if (self->callbacks.on_init)
+            self->callbacks.on_init (self, self->arg);
+        zloop_start (self->loop);
+        zloop_destroy (&self->loop);
+    }
+    for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
+        s_call_destroy (&call);
+    zhashx_destroy (&self->calls);
+    //  A stage that never ran leaves its arg to the handle's destroy
+    if (rc == 0 && self->callbacks.on_destroy)
+        self->callbacks.on_destroy (self->arg);
+    zsock_destroy (&self->upstream);
+    zsock_destroy (&self->downstream);
+}
+
+//  ---------------------------------------------------------------------
+//  The handle
+
+dsh_stage_t *
+dsh_stage_new (const char *name, const dsh_stage_callbacks_t *callbacks, void *arg)
+{
+    assert (callbacks && callbacks->on_request);
+    if (!name || strlen (name) > S_NAME_MAX || !dsh_proto_valid_name (name, strlen (name)))
+        return NULL;
+    dsh_stage_t *self = (dsh_stage_t *) zmalloc (sizeof (dsh_stage_t));
+    assert (self);
+    self->name = strdup (name);
+    self->callbacks = *callbacks;
+    self->arg = arg;
+    return self;
+}
+
+void
+dsh_stage_destroy (dsh_stage_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_stage_t *self = *self_p;
+        if (self->actor)
+            zactor_destroy (&self->actor);
+        else
+        if (self->callbacks.on_destroy)
+            self->callbacks.on_destroy (self->arg);
+        zstr_free (&self->name);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+int
+dsh_stage_connect (dsh_stage_t *self, const char *feed, const char *drain)
+{
+    assert (self);
+    assert (feed && drain);
+    if (self->actor)
+        return -1;
+    s_start_t start = { self, feed, drain };
+    self->actor = zactor_new (s_stage_actor, &start);
+    if (!self->connected) {
+        zactor_destroy (&self->actor);
+        return -1;
+    }
+    return 0;
+}
+
+int
+dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms)
+{
+    assert (self);
+    if (!broker)
+        broker = getenv ("DSH_BROKER");
+    if (!broker || !*broker)
+        broker = DSH_DEFAULT_ENDPOINT;
+    zsock_t *front = zsock_new (ZMQ_DEALER);
+    zsock_connect (front, "%s", broker);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 1);
+    dsh_packer_kv_str (&packer, "stage", self->name);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    zmsg_t *hello = dsh_proto_message (NULL, DSH_HELLO);
+    zmsg_append (hello, &body);
+    dsh_sock_send (front, &hello);
+
+    int rc = -1;
+    zpoller_t *poller = zpoller_new (front, NULL);
+    if (zpoller_wait (poller, timeout_ms) == front) {
+        zmsg_t *reply = zmsg_recv (front);
+        zmsg_t *envelope = NULL;
+        char command [DSH_COMMAND_MAX + 1];
+        char error [256];
+        dsh_doc_t *doc = NULL;
+        if (dsh_proto_split (reply, &envelope, command, sizeof (command), error, sizeof (error)) == 0
+        &&  streq (command, DSH_WELCOME)
+        &&  (doc = dsh_proto_decode_body (zmsg_first (reply), error, sizeof (error)))) {
+            const msgpack_object *slot = dsh_map_get (dsh_doc_root (doc), "stage");
+            char *feed = dsh_doc_strdup (doc, dsh_map_get (slot, "feed"));
+            char *drain = dsh_doc_strdup (doc, dsh_map_get (slot, "drain"));
+            if (feed && drain) {
+                char *feed_endpoint = dsh_sock_resolve (feed, broker);
+                char *drain_endpoint = dsh_sock_resolve (drain, broker);
+                rc = dsh_stage_connect (self, feed_endpoint, drain_endpoint);
+                zstr_free (&feed_endpoint);
+                zstr_free (&drain_endpoint);
+            }
+            else
+                zsys_error ("stage %s: the broker at %s has no external stage of that name", self->name, broker);
+        }
+        dsh_doc_destroy (&doc);
+        zmsg_destroy (&envelope);
+        zmsg_destroy (&reply);
+    }
+    else
+        zsys_error ("stage %s: no answer from the broker at %s within %d ms", self->name, broker, timeout_ms);
+    zpoller_destroy (&poller);
+    zsock_destroy (&front);
+    return rc;
+}
+
+const char *
+dsh_stage_name (dsh_stage_t *self)
+{
+    assert (self);
+    return self->name;
+}
+
+zloop_t *
+dsh_stage_loop (dsh_stage_t *self)
+{
+    assert (self);
+    return self->loop;
+}
+
+int
+dsh_stage_resume (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict)
+{
+    assert (self);
+    if (!call || !call->deferred || verdict == DSH_STAGE_DEFER)
+        return -1;
+    s_decide (self, call, verdict);
+    return 0;
+}
+
+int
+dsh_stage_resume_result (dsh_stage_t *self, dsh_stage_call_t *call)
+{
+    assert (self);
+    if (!call || !call->result_deferred)
+        return -1;
+    s_finish_result (self, call);
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  The call
+
+const char *
+dsh_stage_call_id (dsh_stage_call_t *call)
+{
+    return call->head.call_id;
+}
+
+const char *
+dsh_stage_call_name (dsh_stage_call_t *call)
+{
+    return call->head.name;
+}
+
+const char *
+dsh_stage_call_agent (dsh_stage_call_t *call)
+{
+    if (call->rewrite)
+        return json_string_value (json_object_get (call->rewrite, "agent"));
+    return call->head.agent;
+}
+
+const msgpack_object *
+dsh_stage_call_arguments (dsh_stage_call_t *call)
+{
+    return call->head.arguments;
+}
+
+const msgpack_object *
+dsh_stage_call_meta (dsh_stage_call_t *call)
+{
+    return call->head.meta;
+}
+
+const msgpack_object *
+dsh_stage_call_tool (dsh_stage_call_t *call)
+{
+    return call->tool_doc? dsh_doc_root (call->tool_doc): NULL;
+}
+
+bool
+dsh_stage_call_annotation (dsh_stage_call_t *call, const char *hint, bool fallback)
+{
+    const msgpack_object *value = dsh_map_get (dsh_map_get (dsh_stage_call_tool (call), "annotations"), hint);
+    return value && value->type == MSGPACK_OBJECT_BOOLEAN? value->via.boolean: fallback;
+}
+
+json_t *
+dsh_stage_call_json (dsh_stage_call_t *call)
+{
+    if (call->rewrite)
+        return json_deep_copy (call->rewrite);
+    return dsh_json_from_msgpack (dsh_doc_root (call->doc));
+}
+
+//  The body as JSON, for rewriting: made once, from the first rewrite on.
+static json_t *
+s_rewrite (dsh_stage_call_t *call)
+{
+    if (!call->rewrite) {
+        call->rewrite = dsh_json_from_msgpack (dsh_doc_root (call->doc));
+        if (!call->rewrite)
+            call->rewrite = json_object ();
+    }
+    return call->rewrite;
+}
+
+void
+dsh_stage_call_set_arguments (dsh_stage_call_t *call, json_t *arguments)
+{
+    json_object_set_new (s_rewrite (call), "arguments", arguments? arguments: json_object ());
+}
+
+void
+dsh_stage_call_set_agent (dsh_stage_call_t *call, const char *agent)
+{
+    if (agent)
+        json_object_set_new (s_rewrite (call), "agent", json_string (agent));
+    else
+        json_object_del (s_rewrite (call), "agent");
+}
+
+void
+dsh_stage_call_set_meta (dsh_stage_call_t *call, const char *key, json_t *value)
+{
+    json_t *body = s_rewrite (call);
+    json_t *meta = json_object_get (body, "meta");
+    if (!json_is_object (meta)) {
+        meta = json_object ();
+        json_object_set_new (body, "meta", meta);
+    }
+    if (value)
+        json_object_set_new (meta, key, value);
+    else
+        json_object_del (meta, key);
+}
+
+void
+dsh_stage_call_answer_error (dsh_stage_call_t *call, const char *code, const char *format, ...)
+{
+    va_list args;
+    va_start (args, format);
+    char *message = zsys_vprintf (format, args);
+    va_end (args);
+    char *text = zsys_sprintf ("Error: %s", message? message: "");
+    json_decref (call->answer);
+    call->answer = json_pack ("{s:[{s:s, s:s}], s:b, s:{s:s, s:s}}",
+                              "content", "type", "text", "text", text,
+                              "isError", 1,
+                              "error", "name", dsh_proto_error_name (code), "code", code);
+    zstr_free (&text);
+    zstr_free (&message);
+}
+
+void
+dsh_stage_call_answer (dsh_stage_call_t *call, json_t *result)
+{
+    json_decref (call->answer);
+    call->answer = result;
+}
+
+void
+dsh_stage_call_watch_result (dsh_stage_call_t *call)
+{
+    call->watch = true;
+}
+
+json_t *
+dsh_stage_call_result (dsh_stage_call_t *call)
+{
+    if (call->new_result)
+        return json_deep_copy (call->new_result);
+    if (!call->result)
+        return NULL;
+    char error [128];
+    dsh_doc_t *doc = dsh_doc_new (zframe_data (call->result), zframe_size (call->result), error, sizeof (error));
+    json_t *result = doc? dsh_json_from_msgpack (dsh_doc_root (doc)): NULL;
+    dsh_doc_destroy (&doc);
+    return result;
+}
+
+void
+dsh_stage_call_set_result (dsh_stage_call_t *call, json_t *result)
+{
+    json_decref (call->new_result);
+    call->new_result = result;
+}
+
+void
+dsh_stage_call_defer_result (dsh_stage_call_t *call)
+{
+    call->result_deferred = true;
+}
+
+void
+dsh_stage_call_set_data (dsh_stage_call_t *call, void *data, void (*destructor) (void *))
+{
+    if (call->data && call->data_destructor)
+        call->data_destructor (call->data);
+    call->data = data;
+    call->data_destructor = destructor;
+}
+
+void *
+dsh_stage_call_data (dsh_stage_call_t *call)
+{
+    return call->data;
+}

@@ -1,0 +1,212 @@
+/*  =========================================================================
+    dsh_stage - write a middleware stage of the execution chain as callbacks
+
+    A stage sits in the broker's chain between the front and the tools, the
+    distributed form of the original's tools/execute waterfall. It is an
+    actor with a ROUTER facing upstream and a DEALER facing downstream
+    (PROTOCOL.md, "The execution chain"), so many calls are in flight through
+    it at once. For each call coming down, the request callback decides:
+
+        DSH_STAGE_PASS    send it on (rewritten or not);
+        DSH_STAGE_ANSWER  answer it here (a veto): later stages and the tool
+                          never see it; set the answer first;
+        DSH_STAGE_DEFER   decide later (waiting for a human, a hook process):
+                          the call holds no thread and blocks no other call;
+                          finish it with dsh_stage_resume.
+
+    A stage that asked to (dsh_stage_call_watch_result) gets the result of a
+    call it passed on its way back up, and may rewrite it before it goes on,
+    at once or later (dsh_stage_call_defer_result).
+    Results retrace the path, so stages nest like the original's onion:
+    first:before, second:before, tool, second:after, first:after.
+
+    A call the stage does not touch is forwarded frame for frame, never
+    re-encoded. Callbacks run in the stage's own thread, one at a time, so
+    they need no locks; they must not block (use dsh_stage_loop for timers
+    and readers, and DEFER).
+
+    Built-in stages are attached by the broker (inproc); an external stage
+    is a process that calls dsh_stage_attach with the broker's address and
+    its name from the broker's chain configuration.
+    =========================================================================
+*/
+
+#ifndef DSH_STAGE_H_INCLUDED
+#define DSH_STAGE_H_INCLUDED
+
+#include <czmq.h>
+#include <jansson.h>
+#include <msgpack.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _dsh_stage_t dsh_stage_t;
+typedef struct _dsh_stage_call_t dsh_stage_call_t;
+
+typedef enum {
+    DSH_STAGE_PASS = 0,
+    DSH_STAGE_ANSWER,
+    DSH_STAGE_DEFER
+} dsh_stage_verdict_t;
+
+//  A call coming down. Read it, rewrite it or set an answer, and decide.
+typedef dsh_stage_verdict_t (dsh_stage_request_fn) (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg);
+
+//  The result of a call this stage passed and watched, on its way up. Read
+//  it with dsh_stage_call_result, rewrite it with dsh_stage_call_set_result.
+typedef void (dsh_stage_result_fn) (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg);
+
+//  A control command for this stage (from `dsh`, through the broker).
+//  Returns a new JSON reply (any value; caller frees), or NULL for
+//  "unknown command". Sets *error to a new message on failure.
+typedef json_t *(dsh_stage_control_fn) (dsh_stage_t *stage, const char *command, json_t *args,
+                                        char **error, void *arg);
+
+//  Runs once in the stage's thread before the first call: the place to add
+//  readers and timers to dsh_stage_loop.
+typedef void (dsh_stage_init_fn) (dsh_stage_t *stage, void *arg);
+
+//  The callbacks of a stage; any but on_request may be NULL.
+typedef struct {
+    dsh_stage_request_fn *on_request;
+    dsh_stage_result_fn *on_result;
+    dsh_stage_control_fn *on_control;
+    dsh_stage_init_fn *on_init;
+    //  Called in the stage's thread as it stops; frees what arg owns.
+    void (*on_destroy) (void *arg);
+} dsh_stage_callbacks_t;
+
+//  A stage named name (1-64 of [A-Za-z0-9_.-]) with its callbacks. It does
+//  nothing until connected or attached. NULL if the name is invalid.
+dsh_stage_t *
+    dsh_stage_new (const char *name, const dsh_stage_callbacks_t *callbacks, void *arg);
+
+//  Stop and destroy; calls still inside are dropped (the broker answers
+//  them MIDDLEWARE_FAILED). Safe twice.
+void
+    dsh_stage_destroy (dsh_stage_t **self_p);
+
+//  Start: connect the upstream ROUTER to feed and the downstream DEALER to
+//  drain (the broker's slot endpoints). Returns 0 or -1.
+int
+    dsh_stage_connect (dsh_stage_t *self, const char *feed, const char *drain);
+
+//  Start as an external stage: ask the broker at broker (NULL: $DSH_BROKER,
+//  else the default) for this stage's slot, waiting up to timeout_ms, then
+//  connect. Returns 0, or -1 if the broker has no external stage of this
+//  name or did not answer.
+int
+    dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms);
+
+//  The stage's name.
+const char *
+    dsh_stage_name (dsh_stage_t *self);
+
+//  The stage's loop, for readers and timers (use only from the stage's
+//  thread: in callbacks, or in on_init).
+zloop_t *
+    dsh_stage_loop (dsh_stage_t *self);
+
+//  Finish a deferred call: PASS or ANSWER (set the answer first). Only from
+//  the stage's thread. Returns 0, or -1 if the call was not deferred.
+int
+    dsh_stage_resume (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict);
+
+//  --- The call, in callbacks ------------------------------------------
+
+//  The callId.
+const char *
+    dsh_stage_call_id (dsh_stage_call_t *call);
+
+//  The tool's name as called.
+const char *
+    dsh_stage_call_name (dsh_stage_call_t *call);
+
+//  The agent id, or NULL.
+const char *
+    dsh_stage_call_agent (dsh_stage_call_t *call);
+
+//  The arguments (any value), or NULL if none were sent.
+const msgpack_object *
+    dsh_stage_call_arguments (dsh_stage_call_t *call);
+
+//  The meta map, or NULL.
+const msgpack_object *
+    dsh_stage_call_meta (dsh_stage_call_t *call);
+
+//  The called tool's registry entry (name, parameters, annotations, ...),
+//  or NULL if no such tool is registered.
+const msgpack_object *
+    dsh_stage_call_tool (dsh_stage_call_t *call);
+
+//  The boolean annotation of the called tool (e.g. "readOnlyHint"), or
+//  fallback if the tool is unknown or the annotation is absent.
+bool
+    dsh_stage_call_annotation (dsh_stage_call_t *call, const char *hint, bool fallback);
+
+//  The whole CALL body as JSON (caller owns).
+json_t *
+    dsh_stage_call_json (dsh_stage_call_t *call);
+
+//  Rewrite the arguments (JSON, taken). The body is re-encoded once, when
+//  the call is passed.
+void
+    dsh_stage_call_set_arguments (dsh_stage_call_t *call, json_t *arguments);
+
+//  Rewrite the agent id (NULL removes it).
+void
+    dsh_stage_call_set_agent (dsh_stage_call_t *call, const char *agent);
+
+//  Set one meta entry (JSON value, taken); NULL value removes it.
+void
+    dsh_stage_call_set_meta (dsh_stage_call_t *call, const char *key, json_t *value);
+
+//  Answer with an error result: "Error: <message>", isError, error {name,
+//  code}. The verdict must then be ANSWER.
+void
+    dsh_stage_call_answer_error (dsh_stage_call_t *call, const char *code, const char *format, ...)
+        CHECK_PRINTF (3);
+
+//  Answer with a whole result (JSON object {content, isError, ...}; taken;
+//  callId is set by the stage).
+void
+    dsh_stage_call_answer (dsh_stage_call_t *call, json_t *result);
+
+//  Ask for this call's result on its way back (call from on_request).
+void
+    dsh_stage_call_watch_result (dsh_stage_call_t *call);
+
+//  In on_result: the result as JSON (caller owns).
+json_t *
+    dsh_stage_call_result (dsh_stage_call_t *call);
+
+//  In on_result: replace the result (JSON object, taken; callId is kept).
+void
+    dsh_stage_call_set_result (dsh_stage_call_t *call, json_t *result);
+
+//  In on_result: hold the result (to finish it later, e.g. when a hook
+//  process has answered); finish with dsh_stage_resume_result.
+void
+    dsh_stage_call_defer_result (dsh_stage_call_t *call);
+
+//  Send a held result up (possibly rewritten meanwhile). Only from the
+//  stage's thread. Returns 0, or -1 if the call's result was not held.
+int
+    dsh_stage_resume_result (dsh_stage_t *self, dsh_stage_call_t *call);
+
+//  Attach data to the call for later callbacks; destructor may be NULL.
+void
+    dsh_stage_call_set_data (dsh_stage_call_t *call, void *data, void (*destructor) (void *));
+
+//  The data attached to the call, or NULL.
+void *
+    dsh_stage_call_data (dsh_stage_call_t *call);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
