@@ -1,0 +1,699 @@
+/*  =========================================================================
+    dsh_permission - the permission middleware: allow, deny or ask a human
+
+    The policy (rules, default) is plain data with a pure decide, so unit
+    tests need no sockets. The stage around it keeps the approvers it has
+    heard from lately and the asks still open, each holding a deferred call
+    and a timer for approval_timeout_ms.
+    =========================================================================
+*/
+
+#include <fnmatch.h>
+
+#include "dsh_permission.h"
+#include "dsh_doc.h"
+#include "dsh_json.h"
+#include "dsh_proto.h"
+#include "dsh_settings.h"
+
+#define APPROVAL_TIMEOUT_DEFAULT_MS 120000
+#define APPROVER_HEARTBEAT_MS       1000
+#define APPROVER_EXPIRY_MS          3000
+#define APPROVALS_MAX_MESSAGE       (64 * 1024)
+
+//  --- The policy ----------------------------------------------------------
+
+typedef struct {
+    char *tool;                 //  glob
+    char *agent;                //  glob
+    dsh_permission_action_t action;
+} s_rule_t;
+
+struct _dsh_permission_policy_t {
+    zlistx_t *rules;            //  s_rule_t, in config order
+    dsh_permission_action_t fallback;
+    char *approvals;
+    int approval_timeout_ms;
+};
+
+static void
+s_rule_destroy (s_rule_t **self_p)
+{
+    if (*self_p) {
+        s_rule_t *self = *self_p;
+        zstr_free (&self->tool);
+        zstr_free (&self->agent);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static s_rule_t *
+s_rule_new (zconfig_t *section, size_t number, char *error, size_t error_size)
+{
+    s_rule_t *self = (s_rule_t *) zmalloc (sizeof (s_rule_t));
+    assert (self);
+    bool have_action = false;
+    int rc = 0;
+    for (zconfig_t *item = zconfig_child (section); item && rc == 0; item = zconfig_next (item)) {
+        const char *key = zconfig_name (item);
+        const char *value = zconfig_value (item)? zconfig_value (item): "";
+        if (streq (key, "tool") || streq (key, "agent")) {
+            if (!*value) {
+                snprintf (error, error_size, "rule %zu: %s must not be empty", number, key);
+                rc = -1;
+            }
+            else {
+                char **target = streq (key, "tool")? &self->tool: &self->agent;
+                zstr_free (target);
+                *target = strdup (value);
+            }
+        }
+        else
+        if (streq (key, "action")) {
+            if (dsh_permission_action_parse (value, &self->action)) {
+                snprintf (error, error_size, "rule %zu: action \"%s\" is not allow, deny or ask",
+                          number, value);
+                rc = -1;
+            }
+            have_action = true;
+        }
+        else {
+            snprintf (error, error_size, "rule %zu: unknown setting \"%s\"", number, key);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && !have_action) {
+        snprintf (error, error_size, "rule %zu: action is required (allow, deny or ask)", number);
+        rc = -1;
+    }
+    if (rc) {
+        s_rule_destroy (&self);
+        return NULL;
+    }
+    if (!self->tool)
+        self->tool = strdup ("*");
+    if (!self->agent)
+        self->agent = strdup ("*");
+    return self;
+}
+
+dsh_permission_policy_t *
+dsh_permission_policy_new (zconfig_t *settings, char *error, size_t error_size)
+{
+    dsh_permission_policy_t *self = (dsh_permission_policy_t *) zmalloc (sizeof (dsh_permission_policy_t));
+    assert (self);
+    self->rules = zlistx_new ();
+    assert (self->rules);
+    zlistx_set_destructor (self->rules, (czmq_destructor *) s_rule_destroy);
+    self->fallback = DSH_PERMISSION_ALLOW;
+    self->approvals = strdup ("tcp://127.0.0.1:*");
+    self->approval_timeout_ms = APPROVAL_TIMEOUT_DEFAULT_MS;
+
+    int rc = 0;
+    zconfig_t *item = settings? zconfig_child (settings): NULL;
+    for (; item && rc == 0; item = zconfig_next (item)) {
+        const char *key = zconfig_name (item);
+        const char *value = zconfig_value (item)? zconfig_value (item): "";
+        if (streq (key, "rule")) {
+            s_rule_t *rule = s_rule_new (item, zlistx_size (self->rules) + 1, error, error_size);
+            if (rule)
+                zlistx_add_end (self->rules, rule);
+            else
+                rc = -1;
+        }
+        else
+        if (streq (key, "default")) {
+            if (dsh_permission_action_parse (value, &self->fallback)) {
+                snprintf (error, error_size, "default: \"%s\" is not allow, deny or ask", value);
+                rc = -1;
+            }
+        }
+        else
+        if (streq (key, "approvals")) {
+            if (strncmp (value, "tcp://", 6) && strncmp (value, "ipc://", 6) && strncmp (value, "inproc://", 9)) {
+                snprintf (error, error_size, "approvals: \"%s\" is not a tcp://, ipc:// or inproc:// endpoint",
+                          value);
+                rc = -1;
+            }
+            else {
+                zstr_free (&self->approvals);
+                self->approvals = strdup (value);
+            }
+        }
+        else
+        if (streq (key, "approval_timeout_ms"))
+            rc = dsh_settings_int (key, value, 1, 24 * 3600 * 1000, &self->approval_timeout_ms,
+                                   error, error_size);
+        else
+        if (!dsh_settings_chain_key (key)) {
+            snprintf (error, error_size, "unknown setting \"%s\"", key);
+            rc = -1;
+        }
+    }
+    if (rc)
+        dsh_permission_policy_destroy (&self);
+    return self;
+}
+
+void
+dsh_permission_policy_destroy (dsh_permission_policy_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_permission_policy_t *self = *self_p;
+        zlistx_destroy (&self->rules);
+        zstr_free (&self->approvals);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+dsh_permission_action_t
+dsh_permission_policy_decide (dsh_permission_policy_t *self, const char *tool, const char *agent)
+{
+    assert (self);
+    assert (tool);
+    if (!agent)
+        agent = "";
+    bool matched = false;
+    dsh_permission_action_t strongest = DSH_PERMISSION_ALLOW;
+    for (s_rule_t *rule = (s_rule_t *) zlistx_first (self->rules); rule;
+         rule = (s_rule_t *) zlistx_next (self->rules)) {
+        if (fnmatch (rule->tool, tool, 0) == 0 && fnmatch (rule->agent, agent, 0) == 0) {
+            matched = true;
+            if (rule->action > strongest)
+                strongest = rule->action;
+        }
+    }
+    return matched? strongest: self->fallback;
+}
+
+size_t
+dsh_permission_policy_rules (dsh_permission_policy_t *self)
+{
+    assert (self);
+    return zlistx_size (self->rules);
+}
+
+dsh_permission_action_t
+dsh_permission_policy_default (dsh_permission_policy_t *self)
+{
+    assert (self);
+    return self->fallback;
+}
+
+const char *
+dsh_permission_policy_approvals (dsh_permission_policy_t *self)
+{
+    assert (self);
+    return self->approvals;
+}
+
+int
+dsh_permission_policy_approval_timeout_ms (dsh_permission_policy_t *self)
+{
+    assert (self);
+    return self->approval_timeout_ms;
+}
+
+int
+dsh_permission_action_parse (const char *text, dsh_permission_action_t *action)
+{
+    assert (action);
+    if (!text)
+        return -1;
+    if (streq (text, "allow"))
+        *action = DSH_PERMISSION_ALLOW;
+    else
+    if (streq (text, "ask"))
+        *action = DSH_PERMISSION_ASK;
+    else
+    if (streq (text, "deny"))
+        *action = DSH_PERMISSION_DENY;
+    else
+        return -1;
+    return 0;
+}
+
+const char *
+dsh_permission_action_name (dsh_permission_action_t action)
+{
+    switch (action) {
+        case DSH_PERMISSION_ALLOW: return "allow";
+        case DSH_PERMISSION_ASK:   return "ask";
+        case DSH_PERMISSION_DENY:  return "deny";
+    }
+    return "deny";
+}
+
+const char *
+dsh_approval_outcome_name (dsh_approval_outcome_t outcome)
+{
+    switch (outcome) {
+        case DSH_APPROVAL_ALLOWED:     return "allowed";
+        case DSH_APPROVAL_REJECTED:    return "rejected";
+        case DSH_APPROVAL_CANCELLED:   return "cancelled";
+        case DSH_APPROVAL_UNAVAILABLE: return "unavailable";
+    }
+    return "unavailable";
+}
+
+//  --- The stage -----------------------------------------------------------
+
+typedef struct {
+    dsh_permission_policy_t *policy;
+    dsh_stage_t *stage;         //  known from on_init on
+    zsock_t *approvals;         //  ROUTER, bound at setup so a bad endpoint fails early
+    char *endpoint;             //  as bound (the real port for "*")
+    zhashx_t *approvers;        //  identity as hex -> s_approver_t
+    zhashx_t *pending;          //  request id -> s_request_t
+} self_t;
+
+typedef struct {
+    zframe_t *identity;
+    int64_t last_heard;         //  zclock_mono
+} s_approver_t;
+
+typedef struct {
+    char *id;
+    dsh_stage_call_t *call;     //  deferred: alive until resumed
+    char *tool;
+    json_t *summary;            //  {id, callId, tool, agent?, arguments}
+    int timer_id;               //  -1 once fired
+    void *owner;                //  the self_t, for the timer
+} s_request_t;
+
+static void
+s_approver_destroy (s_approver_t **self_p)
+{
+    if (*self_p) {
+        zframe_destroy (&(*self_p)->identity);
+        free (*self_p);
+        *self_p = NULL;
+    }
+}
+
+//  Frees memory only: on_destroy runs it too, when the calls are gone.
+static void
+s_request_destroy (s_request_t **self_p)
+{
+    if (*self_p) {
+        s_request_t *self = *self_p;
+        zstr_free (&self->id);
+        zstr_free (&self->tool);
+        json_decref (self->summary);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static void
+s_self_destroy (self_t **self_p)
+{
+    if (*self_p) {
+        self_t *self = *self_p;
+        zhashx_destroy (&self->pending);
+        zhashx_destroy (&self->approvers);
+        zsock_destroy (&self->approvals);
+        zstr_free (&self->endpoint);
+        dsh_permission_policy_destroy (&self->policy);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static void
+s_on_destroy (void *arg)
+{
+    self_t *self = (self_t *) arg;
+    s_self_destroy (&self);
+}
+
+//  Send one message COMMAND BODY to the approver at identity.
+static void
+s_send (self_t *self, zframe_t *identity, const char *command, const json_t *body)
+{
+    zmsg_t *envelope = zmsg_new ();
+    zmsg_append (envelope, &(zframe_t *) { zframe_dup (identity) });
+    zmsg_t *msg = dsh_proto_message (&envelope, command);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    if (dsh_json_to_msgpack (&packer.pk, body) == 0) {
+        zframe_t *frame = dsh_packer_frame (&packer);
+        zmsg_append (msg, &frame);
+        zmsg_send (&msg, self->approvals);
+    }
+    dsh_packer_release (&packer);
+    zmsg_destroy (&msg);
+}
+
+static void
+s_broadcast (self_t *self, const char *command, const json_t *body)
+{
+    for (s_approver_t *approver = (s_approver_t *) zhashx_first (self->approvers); approver;
+         approver = (s_approver_t *) zhashx_next (self->approvers))
+        s_send (self, approver->identity, command, body);
+}
+
+//  Finish an open ask: resume or answer its call, tell the approvers, and
+//  forget it.
+static void
+s_request_resolve (self_t *self, s_request_t *request, dsh_approval_outcome_t outcome)
+{
+    if (request->timer_id != -1)
+        zloop_timer_end (dsh_stage_loop (self->stage), request->timer_id);
+    request->timer_id = -1;
+    dsh_stage_verdict_t verdict = DSH_STAGE_ANSWER;
+    if (outcome == DSH_APPROVAL_ALLOWED)
+        verdict = DSH_STAGE_PASS;
+    else
+    if (outcome == DSH_APPROVAL_REJECTED)
+        dsh_stage_call_answer_error (request->call, DSH_E_DENIED, "tool \"%s\" was rejected by the approver",
+                                     request->tool);
+    else
+    if (outcome == DSH_APPROVAL_CANCELLED)
+        dsh_stage_call_answer_error (request->call, DSH_E_CANCELLED, "tool \"%s\" was cancelled while awaiting approval",
+                                     request->tool);
+    else
+        dsh_stage_call_answer_error (request->call, DSH_E_DENIED,
+                                     "tool \"%s\" requires approval (approval unavailable)", request->tool);
+    dsh_stage_resume (self->stage, request->call, verdict);
+
+    json_t *resolved = json_pack ("{s:s, s:s}", "id", request->id,
+                                  "outcome", dsh_approval_outcome_name (outcome));
+    s_broadcast (self, "RESOLVED", resolved);
+    json_decref (resolved);
+    zhashx_delete (self->pending, request->id);
+}
+
+static void
+s_resolve_all (self_t *self, dsh_approval_outcome_t outcome)
+{
+    s_request_t *request;
+    while ((request = (s_request_t *) zhashx_first (self->pending)))
+        s_request_resolve (self, request, outcome);
+}
+
+//  Decide an open ask as an approver would. Returns the outcome, or -1 if
+//  no request has that id.
+static int
+s_decide (self_t *self, const char *id, bool allow)
+{
+    s_request_t *request = id? (s_request_t *) zhashx_lookup (self->pending, id): NULL;
+    if (!request)
+        return -1;
+    dsh_approval_outcome_t outcome = allow? DSH_APPROVAL_ALLOWED: DSH_APPROVAL_REJECTED;
+    s_request_resolve (self, request, outcome);
+    return (int) outcome;
+}
+
+//  Forget approvers not heard from lately; if the last one went while asks
+//  were open, nobody can answer them.
+static void
+s_approvers_expire (self_t *self)
+{
+    int64_t now = zclock_mono ();
+    zlistx_t *gone = zlistx_new ();
+    assert (gone);
+    for (s_approver_t *approver = (s_approver_t *) zhashx_first (self->approvers); approver;
+         approver = (s_approver_t *) zhashx_next (self->approvers))
+        if (now - approver->last_heard > APPROVER_EXPIRY_MS)
+            zlistx_add_end (gone, (void *) zhashx_cursor (self->approvers));
+    for (const char *key = (const char *) zlistx_first (gone); key; key = (const char *) zlistx_next (gone))
+        zhashx_delete (self->approvers, key);
+    zlistx_destroy (&gone);
+    if (zhashx_size (self->approvers) == 0 && zhashx_size (self->pending) > 0)
+        s_resolve_all (self, DSH_APPROVAL_UNAVAILABLE);
+}
+
+static int
+s_expiry_timer (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_approvers_expire ((self_t *) arg);
+    return 0;
+}
+
+static void
+s_send_error (self_t *self, zframe_t *identity, const char *message)
+{
+    json_t *body = json_pack ("{s:s, s:s}", "code", DSH_E_BAD_REQUEST, "message", message);
+    s_send (self, identity, DSH_ERROR, body);
+    json_decref (body);
+}
+
+//  A DECIDE {id, outcome} from an approver.
+static void
+s_handle_decide (self_t *self, zframe_t *identity, zmsg_t *msg)
+{
+    char reason [256] = "";
+    zframe_t *frame = zmsg_pop (msg);
+    dsh_doc_t *doc = frame? dsh_proto_decode_body (frame, reason, sizeof (reason)): NULL;
+    if (!doc) {
+        s_send_error (self, identity, *reason? reason: "DECIDE needs a body {id, outcome}");
+        zframe_destroy (&frame);
+        return;
+    }
+    const msgpack_object *root = dsh_doc_root (doc);
+    char *id = dsh_doc_strdup (doc, dsh_map_get (root, "id"));
+    const msgpack_object *outcome = dsh_map_get (root, "outcome");
+    bool allow = dsh_str_eq (outcome, "allow");
+    if (!id)
+        s_send_error (self, identity, "DECIDE needs a str id");
+    else
+    if (!allow && !dsh_str_eq (outcome, "deny"))
+        s_send_error (self, identity, "DECIDE outcome must be \"allow\" or \"deny\"");
+    else
+    if (s_decide (self, id, allow) == -1) {
+        char *message = zsys_sprintf ("no pending request %s", id);
+        s_send_error (self, identity, message);
+        zstr_free (&message);
+    }
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&frame);
+}
+
+static int
+s_handle_approvals (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    self_t *self = (self_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
+    if (!msg)
+        return 0;
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char reason [256];
+    int rc = dsh_proto_split (msg, &envelope, command, sizeof (command), reason, sizeof (reason));
+    //  An approver's DEALER adds nothing: the envelope is its identity alone
+    if (!envelope || zmsg_size (envelope) != 1) {
+        zmsg_destroy (&envelope);
+        zmsg_destroy (&msg);
+        return 0;
+    }
+    zframe_t *identity = zmsg_first (envelope);
+    char *key = zframe_strhex (identity);
+    s_approver_t *approver = (s_approver_t *) zhashx_lookup (self->approvers, key);
+    if (rc)
+        s_send_error (self, identity, reason);
+    else {
+        bool fresh = !approver;
+        if (fresh) {
+            approver = (s_approver_t *) zmalloc (sizeof (s_approver_t));
+            assert (approver);
+            approver->identity = zframe_dup (identity);
+            zhashx_insert (self->approvers, key, approver);
+        }
+        approver->last_heard = zclock_mono ();
+        //  A new approver sees every ask still open
+        if (fresh)
+            for (s_request_t *request = (s_request_t *) zhashx_first (self->pending); request;
+                 request = (s_request_t *) zhashx_next (self->pending))
+                s_send (self, identity, "PENDING", request->summary);
+        if (streq (command, "DECIDE"))
+            s_handle_decide (self, identity, msg);
+        else
+        if (!streq (command, "APPROVER")) {
+            char *message = zsys_sprintf ("unknown command \"%s\"", command);
+            s_send_error (self, identity, message);
+            zstr_free (&message);
+        }
+    }
+    zstr_free (&key);
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+    return 0;
+}
+
+static int
+s_request_timer (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_request_t *request = (s_request_t *) arg;
+    //  A one-shot timer is gone once it fired: ending it again could end
+    //  another timer that reused its id
+    request->timer_id = -1;
+    s_request_resolve ((self_t *) request->owner, request, DSH_APPROVAL_UNAVAILABLE);
+    return 0;
+}
+
+//  A new request id: short, for humans to type, and unlikely to name a
+//  request of an earlier run.
+static char *
+s_request_id (self_t *self)
+{
+    while (true) {
+        zuuid_t *uuid = zuuid_new ();
+        assert (uuid);
+        char *id = zsys_sprintf ("%.8s", zuuid_str (uuid));
+        zuuid_destroy (&uuid);
+        for (char *cursor = id; *cursor; cursor++)
+            *cursor = (char) tolower ((unsigned char) *cursor);
+        if (!zhashx_lookup (self->pending, id))
+            return id;
+        zstr_free (&id);
+    }
+}
+
+//  Hold the call and put it to the approvers.
+static void
+s_request_open (self_t *self, dsh_stage_call_t *call)
+{
+    s_request_t *request = (s_request_t *) zmalloc (sizeof (s_request_t));
+    assert (request);
+    request->owner = self;
+    request->id = s_request_id (self);
+    request->call = call;
+    request->tool = strdup (dsh_stage_call_name (call));
+    const msgpack_object *arguments = dsh_stage_call_arguments (call);
+    json_t *arguments_json = arguments? dsh_json_from_msgpack (arguments): NULL;
+    //  json_string refuses text that is not UTF-8: such a field is left out
+    //  rather than trusted
+    request->summary = json_object ();
+    assert (request->summary);
+    json_object_set_new (request->summary, "id", json_string (request->id));
+    json_object_set_new (request->summary, "callId", json_string (dsh_stage_call_id (call)));
+    json_object_set_new (request->summary, "tool", json_string (request->tool));
+    const char *agent = dsh_stage_call_agent (call);
+    if (agent)
+        json_object_set_new (request->summary, "agent", json_string (agent));
+    json_object_set_new (request->summary, "arguments", arguments_json? arguments_json: json_null ());
+    request->timer_id = zloop_timer (dsh_stage_loop (self->stage),
+                                     (size_t) dsh_permission_policy_approval_timeout_ms (self->policy), 1,
+                                     s_request_timer, request);
+    zhashx_insert (self->pending, request->id, request);
+    s_broadcast (self, "PENDING", request->summary);
+}
+
+static dsh_stage_verdict_t
+s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+{
+    self_t *self = (self_t *) arg;
+    self->stage = stage;
+    const char *tool = dsh_stage_call_name (call);
+    dsh_permission_action_t action = dsh_permission_policy_decide (self->policy, tool,
+                                                                    dsh_stage_call_agent (call));
+    if (action == DSH_PERMISSION_ALLOW)
+        return DSH_STAGE_PASS;
+    if (action == DSH_PERMISSION_DENY) {
+        dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" is denied by policy", tool);
+        return DSH_STAGE_ANSWER;
+    }
+    s_approvers_expire (self);
+    if (zhashx_size (self->approvers) == 0) {
+        dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" requires approval", tool);
+        return DSH_STAGE_ANSWER;
+    }
+    s_request_open (self, call);
+    return DSH_STAGE_DEFER;
+}
+
+static json_t *
+s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **error, void *arg)
+{
+    self_t *self = (self_t *) arg;
+    self->stage = stage;
+    if (streq (command, "approvals"))
+        return json_pack ("{s:s}", "endpoint", self->endpoint);
+    if (streq (command, "pending")) {
+        json_t *list = json_array ();
+        for (s_request_t *request = (s_request_t *) zhashx_first (self->pending); request;
+             request = (s_request_t *) zhashx_next (self->pending))
+            json_array_append (list, request->summary);
+        return list;
+    }
+    if (streq (command, "approve") || streq (command, "deny")) {
+        const char *id = json_string_value (json_object_get (args, "id"));
+        if (!id) {
+            *error = zsys_sprintf ("%s needs {\"id\": \"<request id>\"}", command);
+            return NULL;
+        }
+        int outcome = s_decide (self, id, streq (command, "approve"));
+        if (outcome == -1) {
+            *error = zsys_sprintf ("no pending request %s", id);
+            return NULL;
+        }
+        return json_pack ("{s:s, s:s}", "id", id,
+                          "outcome", dsh_approval_outcome_name ((dsh_approval_outcome_t) outcome));
+    }
+    return NULL;
+}
+
+static void
+s_on_init (dsh_stage_t *stage, void *arg)
+{
+    self_t *self = (self_t *) arg;
+    self->stage = stage;
+    zloop_t *loop = dsh_stage_loop (stage);
+    if (zloop_reader (loop, self->approvals, s_handle_approvals, self))
+        zsys_error ("%s: cannot read the approvals socket", dsh_stage_name (stage));
+    zloop_timer (loop, APPROVER_HEARTBEAT_MS, 0, s_expiry_timer, self);
+}
+
+int
+dsh_permission_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
+                      dsh_stage_callbacks_t *callbacks, void **arg, char *error, size_t error_size)
+{
+    assert (callbacks);
+    assert (arg);
+    (void) context;
+    self_t *self = (self_t *) zmalloc (sizeof (self_t));
+    assert (self);
+    self->policy = dsh_permission_policy_new (settings, error, error_size);
+    if (!self->policy) {
+        s_self_destroy (&self);
+        return -1;
+    }
+    self->approvers = zhashx_new ();
+    assert (self->approvers);
+    zhashx_set_destructor (self->approvers, (czmq_destructor *) s_approver_destroy);
+    self->pending = zhashx_new ();
+    assert (self->pending);
+    zhashx_set_destructor (self->pending, (czmq_destructor *) s_request_destroy);
+
+    //  Bound here, not in on_init, so that a taken port fails the setup
+    //  with a reason; the socket moves to the stage's thread when it starts
+    const char *approvals = dsh_permission_policy_approvals (self->policy);
+    self->approvals = zsock_new (ZMQ_ROUTER);
+    assert (self->approvals);
+    zsock_set_linger (self->approvals, 0);
+    zsock_set_maxmsgsize (self->approvals, APPROVALS_MAX_MESSAGE);
+    if (zsock_bind (self->approvals, "%s", approvals) == -1) {
+        snprintf (error, error_size, "approvals: cannot bind \"%s\": %s", approvals, zmq_strerror (zmq_errno ()));
+        s_self_destroy (&self);
+        return -1;
+    }
+    self->endpoint = zsock_last_endpoint (self->approvals);
+
+    *callbacks = (dsh_stage_callbacks_t) {
+        .on_request = s_on_request,
+        .on_control = s_on_control,
+        .on_init = s_on_init,
+        .on_destroy = s_on_destroy
+    };
+    *arg = self;
+    return 0;
+}

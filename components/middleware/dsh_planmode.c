@@ -1,0 +1,201 @@
+/*  =========================================================================
+    dsh_planmode - the plan-mode middleware: only read-only tools while planning
+    =========================================================================
+*/
+
+#include "dsh_planmode.h"
+#include "dsh_doc.h"
+#include "dsh_proto.h"
+#include "dsh_settings.h"
+
+//  Always allowed in plan mode: it is how a planning agent hands its plan over
+#define EXIT_PLAN_MODE "exit_plan_mode"
+
+#define REFUSAL_FORMAT \
+    "tool \"%s\" is not available in plan mode; continue planning and present your plan " \
+    "with exit_plan_mode when ready"
+
+struct _dsh_planmode_t {
+    zlistx_t *allow;            //  tool names
+    zhashx_t *planning;         //  agent id -> itself: only agents in plan mode
+};
+
+dsh_planmode_t *
+dsh_planmode_new (zconfig_t *settings, char *error, size_t error_size)
+{
+    dsh_planmode_t *self = (dsh_planmode_t *) zmalloc (sizeof (dsh_planmode_t));
+    assert (self);
+    self->allow = dsh_settings_names (NULL);
+    self->planning = zhashx_new ();
+    assert (self->planning);
+    int rc = 0;
+    zconfig_t *item = settings? zconfig_child (settings): NULL;
+    for (; item && rc == 0; item = zconfig_next (item)) {
+        const char *key = zconfig_name (item);
+        if (streq (key, "allow")) {
+            zlistx_destroy (&self->allow);
+            self->allow = dsh_settings_names (zconfig_value (item));
+        }
+        else
+        if (!dsh_settings_chain_key (key)) {
+            snprintf (error, error_size, "unknown setting \"%s\"", key);
+            rc = -1;
+        }
+    }
+    if (rc)
+        dsh_planmode_destroy (&self);
+    return self;
+}
+
+void
+dsh_planmode_destroy (dsh_planmode_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_planmode_t *self = *self_p;
+        zlistx_destroy (&self->allow);
+        zhashx_destroy (&self->planning);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+int
+dsh_planmode_set (dsh_planmode_t *self, const char *agent, const char *mode,
+                  char *error, size_t error_size)
+{
+    assert (self);
+    if (!agent)
+        agent = "";
+    //  "" is allowed: it is the agent of calls that name none
+    if (*agent && !dsh_proto_valid_id (agent, strlen (agent))) {
+        snprintf (error, error_size, "\"%.*s\" is not a valid agent id", DSH_ID_MAX, agent);
+        return -1;
+    }
+    if (mode && streq (mode, "plan"))
+        zhashx_update (self->planning, agent, (void *) "plan");
+    else
+    if (mode && streq (mode, "normal"))
+        zhashx_delete (self->planning, agent);
+    else {
+        snprintf (error, error_size, "mode must be \"plan\" or \"normal\"");
+        return -1;
+    }
+    return 0;
+}
+
+bool
+dsh_planmode_planning (dsh_planmode_t *self, const char *agent)
+{
+    assert (self);
+    return zhashx_lookup (self->planning, agent? agent: "") != NULL;
+}
+
+bool
+dsh_planmode_call_planning (dsh_planmode_t *self, const char *agent, const char *meta_mode)
+{
+    assert (self);
+    if (meta_mode && streq (meta_mode, "plan"))
+        return true;
+    return dsh_planmode_planning (self, agent);
+}
+
+bool
+dsh_planmode_allows (dsh_planmode_t *self, const char *tool, bool read_only)
+{
+    assert (self);
+    assert (tool);
+    return read_only || streq (tool, EXIT_PLAN_MODE) || zlistx_find (self->allow, (void *) tool) != NULL;
+}
+
+size_t
+dsh_planmode_allow_size (dsh_planmode_t *self)
+{
+    assert (self);
+    return zlistx_size (self->allow);
+}
+
+json_t *
+dsh_planmode_modes (dsh_planmode_t *self)
+{
+    assert (self);
+    json_t *modes = json_object ();
+    for (void *mode = zhashx_first (self->planning); mode; mode = zhashx_next (self->planning))
+        json_object_set_new (modes, (const char *) zhashx_cursor (self->planning), json_string ("plan"));
+    return modes;
+}
+
+char *
+dsh_planmode_refusal (const char *tool)
+{
+    return zsys_sprintf (REFUSAL_FORMAT, tool);
+}
+
+//  --- The stage -----------------------------------------------------------
+
+static dsh_stage_verdict_t
+s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+{
+    (void) stage;
+    dsh_planmode_t *self = (dsh_planmode_t *) arg;
+    const msgpack_object *mode = dsh_map_get (dsh_stage_call_meta (call), "mode");
+    const char *meta_mode = dsh_str_eq (mode, "plan")? "plan": NULL;
+    if (!dsh_planmode_call_planning (self, dsh_stage_call_agent (call), meta_mode))
+        return DSH_STAGE_PASS;
+    const char *tool = dsh_stage_call_name (call);
+    if (dsh_planmode_allows (self, tool, dsh_stage_call_annotation (call, "readOnlyHint", false)))
+        return DSH_STAGE_PASS;
+    dsh_stage_call_answer_error (call, DSH_E_DENIED, REFUSAL_FORMAT, tool);
+    return DSH_STAGE_ANSWER;
+}
+
+static json_t *
+s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **error, void *arg)
+{
+    (void) stage;
+    dsh_planmode_t *self = (dsh_planmode_t *) arg;
+    if (streq (command, "modes"))
+        return dsh_planmode_modes (self);
+    if (streq (command, "mode")) {
+        json_t *agent_json = json_object_get (args, "agent");
+        const char *agent = json_string_value (agent_json);
+        const char *mode = json_string_value (json_object_get (args, "mode"));
+        if ((agent_json && !agent) || !mode) {
+            *error = strdup ("mode needs {\"agent\": \"<agent id>\", \"mode\": \"plan\" | \"normal\"}");
+            return NULL;
+        }
+        char reason [256];
+        if (dsh_planmode_set (self, agent, mode, reason, sizeof (reason))) {
+            *error = strdup (reason);
+            return NULL;
+        }
+        return json_pack ("{s:s, s:s}", "agent", agent? agent: "", "mode", mode);
+    }
+    return NULL;
+}
+
+static void
+s_on_destroy (void *arg)
+{
+    dsh_planmode_t *self = (dsh_planmode_t *) arg;
+    dsh_planmode_destroy (&self);
+}
+
+int
+dsh_planmode_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
+                    dsh_stage_callbacks_t *callbacks, void **arg, char *error, size_t error_size)
+{
+    assert (callbacks);
+    assert (arg);
+    (void) context;
+    dsh_planmode_t *self = dsh_planmode_new (settings, error, error_size);
+    if (!self)
+        return -1;
+    *callbacks = (dsh_stage_callbacks_t) {
+        .on_request = s_on_request,
+        .on_control = s_on_control,
+        .on_destroy = s_on_destroy
+    };
+    *arg = self;
+    return 0;
+}

@@ -1,0 +1,226 @@
+/*  =========================================================================
+    dsh_sandbox - a sandbox policy per agent, stamped on each call
+
+    The stage decides nothing that needs waiting: every call is answered
+    (refused under read-only) or passed with its stamp at once.
+    =========================================================================
+*/
+
+#include "dsh_sandbox.h"
+#include "dsh_proto.h"
+
+#include <fnmatch.h>
+#include <jansson.h>
+#include <string.h>
+
+typedef struct {
+    char *id;                   //  a glob on the agent id
+    dsh_sandbox_policy_t policy;
+    char *workspace;            //  or NULL: the default workspace
+} s_agent_rule_t;
+
+struct _dsh_sandbox_t {
+    dsh_sandbox_policy_t policy;
+    char *workspace;            //  or NULL
+    zlistx_t *agents;           //  s_agent_rule_t, in config order
+};
+
+const char *
+dsh_sandbox_policy_name (dsh_sandbox_policy_t policy)
+{
+    return policy == DSH_SANDBOX_READ_ONLY? "read-only"
+         : policy == DSH_SANDBOX_WORKSPACE_WRITE? "workspace-write"
+         : "danger-full-access";
+}
+
+int
+dsh_sandbox_policy_parse (const char *name, dsh_sandbox_policy_t *policy_p)
+{
+    if (!name)
+        return -1;
+    if (streq (name, "read-only"))
+        *policy_p = DSH_SANDBOX_READ_ONLY;
+    else
+    if (streq (name, "workspace-write"))
+        *policy_p = DSH_SANDBOX_WORKSPACE_WRITE;
+    else
+    if (streq (name, "danger-full-access"))
+        *policy_p = DSH_SANDBOX_DANGER_FULL_ACCESS;
+    else
+        return -1;
+    return 0;
+}
+
+bool
+dsh_sandbox_refuses (dsh_sandbox_policy_t policy, bool read_only_hint, bool destructive_hint)
+{
+    return policy == DSH_SANDBOX_READ_ONLY && !read_only_hint && destructive_hint;
+}
+
+static void
+s_agent_rule_destroy (void **item_p)
+{
+    s_agent_rule_t *rule = (s_agent_rule_t *) *item_p;
+    if (rule) {
+        zstr_free (&rule->id);
+        zstr_free (&rule->workspace);
+        free (rule);
+        *item_p = NULL;
+    }
+}
+
+void
+dsh_sandbox_destroy (dsh_sandbox_t **self_p)
+{
+    assert (self_p);
+    dsh_sandbox_t *self = *self_p;
+    if (self) {
+        zlistx_destroy (&self->agents);
+        zstr_free (&self->workspace);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static s_agent_rule_t *
+s_agent_rule_new (zconfig_t *section, int number, char *error, size_t error_size)
+{
+    s_agent_rule_t *rule = (s_agent_rule_t *) zmalloc (sizeof (s_agent_rule_t));
+    const char *id = NULL, *policy = NULL, *workspace = NULL;
+    for (zconfig_t *child = zconfig_child (section); child; child = zconfig_next (child)) {
+        const char *key = zconfig_name (child);
+        if (streq (key, "id"))
+            id = zconfig_value (child);
+        else
+        if (streq (key, "policy"))
+            policy = zconfig_value (child);
+        else
+        if (streq (key, "workspace"))
+            workspace = zconfig_value (child);
+        else {
+            snprintf (error, error_size, "agent %d: unknown setting \"%s\"", number, key);
+            goto failed;
+        }
+    }
+    if (!id || !*id) {
+        snprintf (error, error_size, "agent %d: id is required", number);
+        goto failed;
+    }
+    if (dsh_sandbox_policy_parse (policy, &rule->policy) != 0) {
+        snprintf (error, error_size,
+                  "agent %d: policy must be read-only, workspace-write or danger-full-access", number);
+        goto failed;
+    }
+    rule->id = strdup (id);
+    rule->workspace = workspace && *workspace? strdup (workspace): NULL;
+    return rule;
+
+failed:
+    s_agent_rule_destroy ((void **) &rule);
+    return NULL;
+}
+
+dsh_sandbox_t *
+dsh_sandbox_new (zconfig_t *settings, char *error, size_t error_size)
+{
+    dsh_sandbox_t *self = (dsh_sandbox_t *) zmalloc (sizeof (dsh_sandbox_t));
+    self->policy = DSH_SANDBOX_READ_ONLY;
+    self->agents = zlistx_new ();
+    zlistx_set_destructor (self->agents, s_agent_rule_destroy);
+    const char *policy = settings? zconfig_get (settings, "default", NULL): NULL;
+    if (policy && dsh_sandbox_policy_parse (policy, &self->policy) != 0) {
+        snprintf (error, error_size,
+                  "default must be read-only, workspace-write or danger-full-access, not \"%s\"", policy);
+        dsh_sandbox_destroy (&self);
+        return NULL;
+    }
+    const char *workspace = settings? zconfig_get (settings, "workspace", NULL): NULL;
+    if (workspace && *workspace)
+        self->workspace = strdup (workspace);
+    if (self->policy == DSH_SANDBOX_WORKSPACE_WRITE && !self->workspace) {
+        snprintf (error, error_size, "default workspace-write needs a workspace");
+        dsh_sandbox_destroy (&self);
+        return NULL;
+    }
+    int number = 0;
+    for (zconfig_t *child = settings? zconfig_child (settings): NULL; child; child = zconfig_next (child)) {
+        if (!streq (zconfig_name (child), "agent"))
+            continue;           //  the broker's own settings for the stage
+        s_agent_rule_t *rule = s_agent_rule_new (child, ++number, error, error_size);
+        if (rule && rule->policy == DSH_SANDBOX_WORKSPACE_WRITE && !rule->workspace && !self->workspace) {
+            snprintf (error, error_size, "agent %d: workspace-write needs a workspace", number);
+            s_agent_rule_destroy ((void **) &rule);
+        }
+        if (!rule) {
+            dsh_sandbox_destroy (&self);
+            return NULL;
+        }
+        zlistx_add_end (self->agents, rule);
+    }
+    return self;
+}
+
+dsh_sandbox_policy_t
+dsh_sandbox_policy_for (dsh_sandbox_t *self, const char *agent, const char **workspace_p)
+{
+    assert (self);
+    for (s_agent_rule_t *rule = (s_agent_rule_t *) zlistx_first (self->agents); rule;
+         rule = (s_agent_rule_t *) zlistx_next (self->agents))
+        if (fnmatch (rule->id, agent? agent: "", 0) == 0) {
+            if (workspace_p)
+                *workspace_p = rule->workspace? rule->workspace: self->workspace;
+            return rule->policy;
+        }
+    if (workspace_p)
+        *workspace_p = self->workspace;
+    return self->policy;
+}
+
+static dsh_stage_verdict_t
+s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+{
+    (void) stage;
+    dsh_sandbox_t *self = (dsh_sandbox_t *) arg;
+    const char *agent = dsh_stage_call_agent (call);
+    const char *workspace = NULL;
+    dsh_sandbox_policy_t policy = dsh_sandbox_policy_for (self, agent, &workspace);
+    if (dsh_stage_call_tool (call)
+    &&  dsh_sandbox_refuses (policy, dsh_stage_call_annotation (call, "readOnlyHint", false),
+                             dsh_stage_call_annotation (call, "destructiveHint", true))) {
+        dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" may write, and agent \"%s\" is read-only",
+                                     dsh_stage_call_name (call), agent? agent: "");
+        return DSH_STAGE_ANSWER;
+    }
+    json_t *stamp = json_pack ("{s:s}", "policy", dsh_sandbox_policy_name (policy));
+    if (workspace) {
+        json_t *value = json_string (workspace);
+        if (value)
+            json_object_set_new (stamp, "workspace", value);
+    }
+    dsh_stage_call_set_meta (call, "sandbox", stamp);
+    return DSH_STAGE_PASS;
+}
+
+static void
+s_on_destroy (void *arg)
+{
+    dsh_sandbox_t *self = (dsh_sandbox_t *) arg;
+    dsh_sandbox_destroy (&self);
+}
+
+int
+dsh_sandbox_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
+                   dsh_stage_callbacks_t *callbacks, void **arg, char *error, size_t error_size)
+{
+    (void) context;
+    assert (callbacks);
+    assert (arg);
+    dsh_sandbox_t *self = dsh_sandbox_new (settings, error, error_size);
+    if (!self)
+        return -1;
+    memset (callbacks, 0, sizeof *callbacks);
+    callbacks->on_request = s_on_request;
+    callbacks->on_destroy = s_on_destroy;
+    *arg = self;
+    return 0;
+}
