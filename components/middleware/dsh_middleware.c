@@ -26,7 +26,7 @@ static const struct {
 } s_kinds [] = {
     { "permission", dsh_permission_setup, 120000 + 10000 },
     { "plan", dsh_planmode_setup, 5000 },
-    { "hooks", dsh_hooks_setup, 30000 },
+    { "hooks", dsh_hooks_setup, DSH_HOOKS_DEFAULT_TIMEOUT_MS + 5000 },
     { "sandbox", dsh_sandbox_setup, 5000 },
     { "trace", dsh_trace_setup, 5000 }
 };

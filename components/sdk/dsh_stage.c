@@ -155,6 +155,10 @@ s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
     zframe_t *body = NULL;
     if (call->rewrite)
         body = s_encode_json (call->rewrite);
+    else
+    if (call->watch)
+        //  The decoded call points into the body, and on_result may read it
+        body = zframe_dup (call->body);
     else {
         //  Untouched: the same frame goes on, not a re-encoding of it
         body = call->body;

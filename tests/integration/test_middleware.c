@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <sys/stat.h>
 
 #include "dsh.h"
 #include "dsh_testkit.h"
@@ -315,6 +316,189 @@ test_plan_mode (void **state)
     s_chain_stop (&chain);
 }
 
+//  ---------------------------------------------------------------------
+//  hooks
+
+static char *
+s_hook (const char *script)
+{
+    const char *source = getenv ("DSH_SOURCE_DIR");
+    return zsys_sprintf ("%s/tests/integration/hooks/%s", source? source: ".", script);
+}
+
+static void
+test_hooks (void **state)
+{
+    (void) state;
+    char *deny_write = s_hook ("deny-write.sh");
+    char *exit2 = s_hook ("block-exit2.sh");
+    char *rewrite = s_hook ("rewrite-input.sh");
+    char *slow = s_hook ("slow.sh");
+    char *post = s_hook ("post-context.sh");
+    char *config = zsys_sprintf (
+        "chain\n"
+        "    stage\n"
+        "        name = \"hooks\"\n"
+        "        kind = \"hooks\"\n"
+        "        hook\n"
+        "            event = \"PreToolUse\"\n"
+        "            matcher = \"echo|write_file\"\n"
+        "            command = \"%s\"\n"
+        "        hook\n"
+        "            event = \"PreToolUse\"\n"
+        "            matcher = \"echo\"\n"
+        "            command = \"%s\"\n"
+        "        hook\n"
+        "            event = \"PreToolUse\"\n"
+        "            matcher = \"fail\"\n"
+        "            command = \"%s\"\n"
+        "        hook\n"
+        "            event = \"PreToolUse\"\n"
+        "            matcher = \"sleep_.*\"\n"
+        "            command = \"%s\"\n"
+        "            timeout_ms = 300\n"
+        "        hook\n"
+        "            event = \"PostToolUse\"\n"
+        "            matcher = \"*\"\n"
+        "            command = \"%s\"\n",
+        deny_write, rewrite, exit2, slow, post);
+    chain_t *chain = s_chain_start (config);
+
+    //  Two PreToolUse hooks allow echo, one of them rewriting its input; the
+    //  PostToolUse hook adds context to the result
+    dsh_reply_t *reply = s_call_as (chain, "echo", "{\"message\":\"original\"}", NULL);
+    assert_false (dsh_reply_is_error (reply));
+    assert_string_equal (dsh_reply_text (reply), "rewritten by hook");
+    json_t *body = dsh_reply_json (reply);
+    json_t *content = json_object_get (body, "content");
+    assert_int_equal (json_array_size (content), 2);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (content, 1), "text")),
+                         "checked by post hook");
+    json_decref (body);
+    dsh_reply_destroy (&reply);
+
+    //  Exit code 2 blocks, with stderr as the reason
+    reply = s_call_as (chain, "fail", "{}", NULL);
+    s_expect (&reply, DSH_E_DENIED, "Error: tool \"fail\" was blocked by a PreToolUse hook: blocked by exit code");
+
+    //  A hook that does not answer in time: killed, and the call fails closed
+    int64_t started = zclock_mono ();
+    reply = s_call_as (chain, "sleep_ms", "{\"ms\":1}", NULL);
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_MIDDLEWARE_FAILED);
+    char *expected = zsys_sprintf ("Error: hook \"%s\" timed out after 300 ms", slow);
+    assert_string_equal (dsh_reply_text (reply), expected);
+    zstr_free (&expected);
+    dsh_reply_destroy (&reply);
+    assert_true (zclock_mono () - started < 10000);
+
+    //  A tool no PreToolUse hook matches still gets the PostToolUse one
+    reply = s_call_as (chain, "sample_content", "{}", NULL);
+    assert_false (dsh_reply_is_error (reply));
+    body = dsh_reply_json (reply);
+    assert_int_equal (json_array_size (json_object_get (body, "content")), 7);
+    json_decref (body);
+    dsh_reply_destroy (&reply);
+    s_chain_stop (&chain);
+
+    //  A deny from stdout JSON wins over another hook's allow
+    zstr_free (&config);
+    config = zsys_sprintf (
+        "chain\n"
+        "    stage\n"
+        "        name = \"hooks\"\n"
+        "        kind = \"hooks\"\n"
+        "        hook\n"
+        "            event = \"PreToolUse\"\n"
+        "            matcher = \"*\"\n"
+        "            command = \"%s\"\n"
+        "        hook\n"
+        "            event = \"PreToolUse\"\n"
+        "            matcher = \"*\"\n"
+        "            command = \"%s\"\n",
+        rewrite, exit2);
+    chain = s_chain_start (config);
+    reply = s_call_as (chain, "echo", "{\"message\":\"m\"}", NULL);
+    s_expect (&reply, DSH_E_DENIED, "Error: tool \"echo\" was blocked by a PreToolUse hook: blocked by exit code");
+    s_chain_stop (&chain);
+
+    zstr_free (&config);
+    zstr_free (&deny_write);
+    zstr_free (&exit2);
+    zstr_free (&rewrite);
+    zstr_free (&slow);
+    zstr_free (&post);
+}
+
+//  ---------------------------------------------------------------------
+//  sandbox, enforced by the stage and by dsh-fs
+
+static void
+test_sandbox (void **state)
+{
+    (void) state;
+    char root [] = "/tmp/dsh-sandbox-XXXXXX";
+    assert_non_null (mkdtemp (root));
+    char *workspace = zsys_sprintf ("%s/ws", root);
+    assert_int_equal (mkdir (workspace, 0755), 0);
+    char *config = zsys_sprintf (
+        "chain\n"
+        "    stage\n"
+        "        name = \"sandbox\"\n"
+        "        kind = \"sandbox\"\n"
+        "        default = \"read-only\"\n"
+        "        agent\n"
+        "            id = \"builder-*\"\n"
+        "            policy = \"workspace-write\"\n"
+        "            workspace = \"%s\"\n"
+        "        agent\n"
+        "            id = \"admin\"\n"
+        "            policy = \"danger-full-access\"\n",
+        workspace);
+    chain_t *chain = s_chain_start (config);
+    dsh_testproc_t *fs = dsh_testkit_component ("components/fs/dsh-fs", chain->endpoint, "fs",
+                                                (const char *[]) { "--root", root, NULL });
+    assert_non_null (fs);
+    assert_int_equal (dsh_testkit_wait_tools (chain->endpoint, "write_file", 1, 5000), 0);
+
+    //  Read-only: the stage refuses a tool that writes; reads pass
+    dsh_reply_t *reply = s_call_as (chain, "write_file", "{\"path\":\"a.txt\",\"content\":\"x\"}", NULL);
+    s_expect (&reply, DSH_E_DENIED, "Error: tool \"write_file\" may write, and agent \"\" is read-only");
+    reply = s_call_as (chain, "list_directory", "{\"path\":\"/\"}", NULL);
+    s_expect (&reply, NULL, "[DIR] ws");
+
+    //  Workspace-write: writes inside the workspace only, enforced by dsh-fs
+    reply = s_call_as (chain, "write_file", "{\"path\":\"ws/a.txt\",\"content\":\"inside\"}", "builder-1");
+    s_expect (&reply, NULL, NULL);
+    reply = s_call_as (chain, "write_file", "{\"path\":\"b.txt\",\"content\":\"outside\"}", "builder-1");
+    s_expect (&reply, DSH_E_DENIED, "Error: path \"b.txt\" is outside the sandbox workspace");
+    reply = s_call_as (chain, "read_file", "{\"path\":\"ws/a.txt\"}", "builder-1");
+    s_expect (&reply, NULL, "inside");
+
+    //  A caller cannot grant itself a policy: the stage replaces the stamp
+    assert_non_null (dsh_client_call_send (chain->client, "sneaky", "read_file", "\x81\xa4path\xa5" "b.txt", 12,
+                                           "builder-2", "\x81\xa7sandbox\x81\xa6policy\xb2" "danger-full-access",
+                                           36, 10000));
+    reply = dsh_client_recv (chain->client, 5000);
+    assert_non_null (reply);
+    s_expect (&reply, DSH_E_DENIED, "Error: path \"b.txt\" is outside the sandbox workspace");
+
+    //  Full access: only the component's own root applies
+    reply = s_call_as (chain, "write_file", "{\"path\":\"b.txt\",\"content\":\"admin\"}", "admin");
+    s_expect (&reply, NULL, NULL);
+    reply = s_call_as (chain, "read_file", "{\"path\":\"../etc/passwd\"}", "admin");
+    assert_true (dsh_reply_is_error (reply));
+    assert_non_null (strstr (dsh_reply_text (reply), "escapes the root"));
+    dsh_reply_destroy (&reply);
+
+    dsh_testproc_destroy (&fs);
+    s_chain_stop (&chain);
+    char *cleanup = zsys_sprintf ("rm -rf '%s'", root);
+    assert_int_equal (system (cleanup), 0);
+    zstr_free (&cleanup);
+    zstr_free (&config);
+    zstr_free (&workspace);
+}
+
 int
 main (void)
 {
@@ -323,6 +507,8 @@ main (void)
         cmocka_unit_test (test_permission_rules),
         cmocka_unit_test (test_permission_approvals),
         cmocka_unit_test (test_plan_mode),
+        cmocka_unit_test (test_hooks),
+        cmocka_unit_test (test_sandbox),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -437,6 +437,69 @@ test_write_is_atomic_for_readers (void **state)
     assert_true (writer.writes > 0);
 }
 
+//  The sandbox stamp: read-only refuses writes only; no stamp and
+//  danger-full-access leave the root's confinement alone.
+static void
+test_sandbox_read_only (void **state)
+{
+    fixture_t *fixture = *state;
+    char error [256] = "";
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "new.txt", true, "read-only", NULL,
+                                               error, sizeof error), -1);
+    assert_string_equal (error, "sandbox policy \"read-only\" forbids writing");
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "a.txt", false, "read-only", NULL,
+                                               error, sizeof error), 0);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "new.txt", true, NULL, NULL,
+                                               error, sizeof error), 0);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "new.txt", true, "danger-full-access", NULL,
+                                               error, sizeof error), 0);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "a.txt", false, "everything", NULL,
+                                               error, sizeof error), -1);
+    assert_string_equal (error, "unknown sandbox policy \"everything\"");
+}
+
+//  workspace-write keeps reads and writes inside the workspace, symlinks
+//  resolved; a relative workspace lies under the root.
+static void
+test_sandbox_workspace (void **state)
+{
+    fixture_t *fixture = *state;
+    char error [256] = "";
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/new.txt", true, "workspace-write", "zeta",
+                                               error, sizeof error), 0);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "/zeta/inner.txt", false, "workspace-write", "zeta",
+                                               error, sizeof error), 0);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "a.txt", true, "workspace-write", "zeta",
+                                               error, sizeof error), -1);
+    assert_string_equal (error, "path \"a.txt\" is outside the sandbox workspace");
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "a.txt", false, "workspace-write", "zeta",
+                                               error, sizeof error), -1);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/../a.txt", false, "workspace-write", "zeta",
+                                               error, sizeof error), -1);
+    //  A link inside the workspace that leads out of it
+    char *link = s_path (fixture->root, "zeta/up");
+    assert_int_equal (symlink ("../a.txt", link), 0);
+    free (link);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/up", false, "workspace-write", "zeta",
+                                               error, sizeof error), -1);
+    //  An absolute workspace
+    char *zeta = s_path (fixture->root, "zeta");
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", false, "workspace-write", zeta,
+                                               error, sizeof error), 0);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "d1", false, "workspace-write", zeta,
+                                               error, sizeof error), -1);
+    free (zeta);
+    //  No workspace, or one that does not exist: nothing is inside
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", false, "workspace-write", NULL,
+                                               error, sizeof error), -1);
+    assert_string_equal (error, "sandbox policy \"workspace-write\" names no workspace");
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", false, "workspace-write", "nope",
+                                               error, sizeof error), -1);
+    //  A path the root refuses is left to the operation to report
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "../outside.txt", false, "workspace-write", "zeta",
+                                               error, sizeof error), 0);
+}
+
 int
 main (void)
 {
@@ -452,6 +515,8 @@ main (void)
         cmocka_unit_test_setup_teardown (test_write_creates_and_replaces, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_write_refusals, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_write_is_atomic_for_readers, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_sandbox_read_only, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_sandbox_workspace, s_setup, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -1,0 +1,742 @@
+/*  =========================================================================
+    test_hooks - the hooks middleware: matching, reading a hook's answer,
+    merging answers, the event on stdin; and the stage itself, run against
+    a fake hub (a DEALER feed and a ROUTER drain) with real hook processes
+    written to a scratch directory.
+    =========================================================================
+*/
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "dsh_doc.h"
+#include "dsh_hooks.h"
+#include "dsh_json.h"
+#include "dsh_proto.h"
+
+//  ---------------------------------------------------------------------
+//  Pure functions
+
+static void
+test_match (void **state)
+{
+    (void) state;
+    assert_true (dsh_hooks_match ("*", "anything"));
+    assert_true (dsh_hooks_match ("", "anything"));
+    assert_true (dsh_hooks_match (NULL, "anything"));
+    assert_true (dsh_hooks_match ("Edit", "Edit"));
+    assert_false (dsh_hooks_match ("Edit", "Write"));
+    assert_true (dsh_hooks_match ("Edit|Write", "Edit"));
+    assert_true (dsh_hooks_match ("Edit|Write", "Write"));
+    assert_false (dsh_hooks_match ("Edit|Write", "NotEdit"));
+    assert_false (dsh_hooks_match ("Edit|Write", "EditX"));
+    assert_true (dsh_hooks_match ("read_.*", "read_file"));
+    assert_false (dsh_hooks_match ("read_.*", "write_file"));
+    assert_true (dsh_hooks_match ("mcp__.*__write", "mcp__fs__write"));
+    assert_false (dsh_hooks_match ("Edit", NULL));
+    //  A bad regex matches only by its exact text
+    assert_false (dsh_hooks_matcher_valid ("(unclosed"));
+    assert_false (dsh_hooks_match ("(unclosed", "unclosed"));
+    assert_true (dsh_hooks_matcher_valid ("Edit|Write"));
+    assert_true (dsh_hooks_matcher_valid ("*"));
+}
+
+static void
+test_event_names (void **state)
+{
+    (void) state;
+    dsh_hooks_event_t event;
+    assert_int_equal (dsh_hooks_event_parse ("PreToolUse", &event), 0);
+    assert_int_equal (event, DSH_HOOKS_PRE_TOOL_USE);
+    assert_int_equal (dsh_hooks_event_parse ("PostToolUse", &event), 0);
+    assert_int_equal (event, DSH_HOOKS_POST_TOOL_USE);
+    assert_int_equal (dsh_hooks_event_parse ("pretooluse", &event), -1);
+    assert_int_equal (dsh_hooks_event_parse (NULL, &event), -1);
+    assert_string_equal (dsh_hooks_event_name (DSH_HOOKS_PRE_TOOL_USE), "PreToolUse");
+    assert_string_equal (dsh_hooks_event_name (DSH_HOOKS_POST_TOOL_USE), "PostToolUse");
+}
+
+static dsh_hooks_decision_t *
+s_parse (dsh_hooks_event_t event, int exit_code, const char *output, const char *errors)
+{
+    return dsh_hooks_decision_parse (event, exit_code, output, output? strlen (output): 0,
+                                     errors, errors? strlen (errors): 0);
+}
+
+static void
+test_parse_specific_output (void **state)
+{
+    (void) state;
+    dsh_hooks_decision_t *decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0,
+        "{\"hookSpecificOutput\": {\"hookEventName\": \"PreToolUse\", \"permissionDecision\": \"deny\","
+        " \"permissionDecisionReason\": \"no writes today\"}}\n", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_DENY);
+    assert_string_equal (decision->reason, "no writes today");
+    assert_null (decision->updated_input);
+    assert_null (decision->problem);
+    dsh_hooks_decision_destroy (&decision);
+    assert_null (decision);
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0,
+        "{\"hookSpecificOutput\": {\"permissionDecision\": \"allow\", \"updatedInput\": {\"a\": 1},"
+        " \"additionalContext\": \"be careful\"}}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_ALLOW);
+    assert_non_null (decision->updated_input);
+    assert_int_equal (json_integer_value (json_object_get (decision->updated_input, "a")), 1);
+    assert_string_equal (decision->additional_context, "be careful");
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0,
+        "{\"hookSpecificOutput\": {\"permissionDecision\": \"ask\", \"permissionDecisionReason\": \"sure?\"}}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_ASK);
+    assert_string_equal (decision->reason, "sure?");
+    dsh_hooks_decision_destroy (&decision);
+
+    //  An updatedInput that is not an object is ignored
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0,
+        "{\"hookSpecificOutput\": {\"permissionDecision\": \"allow\", \"updatedInput\": [1]}}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_ALLOW);
+    assert_null (decision->updated_input);
+    dsh_hooks_decision_destroy (&decision);
+}
+
+static void
+test_parse_top_level_and_legacy (void **state)
+{
+    (void) state;
+    dsh_hooks_decision_t *decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0,
+        "{\"permissionDecision\": \"deny\", \"permissionDecisionReason\": \"top\"}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_DENY);
+    assert_string_equal (decision->reason, "top");
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0, "{\"decision\": \"block\", \"reason\": \"legacy\"}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_DENY);
+    assert_string_equal (decision->reason, "legacy");
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0, "{\"decision\": \"approve\", \"reason\": \"fine\"}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_ALLOW);
+    assert_string_equal (decision->reason, "fine");
+    dsh_hooks_decision_destroy (&decision);
+
+    //  hookSpecificOutput wins over the legacy field
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0,
+        "{\"decision\": \"approve\", \"hookSpecificOutput\": {\"permissionDecision\": \"deny\"}}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_DENY);
+    assert_null (decision->reason);
+    dsh_hooks_decision_destroy (&decision);
+
+    //  PostToolUse: block and additionalContext; permission fields mean nothing there
+    decision = s_parse (DSH_HOOKS_POST_TOOL_USE, 0, "{\"decision\": \"block\", \"reason\": \"bad output\"}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_DENY);
+    assert_string_equal (decision->reason, "bad output");
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_POST_TOOL_USE, 0,
+        "{\"hookSpecificOutput\": {\"hookEventName\": \"PostToolUse\", \"additionalContext\": \"checked\"}}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    assert_string_equal (decision->additional_context, "checked");
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_POST_TOOL_USE, 0, "{\"permissionDecision\": \"deny\"}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_POST_TOOL_USE, 0, "{\"decision\": \"approve\"}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    dsh_hooks_decision_destroy (&decision);
+}
+
+static void
+test_parse_no_or_bad_output (void **state)
+{
+    (void) state;
+    dsh_hooks_decision_t *decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0, "", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    assert_null (decision->problem);
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0, " \n\t\n", "some log");
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    assert_null (decision->problem);
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0, NULL, NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0, "{\"permissionDecision\": \"deny\"", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    assert_non_null (decision->problem);
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0, "[\"deny\"]", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    assert_non_null (decision->problem);
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 0, "{\"permissionDecision\": \"maybe\"}", NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    assert_non_null (strstr (decision->problem, "maybe"));
+    dsh_hooks_decision_destroy (&decision);
+
+    //  A NUL byte in the output ends it
+    decision = dsh_hooks_decision_parse (DSH_HOOKS_PRE_TOOL_USE, 0, "{}\0garbage", 10, NULL, 0);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    assert_null (decision->problem);
+    dsh_hooks_decision_destroy (&decision);
+}
+
+static void
+test_parse_exit_codes (void **state)
+{
+    (void) state;
+    dsh_hooks_decision_t *decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 2,
+        "{\"permissionDecision\": \"allow\"}", "  blocked by exit code\n");
+    assert_int_equal (decision->verdict, DSH_HOOKS_DENY);
+    assert_string_equal (decision->reason, "blocked by exit code");
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 2, NULL, "");
+    assert_int_equal (decision->verdict, DSH_HOOKS_DENY);
+    assert_non_null (decision->reason);
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_POST_TOOL_USE, 2, NULL, "nope");
+    assert_int_equal (decision->verdict, DSH_HOOKS_DENY);
+    assert_string_equal (decision->reason, "nope");
+    dsh_hooks_decision_destroy (&decision);
+
+    //  Any other code: a non-blocking error, whatever stdout says
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 1, "{\"permissionDecision\": \"deny\"}", "oops");
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    assert_non_null (strstr (decision->problem, "exited with code 1"));
+    assert_non_null (strstr (decision->problem, "oops"));
+    dsh_hooks_decision_destroy (&decision);
+
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 128 + 9, NULL, NULL);
+    assert_int_equal (decision->verdict, DSH_HOOKS_NO_DECISION);
+    assert_non_null (decision->problem);
+    dsh_hooks_decision_destroy (&decision);
+
+    //  Reasons become valid UTF-8
+    decision = s_parse (DSH_HOOKS_PRE_TOOL_USE, 2, NULL, "bad \xff byte");
+    assert_string_equal (decision->reason, "bad ? byte");
+    dsh_hooks_decision_destroy (&decision);
+}
+
+static dsh_hooks_decision_t *
+s_decision (dsh_hooks_verdict_t verdict, const char *reason, const char *updated, const char *context)
+{
+    dsh_hooks_decision_t *decision = dsh_hooks_decision_new ();
+    decision->verdict = verdict;
+    decision->reason = reason? strdup (reason): NULL;
+    decision->updated_input = updated? json_loads (updated, 0, NULL): NULL;
+    decision->additional_context = context? strdup (context): NULL;
+    return decision;
+}
+
+static void
+s_destroy_all (dsh_hooks_decision_t **decisions, size_t count)
+{
+    for (size_t index = 0; index < count; index++)
+        dsh_hooks_decision_destroy (&decisions [index]);
+}
+
+static void
+test_merge (void **state)
+{
+    (void) state;
+    dsh_hooks_decision_t *merged = dsh_hooks_decision_merge (NULL, 0);
+    assert_int_equal (merged->verdict, DSH_HOOKS_NO_DECISION);
+    dsh_hooks_decision_destroy (&merged);
+
+    //  deny > ask > allow, with every denying reason
+    dsh_hooks_decision_t *three [] = {
+        s_decision (DSH_HOOKS_ALLOW, "ok", "{\"x\": 1}", "one"),
+        s_decision (DSH_HOOKS_DENY, "first", NULL, NULL),
+        s_decision (DSH_HOOKS_ASK, "hmm", NULL, "two"),
+    };
+    merged = dsh_hooks_decision_merge (three, 3);
+    assert_int_equal (merged->verdict, DSH_HOOKS_DENY);
+    assert_string_equal (merged->reason, "first");
+    assert_null (merged->updated_input);
+    assert_string_equal (merged->additional_context, "one\ntwo");
+    dsh_hooks_decision_destroy (&merged);
+    dsh_hooks_decision_destroy (&three [1]);
+    three [1] = s_decision (DSH_HOOKS_DENY, "second", NULL, NULL);
+    dsh_hooks_decision_t *deny_twice [] = { s_decision (DSH_HOOKS_DENY, "first", NULL, NULL), three [1] };
+    merged = dsh_hooks_decision_merge (deny_twice, 2);
+    assert_string_equal (merged->reason, "first; second");
+    dsh_hooks_decision_destroy (&merged);
+    dsh_hooks_decision_destroy (&deny_twice [0]);
+
+    //  ask > allow
+    dsh_hooks_decision_destroy (&three [1]);
+    merged = dsh_hooks_decision_merge (three, 3);
+    assert_int_equal (merged->verdict, DSH_HOOKS_ASK);
+    assert_string_equal (merged->reason, "hmm");
+    assert_null (merged->updated_input);
+    dsh_hooks_decision_destroy (&merged);
+    s_destroy_all (three, 3);
+
+    //  Allow: the last updatedInput in config order wins; a hook with no
+    //  opinion counts as allowing
+    dsh_hooks_decision_t *allow [] = {
+        s_decision (DSH_HOOKS_ALLOW, NULL, "{\"v\": \"first\"}", NULL),
+        s_decision (DSH_HOOKS_NO_DECISION, NULL, NULL, "ctx"),
+        s_decision (DSH_HOOKS_ALLOW, NULL, "{\"v\": \"last\"}", NULL),
+        s_decision (DSH_HOOKS_ALLOW, NULL, NULL, NULL),
+    };
+    merged = dsh_hooks_decision_merge (allow, 4);
+    assert_int_equal (merged->verdict, DSH_HOOKS_ALLOW);
+    assert_non_null (merged->updated_input);
+    assert_string_equal (json_string_value (json_object_get (merged->updated_input, "v")), "last");
+    assert_string_equal (merged->additional_context, "ctx");
+    dsh_hooks_decision_destroy (&merged);
+    s_destroy_all (allow, 4);
+
+    dsh_hooks_decision_t *silent [] = { s_decision (DSH_HOOKS_NO_DECISION, NULL, "{\"v\": 2}", NULL), NULL };
+    merged = dsh_hooks_decision_merge (silent, 2);
+    assert_int_equal (merged->verdict, DSH_HOOKS_NO_DECISION);
+    assert_int_equal (json_integer_value (json_object_get (merged->updated_input, "v")), 2);
+    dsh_hooks_decision_destroy (&merged);
+    s_destroy_all (silent, 1);
+}
+
+static void
+test_event_json (void **state)
+{
+    (void) state;
+    json_t *input = json_pack ("{s:s}", "path", "a.txt");
+    json_t *event = dsh_hooks_event_json (DSH_HOOKS_PRE_TOOL_USE, "agent-1", "/srv", "read_file", input, NULL);
+    assert_string_equal (json_string_value (json_object_get (event, "hook_event_name")), "PreToolUse");
+    assert_string_equal (json_string_value (json_object_get (event, "session_id")), "agent-1");
+    assert_string_equal (json_string_value (json_object_get (event, "cwd")), "/srv");
+    assert_string_equal (json_string_value (json_object_get (event, "tool_name")), "read_file");
+    assert_true (json_equal (json_object_get (event, "tool_input"), input));
+    assert_null (json_object_get (event, "tool_response"));
+    json_decref (event);
+
+    json_t *response = json_pack ("{s:[], s:b}", "content", "isError", 0);
+    event = dsh_hooks_event_json (DSH_HOOKS_POST_TOOL_USE, NULL, NULL, "read_file", NULL, response);
+    assert_string_equal (json_string_value (json_object_get (event, "hook_event_name")), "PostToolUse");
+    assert_string_equal (json_string_value (json_object_get (event, "session_id")), "");
+    assert_true (json_is_object (json_object_get (event, "tool_input")));
+    assert_int_equal (json_object_size (json_object_get (event, "tool_input")), 0);
+    assert_true (json_equal (json_object_get (event, "tool_response"), response));
+    json_decref (event);
+
+    event = dsh_hooks_event_json (DSH_HOOKS_POST_TOOL_USE, "", "", "x", NULL, NULL);
+    assert_true (json_is_null (json_object_get (event, "tool_response")));
+    json_decref (event);
+    json_decref (response);
+    json_decref (input);
+}
+
+static void
+test_setup_settings (void **state)
+{
+    (void) state;
+    const char *bad [] = {
+        "stage\n    hook\n        event = \"Sometimes\"\n        command = \"true\"\n",
+        "stage\n    hook\n        event = \"PreToolUse\"\n",
+        "stage\n    hook\n        event = \"PreToolUse\"\n        command = \"true\"\n        matcher = \"(\"\n",
+        "stage\n    hook\n        event = \"PreToolUse\"\n        command = \"true\"\n        timeout_ms = \"0\"\n",
+        "stage\n    hook\n        event = \"PreToolUse\"\n        command = \"true\"\n        timeout_ms = \"x\"\n",
+        "stage\n    hook\n        event = \"PreToolUse\"\n        command = \"true\"\n        comand = \"x\"\n",
+    };
+    for (size_t index = 0; index < sizeof bad / sizeof bad [0]; index++) {
+        zconfig_t *settings = zconfig_str_load (bad [index]);
+        assert_non_null (settings);
+        dsh_stage_callbacks_t callbacks;
+        void *arg = NULL;
+        char error [256] = "";
+        assert_int_equal (dsh_hooks_setup (zconfig_locate (settings, "stage"), NULL, &callbacks, &arg,
+                                           error, sizeof error), -1);
+        assert_non_null (strstr (error, "hook 1"));
+        assert_null (arg);
+        zconfig_destroy (&settings);
+    }
+    dsh_stage_callbacks_t callbacks;
+    void *arg = NULL;
+    char error [256];
+    assert_int_equal (dsh_hooks_setup (NULL, NULL, &callbacks, &arg, error, sizeof error), 0);
+    assert_non_null (callbacks.on_request);
+    assert_non_null (callbacks.on_result);
+    callbacks.on_destroy (arg);
+}
+
+//  ---------------------------------------------------------------------
+//  The stage against a fake hub
+
+typedef struct {
+    char dir [64];
+    zsock_t *feed;              //  DEALER: calls go down, answers come up
+    zsock_t *drain;             //  ROUTER: passed calls arrive, results go up
+    dsh_stage_t *stage;
+} hub_t;
+
+static int
+s_remove_entry (const char *path, const struct stat *info, int type, struct FTW *walk)
+{
+    (void) info; (void) type; (void) walk;
+    return remove (path);
+}
+
+static void
+s_script (hub_t *hub, const char *name, const char *body)
+{
+    char path [128];
+    snprintf (path, sizeof path, "%s/%s", hub->dir, name);
+    FILE *file = fopen (path, "w");
+    assert_non_null (file);
+    fprintf (file, "#!/bin/sh\n%s\n", body);
+    assert_int_equal (fclose (file), 0);
+    assert_int_equal (chmod (path, 0700), 0);
+}
+
+//  Starts a hooks stage with the ZPL hook sections in hooks ("%s" is the
+//  scratch directory).
+static void
+s_hub_start (hub_t *hub, const char *hooks)
+{
+    static int counter = 0;
+    char feed [64], drain [64];
+    snprintf (feed, sizeof feed, "inproc://test-hooks-feed-%d", counter);
+    snprintf (drain, sizeof drain, "inproc://test-hooks-drain-%d", counter++);
+    hub->feed = zsock_new (ZMQ_DEALER);
+    hub->drain = zsock_new (ZMQ_ROUTER);
+    assert_int_equal (zsock_bind (hub->feed, "%s", feed), 0);
+    assert_int_equal (zsock_bind (hub->drain, "%s", drain), 0);
+    char *text = zsys_sprintf (hooks, hub->dir, hub->dir, hub->dir);
+    char *zpl = zsys_sprintf ("stage\n%s", text);
+    zconfig_t *settings = zconfig_str_load (zpl);
+    assert_non_null (settings);
+    dsh_stage_callbacks_t callbacks;
+    void *arg = NULL;
+    char error [256] = "";
+    dsh_middleware_context_t context = { "hooks", NULL };
+    int rc = dsh_hooks_setup (zconfig_locate (settings, "stage"), &context, &callbacks, &arg, error, sizeof error);
+    if (rc)
+        fprintf (stderr, "setup: %s\n", error);
+    assert_int_equal (rc, 0);
+    hub->stage = dsh_stage_new ("hooks", &callbacks, arg);
+    assert_non_null (hub->stage);
+    assert_int_equal (dsh_stage_connect (hub->stage, feed, drain), 0);
+    zconfig_destroy (&settings);
+    zstr_free (&zpl);
+    zstr_free (&text);
+}
+
+static int
+s_hub_setup (void **state)
+{
+    hub_t *hub = (hub_t *) calloc (1, sizeof (hub_t));
+    assert_non_null (hub);
+    strcpy (hub->dir, "/tmp/test_hooks.XXXXXX");
+    assert_non_null (mkdtemp (hub->dir));
+    s_script (hub, "block.sh", "cat > /dev/null\necho \"blocked by exit code\" >&2\nexit 2");
+    s_script (hub, "rewrite.sh", "cat > /dev/null\nprintf '%s\\n' '{\"hookSpecificOutput\":{\"permissionDecision\":"
+              "\"allow\",\"updatedInput\":{\"message\":\"rewritten by hook\"},\"additionalContext\":\"noted\"}}'");
+    s_script (hub, "ask.sh", "cat > /dev/null\necho '{\"permissionDecision\":\"ask\",\"permissionDecisionReason\":\"really?\"}'");
+    s_script (hub, "fail.sh", "cat > /dev/null\necho broken >&2\nexit 1");
+    s_script (hub, "slow.sh", "sleep 30");
+    s_script (hub, "record.sh", "cat > \"$(dirname \"$0\")/event.json\"");
+    s_script (hub, "post-context.sh", "cat > /dev/null\necho '{\"hookSpecificOutput\":{\"hookEventName\":"
+              "\"PostToolUse\",\"additionalContext\":\"checked by post hook\"}}'");
+    s_script (hub, "post-block.sh", "cat > /dev/null\necho '{\"decision\":\"block\",\"reason\":\"leaks a secret\"}'");
+    *state = hub;
+    return 0;
+}
+
+static int
+s_hub_teardown (void **state)
+{
+    hub_t *hub = (hub_t *) *state;
+    dsh_stage_destroy (&hub->stage);
+    zsock_destroy (&hub->feed);
+    zsock_destroy (&hub->drain);
+    int rc = nftw (hub->dir, s_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free (hub);
+    return rc;
+}
+
+static zframe_t *
+s_msgpack_frame (const char *json_text)
+{
+    msgpack_sbuffer sbuf;
+    char error [128];
+    assert_int_equal (dsh_json_text_to_msgpack (json_text, &sbuf, error, sizeof error), 0);
+    zframe_t *frame = zframe_new (sbuf.data, sbuf.size);
+    msgpack_sbuffer_destroy (&sbuf);
+    return frame;
+}
+
+static json_t *
+s_frame_json (zframe_t *frame)
+{
+    char error [128];
+    dsh_doc_t *doc = dsh_doc_new (zframe_data (frame), zframe_size (frame), error, sizeof error);
+    assert_non_null (doc);
+    json_t *json = dsh_json_from_msgpack (dsh_doc_root (doc));
+    dsh_doc_destroy (&doc);
+    return json;
+}
+
+//  Sends a call for tool down the feed, with chain token token.
+static void
+s_call (hub_t *hub, const char *token, const char *tool, const char *arguments)
+{
+    char *body = zsys_sprintf ("{\"callId\": \"%s\", \"name\": \"%s\", \"arguments\": %s, \"agent\": \"agent-7\"}",
+                               token, tool, arguments);
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addstr (msg, token);
+    zmsg_addstr (msg, "");
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, DSH_CALL);
+    zframe_t *frame = s_msgpack_frame (body);
+    zmsg_append (msg, &frame);
+    zmsg_addmem (msg, NULL, 0);
+    assert_int_equal (zmsg_send (&msg, hub->feed), 0);
+    zstr_free (&body);
+}
+
+static zmsg_t *
+s_recv (zsock_t *sock, int timeout_ms)
+{
+    zpoller_t *poller = zpoller_new (sock, NULL);
+    void *ready = zpoller_wait (poller, timeout_ms);
+    zpoller_destroy (&poller);
+    return ready? zmsg_recv (sock): NULL;
+}
+
+//  An answer that came up the feed: [token] "" DSH1 RESULT BODY.
+static json_t *
+s_answer (hub_t *hub, const char *token, int timeout_ms)
+{
+    zmsg_t *msg = s_recv (hub->feed, timeout_ms);
+    assert_non_null (msg);
+    assert_int_equal (zmsg_size (msg), 5);
+    char *first = zmsg_popstr (msg);
+    assert_string_equal (first, token);
+    zstr_free (&first);
+    zframe_t *body = zmsg_last (msg);
+    json_t *result = s_frame_json (body);
+    zmsg_destroy (&msg);
+    return result;
+}
+
+//  A call that was passed down: its body; *envelope_p gets the frames to
+//  route a result back.
+static json_t *
+s_passed (hub_t *hub, zmsg_t **envelope_p)
+{
+    zmsg_t *msg = s_recv (hub->drain, 5000);
+    assert_non_null (msg);
+    zmsg_t *envelope = zmsg_new ();
+    while (zmsg_size (msg)) {
+        zframe_t *frame = zmsg_pop (msg);
+        bool empty = zframe_size (frame) == 0;
+        zmsg_append (envelope, &frame);
+        if (empty)
+            break;
+    }
+    char *protocol = zmsg_popstr (msg);
+    char *command = zmsg_popstr (msg);
+    assert_string_equal (protocol, DSH_PROTOCOL);
+    assert_string_equal (command, DSH_CALL);
+    zstr_free (&protocol);
+    zstr_free (&command);
+    zframe_t *body = zmsg_pop (msg);
+    assert_non_null (body);
+    json_t *json = s_frame_json (body);
+    zframe_destroy (&body);
+    zmsg_destroy (&msg);
+    *envelope_p = envelope;
+    return json;
+}
+
+static void
+s_reply (hub_t *hub, zmsg_t **envelope_p, const char *result)
+{
+    zmsg_t *msg = *envelope_p;
+    *envelope_p = NULL;
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, DSH_RESULT);
+    zframe_t *frame = s_msgpack_frame (result);
+    zmsg_append (msg, &frame);
+    assert_int_equal (zmsg_send (&msg, hub->drain), 0);
+}
+
+static const char *
+s_text (json_t *result, size_t index)
+{
+    return json_string_value (json_object_get (json_array_get (json_object_get (result, "content"), index), "text"));
+}
+
+static void
+test_stage_exit2_blocks (void **state)
+{
+    hub_t *hub = (hub_t *) *state;
+    s_hub_start (hub,
+        "    hook\n        event = \"PreToolUse\"\n        matcher = \"write_file|edit\"\n"
+        "        command = \"%s/block.sh\"\n");
+    s_call (hub, "t1", "write_file", "{\"path\": \"a\"}");
+    json_t *result = s_answer (hub, "t1", 5000);
+    assert_true (json_is_true (json_object_get (result, "isError")));
+    assert_string_equal (s_text (result, 0),
+                         "Error: tool \"write_file\" was blocked by a PreToolUse hook: blocked by exit code");
+    assert_string_equal (json_string_value (json_object_get (json_object_get (result, "error"), "code")), DSH_E_DENIED);
+    assert_string_equal (json_string_value (json_object_get (result, "callId")), "t1");
+    json_decref (result);
+
+    //  Not matched: passed on untouched
+    s_call (hub, "t2", "read_file", "{\"path\": \"a\"}");
+    zmsg_t *envelope = NULL;
+    json_t *body = s_passed (hub, &envelope);
+    assert_string_equal (json_string_value (json_object_get (body, "name")), "read_file");
+    json_decref (body);
+    zmsg_destroy (&envelope);
+}
+
+static void
+test_stage_rewrites_and_records (void **state)
+{
+    hub_t *hub = (hub_t *) *state;
+    s_hub_start (hub,
+        "    hook\n        event = \"PreToolUse\"\n        command = \"%s/record.sh\"\n"
+        "    hook\n        event = \"PreToolUse\"\n        matcher = \"echo\"\n        command = \"%s/rewrite.sh\"\n"
+        "    hook\n        event = \"PreToolUse\"\n        command = \"%s/fail.sh\"\n");
+    s_call (hub, "t1", "echo", "{\"message\": \"hello\"}");
+    zmsg_t *envelope = NULL;
+    json_t *body = s_passed (hub, &envelope);
+    json_t *arguments = json_object_get (body, "arguments");
+    assert_string_equal (json_string_value (json_object_get (arguments, "message")), "rewritten by hook");
+    assert_string_equal (json_string_value (json_object_get (json_object_get (body, "meta"), "additionalContext")),
+                         "noted");
+    json_decref (body);
+    zmsg_destroy (&envelope);
+
+    char path [128];
+    snprintf (path, sizeof path, "%s/event.json", hub->dir);
+    json_t *event = json_load_file (path, 0, NULL);
+    assert_non_null (event);
+    assert_string_equal (json_string_value (json_object_get (event, "hook_event_name")), "PreToolUse");
+    assert_string_equal (json_string_value (json_object_get (event, "session_id")), "agent-7");
+    assert_string_equal (json_string_value (json_object_get (event, "tool_name")), "echo");
+    assert_string_equal (json_string_value (json_object_get (json_object_get (event, "tool_input"), "message")),
+                         "hello");
+    assert_non_null (json_object_get (event, "cwd"));
+    json_decref (event);
+}
+
+static void
+test_stage_ask_is_denied (void **state)
+{
+    hub_t *hub = (hub_t *) *state;
+    s_hub_start (hub, "    hook\n        event = \"PreToolUse\"\n        command = \"%s/ask.sh\"\n");
+    s_call (hub, "t1", "echo", "{}");
+    json_t *result = s_answer (hub, "t1", 5000);
+    assert_string_equal (s_text (result, 0),
+        "Error: tool \"echo\" was blocked by a PreToolUse hook: really? (the hook asked for confirmation, "
+        "which needs an approver: use the permission stage)");
+    json_decref (result);
+}
+
+static void
+test_stage_timeout_fails_closed (void **state)
+{
+    hub_t *hub = (hub_t *) *state;
+    s_hub_start (hub,
+        "    hook\n        event = \"PreToolUse\"\n        matcher = \"slow\"\n        command = \"%s/slow.sh\"\n"
+        "        timeout_ms = 300\n"
+        "    hook\n        event = \"PreToolUse\"\n        matcher = \"fast\"\n        command = \"%s/rewrite.sh\"\n");
+    int64_t start = zclock_mono ();
+    s_call (hub, "slow1", "slow", "{}");
+    //  A slow hook holds only its own call
+    s_call (hub, "fast1", "fast", "{}");
+    zmsg_t *envelope = NULL;
+    json_t *body = s_passed (hub, &envelope);
+    assert_string_equal (json_string_value (json_object_get (body, "name")), "fast");
+    assert_true (zclock_mono () - start < 250);
+    json_decref (body);
+    zmsg_destroy (&envelope);
+
+    json_t *result = s_answer (hub, "slow1", 5000);
+    int64_t elapsed = zclock_mono () - start;
+    assert_true (elapsed >= 300 && elapsed < 2000);
+    char *expected = zsys_sprintf ("Error: hook \"%s/slow.sh\" timed out after 300 ms", hub->dir);
+    assert_string_equal (s_text (result, 0), expected);
+    assert_string_equal (json_string_value (json_object_get (json_object_get (result, "error"), "code")),
+                         DSH_E_MIDDLEWARE_FAILED);
+    zstr_free (&expected);
+    json_decref (result);
+}
+
+static void
+test_stage_post_hooks (void **state)
+{
+    hub_t *hub = (hub_t *) *state;
+    s_hub_start (hub,
+        "    hook\n        event = \"PostToolUse\"\n        matcher = \"echo\"\n        command = \"%s/post-context.sh\"\n"
+        "    hook\n        event = \"PostToolUse\"\n        matcher = \"secret\"\n        command = \"%s/post-block.sh\"\n");
+    s_call (hub, "t1", "echo", "{\"message\": \"hi\"}");
+    zmsg_t *envelope = NULL;
+    json_t *body = s_passed (hub, &envelope);
+    json_decref (body);
+    s_reply (hub, &envelope, "{\"callId\": \"t1\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}], \"isError\": false}");
+    json_t *result = s_answer (hub, "t1", 5000);
+    assert_string_equal (s_text (result, 0), "hi");
+    assert_string_equal (s_text (result, 1), "checked by post hook");
+    assert_true (json_is_false (json_object_get (result, "isError")));
+    json_decref (result);
+
+    s_call (hub, "t2", "secret", "{}");
+    body = s_passed (hub, &envelope);
+    json_decref (body);
+    s_reply (hub, &envelope, "{\"callId\": \"t2\", \"content\": [{\"type\": \"text\", \"text\": \"pw\"}], \"isError\": false}");
+    result = s_answer (hub, "t2", 5000);
+    assert_true (json_is_true (json_object_get (result, "isError")));
+    assert_string_equal (s_text (result, 0),
+                         "Error: tool \"secret\" result was blocked by a PostToolUse hook: leaks a secret");
+    assert_int_equal (json_array_size (json_object_get (result, "content")), 1);
+    assert_string_equal (json_string_value (json_object_get (json_object_get (result, "error"), "code")), DSH_E_DENIED);
+    json_decref (result);
+}
+
+int
+main (void)
+{
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_match),
+        cmocka_unit_test (test_event_names),
+        cmocka_unit_test (test_parse_specific_output),
+        cmocka_unit_test (test_parse_top_level_and_legacy),
+        cmocka_unit_test (test_parse_no_or_bad_output),
+        cmocka_unit_test (test_parse_exit_codes),
+        cmocka_unit_test (test_merge),
+        cmocka_unit_test (test_event_json),
+        cmocka_unit_test (test_setup_settings),
+        cmocka_unit_test_setup_teardown (test_stage_exit2_blocks, s_hub_setup, s_hub_teardown),
+        cmocka_unit_test_setup_teardown (test_stage_rewrites_and_records, s_hub_setup, s_hub_teardown),
+        cmocka_unit_test_setup_teardown (test_stage_ask_is_denied, s_hub_setup, s_hub_teardown),
+        cmocka_unit_test_setup_teardown (test_stage_timeout_fails_closed, s_hub_setup, s_hub_teardown),
+        cmocka_unit_test_setup_teardown (test_stage_post_hooks, s_hub_setup, s_hub_teardown),
+    };
+    return cmocka_run_group_tests (tests, NULL, NULL);
+}
