@@ -116,6 +116,13 @@ main (int argc, char *argv [])
                 front, announce, work, events);
         printf ("dsh-broker: heartbeat %d ms, expiry after %d missed\n",
                 config->heartbeat_ms, config->liveness);
+        if (config->chain) {
+            printf ("dsh-broker: chain:");
+            for (zconfig_t *stage = zconfig_child (config->chain); stage; stage = zconfig_next (stage))
+                printf (" %s (%s)%s", zconfig_get (stage, "name", "?"), zconfig_get (stage, "kind", "?"),
+                        zconfig_next (stage)? " ->": "");
+            printf ("\n");
+        }
         printf ("dsh-broker: try  DSH_BROKER=%s dsh tools   and   dsh call echo '{\"message\":\"hi\"}'\n",
                 front);
         fflush (stdout);
