@@ -98,7 +98,8 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->broker_id = strdup (zuuid_str_canonical (uuid));
     zuuid_destroy (&uuid);
     self->started_ms = zclock_time ();
-    self->epoch = (uint64_t) zclock_usecs ();
+    //  Wall-clock based, so it differs across restarts and reboots
+    self->epoch = (uint64_t) zclock_time () * 1000 + (uint64_t) randof (1000);
 
     dsh_config_derive (config);
     self->front = s_bind (self, ZMQ_ROUTER, config->endpoint, 0, config->queue_limit);
