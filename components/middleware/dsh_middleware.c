@@ -8,6 +8,7 @@
 
 #include "dsh_middleware.h"
 #include "dsh_hooks.h"
+#include "dsh_pass.h"
 #include "dsh_permission.h"
 #include "dsh_planmode.h"
 #include "dsh_sandbox.h"
@@ -28,7 +29,8 @@ static const struct {
     { "plan", dsh_planmode_setup, 5000 },
     { "hooks", dsh_hooks_setup, DSH_HOOKS_DEFAULT_TIMEOUT_MS + 5000 },
     { "sandbox", dsh_sandbox_setup, 5000 },
-    { "trace", dsh_trace_setup, 5000 }
+    { "trace", dsh_trace_setup, 5000 },
+    { "pass", dsh_pass_setup, 5000 }
 };
 #define KIND_COUNT (sizeof s_kinds / sizeof s_kinds [0])
 
@@ -49,7 +51,7 @@ dsh_middleware_setup (const char *kind, zconfig_t *settings, const dsh_middlewar
     assert (arg);
     int index = s_kind_index (kind);
     if (index == -1) {
-        snprintf (error, error_size, "kind: unknown middleware \"%s\" (permission, plan, hooks, sandbox, trace)",
+        snprintf (error, error_size, "kind: unknown middleware \"%s\" (permission, plan, hooks, sandbox, trace, pass)",
                   kind? kind: "");
         return -1;
     }

@@ -17,6 +17,7 @@
                     tools to enforce; writes refused under read-only
         trace       marks each call on its way down and each result on its
                     way up with the stage's name (shows the onion)
+        pass        passes every call on untouched (benchmarks, a template)
 
     The same code runs inside dsh-broker (inproc) or as an external process
     (dsh-stage --kind KIND --name NAME).
