@@ -15,6 +15,7 @@ typedef struct {
     zchunk_t *entry;            //  canonical bytes of the tool entry
     zlistx_t *providers;        //  char * component ids, in joining order
     void *handle;               //  in self->tool_order
+    bool idempotent;            //  annotations.idempotentHint, read once
 } s_tool_t;
 
 typedef struct {
@@ -218,6 +219,18 @@ s_canonical (const msgpack_object *entry)
 }
 
 static bool
+s_reads_idempotent (zchunk_t *entry)
+{
+    char error [64];
+    dsh_doc_t *doc = dsh_doc_new (zchunk_data (entry), zchunk_size (entry), error, sizeof (error));
+    const msgpack_object *hint = doc? dsh_map_get (dsh_map_get (dsh_doc_root (doc), "annotations"),
+                                                   "idempotentHint"): NULL;
+    bool idempotent = hint && hint->type == MSGPACK_OBJECT_BOOLEAN && hint->via.boolean;
+    dsh_doc_destroy (&doc);
+    return idempotent;
+}
+
+static bool
 s_same_bytes (zchunk_t *left, zchunk_t *right)
 {
     return zchunk_size (left) == zchunk_size (right)
@@ -237,6 +250,7 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, zchu
         tool->name = strdup (name);
         tool->entry = *entry_p;
         *entry_p = NULL;
+        tool->idempotent = s_reads_idempotent (tool->entry);
         tool->providers = s_string_list ();
         zlistx_add_end (tool->providers, (void *) component);
         tool->handle = zlistx_add_end (self->tool_order, tool);
@@ -256,6 +270,7 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, zchu
         zchunk_destroy (&tool->entry);
         tool->entry = *entry_p;
         *entry_p = NULL;
+        tool->idempotent = s_reads_idempotent (tool->entry);
         dsh_event_t *event = s_event_new (self, DSH_EV_UPDATED, component, name);
         event->tool = zchunk_dup (tool->entry);
         zlistx_add_end (events, event);
@@ -455,6 +470,14 @@ dsh_catalog_tool (dsh_catalog_t *self, const char *name)
     assert (self);
     s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
     return tool? tool->entry: NULL;
+}
+
+bool
+dsh_catalog_idempotent (dsh_catalog_t *self, const char *name)
+{
+    assert (self);
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    return tool && tool->idempotent;
 }
 
 const char *

@@ -111,6 +111,10 @@ zlistx_t *
 zchunk_t *
     dsh_catalog_tool (dsh_catalog_t *self, const char *name);
 
+//  True if the tool's entry says annotations.idempotentHint: true.
+bool
+    dsh_catalog_idempotent (dsh_catalog_t *self, const char *name);
+
 //  The provider that should take the next call to name: the live provider
 //  with the fewest calls outstanding (the earliest on ties). NULL if the
 //  tool is unknown. except may name a component to skip, or be NULL.

@@ -61,6 +61,7 @@ typedef struct {
     zframe_t *tool;
     zframe_t *held;             //  the body, while a fail-open stage holds it
     zchunk_t *id;               //  control: the request's id, packed, or NULL
+    char *caller;               //  calls: the caller key, indexed in callers
 } s_flow_t;
 
 struct _dsh_chain_t {
@@ -68,6 +69,7 @@ struct _dsh_chain_t {
     s_slot_t **slots;
     size_t slot_count;
     zhashx_t *flows;            //  token hex -> s_flow_t *, owned here
+    zhashx_t *callers;          //  caller key -> s_flow_t * (calls only), for cancels
     uint64_t next_token;
     zloop_t *loop;
 };
@@ -95,6 +97,7 @@ s_flow_destroy (s_flow_t **self_p)
         zframe_destroy (&self->tool);
         zframe_destroy (&self->held);
         zchunk_destroy (&self->id);
+        zstr_free (&self->caller);
         free (self);
         *self_p = NULL;
     }
@@ -140,6 +143,8 @@ s_flow_end (dsh_chain_t *self, s_flow_t *flow)
     char key [17];
     s_key (flow->token, key);
     zhashx_delete (self->flows, key);
+    if (flow->caller && zhashx_lookup (self->callers, flow->caller) == flow)
+        zhashx_delete (self->callers, flow->caller);
     s_flow_destroy (&flow);
 }
 
@@ -284,6 +289,8 @@ dsh_chain_enter (dsh_chain_t *self, zmsg_t **envelope_p, const char *call_id, zf
 {
     assert (self);
     s_flow_t *flow = s_flow_new (self, envelope_p, call_id);
+    flow->caller = dsh_proto_caller_key (flow->envelope, flow->call_id);
+    zhashx_update (self->callers, flow->caller, flow);
     flow->tool = tool? zframe_new (zchunk_data (tool), zchunk_size (tool)): zframe_new_empty ();
     s_go_down (self, flow, 0, body_p);
 }
@@ -299,6 +306,56 @@ dsh_chain_result (dsh_chain_t *self, uint64_t token, zframe_t **body_p)
         s_go_up (self, flow, body_p);
     else
         zframe_destroy (body_p);
+}
+
+bool
+dsh_chain_cancel (dsh_chain_t *self, zmsg_t *envelope, const char *call_id)
+{
+    assert (self);
+    char *caller = dsh_proto_caller_key (envelope, call_id);
+    s_flow_t *flow = (s_flow_t *) zhashx_lookup (self->callers, caller);
+    zstr_free (&caller);
+    if (!flow)
+        return false;
+    if (flow->stage == self->slot_count)
+        self->host.cancel (self->host.arg, flow->token);
+    else {
+        //  The stage holding it lets go (a deferred call is dropped)
+        zframe_t *token = dsh_dispatch_token_frame (flow->token);
+        zframe_t *delimiter = zframe_new_empty ();
+        zframe_t *protocol = zframe_from (DSH_PROTOCOL);
+        zframe_t *command = zframe_from (DSH_CANCEL);
+        zframe_t *frames [] = { token, delimiter, protocol, command };
+        if (flow->down)
+            s_send_frames (self->slots [flow->stage]->feed, frames, 4);
+        zframe_destroy (&token);
+        zframe_destroy (&delimiter);
+        zframe_destroy (&protocol);
+        zframe_destroy (&command);
+    }
+    s_flow_end (self, flow);
+    return true;
+}
+
+void
+dsh_chain_progress (dsh_chain_t *self, uint64_t token, zframe_t **body_p)
+{
+    assert (self);
+    char key [17];
+    s_key (token, key);
+    s_flow_t *flow = (s_flow_t *) zhashx_lookup (self->flows, key);
+    if (flow && !flow->control) {
+        zmsg_t *envelope = zmsg_dup (flow->envelope);
+        self->host.reply (self->host.arg, &envelope, DSH_PROGRESS, body_p);
+    }
+    zframe_destroy (body_p);
+}
+
+size_t
+dsh_chain_flows (dsh_chain_t *self)
+{
+    assert (self);
+    return zhashx_size (self->flows);
 }
 
 //  ---------------------------------------------------------------------
@@ -636,11 +693,12 @@ dsh_chain_t *
 dsh_chain_new (zconfig_t *config, const char *broker, const dsh_chain_host_t *host, char *error, size_t error_size)
 {
     assert (broker);
-    assert (host && host->dispatch && host->reply);
+    assert (host && host->dispatch && host->reply && host->cancel);
     dsh_chain_t *self = (dsh_chain_t *) zmalloc (sizeof (dsh_chain_t));
     assert (self);
     self->host = *host;
     self->flows = zhashx_new ();
+    self->callers = zhashx_new ();
     self->next_token = ((uint64_t) randof (INT32_MAX) << 32) | (uint64_t) randof (INT32_MAX);
     *error = 0;
     size_t stages = 0;
@@ -671,6 +729,7 @@ dsh_chain_destroy (dsh_chain_t **self_p)
         for (s_flow_t *flow = zhashx_first (self->flows); flow; flow = zhashx_next (self->flows))
             s_flow_destroy (&flow);
         zhashx_destroy (&self->flows);
+        zhashx_destroy (&self->callers);
         for (size_t index = 0; index < self->slot_count; index++)
             s_slot_destroy (&self->slots [index]);
         free (self->slots);

@@ -38,6 +38,8 @@ typedef struct {
     void (*dispatch) (void *arg, uint64_t token, zframe_t **body_p);
     //  A reply left the top: send it to the caller along envelope.
     void (*reply) (void *arg, zmsg_t **envelope_p, const char *command, zframe_t **body_p);
+    //  A call the chain dispatched was cancelled: drop it, tell its component.
+    void (*cancel) (void *arg, uint64_t token);
     void *arg;
 } dsh_chain_host_t;
 
@@ -72,6 +74,20 @@ void
 //  made for it): run it back up. Unknown tokens are dropped.
 void
     dsh_chain_result (dsh_chain_t *self, uint64_t token, zframe_t **body_p);
+
+//  Cancel a caller's call if it is in the chain: the stage that holds it
+//  is told (CANCEL), or the host if it is at the tool, and nothing more
+//  comes out of the chain for it. Returns true if the call was found.
+bool
+    dsh_chain_cancel (dsh_chain_t *self, zmsg_t *envelope, const char *call_id);
+
+//  Progress of a call the chain dispatched: straight to its caller.
+void
+    dsh_chain_progress (dsh_chain_t *self, uint64_t token, zframe_t **body_p);
+
+//  Calls and control commands in the chain now.
+size_t
+    dsh_chain_flows (dsh_chain_t *self);
 
 //  Send a control command (body {stage, command, args?}) to its stage; the
 //  reply (CONTROL {ok, message?, data?}) goes to envelope.

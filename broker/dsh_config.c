@@ -18,6 +18,7 @@ dsh_config_new (void)
     self->max_call_timeout_ms = 10 * 60 * 1000;
     self->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
     self->queue_limit = 10000;
+    self->max_in_flight = 100000;
     return self;
 }
 
@@ -90,6 +91,8 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_int (&self->max_call_timeout_ms, key, value, 1, INT_MAX, error, error_size);
     if (streq (key, "max_message_bytes"))
         return s_set_int (&self->max_message_bytes, key, value, 1024, INT_MAX, error, error_size);
+    if (streq (key, "max_in_flight"))
+        return s_set_int (&self->max_in_flight, key, value, 1, 10000000, error, error_size);
     if (streq (key, "queue_limit"))
         return s_set_int (&self->queue_limit, key, value, 1, 10000000, error, error_size);
     if (streq (key, "verbose")) {

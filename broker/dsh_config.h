@@ -28,6 +28,7 @@ typedef struct {
     int max_call_timeout_ms;    //  cap on a call's own deadline
     int max_message_bytes;      //  ZMQ_MAXMSGSIZE on network sockets
     int queue_limit;            //  high-water mark of every socket
+    int max_in_flight;          //  calls in flight before new ones are OVERLOADED
     bool verbose;
     zconfig_t *chain;           //  the "chain" section of the file, or NULL
     zconfig_t *file;            //  the file as read, or NULL

@@ -11,6 +11,7 @@
 
 struct _dsh_dispatch_t {
     zhashx_t *pending;          //  token hex -> dsh_pending_t *, owned here, not by the hash
+    zhashx_t *callers;          //  caller key or "chain/<token>" -> token hex (for cancels)
     uint64_t next_token;
 };
 
@@ -23,6 +24,7 @@ dsh_pending_destroy (dsh_pending_t **self_p)
         zstr_free (&self->call_id);
         zstr_free (&self->tool);
         zstr_free (&self->component);
+        zframe_destroy (&self->body);
         free (self);
         *self_p = NULL;
     }
@@ -34,6 +36,8 @@ dsh_dispatch_new (void)
     dsh_dispatch_t *self = (dsh_dispatch_t *) zmalloc (sizeof (dsh_dispatch_t));
     assert (self);
     self->pending = zhashx_new ();
+    self->callers = zhashx_new ();
+    zhashx_set_destructor (self->callers, (zhashx_destructor_fn *) zstr_free);
     //  Tokens start at a random point so that a restarted broker does not
     //  take a late RESULT meant for its predecessor as one of its own.
     self->next_token = ((uint64_t) randof (INT32_MAX) << 32) | (uint64_t) randof (INT32_MAX);
@@ -49,6 +53,7 @@ dsh_dispatch_destroy (dsh_dispatch_t **self_p)
         for (dsh_pending_t *entry = zhashx_first (self->pending); entry; entry = zhashx_next (self->pending))
             dsh_pending_destroy (&entry);
         zhashx_destroy (&self->pending);
+        zhashx_destroy (&self->callers);
         free (self);
         *self_p = NULL;
     }
@@ -58,6 +63,29 @@ static void
 s_token_key (uint64_t token, char key [17])
 {
     snprintf (key, 17, "%016" PRIx64, token);
+}
+
+//  The key a caller (or the chain) finds its call by, for cancels.
+static char *
+s_caller_key (dsh_pending_t *entry)
+{
+    if (entry->chain_token)
+        return zsys_sprintf ("chain/%016" PRIx64, entry->chain_token);
+    return dsh_proto_caller_key (entry->envelope, entry->call_id);
+}
+
+//  Removes an entry from the table and its index; the caller owns it.
+static void
+s_unlink (dsh_dispatch_t *self, dsh_pending_t *entry)
+{
+    char key [17];
+    s_token_key (entry->token, key);
+    zhashx_delete (self->pending, key);
+    char *caller = s_caller_key (entry);
+    const char *indexed = (const char *) zhashx_lookup (self->callers, caller);
+    if (indexed && streq (indexed, key))
+        zhashx_delete (self->callers, caller);
+    zstr_free (&caller);
 }
 
 uint64_t
@@ -80,6 +108,9 @@ dsh_dispatch_add (dsh_dispatch_t *self, zmsg_t **envelope_p, uint64_t chain_toke
     char key [17];
     s_token_key (entry->token, key);
     zhashx_insert (self->pending, key, entry);
+    char *caller = s_caller_key (entry);
+    zhashx_update (self->callers, caller, strdup (key));
+    zstr_free (&caller);
     return entry->token;
 }
 
@@ -91,8 +122,38 @@ dsh_dispatch_take (dsh_dispatch_t *self, uint64_t token)
     s_token_key (token, key);
     dsh_pending_t *entry = (dsh_pending_t *) zhashx_lookup (self->pending, key);
     if (entry)
-        zhashx_delete (self->pending, key);
+        s_unlink (self, entry);
     return entry;
+}
+
+//  Takes the entry a caller key names, if any.
+static dsh_pending_t *
+s_take_by_caller (dsh_dispatch_t *self, const char *caller)
+{
+    const char *key = (const char *) zhashx_lookup (self->callers, caller);
+    dsh_pending_t *entry = key? (dsh_pending_t *) zhashx_lookup (self->pending, key): NULL;
+    if (entry)
+        s_unlink (self, entry);
+    return entry;
+}
+
+dsh_pending_t *
+dsh_dispatch_take_caller (dsh_dispatch_t *self, zmsg_t *envelope, const char *call_id)
+{
+    assert (self);
+    char *caller = dsh_proto_caller_key (envelope, call_id);
+    dsh_pending_t *entry = s_take_by_caller (self, caller);
+    zstr_free (&caller);
+    return entry;
+}
+
+dsh_pending_t *
+dsh_dispatch_take_chain (dsh_dispatch_t *self, uint64_t chain_token)
+{
+    assert (self);
+    char caller [32];
+    snprintf (caller, sizeof (caller), "chain/%016" PRIx64, chain_token);
+    return s_take_by_caller (self, caller);
 }
 
 dsh_pending_t *
@@ -115,7 +176,7 @@ s_take_where (dsh_dispatch_t *self, const char *component, int64_t now_ms)
         dsh_pending_t *entry = (dsh_pending_t *) zhashx_lookup (self->pending, key);
         bool match = component? streq (entry->component, component): entry->deadline_ms <= now_ms;
         if (match) {
-            zhashx_delete (self->pending, key);
+            s_unlink (self, entry);
             zlistx_add_end (taken, entry);
         }
     }

@@ -31,6 +31,8 @@ typedef struct {
     char *tool;
     char *component;
     int64_t deadline_ms;
+    zframe_t *body;             //  kept for a retry (idempotent tools), or NULL
+    bool retried;               //  already sent to a second provider
 } dsh_pending_t;
 
 //  Destroy a pending entry; safe twice.
@@ -59,6 +61,14 @@ dsh_pending_t *
 //  The entry for a token, left in the table, or NULL.
 dsh_pending_t *
     dsh_dispatch_lookup (dsh_dispatch_t *self, uint64_t token);
+
+//  Take the entry of a caller's call (envelope and callId), or NULL.
+dsh_pending_t *
+    dsh_dispatch_take_caller (dsh_dispatch_t *self, zmsg_t *envelope, const char *call_id);
+
+//  Take the entry of a call that came out of the chain as chain_token, or NULL.
+dsh_pending_t *
+    dsh_dispatch_take_chain (dsh_dispatch_t *self, uint64_t chain_token);
 
 //  Take every entry sent to component, in a new list (caller destroys; the
 //  list destroys its entries).

@@ -43,6 +43,7 @@ typedef struct {
     int call_timeout_ms;
     int max_call_timeout_ms;
     int max_message_bytes;
+    size_t max_in_flight;       //  calls in the chain and at components, at most
     char *endpoints [4];        //  front, announce, work, events as bound
     uint64_t calls;             //  calls routed to a component
     uint64_t late_results;      //  results for calls already answered
@@ -52,6 +53,7 @@ typedef struct {
 
 static void s_chain_dispatch (void *arg, uint64_t token, zframe_t **body_p);
 static void s_chain_reply (void *arg, zmsg_t **envelope_p, const char *command, zframe_t **body_p);
+static void s_chain_cancel (void *arg, uint64_t token);
 
 //  Binds a new socket of type to endpoint, with dsh's limits; NULL and an
 //  error on failure.
@@ -92,6 +94,7 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->call_timeout_ms = config->call_timeout_ms;
     self->max_call_timeout_ms = config->max_call_timeout_ms;
     self->max_message_bytes = config->max_message_bytes;
+    self->max_in_flight = (size_t) config->max_in_flight;
     self->catalog = dsh_catalog_new ();
     self->dispatch = dsh_dispatch_new ();
     zuuid_t *uuid = zuuid_new ();
@@ -110,7 +113,7 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     if (self->work)
         self->events = s_bind (self, ZMQ_PUB, config->events, 3, config->queue_limit);
     if (self->events) {
-        dsh_chain_host_t host = { s_chain_dispatch, s_chain_reply, self };
+        dsh_chain_host_t host = { s_chain_dispatch, s_chain_reply, s_chain_cancel, self };
         char error [512];
         self->chain = dsh_chain_new (config->chain, self->endpoints [0], &host, error, sizeof (error));
         if (!self->chain)
@@ -229,16 +232,70 @@ s_publish (self_t *self, zlistx_t *events)
     }
 }
 
-//  Answers every call in flight to a component that has gone.
+//  Tells a component to stop a call the broker has answered (deadline, or
+//  the caller cancelled); anything it sends for the call is late.
+static void
+s_send_cancel (self_t *self, dsh_pending_t *entry, const char *reason)
+{
+    dsh_catalog_outstanding (self->catalog, entry->component, -1);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 2);
+    dsh_packer_kv_str (&packer, "callId", entry->call_id);
+    dsh_packer_kv_str (&packer, "reason", reason);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    zframe_t *token = dsh_dispatch_token_frame (entry->token);
+    s_send_work (self, entry->component, DSH_CANCEL, &token, &body);
+}
+
+//  Sends a kept call to another provider, once; takes the entry. Returns
+//  false (and leaves the entry) if there is no other provider or the send
+//  fails.
+static bool
+s_retry (self_t *self, dsh_pending_t **entry_p, const char *gone)
+{
+    dsh_pending_t *entry = *entry_p;
+    const char *provider = entry->body && !entry->retried?
+        dsh_catalog_provider (self->catalog, entry->tool, gone): NULL;
+    if (!provider)
+        return false;
+    uint64_t token = dsh_dispatch_add (self->dispatch, &entry->envelope, entry->chain_token, entry->call_id,
+                                       entry->tool, provider, entry->deadline_ms);
+    dsh_pending_t *retry = dsh_dispatch_lookup (self->dispatch, token);
+    retry->retried = true;
+    zframe_t *body = zframe_dup (entry->body);
+    zframe_t *token_frame = dsh_dispatch_token_frame (token);
+    if (s_send_work (self, provider, DSH_CALL, &token_frame, &body)) {
+        //  Back as it was: the caller gets the original failure
+        retry = dsh_dispatch_take (self->dispatch, token);
+        entry->envelope = retry->envelope;
+        retry->envelope = NULL;
+        dsh_pending_destroy (&retry);
+        return false;
+    }
+    dsh_catalog_outstanding (self->catalog, provider, +1);
+    zsys_info ("dsh-broker: call %s to %s retried on %s (the tool is idempotent)", entry->call_id, gone, provider);
+    dsh_pending_destroy (entry_p);
+    return true;
+}
+
+//  Answers every call in flight to a component that has gone, or retries
+//  it once on another replica if the tool says it is idempotent.
 static void
 s_fail_component_calls (self_t *self, const char *component, const char *why)
 {
     zlistx_t *orphans = dsh_dispatch_take_component (self->dispatch, component);
-    for (dsh_pending_t *entry = zlistx_first (orphans); entry; entry = zlistx_next (orphans)) {
+    dsh_pending_t *entry;
+    while ((entry = (dsh_pending_t *) zlistx_first (orphans))) {
+        zlistx_detach_cur (orphans);
+        if (s_retry (self, &entry, component))
+            continue;
         char text [512];
         snprintf (text, sizeof (text), "Error: tool \"%s\" is gone: component \"%s\" %s",
                   entry->tool, component, why);
         s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id, DSH_E_TOOL_GONE, text);
+        dsh_pending_destroy (&entry);
     }
     zlistx_destroy (&orphans);
 }
@@ -281,12 +338,22 @@ s_dispatch (self_t *self, zmsg_t **envelope_p, uint64_t chain_token, dsh_doc_t *
         s_answer_error (self, envelope_p, chain_token, head->call_id, DSH_E_UNKNOWN_TOOL, text);
         return;
     }
+    if (dsh_dispatch_size (self->dispatch) >= self->max_in_flight) {
+        char text [DSH_NAME_MAX + 96];
+        snprintf (text, sizeof (text), "Error: the broker is overloaded (%zu calls in flight)",
+                  dsh_dispatch_size (self->dispatch));
+        s_answer_error (self, envelope_p, chain_token, head->call_id, DSH_E_OVERLOADED, text);
+        return;
+    }
     uint64_t timeout_ms = head->timeout_ms? head->timeout_ms: (uint64_t) self->call_timeout_ms;
     if (timeout_ms > (uint64_t) self->max_call_timeout_ms)
         timeout_ms = (uint64_t) self->max_call_timeout_ms;
     uint64_t token = dsh_dispatch_add (self->dispatch, envelope_p, chain_token, head->call_id, head->name,
                                        provider, zclock_mono () + (int64_t) timeout_ms);
     char *component = strdup (provider);
+    if (dsh_catalog_idempotent (self->catalog, head->name))
+        //  Kept so the call can go to another replica if this one dies
+        dsh_dispatch_lookup (self->dispatch, token)->body = zframe_dup (*body_p);
     //  The head points into the body's frame; done with it before it moves on
     dsh_doc_destroy (doc_p);
     zframe_t *token_frame = dsh_dispatch_token_frame (token);
@@ -325,6 +392,13 @@ s_handle_call (self_t *self, zmsg_t **envelope_p, dsh_doc_t **doc_p, zframe_t **
                            DSH_E_BAD_REQUEST, error);
         return;
     }
+    if (dsh_chain_size (self->chain) && dsh_chain_flows (self->chain) >= self->max_in_flight) {
+        char text [96];
+        snprintf (text, sizeof (text), "Error: the broker is overloaded (%zu calls in the chain)",
+                  dsh_chain_flows (self->chain));
+        s_answer_error (self, envelope_p, 0, head.call_id, DSH_E_OVERLOADED, text);
+    }
+    else
     if (dsh_chain_size (self->chain)) {
         //  The waterfall runs first, even for a tool nobody serves
         char *call_id = strdup (head.call_id);
@@ -355,6 +429,40 @@ s_chain_dispatch (void *arg, uint64_t token, zframe_t **body_p)
     else
         s_dispatch (self, NULL, token, &doc, &head, body_p);
     dsh_doc_destroy (&doc);
+}
+
+//  The chain host: a call it dispatched was cancelled.
+static void
+s_chain_cancel (void *arg, uint64_t token)
+{
+    self_t *self = (self_t *) arg;
+    dsh_pending_t *entry = dsh_dispatch_take_chain (self->dispatch, token);
+    if (entry)
+        s_send_cancel (self, entry, "cancelled");
+    dsh_pending_destroy (&entry);
+}
+
+//  A caller cancels a call: wherever it is (in the chain, at a component)
+//  it is dropped and told, and the caller gets CANCELLED. A cancel that
+//  finds nothing (the result went out already) is answered the same way:
+//  the client library keeps exactly one reply per call.
+static void
+s_handle_cancel (self_t *self, zmsg_t **envelope_p, dsh_doc_t *doc)
+{
+    const char *call_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "callId"));
+    if (!call_id || !*call_id || strlen (call_id) > DSH_CALL_ID_MAX) {
+        self->bad_messages++;
+        s_reply_error (self, envelope_p, dsh_map_get (dsh_doc_root (doc), "id"), DSH_E_BAD_REQUEST,
+                       "CANCEL wants a string \"callId\"");
+        return;
+    }
+    if (!dsh_chain_cancel (self->chain, *envelope_p, call_id)) {
+        dsh_pending_t *entry = dsh_dispatch_take_caller (self->dispatch, *envelope_p, call_id);
+        if (entry)
+            s_send_cancel (self, entry, "cancelled");
+        dsh_pending_destroy (&entry);
+    }
+    s_answer_error (self, envelope_p, 0, call_id, DSH_E_CANCELLED, "Error: the call was cancelled");
 }
 
 //  The chain host: a reply leaves the top of the chain.
@@ -532,6 +640,9 @@ s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
     if (streq (command, DSH_CALL))
         s_handle_call (self, &envelope, &doc, &body);
     else
+    if (streq (command, DSH_CANCEL))
+        s_handle_cancel (self, &envelope, doc);
+    else
     if (streq (command, DSH_CONTROL)) {
         dsh_doc_destroy (&doc);
         dsh_chain_control (self->chain, &envelope, &body);
@@ -598,6 +709,27 @@ s_handle_result (self_t *self, const char *component, zmsg_t *msg)
     zframe_destroy (&body);
 }
 
+//  A component reports progress of a call: on to its caller, untouched.
+static void
+s_handle_progress (self_t *self, const char *component, zmsg_t *msg)
+{
+    uint64_t token;
+    zframe_t *token_frame = zmsg_pop (msg);
+    zframe_t *body = zmsg_pop (msg);
+    dsh_pending_t *entry = dsh_dispatch_token_decode (token_frame, &token) == 0 && body?
+        dsh_dispatch_lookup (self->dispatch, token): NULL;
+    if (entry && streq (entry->component, component)) {
+        if (entry->chain_token)
+            dsh_chain_progress (self->chain, entry->chain_token, &body);
+        else {
+            zmsg_t *envelope = zmsg_dup (entry->envelope);
+            s_send_front (self, &envelope, DSH_PROGRESS, &body);
+        }
+    }
+    zframe_destroy (&token_frame);
+    zframe_destroy (&body);
+}
+
 static int
 s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
@@ -621,6 +753,9 @@ s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
         dsh_catalog_seen (self->catalog, component, zclock_mono ());
         if (streq (command, DSH_RESULT))
             s_handle_result (self, component, msg);
+        else
+        if (streq (command, DSH_PROGRESS))
+            s_handle_progress (self, component, msg);
         else
         if (streq (command, DSH_HELLO))
             s_send_sync (self, component);
@@ -741,21 +876,11 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
     self_t *self = (self_t *) arg;
     zlistx_t *expired = dsh_dispatch_take_expired (self->dispatch, zclock_mono ());
     for (dsh_pending_t *entry = zlistx_first (expired); entry; entry = zlistx_next (expired)) {
-        dsh_catalog_outstanding (self->catalog, entry->component, -1);
         char text [DSH_NAME_MAX + 128];
         snprintf (text, sizeof (text), "Error: tool \"%s\" did not answer before the call's deadline",
                   entry->tool);
         s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id, DSH_E_TIMEOUT, text);
-        //  The component may stop the handler; a RESULT it sends anyway is late
-        dsh_packer_t packer;
-        dsh_packer_init (&packer);
-        msgpack_pack_map (&packer.pk, 2);
-        dsh_packer_kv_str (&packer, "callId", entry->call_id);
-        dsh_packer_kv_str (&packer, "reason", "deadline");
-        zframe_t *body = dsh_packer_frame (&packer);
-        dsh_packer_release (&packer);
-        zframe_t *token = dsh_dispatch_token_frame (entry->token);
-        s_send_work (self, entry->component, DSH_CANCEL, &token, &body);
+        s_send_cancel (self, entry, "deadline");
     }
     zlistx_destroy (&expired);
     return 0;

@@ -158,6 +158,26 @@ dsh_proto_message (zmsg_t **envelope_p, const char *command)
     return msg;
 }
 
+char *
+dsh_proto_caller_key (zmsg_t *envelope, const char *call_id)
+{
+    assert (call_id);
+    size_t size = strlen (call_id) + 2;
+    for (zframe_t *frame = envelope? zmsg_first (envelope): NULL; frame; frame = zmsg_next (envelope))
+        size += 2 * zframe_size (frame) + 1;
+    char *key = (char *) zmalloc (size);
+    assert (key);
+    char *cursor = key;
+    for (zframe_t *frame = envelope? zmsg_first (envelope): NULL; frame; frame = zmsg_next (envelope)) {
+        const byte *data = zframe_data (frame);
+        for (size_t index = 0; index < zframe_size (frame); index++, cursor += 2)
+            snprintf (cursor, 3, "%02x", data [index]);
+        *cursor++ = '.';
+    }
+    snprintf (cursor, size - (size_t) (cursor - key), "/%s", call_id);
+    return key;
+}
+
 zmsg_t *
 dsh_proto_pub_message (const char *command, zframe_t **body_p)
 {

@@ -57,6 +57,7 @@ extern "C" {
 #define DSH_SYNC                "SYNC"
 #define DSH_REFUSED             "REFUSED"
 #define DSH_CANCEL              "CANCEL"
+#define DSH_PROGRESS            "PROGRESS"
 
 //  Change event kinds (the first frame of every event, so SUB can filter)
 #define DSH_EV_REGISTERED       "tool.registered"
@@ -141,6 +142,11 @@ int
 //  be NULL for a DEALER's own messages).
 zmsg_t *
     dsh_proto_message (zmsg_t **envelope_p, const char *command);
+
+//  A key naming one caller's call: its envelope's frames in hex, "/",
+//  and its callId. Caller frees it.
+char *
+    dsh_proto_caller_key (zmsg_t *envelope, const char *call_id);
 
 //  A new PUB message "DSH1" command body; takes the body.
 zmsg_t *

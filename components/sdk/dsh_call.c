@@ -10,11 +10,19 @@
 #include "dsh_call.h"
 #include "dsh_proto.h"
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <sys/eventfd.h>
 
 struct _dsh_call_t {
     dsh_doc_t *doc;
     dsh_call_head_t head;
+    atomic_bool cancelled;
+    pthread_mutex_t mutex;      //  guards cancel_fd
+    int cancel_fd;              //  eventfd, made on first request, or -1
+    dsh_call_hooks_t hooks;
+    void *context;
 };
 
 struct _dsh_result_t {
@@ -35,6 +43,9 @@ dsh_call_new (const void *body, size_t size, char *error, size_t error_size)
     dsh_call_t *self = (dsh_call_t *) zmalloc (sizeof (dsh_call_t));
     assert (self);
     self->doc = doc;
+    atomic_init (&self->cancelled, false);
+    pthread_mutex_init (&self->mutex, NULL);
+    self->cancel_fd = -1;
     if (dsh_doc_root (doc)->type != MSGPACK_OBJECT_MAP) {
         snprintf (error, error_size, "body is not a map");
         dsh_call_destroy (&self);
@@ -52,6 +63,9 @@ dsh_call_destroy (dsh_call_t **self_p)
     if (*self_p) {
         dsh_call_t *self = *self_p;
         dsh_doc_destroy (&self->doc);
+        if (self->cancel_fd != -1)
+            close (self->cancel_fd);
+        pthread_mutex_destroy (&self->mutex);
         free (self);
         *self_p = NULL;
     }
@@ -156,6 +170,65 @@ dsh_call_bool (dsh_call_t *self, const char *key, bool fallback)
 {
     const msgpack_object *value = dsh_call_arg (self, key);
     return value && value->type == MSGPACK_OBJECT_BOOLEAN? value->via.boolean: fallback;
+}
+
+bool
+dsh_call_cancelled (dsh_call_t *self)
+{
+    assert (self);
+    return atomic_load (&self->cancelled);
+}
+
+int
+dsh_call_cancel_fd (dsh_call_t *self)
+{
+    assert (self);
+    pthread_mutex_lock (&self->mutex);
+    if (self->cancel_fd == -1) {
+        self->cancel_fd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (self->cancel_fd != -1 && atomic_load (&self->cancelled))
+            eventfd_write (self->cancel_fd, 1);
+    }
+    int fd = self->cancel_fd;
+    pthread_mutex_unlock (&self->mutex);
+    return fd;
+}
+
+void
+dsh_call_cancel (dsh_call_t *self)
+{
+    assert (self);
+    if (atomic_exchange (&self->cancelled, true))
+        return;
+    pthread_mutex_lock (&self->mutex);
+    if (self->cancel_fd != -1)
+        eventfd_write (self->cancel_fd, 1);
+    pthread_mutex_unlock (&self->mutex);
+}
+
+void
+dsh_call_set_hooks (dsh_call_t *self, const dsh_call_hooks_t *hooks, void *context)
+{
+    assert (self);
+    assert (hooks);
+    self->hooks = *hooks;
+    self->context = context;
+}
+
+void
+dsh_call_progress (dsh_call_t *self, double progress, double total, const char *message)
+{
+    assert (self);
+    if (self->hooks.progress && !atomic_load (&self->cancelled))
+        self->hooks.progress (self->context, progress, total, message);
+}
+
+void
+dsh_call_finish (dsh_call_t *self)
+{
+    assert (self);
+    if (self->hooks.finish)
+        self->hooks.finish (self->context);
 }
 
 dsh_result_t *

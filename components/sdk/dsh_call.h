@@ -25,7 +25,11 @@ typedef struct _dsh_result_t dsh_result_t;
 
 //  A tool handler: read the call, fill the result, return 0. Returning -1
 //  without setting an error makes the result "Error: handler failed".
+//  Returning DSH_HANDLER_DEFER finishes the call later, from any thread,
+//  with dsh_call_finish (the call and result stay valid until then).
 typedef int (dsh_handler_fn) (dsh_call_t *call, dsh_result_t *result, void *arg);
+
+#define DSH_HANDLER_DEFER 1
 
 //  A call decoded from a CALL body (borrowed; keep it alive as long as the
 //  call). NULL with a reason if the body is not a valid CALL.
@@ -80,6 +84,44 @@ int64_t
 //  The boolean argument under key, or fallback.
 bool
     dsh_call_bool (dsh_call_t *self, const char *key, bool fallback);
+
+//  True once the caller cancelled the call or its deadline passed (the
+//  broker has answered it already; whatever the handler returns is dropped).
+//  Safe from any thread.
+bool
+    dsh_call_cancelled (dsh_call_t *self);
+
+//  A file descriptor that becomes readable when the call is cancelled, for
+//  handlers that poll. Valid until the call ends. -1 if none could be made.
+int
+    dsh_call_cancel_fd (dsh_call_t *self);
+
+//  Report progress to the caller (MCP's notifications/progress): progress
+//  so far, total (< 0: unknown), message (may be NULL). Safe from any
+//  thread while the call runs; dropped once it has ended.
+void
+    dsh_call_progress (dsh_call_t *self, double progress, double total, const char *message);
+
+//  Finish a deferred call (its handler returned DSH_HANDLER_DEFER) with its
+//  result. Safe from any thread, once.
+void
+    dsh_call_finish (dsh_call_t *self);
+
+//  What runs a call does for it (dsh_provider sets these; a handler never
+//  needs them): carry progress to the caller, and take a deferred call's
+//  result when it is finished.
+typedef struct {
+    void (*progress) (void *context, double progress, double total, const char *message);
+    void (*finish) (void *context);
+} dsh_call_hooks_t;
+
+//  Set the hooks and their context.
+void
+    dsh_call_set_hooks (dsh_call_t *self, const dsh_call_hooks_t *hooks, void *context);
+
+//  Mark the call cancelled and wake dsh_call_cancel_fd. Safe from any thread.
+void
+    dsh_call_cancel (dsh_call_t *self);
 
 //  A new, empty, successful result for call_id.
 dsh_result_t *

@@ -21,6 +21,7 @@ struct _dsh_client_t {
     zsock_t *dealer;
     char *endpoint;
     zlistx_t *stash;            //  dsh_reply_t * received while waiting for another
+    zhashx_t *cancelled;        //  callId -> "sent" | "answered": calls this client cancelled
     uint64_t sequence;          //  for request ids and call ids
     char *prefix;               //  makes this client's call ids unique
     char call_id [DSH_CALL_ID_MAX + 1];
@@ -68,6 +69,7 @@ dsh_client_new (const char *broker)
     }
     self->stash = zlistx_new ();
     zlistx_set_destructor (self->stash, (zlistx_destructor_fn *) dsh_reply_destroy);
+    self->cancelled = zhashx_new ();
     zuuid_t *uuid = zuuid_new ();
     self->prefix = zsys_sprintf ("%.8s", zuuid_str (uuid));
     zuuid_destroy (&uuid);
@@ -82,6 +84,7 @@ dsh_client_destroy (dsh_client_t **self_p)
         dsh_client_t *self = *self_p;
         zsock_destroy (&self->dealer);
         zlistx_destroy (&self->stash);
+        zhashx_destroy (&self->cancelled);
         zstr_free (&self->endpoint);
         zstr_free (&self->prefix);
         free (self);
@@ -149,6 +152,9 @@ s_reply_decode (zmsg_t *msg)
         zsys_warning ("dsh_client: malformed reply ignored: %s", error);
     else {
         const msgpack_object *root = dsh_doc_root (self->doc);
+        if (streq (self->command, DSH_PROGRESS))
+            self->call_id = dsh_doc_strdup (self->doc, dsh_map_get (root, "callId"));
+        else
         if (streq (self->command, DSH_RESULT)) {
             if (dsh_proto_check_result (root, error, sizeof (error))) {
                 zsys_warning ("dsh_client: malformed result ignored: %s", error);
@@ -184,6 +190,65 @@ s_reply_decode (zmsg_t *msg)
     return self;
 }
 
+//  A new reply decoded from a body frame under command.
+static dsh_reply_t *
+s_reply_from (const char *command, zframe_t **body_p)
+{
+    zmsg_t *msg = dsh_proto_message (NULL, command);
+    zmsg_append (msg, body_p);
+    dsh_reply_t *reply = s_reply_decode (msg);
+    zmsg_destroy (&msg);
+    return reply;
+}
+
+//  Once a call is cancelled its caller sees exactly one reply, CANCELLED,
+//  whichever of the result and the broker's answer to the cancel comes
+//  first; the other is dropped, and so is progress. Returns the reply to
+//  deliver, or NULL.
+static dsh_reply_t *
+s_filter_cancelled (dsh_client_t *self, dsh_reply_t *reply)
+{
+    const char *state = reply->call_id? (const char *) zhashx_lookup (self->cancelled, reply->call_id): NULL;
+    if (!state)
+        return reply;
+    bool from_broker = streq (reply->command, DSH_RESULT) && reply->code && streq (reply->code, DSH_E_CANCELLED);
+    bool answered = streq (state, "answered");
+    if (streq (reply->command, DSH_RESULT) && !answered && !from_broker) {
+        char *call_id = strdup (reply->call_id);
+        zframe_t *body = dsh_proto_error_result (call_id, DSH_E_CANCELLED, "Error: the call was cancelled");
+        dsh_reply_destroy (&reply);
+        reply = s_reply_from (DSH_RESULT, &body);
+        zhashx_update (self->cancelled, call_id, "answered");
+        zstr_free (&call_id);
+        return reply;
+    }
+    if (from_broker) {
+        //  The broker answers a cancel last: nothing more comes for the call
+        zhashx_delete (self->cancelled, reply->call_id);
+        if (!answered)
+            return reply;
+    }
+    dsh_reply_destroy (&reply);
+    return NULL;
+}
+
+int
+dsh_client_cancel (dsh_client_t *self, const char *call_id)
+{
+    assert (self);
+    assert (call_id);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 1);
+    dsh_packer_kv_str (&packer, "callId", call_id);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    if (s_send (self, DSH_CANCEL, &body))
+        return -1;
+    zhashx_update (self->cancelled, call_id, "sent");
+    return 0;
+}
+
 //  Receives one reply from the socket, waiting at most timeout_ms.
 static dsh_reply_t *
 s_recv_socket (dsh_client_t *self, int timeout_ms)
@@ -200,6 +265,8 @@ s_recv_socket (dsh_client_t *self, int timeout_ms)
             return NULL;
         dsh_reply_t *reply = s_reply_decode (msg);
         zmsg_destroy (&msg);
+        if (reply)
+            reply = s_filter_cancelled (self, reply);
         if (reply)
             return reply;
         if (left <= 0)
@@ -234,7 +301,11 @@ s_wait_for (dsh_client_t *self, bool (*match) (dsh_reply_t *, const char *), con
             return NULL;
         if (match (reply, key))
             return reply;
-        zlistx_add_end (self->stash, reply);
+        if (streq (reply->command, DSH_PROGRESS) && reply->call_id && streq (reply->call_id, key))
+            //  A blocking call has nobody to show its progress to
+            dsh_reply_destroy (&reply);
+        else
+            zlistx_add_end (self->stash, reply);
     }
 }
 

@@ -50,7 +50,15 @@ const char *
                           const void *args, size_t args_size, const char *agent,
                           const void *meta, size_t meta_size, int timeout_ms);
 
-//  The next reply of any kind, or NULL if none within timeout_ms.
+//  Cancel a call in flight by its callId: the broker answers it CANCELLED
+//  (exactly one reply, even if the cancel races the result) and tells the
+//  component. Returns 0, or -1 if the message could not be sent.
+int
+    dsh_client_cancel (dsh_client_t *self, const char *call_id);
+
+//  The next reply of any kind, or NULL if none within timeout_ms. A call's
+//  progress arrives as replies with command PROGRESS {callId, progress,
+//  total?, message?} before its RESULT.
 dsh_reply_t *
     dsh_client_recv (dsh_client_t *self, int timeout_ms);
 

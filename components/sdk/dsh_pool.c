@@ -41,14 +41,13 @@ s_worker (void *arg)
         zlistx_delete (self->waiting, zlistx_cursor (self->waiting));
         self->running++;
         pthread_mutex_unlock (&self->mutex);
-        self->run (job);
+        bool done = self->run (job);
         pthread_mutex_lock (&self->mutex);
         self->running--;
-        zlistx_add_end (self->finished, job);
-        char byte = 1;
-        //  A full pipe already wakes the owner; the byte is only a nudge
-        if (write (self->wakeup [1], &byte, 1) < 0 && errno != EAGAIN)
-            zsys_error ("dsh_pool: cannot signal a finished job: %s", strerror (errno));
+        pthread_mutex_unlock (&self->mutex);
+        if (done)
+            dsh_pool_post (self, job);
+        pthread_mutex_lock (&self->mutex);
     }
     pthread_mutex_unlock (&self->mutex);
     return NULL;
@@ -87,7 +86,7 @@ dsh_pool_new (size_t workers, size_t queue_limit, dsh_pool_job_fn *run)
 }
 
 void
-dsh_pool_destroy (dsh_pool_t **self_p, int grace_ms, dsh_pool_job_fn *discard)
+dsh_pool_destroy (dsh_pool_t **self_p, int grace_ms, dsh_pool_discard_fn *discard)
 {
     assert (self_p);
     dsh_pool_t *self = *self_p;
@@ -159,6 +158,20 @@ dsh_pool_submit (dsh_pool_t *self, void *job)
     }
     pthread_mutex_unlock (&self->mutex);
     return rc;
+}
+
+void
+dsh_pool_post (dsh_pool_t *self, void *item)
+{
+    assert (self);
+    assert (item);
+    pthread_mutex_lock (&self->mutex);
+    zlistx_add_end (self->finished, item);
+    pthread_mutex_unlock (&self->mutex);
+    char byte = 1;
+    //  A full pipe already wakes the owner; the byte is only a nudge
+    if (write (self->wakeup [1], &byte, 1) < 0 && errno != EAGAIN)
+        zsys_error ("dsh_pool: cannot signal a finished job: %s", strerror (errno));
 }
 
 void *

@@ -13,6 +13,7 @@
 #ifndef DSH_POOL_H_INCLUDED
 #define DSH_POOL_H_INCLUDED
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -21,8 +22,13 @@ extern "C" {
 
 typedef struct _dsh_pool_t dsh_pool_t;
 
-//  Runs one job on a worker thread.
-typedef void (dsh_pool_job_fn) (void *job);
+//  Runs one job on a worker thread. Returns true when the job is done (the
+//  owner gets it back), false when it goes on elsewhere and will be handed
+//  back later with dsh_pool_post.
+typedef bool (dsh_pool_job_fn) (void *job);
+
+//  Disposes of a job that will never run or never be collected.
+typedef void (dsh_pool_discard_fn) (void *job);
 
 //  A pool of workers threads running run on each submitted job, with at
 //  most queue_limit jobs waiting. NULL if threads cannot be started.
@@ -33,11 +39,16 @@ dsh_pool_t *
 //  waits up to grace_ms for running jobs, then leaves any still running
 //  behind (their pool memory is kept for them). Safe twice.
 void
-    dsh_pool_destroy (dsh_pool_t **self_p, int grace_ms, dsh_pool_job_fn *discard);
+    dsh_pool_destroy (dsh_pool_t **self_p, int grace_ms, dsh_pool_discard_fn *discard);
 
 //  Queue a job. Returns 0, or -1 if the queue is full.
 int
     dsh_pool_submit (dsh_pool_t *self, void *job);
+
+//  Hand item to the owner as if a job had finished (a deferred job done on
+//  another thread, a progress note). Safe from any thread.
+void
+    dsh_pool_post (dsh_pool_t *self, void *item);
 
 //  The next finished job, or NULL if none is waiting. Never blocks.
 void *

@@ -17,8 +17,12 @@
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
+#include <stdatomic.h>
+
 #define S_DISCOVERY_RETRY_MS    1000
-#define S_QUEUE_LIMIT           10000
+#define S_QUEUE_LIMIT           10000   //  socket high-water marks
+#define S_DEFAULT_WORKERS       4
+#define S_DEFAULT_QUEUE_LIMIT   1024    //  calls waiting for a worker
 #define S_SHUTDOWN_GRACE_MS     1000
 
 struct _dsh_provider_t {
@@ -35,17 +39,35 @@ typedef struct {
     void *arg;
 } s_tool_t;
 
+//  What workers hand back to the loop: a finished job, or a progress note.
+typedef enum { S_JOB = 1, S_NOTE } s_kind_t;
+
+//  Who holds a job: a worker (queued or running its handler), the handler's
+//  own code (deferred), or nobody any more (finished: back to the loop).
+enum { S_WITH_WORKER = 0, S_DEFERRED, S_FINISHED };
+
 //  One call on its way through a worker.
 typedef struct {
-    zframe_t *token;
+    s_kind_t kind;
+    byte token [8];                 //  the broker's token for the call
     zframe_t *body;                 //  keeps the call's strings alive
     dsh_call_t *call;
+    dsh_result_t *result;           //  lives until the call is finished
     const dsh_param_t *params;
     bool typed;
     dsh_handler_fn *handler;
     void *arg;
-    zframe_t *result;               //  set by the worker
+    dsh_pool_t *pool;
+    atomic_int holder;              //  S_WITH_WORKER, S_DEFERRED, S_FINISHED
+    zframe_t *encoded;              //  the RESULT body, once finished
 } s_job_t;
+
+//  A progress report of a running call, on its way to the broker.
+typedef struct {
+    s_kind_t kind;
+    byte token [8];
+    zframe_t *body;
+} s_note_t;
 
 typedef struct {
     zsock_t *pipe;
@@ -64,6 +86,7 @@ typedef struct {
     bool ready;                     //  the broker asked for our tools
     zlistx_t *refusals;             //  char *, "tool: reason"
     dsh_pool_t *pool;
+    zhashx_t *running;              //  token hex -> s_job_t *, queued, running or deferred
 } self_t;
 
 static void
@@ -83,39 +106,103 @@ s_job_destroy (s_job_t **self_p)
 {
     if (*self_p) {
         s_job_t *self = *self_p;
-        zframe_destroy (&self->token);
         dsh_call_destroy (&self->call);
+        dsh_result_destroy (&self->result);
         zframe_destroy (&self->body);
-        zframe_destroy (&self->result);
+        zframe_destroy (&self->encoded);
         free (self);
         *self_p = NULL;
     }
 }
 
 static void
-s_job_discard (void *job)
+s_note_destroy (s_note_t **self_p)
 {
-    s_job_t *self = (s_job_t *) job;
-    s_job_destroy (&self);
+    if (*self_p) {
+        s_note_t *self = *self_p;
+        zframe_destroy (&self->body);
+        free (self);
+        *self_p = NULL;
+    }
 }
 
-//  Runs on a worker thread: everything here belongs to the job.
+//  Disposes of whatever the pool held: a job or a note.
 static void
+s_item_discard (void *item)
+{
+    if (*(s_kind_t *) item == S_JOB) {
+        s_job_t *job = (s_job_t *) item;
+        s_job_destroy (&job);
+    }
+    else {
+        s_note_t *note = (s_note_t *) item;
+        s_note_destroy (&note);
+    }
+}
+
+//  The call's hook, from the handler's thread: a PROGRESS for the broker.
+static void
+s_job_progress (void *context, double progress, double total, const char *message)
+{
+    s_job_t *job = (s_job_t *) context;
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 2 + (total >= 0) + (message != NULL));
+    dsh_packer_kv_str (&packer, "callId", dsh_call_id (job->call));
+    dsh_pack_cstr (&packer.pk, "progress");
+    msgpack_pack_double (&packer.pk, progress);
+    if (total >= 0) {
+        dsh_pack_cstr (&packer.pk, "total");
+        msgpack_pack_double (&packer.pk, total);
+    }
+    if (message)
+        dsh_packer_kv_str (&packer, "message", message);
+    s_note_t *note = (s_note_t *) zmalloc (sizeof (s_note_t));
+    assert (note);
+    note->kind = S_NOTE;
+    memcpy (note->token, job->token, sizeof (note->token));
+    note->body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    dsh_pool_post (job->pool, note);
+}
+
+//  The call's hook, from any thread: a deferred call is done.
+static void
+s_job_finish (void *context)
+{
+    s_job_t *job = (s_job_t *) context;
+    job->encoded = dsh_result_encode (job->result);
+    //  If the worker still has the job, it hands it back when its handler
+    //  returns; if the worker let go (deferred), handing it back is ours
+    if (atomic_exchange (&job->holder, S_FINISHED) == S_DEFERRED)
+        dsh_pool_post (job->pool, job);
+}
+
+//  Runs on a worker thread: everything here belongs to the job. Returns
+//  false when the handler deferred the call (dsh_call_finish hands it back).
+static bool
 s_job_run (void *arg)
 {
     s_job_t *job = (s_job_t *) arg;
-    dsh_result_t *result = dsh_result_new (dsh_call_id (job->call));
+    if (dsh_call_cancelled (job->call))
+        return true;            //  answered already: the handler need not run
     char *violations = job->typed? dsh_params_check (job->params, dsh_call_arguments (job->call)): NULL;
     if (violations) {
         //  The check's text is already the whole message, "Error: ..."
-        dsh_result_error (result, DSH_E_INVALID_ARGS, "%s", violations + strlen ("Error: "));
+        dsh_result_error (job->result, DSH_E_INVALID_ARGS, "%s", violations + strlen ("Error: "));
         zstr_free (&violations);
     }
-    else
-    if (job->handler (job->call, result, job->arg) != 0 && !dsh_result_is_error (result))
-        dsh_result_error (result, NULL, "handler failed");
-    job->result = dsh_result_encode (result);
-    dsh_result_destroy (&result);
+    else {
+        int rc = job->handler (job->call, job->result, job->arg);
+        if (rc == DSH_HANDLER_DEFER)
+            //  Finished meanwhile (from this thread or another)? Then the
+            //  worker hands it back after all, with the finisher's result
+            return atomic_exchange (&job->holder, S_DEFERRED) == S_FINISHED;
+        if (rc != 0 && !dsh_result_is_error (job->result))
+            dsh_result_error (job->result, NULL, "handler failed");
+    }
+    job->encoded = dsh_result_encode (job->result);
+    return true;
 }
 
 //  ---------------------------------------------------------------------
@@ -159,14 +246,22 @@ s_send_hello (zsock_t *sock, const char *id)
     dsh_sock_send (sock, &msg);
 }
 
+//  Sends a RESULT or PROGRESS for a call; takes the body.
 static void
-s_send_result (self_t *self, zframe_t **token_p, zframe_t **body_p)
+s_send_work (self_t *self, const char *command, const byte *token, zframe_t **body_p)
 {
-    zmsg_t *msg = dsh_proto_message (NULL, DSH_RESULT);
-    zmsg_append (msg, token_p);
+    zmsg_t *msg = dsh_proto_message (NULL, command);
+    zmsg_addmem (msg, token, 8);
     zmsg_append (msg, body_p);
     if (dsh_sock_send (self->work, &msg))
-        zsys_warning ("%s: a result could not be sent: %s", self->id, zmq_strerror (errno));
+        zsys_warning ("%s: a %s could not be sent: %s", self->id, command, zmq_strerror (errno));
+}
+
+static void
+s_token_key (const byte *token, char key [17])
+{
+    for (int index = 0; index < 8; index++)
+        snprintf (key + 2 * index, 3, "%02x", token [index]);
 }
 
 //  ---------------------------------------------------------------------
@@ -279,7 +374,7 @@ s_handle_call (self_t *self, zmsg_t *msg)
 {
     zframe_t *token = zmsg_pop (msg);
     zframe_t *body = zmsg_pop (msg);
-    if (!token || !body) {
+    if (!token || zframe_size (token) != 8 || !body) {
         zsys_warning ("%s: CALL without token and body", self->id);
         zframe_destroy (&token);
         zframe_destroy (&body);
@@ -287,38 +382,65 @@ s_handle_call (self_t *self, zmsg_t *msg)
     }
     char error [256];
     dsh_call_t *call = dsh_call_new (zframe_data (body), zframe_size (body), error, sizeof (error));
-    if (!call) {
-        zframe_t *reply = dsh_proto_error_result (NULL, DSH_E_BAD_REQUEST, error);
-        s_send_result (self, &token, &reply);
-        zframe_destroy (&body);
-        return;
-    }
-    s_tool_t *tool = s_tool_find (self, dsh_call_name (call));
+    s_tool_t *tool = call? s_tool_find (self, dsh_call_name (call)): NULL;
+    zframe_t *reply = NULL;
+    if (!call)
+        reply = dsh_proto_error_result (NULL, DSH_E_BAD_REQUEST, error);
+    else
     if (!tool) {
         char text [DSH_NAME_MAX + 64];
         snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", dsh_call_name (call));
-        zframe_t *reply = dsh_proto_error_result (dsh_call_id (call), DSH_E_UNKNOWN_TOOL, text);
-        s_send_result (self, &token, &reply);
+        reply = dsh_proto_error_result (dsh_call_id (call), DSH_E_UNKNOWN_TOOL, text);
+    }
+    if (reply) {
+        s_send_work (self, DSH_RESULT, zframe_data (token), &reply);
         dsh_call_destroy (&call);
         zframe_destroy (&body);
+        zframe_destroy (&token);
         return;
     }
     s_job_t *job = (s_job_t *) zmalloc (sizeof (s_job_t));
     assert (job);
-    job->token = token;
+    job->kind = S_JOB;
+    memcpy (job->token, zframe_data (token), 8);
+    zframe_destroy (&token);
     job->body = body;
     job->call = call;
+    job->result = dsh_result_new (dsh_call_id (call));
     job->params = tool->params;
     job->typed = tool->typed;
     job->handler = tool->handler;
     job->arg = tool->arg;
+    job->pool = self->pool;
+    atomic_init (&job->holder, S_WITH_WORKER);
+    dsh_call_hooks_t hooks = { s_job_progress, s_job_finish };
+    dsh_call_set_hooks (call, &hooks, job);
     if (dsh_pool_submit (self->pool, job)) {
         char text [128];
         snprintf (text, sizeof (text), "Error: component \"%.64s\" is overloaded", self->id);
-        zframe_t *reply = dsh_proto_error_result (dsh_call_id (call), DSH_E_OVERLOADED, text);
-        s_send_result (self, &job->token, &reply);
+        reply = dsh_proto_error_result (dsh_call_id (call), DSH_E_OVERLOADED, text);
+        s_send_work (self, DSH_RESULT, job->token, &reply);
         s_job_destroy (&job);
+        return;
     }
+    char key [17];
+    s_token_key (job->token, key);
+    zhashx_insert (self->running, key, job);
+}
+
+//  The broker answered a call already (deadline, or the caller cancelled):
+//  tell its handler, and send nothing for it.
+static void
+s_handle_cancel (self_t *self, zmsg_t *msg)
+{
+    zframe_t *token = zmsg_first (msg);
+    if (!token || zframe_size (token) != 8)
+        return;
+    char key [17];
+    s_token_key (zframe_data (token), key);
+    s_job_t *job = (s_job_t *) zhashx_lookup (self->running, key);
+    if (job)
+        dsh_call_cancel (job->call);
 }
 
 static int
@@ -327,9 +449,20 @@ s_pool_done (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     (void) loop;
     (void) item;
     self_t *self = (self_t *) arg;
-    s_job_t *job;
-    while ((job = (s_job_t *) dsh_pool_done (self->pool))) {
-        s_send_result (self, &job->token, &job->result);
+    void *done;
+    while ((done = dsh_pool_done (self->pool))) {
+        if (*(s_kind_t *) done == S_NOTE) {
+            s_note_t *note = (s_note_t *) done;
+            s_send_work (self, DSH_PROGRESS, note->token, &note->body);
+            s_note_destroy (&note);
+            continue;
+        }
+        s_job_t *job = (s_job_t *) done;
+        char key [17];
+        s_token_key (job->token, key);
+        zhashx_delete (self->running, key);
+        if (!dsh_call_cancelled (job->call) && job->encoded)
+            s_send_work (self, DSH_RESULT, job->token, &job->encoded);
         s_job_destroy (&job);
     }
     return 0;
@@ -373,7 +506,9 @@ s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
         }
     }
     else
-    if (!streq (command, DSH_CANCEL))
+    if (streq (command, DSH_CANCEL))
+        s_handle_cancel (self, msg);
+    else
         zsys_warning ("%s: unknown command \"%s\" from the broker", self->id, command);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
@@ -491,16 +626,10 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
     return rc;
 }
 
-typedef struct {
-    const char *broker;
-    const char *id;
-    size_t workers;
-} s_args_t;
-
 static void
 s_provider_actor (zsock_t *pipe, void *args)
 {
-    s_args_t *settings = (s_args_t *) args;
+    dsh_provider_options_t *settings = (dsh_provider_options_t *) args;
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     assert (self);
     self->pipe = pipe;
@@ -514,7 +643,8 @@ s_provider_actor (zsock_t *pipe, void *args)
     //  Generations start from the clock, so a restarted component never
     //  repeats one its predecessor used
     self->generation = (uint64_t) zclock_time ();
-    self->pool = dsh_pool_new (settings->workers, S_QUEUE_LIMIT, s_job_run);
+    self->pool = dsh_pool_new (settings->workers, settings->queue_limit, s_job_run);
+    self->running = zhashx_new ();
     assert (self->pool);
     self->front = zsock_new (ZMQ_DEALER);
     dsh_sock_limit (self->front, DSH_MAX_MESSAGE_DEFAULT, 100);
@@ -533,7 +663,23 @@ s_provider_actor (zsock_t *pipe, void *args)
 
     s_publish (self, DSH_WITHDRAW, false);
     zloop_destroy (&self->loop);
-    dsh_pool_destroy (&self->pool, S_SHUTDOWN_GRACE_MS, s_job_discard);
+    //  Calls still here will not be answered by us: tell their handlers, and
+    //  give them a moment to let go of their calls
+    for (s_job_t *job = zhashx_first (self->running); job; job = zhashx_next (self->running))
+        dsh_call_cancel (job->call);
+    int64_t give_up = zclock_mono () + S_SHUTDOWN_GRACE_MS;
+    while (zhashx_size (self->running) && zclock_mono () < give_up) {
+        zmq_pollitem_t wake = { NULL, dsh_pool_fd (self->pool), ZMQ_POLLIN, 0 };
+        zmq_poll (&wake, 1, 10);
+        s_pool_done (NULL, NULL, self);
+    }
+    if (zhashx_size (self->running) == 0)
+        dsh_pool_destroy (&self->pool, S_SHUTDOWN_GRACE_MS, s_item_discard);
+    else
+        //  A handler still holds a call and may finish it later: the pool
+        //  must outlive it, so it stays with the process
+        zsys_warning ("%s: %zu call(s) still held by handlers at exit", self->id, zhashx_size (self->running));
+    zhashx_destroy (&self->running);
     zsock_destroy (&self->front);
     zsock_destroy (&self->work);
     zsock_destroy (&self->announce);
@@ -550,6 +696,16 @@ s_provider_actor (zsock_t *pipe, void *args)
 dsh_provider_t *
 dsh_provider_new (const char *broker, const char *id, size_t workers)
 {
+    dsh_provider_options_t options = { broker, id, workers, 0 };
+    return dsh_provider_new_options (&options);
+}
+
+dsh_provider_t *
+dsh_provider_new_options (const dsh_provider_options_t *options)
+{
+    assert (options);
+    const char *broker = options->broker;
+    const char *id = options->id;
     if (!broker)
         broker = getenv ("DSH_BROKER");
     if (!broker || !*broker)
@@ -565,8 +721,12 @@ dsh_provider_new (const char *broker, const char *id, size_t workers)
         self->id = zsys_sprintf ("c-%.12s", zuuid_str (uuid));
         zuuid_destroy (&uuid);
     }
-    s_args_t args = { broker, self->id, workers? workers: 4 };
-    self->actor = zactor_new (s_provider_actor, &args);
+    dsh_provider_options_t settings = {
+        broker, self->id,
+        options->workers? options->workers: S_DEFAULT_WORKERS,
+        options->queue_limit? options->queue_limit: S_DEFAULT_QUEUE_LIMIT
+    };
+    self->actor = zactor_new (s_provider_actor, &settings);
     return self;
 }
 

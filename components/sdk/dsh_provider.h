@@ -31,11 +31,23 @@ extern "C" {
 
 typedef struct _dsh_provider_t dsh_provider_t;
 
-//  Start a provider. broker is the front endpoint (NULL: $DSH_BROKER, else
-//  the default); id is the component id (NULL: a fresh UUID-based one).
-//  workers is the handler pool size (0: 4). NULL if the arguments are bad.
+//  How a provider runs.
+typedef struct {
+    const char *broker;         //  front endpoint (NULL: $DSH_BROKER, else the default)
+    const char *id;             //  component id (NULL: a fresh UUID-based one)
+    size_t workers;             //  handler threads (0: 4)
+    size_t queue_limit;         //  calls waiting for a worker before new ones
+                                //  are answered OVERLOADED (0: 1024)
+} dsh_provider_options_t;
+
+//  Start a provider with default options but these. NULL if the arguments
+//  are bad.
 dsh_provider_t *
     dsh_provider_new (const char *broker, const char *id, size_t workers);
+
+//  Start a provider with options. NULL if they are bad.
+dsh_provider_t *
+    dsh_provider_new_options (const dsh_provider_options_t *options);
 
 //  Withdraw every tool, stop, and destroy; safe twice.
 void

@@ -46,6 +46,7 @@ struct _dsh_stage_call_t {
     json_t *answer;
     bool watch;
     bool deferred;
+    bool cancelled;             //  the caller cancelled it while deferred
     zframe_t *result;
     json_t *new_result;
     bool result_deferred;
@@ -180,6 +181,12 @@ s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
 static void
 s_decide (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict)
 {
+    if (call->cancelled) {
+        //  Answered already, upstream: nothing goes anywhere
+        zhashx_delete (self->calls, call->key);
+        s_call_destroy (&call);
+        return;
+    }
     call->deferred = false;
     bool keep = false;
     if (verdict == DSH_STAGE_DEFER) {
@@ -281,6 +288,27 @@ s_handle_control (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
     zstr_free (&error);
 }
 
+//  The caller cancelled a call this stage holds.
+static void
+s_handle_cancel (dsh_stage_t *self, zmsg_t *envelope)
+{
+    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
+    dsh_stage_call_t *call = s_envelope_key (envelope, key, sizeof (key))?
+        (dsh_stage_call_t *) zhashx_lookup (self->calls, key): NULL;
+    if (!call || call->cancelled)
+        return;
+    if (call->deferred) {
+        call->cancelled = true;
+        if (self->callbacks.on_cancel)
+            self->callbacks.on_cancel (self, call, self->arg);
+    }
+    else {
+        //  Passed and watched: its result will never come back
+        zhashx_delete (self->calls, call->key);
+        s_call_destroy (&call);
+    }
+}
+
 static int
 s_upstream_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
@@ -300,6 +328,9 @@ s_upstream_recv (zloop_t *loop, zsock_t *reader, void *arg)
     else
     if (streq (command, DSH_CONTROL))
         s_handle_control (self, &envelope, msg);
+    else
+    if (streq (command, DSH_CANCEL))
+        s_handle_cancel (self, envelope);
     else
         zsys_warning ("stage %s: unknown command \"%s\" from upstream", self->name, command);
     zmsg_destroy (&envelope);

@@ -69,12 +69,18 @@ typedef json_t *(dsh_stage_control_fn) (dsh_stage_t *stage, const char *command,
 //  readers and timers to dsh_stage_loop.
 typedef void (dsh_stage_init_fn) (dsh_stage_t *stage, void *arg);
 
+//  A call this stage deferred was cancelled by its caller (the broker has
+//  answered it): let go of it. Resuming it afterwards is allowed and does
+//  nothing.
+typedef void (dsh_stage_cancel_fn) (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg);
+
 //  The callbacks of a stage; any but on_request may be NULL.
 typedef struct {
     dsh_stage_request_fn *on_request;
     dsh_stage_result_fn *on_result;
     dsh_stage_control_fn *on_control;
     dsh_stage_init_fn *on_init;
+    dsh_stage_cancel_fn *on_cancel;
     //  Called in the stage's thread as it stops; frees what arg owns.
     void (*on_destroy) (void *arg);
 } dsh_stage_callbacks_t;

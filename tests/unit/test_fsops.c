@@ -384,7 +384,7 @@ test_write_refusals (void **state)
 typedef struct {
     dsh_fspath_t *fspath;
     volatile bool stop;
-    size_t writes;
+    volatile size_t writes;
 } writer_t;
 
 static void *
@@ -419,7 +419,9 @@ test_write_is_atomic_for_readers (void **state)
     assert_int_equal (pthread_create (&thread, NULL, s_writer, &writer), 0);
     size_t reads = 0;
     bool torn = false;
-    while (reads < 300 && !torn) {
+    //  Enough reads, and enough writes under them, whichever thread runs first
+    time_t give_up = time (NULL) + 20;
+    while ((reads < 300 || writer.writes < 20) && !torn && time (NULL) < give_up) {
         size_t size = 0;
         char *text = dsh_fsops_read (fixture->fspath, "race.txt", 0, -1, &size, error, sizeof error);
         assert_non_null (text);

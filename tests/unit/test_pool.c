@@ -100,7 +100,7 @@ s_gate_is_open (void)
     return s_gate_open;
 }
 
-static void
+static bool
 s_run (void *arg)
 {
     job_t *job = (job_t *) arg;
@@ -117,6 +117,7 @@ s_run (void *arg)
     if (job->kind == JOB_GATE)
         s_wait_until (s_gate_is_open);
     job->finished = true;
+    return true;
 }
 
 static void
