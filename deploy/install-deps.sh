@@ -7,6 +7,12 @@ packages=(gcc pkg-config meson ninja-build python3
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
           valgrind)
 
+#  The MCP tests run real MCP software from npm; a node of 18 or later that
+#  is already here (any vendor) will do
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    packages+=(nodejs npm)
+fi
+
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \

@@ -1,10 +1,12 @@
 /*  =========================================================================
     dsh-demo - a small component that shows what a tool provider looks like
 
-        dsh-demo [--broker ENDPOINT] [--id ID] [--workers N] [--prefix P] [-v]
+        dsh-demo [--broker ENDPOINT] [--id ID] [--workers N] [--queue N] [--prefix P] [-v]
 
     Tools: echo (returns the message), sleep_ms (a slow read-only call, for
-    timeouts, cancellation and parallelism), fail (always an error result)
+    timeouts, cancellation and parallelism), tick (a slow call that is NOT
+    concurrency-safe, reporting when it ran, to show exclusive execution),
+    count (reports progress as it counts), fail (always an error result)
     and sample_content (one content block of every MCP kind plus
     structuredContent, so tests can see every block survive the trip).
     Each tool is a typed definition written as static data; the provider
@@ -47,6 +49,30 @@ static const dsh_tooldef_t s_sleep_ms_def = {
     .name = "sleep_ms",
     .description = "Sleep for the given number of milliseconds, then say so",
     .params = s_sleep_ms_params,
+    .read_only = DSH_HINT_TRUE,
+    .idempotent = DSH_HINT_TRUE,
+    .concurrency_safe = true
+};
+
+static const dsh_tooldef_t s_tick_def = {
+    .name = "tick",
+    .description = "Sleep for the given number of milliseconds and report when it started and ended "
+                   "(monotonic ms); not concurrency-safe, so a batch runs ticks one at a time",
+    .params = s_sleep_ms_params,
+    .read_only = DSH_HINT_FALSE,
+    .destructive = DSH_HINT_FALSE
+};
+
+static const dsh_param_t s_count_params [] = {
+    { .name = "to", .type = DSH_TYPE_INTEGER, .required = true, .description = "count from 1 to this, 1-1000" },
+    { .name = "step_ms", .type = DSH_TYPE_INTEGER, .description = "milliseconds per step (default 10)" },
+    { .name = NULL }
+};
+
+static const dsh_tooldef_t s_count_def = {
+    .name = "count",
+    .description = "Count slowly, reporting progress at every step",
+    .params = s_count_params,
     .read_only = DSH_HINT_TRUE,
     .concurrency_safe = true
 };
@@ -127,14 +153,59 @@ s_sleep_ms (dsh_call_t *call, dsh_result_t *result, void *arg)
                           "invalid arguments: \"ms\" must be from 0 to %d", SLEEP_MS_MAX);
         return 0;
     }
-    //  In slices, so Ctrl-C does not wait for a ten-minute sleep to end.
+    //  Waits on the call's cancel fd, in slices so Ctrl-C does not wait
+    //  for a ten-minute sleep to end either
     int64_t deadline = zclock_mono () + ms;
-    for (int64_t left = ms; left > 0 && !zsys_interrupted; left = deadline - zclock_mono ())
-        zclock_sleep ((int) (left < 50? left: 50));
+    zmq_pollitem_t cancel = { NULL, dsh_call_cancel_fd (call), ZMQ_POLLIN, 0 };
+    for (int64_t left = ms; left > 0 && !zsys_interrupted && !dsh_call_cancelled (call);
+         left = deadline - zclock_mono ())
+        zmq_poll (&cancel, cancel.fd == -1? 0: 1, left < 50? left: 50);
+    if (dsh_call_cancelled (call))
+        dsh_result_error (result, DSH_E_CANCELLED, "cancelled after %" PRId64 " ms", ms - (deadline - zclock_mono ()));
+    else
     if (zsys_interrupted && zclock_mono () < deadline)
         dsh_result_error (result, NULL, "interrupted: the component is shutting down");
     else
         dsh_result_textf (result, "slept %" PRId64 " ms", ms);
+    return 0;
+}
+
+static int
+s_tick (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    s_log_call (call);
+    int64_t ms = dsh_call_integer (call, "ms", -1);
+    if (ms < 0 || ms > SLEEP_MS_MAX) {
+        dsh_result_error (result, DSH_E_INVALID_ARGS,
+                          "invalid arguments: \"ms\" must be from 0 to %d", SLEEP_MS_MAX);
+        return 0;
+    }
+    int64_t started = zclock_mono ();
+    zclock_sleep ((int) ms);
+    dsh_result_textf (result, "%" PRId64 " %" PRId64, started, zclock_mono ());
+    return 0;
+}
+
+static int
+s_count (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    s_log_call (call);
+    int64_t to = dsh_call_integer (call, "to", 0);
+    int64_t step_ms = dsh_call_integer (call, "step_ms", 10);
+    if (to < 1 || to > 1000 || step_ms < 0 || step_ms > 10000) {
+        dsh_result_error (result, DSH_E_INVALID_ARGS,
+                          "invalid arguments: \"to\" must be from 1 to 1000 and \"step_ms\" from 0 to 10000");
+        return 0;
+    }
+    for (int64_t step = 1; step <= to && !dsh_call_cancelled (call); step++) {
+        zclock_sleep ((int) step_ms);
+        char message [32];
+        snprintf (message, sizeof (message), "step %" PRId64, step);
+        dsh_call_progress (call, (double) step, (double) to, message);
+    }
+    dsh_result_textf (result, "counted to %" PRId64, to);
     return 0;
 }
 
@@ -182,6 +253,8 @@ static const struct {
 } s_tools [] = {
     { &s_echo_def, s_echo },
     { &s_sleep_ms_def, s_sleep_ms },
+    { &s_tick_def, s_tick },
+    { &s_count_def, s_count },
     { &s_fail_def, s_fail },
     { &s_sample_content_def, s_sample_content }
 };
@@ -191,11 +264,13 @@ static void
 s_usage (FILE *stream)
 {
     fprintf (stream,
-        "usage: dsh-demo [--broker ENDPOINT] [--id ID] [--workers N] [--prefix P] [-v]\n"
-        "Serve the demo tools echo, sleep_ms, fail and sample_content to a dsh broker.\n"
+        "usage: dsh-demo [--broker ENDPOINT] [--id ID] [--workers N] [--queue N] [--prefix P] [-v]\n"
+        "Serve the demo tools echo, sleep_ms, tick, count, fail and sample_content to a dsh broker.\n"
         "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
         "  --id ID            the component id (default: a fresh one)\n"
         "  --workers N        handler threads, 1-1024 (default: 4)\n"
+        "  --queue N          calls that may wait for a thread before new ones get\n"
+        "                     OVERLOADED, 1-1000000 (default: 1024)\n"
         "  --prefix P         prefix every tool name with P (e.g. \"a_\" -> a_echo)\n"
         "  -v, --verbose      log every call on stderr\n"
         "  -h, --help         show this help\n",
@@ -225,6 +300,7 @@ main (int argc, char *argv [])
         { "broker", required_argument, NULL, 'b' },
         { "id", required_argument, NULL, 'i' },
         { "workers", required_argument, NULL, 'w' },
+        { "queue", required_argument, NULL, 'q' },
         { "prefix", required_argument, NULL, 'p' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -232,6 +308,7 @@ main (int argc, char *argv [])
     };
     const char *broker = NULL, *id = NULL, *prefix = "";
     long workers = 0;
+    long queue = 0;
     opterr = 0;
     int option;
     while ((option = getopt_long (argc, argv, ":vh", options, NULL)) != -1) {
@@ -246,6 +323,13 @@ main (int argc, char *argv [])
                 workers = strtol (optarg, &end, 10);
                 if (end == optarg || *end || workers < 1 || workers > 1024)
                     return s_bad_usage ("--workers needs a number from 1 to 1024, not \"%s\"", optarg);
+                break;
+            }
+            case 'q': {
+                char *end = NULL;
+                queue = strtol (optarg, &end, 10);
+                if (end == optarg || *end || queue < 1 || queue > 1000000)
+                    return s_bad_usage ("--queue needs a number from 1 to 1000000, not \"%s\"", optarg);
                 break;
             }
             case ':':
@@ -284,7 +368,8 @@ main (int argc, char *argv [])
         zsys_init ();
         //  stdout carries only the start line, for whoever launched us.
         zsys_set_logstream (stderr);
-        provider = dsh_provider_new (broker, id, (size_t) workers);
+        dsh_provider_options_t settings = { broker, id, (size_t) workers, (size_t) queue };
+        provider = dsh_provider_new_options (&settings);
         if (!provider) {
             fprintf (stderr, "dsh-demo: cannot start the provider\n");
             status = 1;

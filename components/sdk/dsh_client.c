@@ -408,6 +408,133 @@ dsh_client_control (dsh_client_t *self, const char *stage, const char *command, 
     return reply;
 }
 
+//  Which tools may run side by side, from the registry's own entries.
+static zhashx_t *
+s_safe_tools (dsh_client_t *self, char *error, size_t error_size)
+{
+    dsh_reply_t *reply = dsh_client_request (self, DSH_LIST, NULL, 5000, error, error_size);
+    if (!reply)
+        return NULL;
+    zhashx_t *safe = zhashx_new ();
+    const msgpack_object *tools = dsh_map_get (dsh_reply_body (reply), "tools");
+    for (uint32_t index = 0; tools && tools->type == MSGPACK_OBJECT_ARRAY && index < tools->via.array.size; index++) {
+        const msgpack_object *tool = &tools->via.array.ptr [index];
+        const msgpack_object *flag = dsh_map_get (tool, "concurrencySafe");
+        const msgpack_object *read_only = dsh_map_get (dsh_map_get (tool, "annotations"), "readOnlyHint");
+        bool yes = (flag && flag->type == MSGPACK_OBJECT_BOOLEAN && flag->via.boolean)
+                || (read_only && read_only->type == MSGPACK_OBJECT_BOOLEAN && read_only->via.boolean);
+        char *name = dsh_doc_strdup (reply->doc, dsh_map_get (tool, "name"));
+        if (yes && name)
+            zhashx_insert (safe, name, (void *) 1);
+    }
+    dsh_reply_destroy (&reply);
+    return safe;
+}
+
+//  Sends calls [first, last) at once and collects their results into
+//  results, by position.
+static void
+s_run_group (dsh_client_t *self, const json_t *calls, size_t first, size_t last, const char *agent,
+             int timeout_ms, json_t *results)
+{
+    zhashx_t *waiting = zhashx_new ();         //  callId -> position + 1
+    for (size_t index = first; index < last; index++) {
+        json_t *call = json_array_get (calls, index);
+        const char *name = json_string_value (json_object_get (call, "name"));
+        json_t *arguments = json_object_get (call, "arguments");
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        if (arguments)
+            dsh_json_to_msgpack (&packer.pk, arguments);
+        else
+            msgpack_pack_map (&packer.pk, 0);
+        const char *call_id = dsh_client_call_send (self, NULL, name, packer.sbuf.data, packer.sbuf.size,
+                                                    agent, NULL, 0, timeout_ms);
+        dsh_packer_release (&packer);
+        if (call_id)
+            zhashx_insert (waiting, call_id, (void *) (index + 1));
+    }
+    int wait_ms = (timeout_ms > 0? timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS) + S_CALL_MARGIN_MS;
+    int64_t give_up = zclock_mono () + wait_ms;
+    //  Replies stashed by an earlier wait may be ours
+    dsh_reply_t *reply = (dsh_reply_t *) zlistx_first (self->stash);
+    while (reply) {
+        size_t position = reply->call_id && streq (reply->command, DSH_RESULT)?
+            (size_t) zhashx_lookup (waiting, reply->call_id): 0;
+        if (position) {
+            json_array_set_new (results, position - 1, dsh_reply_json (reply));
+            zhashx_delete (waiting, reply->call_id);
+            //  Deleting at the cursor is safe while walking forward
+            zlistx_delete (self->stash, zlistx_cursor (self->stash));
+        }
+        reply = (dsh_reply_t *) zlistx_next (self->stash);
+    }
+    while (zhashx_size (waiting) && zclock_mono () < give_up) {
+        reply = s_recv_socket (self, (int) (give_up - zclock_mono ()));
+        if (!reply)
+            break;
+        size_t position = reply->call_id && streq (reply->command, DSH_RESULT)?
+            (size_t) zhashx_lookup (waiting, reply->call_id): 0;
+        if (position) {
+            json_array_set_new (results, position - 1, dsh_reply_json (reply));
+            zhashx_delete (waiting, reply->call_id);
+            dsh_reply_destroy (&reply);
+        }
+        else
+        if (streq (reply->command, DSH_PROGRESS) && reply->call_id && zhashx_lookup (waiting, reply->call_id))
+            dsh_reply_destroy (&reply);
+        else
+            zlistx_add_end (self->stash, reply);
+    }
+    zhashx_destroy (&waiting);
+}
+
+json_t *
+dsh_client_batch (dsh_client_t *self, const json_t *calls, const char *agent, int timeout_ms,
+                  char *error, size_t error_size)
+{
+    assert (self);
+    if (!json_is_array (calls)) {
+        snprintf (error, error_size, "a batch is a JSON array of {\"name\": ..., \"arguments\": {...}}");
+        return NULL;
+    }
+    for (size_t index = 0; index < json_array_size (calls); index++) {
+        json_t *call = json_array_get (calls, index);
+        const char *name = json_string_value (json_object_get (call, "name"));
+        json_t *arguments = json_object_get (call, "arguments");
+        if (!json_is_object (call) || !name || (arguments && !json_is_object (arguments))) {
+            snprintf (error, error_size, "batch entry %zu needs a string \"name\" and an object \"arguments\"",
+                      index + 1);
+            return NULL;
+        }
+    }
+    zhashx_t *safe = s_safe_tools (self, error, error_size);
+    if (!safe)
+        return NULL;
+    json_t *results = json_array ();
+    for (size_t index = 0; index < json_array_size (calls); index++)
+        json_array_append_new (results, json_null ());
+    size_t first = 0;
+    while (first < json_array_size (calls)) {
+        //  A run of concurrency-safe calls goes at once; anything else alone
+        size_t last = first + 1;
+        const char *name = json_string_value (json_object_get (json_array_get (calls, first), "name"));
+        if (zhashx_lookup (safe, name))
+            while (last < json_array_size (calls)
+            &&     zhashx_lookup (safe, json_string_value (json_object_get (json_array_get (calls, last), "name"))))
+                last++;
+        s_run_group (self, calls, first, last, agent, timeout_ms, results);
+        first = last;
+    }
+    for (size_t index = 0; index < json_array_size (results); index++)
+        if (json_is_null (json_array_get (results, index)))
+            json_array_set_new (results, index, json_pack ("{s:s, s:[{s:s, s:s}], s:b, s:{s:s, s:s}}",
+                "callId", "", "content", "type", "text", "text", "Error: no reply from the broker in time",
+                "isError", 1, "error", "name", dsh_proto_error_name (DSH_E_TIMEOUT), "code", DSH_E_TIMEOUT));
+    zhashx_destroy (&safe);
+    return results;
+}
+
 const char *
 dsh_reply_command (dsh_reply_t *self)
 {

@@ -70,6 +70,20 @@ dsh_reply_t *
     dsh_client_call (dsh_client_t *self, const char *name, const char *args_json,
                      const char *agent, int timeout_ms, char *error, size_t error_size);
 
+//  Run the calls of one model turn, calls being a JSON array of {name,
+//  arguments?}, the way coding agents do: consecutive calls to tools whose
+//  registry entries say they are concurrency-safe (concurrencySafe, or
+//  annotations.readOnlyHint) run in parallel; any other call runs alone, in
+//  order. The caller cannot claim safety: only the tool's entry counts.
+//  Returns a JSON array with one RESULT body per call, in call order,
+//  whatever happened to the others (a call with no reply in time gets a
+//  TIMEOUT error result made here). timeout_ms bounds each call (0: the
+//  broker's default). NULL with a reason if calls is malformed or the tool
+//  list cannot be had.
+json_t *
+    dsh_client_batch (dsh_client_t *self, const json_t *calls, const char *agent, int timeout_ms,
+                      char *error, size_t error_size);
+
 //  Send a query (HELLO, PING, LIST, GET, SNAPSHOT) with an optional name
 //  (for GET) and wait at most timeout_ms for its reply. NULL with a reason.
 dsh_reply_t *

@@ -46,7 +46,7 @@ s_setup (void **state)
     fixture.broker = dsh_testkit_broker (200, extra, fixture.endpoint, sizeof (fixture.endpoint));
     assert_non_null (fixture.broker);
     fixture.demo = dsh_testkit_component ("components/demo/dsh-demo", fixture.endpoint, "demo", NULL);
-    assert_int_equal (dsh_testkit_wait_tools (fixture.endpoint, "", 4, 5000), 0);
+    assert_int_equal (dsh_testkit_wait_tools (fixture.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 5000), 0);
     dsh_client_t *client = dsh_client_new (fixture.endpoint);
     char error [256];
     dsh_reply_t *welcome = dsh_client_request (client, DSH_HELLO, NULL, 5000, error, sizeof (error));

@@ -43,7 +43,7 @@ s_chain_start (const char *chain_section)
     self->broker = dsh_testkit_broker (200, extra, self->endpoint, sizeof (self->endpoint));
     assert_non_null (self->broker);
     self->demo = dsh_testkit_component (DEMO, self->endpoint, "demo", NULL);
-    assert_int_equal (dsh_testkit_wait_tools (self->endpoint, "", 4, 5000), 0);
+    assert_int_equal (dsh_testkit_wait_tools (self->endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 5000), 0);
     self->client = dsh_client_new (self->endpoint);
     return self;
 }

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 struct _dsh_testproc_t {
@@ -37,6 +38,9 @@ dsh_testproc_start (const char *const *argv)
     char *program = dsh_testkit_program (argv [0]);
     pid_t pid = fork ();
     if (pid == 0) {
+        //  A test that dies (a failed assertion, a sanitizer) takes its
+        //  processes with it: no broker outlives the test that started it
+        prctl (PR_SET_PDEATHSIG, SIGKILL);
         dup2 (out [1], STDOUT_FILENO);
         execv (program, (char *const *) argv);
         fprintf (stderr, "testkit: cannot run %s: %s\n", program, strerror (errno));

@@ -15,6 +15,10 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+//  How many tools dsh-demo serves (echo, sleep_ms, tick, count, fail,
+//  sample_content).
+#define DSH_TESTKIT_DEMO_TOOLS 6
+
 typedef struct _dsh_testproc_t dsh_testproc_t;
 
 //  The path of a built program, e.g. "broker/dsh-broker". Caller frees.

@@ -1,0 +1,237 @@
+/*  =========================================================================
+    dsh_jsonrpc - JSON-RPC 2.0 over a pair of file descriptors, one message a line
+
+    Both directions keep one byte buffer with a consumed prefix: lines are
+    taken from the front of the input, writes take bytes from the front of
+    the output, and the prefix is reclaimed when it is half the buffer.
+    =========================================================================
+*/
+
+#include "dsh_jsonrpc.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <unistd.h>
+
+//  How much one read takes from the fd.
+#define READ_CHUNK  65536
+
+typedef struct {
+    char *data;
+    size_t start;               //  bytes before start are consumed
+    size_t size;                //  bytes in use, consumed ones included
+    size_t capacity;
+} s_buffer_t;
+
+struct _dsh_jsonrpc_t {
+    int read_fd;
+    int write_fd;
+    size_t max_line;
+    s_buffer_t input;
+    s_buffer_t output;
+    bool skipping;              //  inside an overlong line, dropping to its end
+};
+
+static void
+s_buffer_append (s_buffer_t *buffer, const char *data, size_t size)
+{
+    if (buffer->start > 0 && buffer->start * 2 >= buffer->size) {
+        memmove (buffer->data, buffer->data + buffer->start, buffer->size - buffer->start);
+        buffer->size -= buffer->start;
+        buffer->start = 0;
+    }
+    if (buffer->size + size > buffer->capacity) {
+        size_t capacity = buffer->capacity? buffer->capacity: 4096;
+        while (capacity < buffer->size + size)
+            capacity *= 2;
+        buffer->data = (char *) realloc (buffer->data, capacity);
+        assert (buffer->data);
+        buffer->capacity = capacity;
+    }
+    memcpy (buffer->data + buffer->size, data, size);
+    buffer->size += size;
+}
+
+dsh_jsonrpc_t *
+dsh_jsonrpc_new (int read_fd, int write_fd, size_t max_line)
+{
+    dsh_jsonrpc_t *self = (dsh_jsonrpc_t *) zmalloc (sizeof (dsh_jsonrpc_t));
+    assert (self);
+    self->read_fd = read_fd;
+    self->write_fd = write_fd;
+    self->max_line = max_line;
+    return self;
+}
+
+void
+dsh_jsonrpc_destroy (dsh_jsonrpc_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_jsonrpc_t *self = *self_p;
+        free (self->input.data);
+        free (self->output.data);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+int
+dsh_jsonrpc_read (dsh_jsonrpc_t *self)
+{
+    assert (self);
+    char chunk [READ_CHUNK];
+    ssize_t got = read (self->read_fd, chunk, sizeof chunk);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (got <= 0)
+        return -1;
+    s_buffer_append (&self->input, chunk, (size_t) got);
+    return 0;
+}
+
+char *
+dsh_jsonrpc_line (dsh_jsonrpc_t *self)
+{
+    assert (self);
+    s_buffer_t *input = &self->input;
+    while (input->start < input->size) {
+        char *begin = input->data + input->start;
+        size_t waiting = input->size - input->start;
+        char *newline = (char *) memchr (begin, '\n', waiting);
+        if (!newline) {
+            //  An overlong line is dropped as it comes, not held in memory
+            if (waiting > self->max_line) {
+                if (!self->skipping)
+                    zsys_warning ("dsh_jsonrpc: dropping a line longer than %zu bytes", self->max_line);
+                self->skipping = true;
+                input->start = input->size;
+            }
+            return NULL;
+        }
+        size_t length = (size_t) (newline - begin);
+        input->start += length + 1;
+        if (self->skipping) {
+            self->skipping = false;
+            continue;
+        }
+        if (length > self->max_line) {
+            zsys_warning ("dsh_jsonrpc: dropping a line longer than %zu bytes", self->max_line);
+            continue;
+        }
+        if (length > 0 && begin [length - 1] == '\r')
+            length--;
+        char *line = (char *) malloc (length + 1);
+        assert (line);
+        memcpy (line, begin, length);
+        line [length] = 0;
+        return line;
+    }
+    return NULL;
+}
+
+json_t *
+dsh_jsonrpc_recv (dsh_jsonrpc_t *self, bool *bad, char *error, size_t error_size)
+{
+    assert (self);
+    assert (bad);
+    *bad = false;
+    char *line;
+    while ((line = dsh_jsonrpc_line (self))) {
+        if (*line)
+            break;
+        zstr_free (&line);
+    }
+    if (!line)
+        return NULL;
+    json_error_t json_error;
+    json_t *message = json_loads (line, JSON_REJECT_DUPLICATES, &json_error);
+    zstr_free (&line);
+    if (!message)
+        snprintf (error, error_size, "not JSON: %s", json_error.text);
+    else
+    if (!json_is_object (message)) {
+        snprintf (error, error_size, "not a JSON object");
+        json_decref (message);
+        message = NULL;
+    }
+    *bad = message == NULL;
+    return message;
+}
+
+int
+dsh_jsonrpc_flush (dsh_jsonrpc_t *self)
+{
+    assert (self);
+    s_buffer_t *output = &self->output;
+    while (output->start < output->size) {
+        ssize_t sent = write (self->write_fd, output->data + output->start, output->size - output->start);
+        if (sent < 0 && errno == EINTR)
+            continue;
+        if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (sent <= 0)
+            return -1;
+        output->start += (size_t) sent;
+    }
+    output->start = output->size = 0;
+    return 0;
+}
+
+int
+dsh_jsonrpc_send (dsh_jsonrpc_t *self, const json_t *message)
+{
+    assert (self);
+    assert (message);
+    //  Compact JSON escapes every newline, so one message is one line
+    char *text = json_dumps (message, JSON_COMPACT);
+    if (!text)
+        return -1;
+    s_buffer_append (&self->output, text, strlen (text));
+    s_buffer_append (&self->output, "\n", 1);
+    free (text);
+    return dsh_jsonrpc_flush (self);
+}
+
+size_t
+dsh_jsonrpc_backlog (dsh_jsonrpc_t *self)
+{
+    assert (self);
+    return self->output.size - self->output.start;
+}
+
+json_t *
+dsh_jsonrpc_request (json_int_t id, const char *method, json_t *params)
+{
+    json_t *message = json_pack ("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", id, "method", method);
+    if (params)
+        json_object_set_new (message, "params", params);
+    return message;
+}
+
+json_t *
+dsh_jsonrpc_notification (const char *method, json_t *params)
+{
+    json_t *message = json_pack ("{s:s, s:s}", "jsonrpc", "2.0", "method", method);
+    if (params)
+        json_object_set_new (message, "params", params);
+    return message;
+}
+
+json_t *
+dsh_jsonrpc_result (const json_t *id, json_t *result)
+{
+    json_t *message = json_pack ("{s:s}", "jsonrpc", "2.0");
+    json_object_set_new (message, "id", id? json_deep_copy (id): json_null ());
+    json_object_set_new (message, "result", result? result: json_object ());
+    return message;
+}
+
+json_t *
+dsh_jsonrpc_error (const json_t *id, int code, const char *message)
+{
+    json_t *response = json_pack ("{s:s, s:{s:i, s:s}}", "jsonrpc", "2.0",
+                                  "error", "code", code, "message", message);
+    json_object_set_new (response, "id", id? json_deep_copy (id): json_null ());
+    return response;
+}

@@ -1,0 +1,972 @@
+/*  =========================================================================
+    dsh-mcp-bridge - serve an MCP server's tools to a dsh broker
+
+        dsh-mcp-bridge [--broker E] [--name N] [--prefix P] [--id ID]
+                       [--untrusted] [--ping-ms N] [-v] -- COMMAND [ARGS...]
+
+    Starts COMMAND as an MCP server on stdio, does the MCP handshake, lists
+    its tools (every page) and announces each one to the broker as a raw
+    tool of a dsh component. A dsh call becomes a tools/call on the server's
+    stdin; many are in flight at once, told apart by their JSON-RPC ids.
+
+    One thread owns the server: this program's main loop polls the server's
+    stdout and stderr, a wake pipe, and the cancel fds of the calls in
+    flight. The provider's handlers only queue each call for that loop and
+    return DSH_HANDLER_DEFER, so no worker waits on the server; the loop
+    finishes each call (dsh_call_finish) when its answer comes.
+
+    A server that exits or stops answering pings is withdrawn (its
+    provider destroyed, calls in flight answered TOOL_GONE), then started
+    again after a back-off that doubles from 100 ms to 10 s.
+    =========================================================================
+*/
+
+#include "dsh_jsonrpc.h"
+#include "dsh_mcp_content.h"
+#include "dsh_json.h"
+#include "dsh_proto.h"
+#include "dsh_provider.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define PROTOCOL_VERSION        "2025-06-18"
+#define BRIDGE_VERSION          "0.1.0"
+#define BACKOFF_MIN_MS          100
+#define BACKOFF_MAX_MS          10000
+//  A server that stayed up this long starts its back-off afresh.
+#define STABLE_UPTIME_MS        10000
+//  How long a server may take to answer initialize (npx may download it).
+#define INITIALIZE_TIMEOUT_MS   30000
+//  A server's stdout line may be a whole tool result with images.
+#define MAX_LINE_BYTES          (64 * 1024 * 1024)
+#define MAX_LOG_LINE_BYTES      (64 * 1024)
+#define MAX_LIST_PAGES          1000
+#define POLL_TICK_MS            100
+
+//  The MCP revisions whose tools/* messages this bridge speaks.
+static const char *s_versions [] = { "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL };
+
+//  Calls handed over by the provider's workers, for the main loop.
+typedef struct {
+    pthread_mutex_t mutex;
+    zlistx_t *jobs;             //  s_job_t, in arrival order
+    int wake_read;              //  readable when jobs were queued
+    int wake_write;
+    bool closing;               //  the provider is going: answer, do not queue
+} s_inbox_t;
+
+typedef struct {
+    dsh_call_t *call;
+    dsh_result_t *result;
+} s_job_t;
+
+//  One announced tool: its dsh name, the server's name for it, and the
+//  entry as announced (compact, keys sorted) to spot changes.
+typedef struct {
+    char *mcp_name;
+    char *entry;
+} s_tool_t;
+
+typedef enum {
+    REQUEST_INITIALIZE,
+    REQUEST_LIST,
+    REQUEST_PING,
+    REQUEST_CALL
+} s_request_kind_t;
+
+//  A request sent to the server and not yet answered.
+typedef struct {
+    s_request_kind_t kind;
+    json_int_t id;
+    int64_t sent_at;
+    dsh_call_t *call;           //  REQUEST_CALL: the deferred call and its result
+    dsh_result_t *result;
+} s_request_t;
+
+typedef enum {
+    SERVER_DOWN,                //  not running; restart_at says when to start it
+    SERVER_STARTING,            //  handshake and first listing under way
+    SERVER_READY                //  tools announced
+} s_state_t;
+
+typedef struct {
+    //  Settings
+    const char *broker;
+    const char *name;
+    const char *prefix;
+    char *component_id;
+    bool untrusted;
+    bool verbose;
+    int ping_ms;
+    char **command;
+    //  The server process
+    s_state_t state;
+    pid_t pid;
+    int stdin_fd;
+    int stdout_fd;
+    int stderr_fd;
+    dsh_jsonrpc_t *rpc;         //  stdout in, stdin out
+    dsh_jsonrpc_t *log_lines;   //  stderr
+    int64_t restart_at;
+    int backoff_ms;
+    int64_t ready_since;
+    json_int_t next_id;
+    zhashx_t *requests;         //  id as text -> s_request_t
+    json_t *listing;            //  tools gathered by the listing under way, or NULL
+    size_t listing_pages;
+    bool relist;                //  list_changed came during a listing
+    int64_t next_ping_at;
+    //  The dsh side
+    s_inbox_t inbox;
+    dsh_provider_t *provider;
+    zhashx_t *tools;            //  dsh name -> s_tool_t
+} self_t;
+
+//  ---------------------------------------------------------------------
+//  The inbox: the only state the provider's worker threads touch
+
+static int
+s_handler (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    s_inbox_t *inbox = (s_inbox_t *) arg;
+    pthread_mutex_lock (&inbox->mutex);
+    bool closing = inbox->closing;
+    if (!closing) {
+        s_job_t *job = (s_job_t *) zmalloc (sizeof (s_job_t));
+        assert (job);
+        job->call = call;
+        job->result = result;
+        zlistx_add_end (inbox->jobs, job);
+    }
+    pthread_mutex_unlock (&inbox->mutex);
+    if (closing) {
+        dsh_result_error (result, DSH_E_TOOL_GONE, "the MCP server is going away");
+        return 0;
+    }
+    //  A full pipe already wakes the loop; the byte itself means nothing
+    if (write (inbox->wake_write, "", 1) < 0 && errno != EAGAIN)
+        zsys_error ("dsh-mcp-bridge: cannot wake the main loop: %s", strerror (errno));
+    return DSH_HANDLER_DEFER;
+}
+
+//  Takes every queued job; returns a list the caller destroys. closing:
+//  whether later calls are answered at once instead of queued.
+static zlistx_t *
+s_inbox_take (s_inbox_t *inbox, bool closing)
+{
+    char drain [256];
+    while (read (inbox->wake_read, drain, sizeof drain) > 0)
+        ;
+    zlistx_t *fresh = zlistx_new ();
+    pthread_mutex_lock (&inbox->mutex);
+    zlistx_t *jobs = inbox->jobs;
+    inbox->jobs = fresh;
+    inbox->closing = closing;
+    pthread_mutex_unlock (&inbox->mutex);
+    return jobs;
+}
+
+//  ---------------------------------------------------------------------
+//  Tools
+
+static void
+s_tool_destroy (void **item_p)
+{
+    s_tool_t *tool = (s_tool_t *) *item_p;
+    if (tool) {
+        zstr_free (&tool->mcp_name);
+        zstr_free (&tool->entry);
+        free (tool);
+        *item_p = NULL;
+    }
+}
+
+//  prefix + the MCP name with every character outside [A-Za-z0-9_.-]
+//  made '_', cut to DSH_NAME_MAX bytes.
+static char *
+s_dsh_name (const char *prefix, const char *mcp_name)
+{
+    char *name = zsys_sprintf ("%s%s", prefix, mcp_name);
+    for (char *cursor = name + strlen (prefix); *cursor; cursor++)
+        if (!isalnum ((unsigned char) *cursor) && *cursor != '_' && *cursor != '.' && *cursor != '-')
+            *cursor = '_';
+    if (strlen (name) > DSH_NAME_MAX)
+        name [DSH_NAME_MAX] = 0;
+    return name;
+}
+
+//  The dsh tool entry for an MCP tool, or NULL (with a log line) if the
+//  tool cannot be served.
+static json_t *
+s_tool_entry (self_t *self, const json_t *tool, const char *dsh_name)
+{
+    const json_t *input_schema = json_object_get (tool, "inputSchema");
+    if (!json_is_object (input_schema)
+    || !json_is_string (json_object_get (input_schema, "type"))
+    || strneq (json_string_value (json_object_get (input_schema, "type")), "object")) {
+        zsys_warning ("%s: tool %s has no object inputSchema; not served", self->name, dsh_name);
+        return NULL;
+    }
+    json_t *entry = json_pack ("{s:s, s:O}", "name", dsh_name, "parameters", input_schema);
+    const char *optional [] = { "description", "title", NULL };
+    for (size_t index = 0; optional [index]; index++) {
+        const json_t *value = json_object_get (tool, optional [index]);
+        if (json_is_string (value))
+            json_object_set (entry, optional [index], (json_t *) value);
+    }
+    const json_t *output_schema = json_object_get (tool, "outputSchema");
+    if (json_is_object (output_schema))
+        json_object_set (entry, "outputSchema", (json_t *) output_schema);
+
+    //  Hints that would loosen a policy (read-only, not destructive) are
+    //  claims; an untrusted server's claims are not passed on
+    const char *hints [] = { "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint", NULL };
+    const json_t *annotations = json_object_get (tool, "annotations");
+    json_t *kept = json_object ();
+    for (size_t index = 0; hints [index]; index++) {
+        const json_t *value = json_object_get (annotations, hints [index]);
+        if (!json_is_boolean (value))
+            continue;
+        bool loosens = (streq (hints [index], "readOnlyHint") && json_is_true (value))
+                    || (streq (hints [index], "destructiveHint") && json_is_false (value));
+        if (!(self->untrusted && loosens))
+            json_object_set (kept, hints [index], (json_t *) value);
+    }
+    if (json_is_true (json_object_get (kept, "readOnlyHint")))
+        json_object_set_new (entry, "concurrencySafe", json_true ());
+    if (json_object_size (kept) > 0)
+        json_object_set_new (entry, "annotations", kept);
+    else
+        json_decref (kept);
+    return entry;
+}
+
+//  Makes the announced tools those of listing: only names that appeared,
+//  went, or changed touch the provider.
+static void
+s_apply_listing (self_t *self, const json_t *listing)
+{
+    zhashx_t *fresh = zhashx_new ();
+    zhashx_set_destructor (fresh, s_tool_destroy);
+    size_t index;
+    const json_t *tool;
+    json_array_foreach (listing, index, tool) {
+        const char *mcp_name = json_string_value (json_object_get (tool, "name"));
+        if (!mcp_name || !*mcp_name) {
+            zsys_warning ("%s: a tool without a name; not served", self->name);
+            continue;
+        }
+        char *dsh_name = s_dsh_name (self->prefix, mcp_name);
+        json_t *entry = zhashx_lookup (fresh, dsh_name)? NULL: s_tool_entry (self, tool, dsh_name);
+        if (entry) {
+            s_tool_t *item = (s_tool_t *) zmalloc (sizeof (s_tool_t));
+            assert (item);
+            item->mcp_name = strdup (mcp_name);
+            item->entry = json_dumps (entry, JSON_COMPACT | JSON_SORT_KEYS);
+            zhashx_insert (fresh, dsh_name, item);
+            json_decref (entry);
+        }
+        else
+        if (zhashx_lookup (fresh, dsh_name))
+            zsys_warning ("%s: tool \"%s\" has the same dsh name as another (%s); not served",
+                          self->name, mcp_name, dsh_name);
+        zstr_free (&dsh_name);
+    }
+    if (!self->provider) {
+        self->provider = dsh_provider_new (self->broker, self->component_id, 0);
+        assert (self->provider);   //  the id and endpoint were checked at start
+    }
+    size_t added = 0, removed = 0;
+    for (s_tool_t *old = zhashx_first (self->tools); old; old = zhashx_next (self->tools)) {
+        const char *dsh_name = (const char *) zhashx_cursor (self->tools);
+        s_tool_t *now = zhashx_lookup (fresh, dsh_name);
+        if (!now || strneq (now->entry, old->entry)) {
+            dsh_provider_remove (self->provider, dsh_name);
+            removed++;
+        }
+    }
+    for (s_tool_t *now = zhashx_first (fresh); now; now = zhashx_next (fresh)) {
+        const char *dsh_name = (const char *) zhashx_cursor (fresh);
+        s_tool_t *old = zhashx_lookup (self->tools, dsh_name);
+        if (old && streq (now->entry, old->entry))
+            continue;
+        if (dsh_provider_add_raw (self->provider, now->entry, s_handler, &self->inbox) == 0)
+            added++;
+        else {
+            zsys_warning ("%s: the provider refused tool %s", self->name, dsh_name);
+            zhashx_delete (fresh, dsh_name);
+        }
+    }
+    zhashx_destroy (&self->tools);
+    self->tools = fresh;
+    if (self->verbose || added || removed)
+        zsys_info ("%s: %zu tools served (%zu added, %zu removed) as component %s",
+                   self->name, zhashx_size (self->tools), added, removed, self->component_id);
+}
+
+//  ---------------------------------------------------------------------
+//  Requests to the server
+
+static int
+s_send (self_t *self, json_t *message)
+{
+    int rc = self->rpc? dsh_jsonrpc_send (self->rpc, message): -1;
+    json_decref (message);
+    return rc;
+}
+
+static s_request_t *
+s_request (self_t *self, s_request_kind_t kind, const char *method, json_t *params)
+{
+    s_request_t *request = (s_request_t *) zmalloc (sizeof (s_request_t));
+    assert (request);
+    request->kind = kind;
+    request->id = ++self->next_id;
+    request->sent_at = zclock_mono ();
+    char key [32];
+    snprintf (key, sizeof key, "%" JSON_INTEGER_FORMAT, request->id);
+    zhashx_insert (self->requests, key, request);
+    s_send (self, dsh_jsonrpc_request (request->id, method, params));
+    return request;
+}
+
+static void
+s_request_forget (self_t *self, s_request_t *request)
+{
+    char key [32];
+    snprintf (key, sizeof key, "%" JSON_INTEGER_FORMAT, request->id);
+    zhashx_delete (self->requests, key);
+    free (request);
+}
+
+static void
+s_list_start (self_t *self)
+{
+    if (self->listing) {
+        self->relist = true;
+        return;
+    }
+    self->listing = json_array ();
+    self->listing_pages = 0;
+    s_request (self, REQUEST_LIST, "tools/list", json_object ());
+}
+
+//  Finishes a deferred call with an error.
+static void
+s_finish_error (dsh_call_t *call, dsh_result_t *result, const char *code, const char *message)
+{
+    dsh_result_error (result, code, "%s", message);
+    dsh_call_finish (call);
+}
+
+//  ---------------------------------------------------------------------
+//  The server process
+
+static void
+s_server_start (self_t *self)
+{
+    int in [2] = { -1, -1 }, out [2] = { -1, -1 }, err [2] = { -1, -1 };
+    if (pipe2 (in, O_CLOEXEC) || pipe2 (out, O_CLOEXEC) || pipe2 (err, O_CLOEXEC)) {
+        zsys_error ("%s: cannot make pipes: %s", self->name, strerror (errno));
+        for (int index = 0; index < 2; index++) {
+            if (in [index] >= 0) close (in [index]);
+            if (out [index] >= 0) close (out [index]);
+            if (err [index] >= 0) close (err [index]);
+        }
+        self->restart_at = zclock_mono () + self->backoff_ms;
+        return;
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init (&actions);
+    posix_spawn_file_actions_adddup2 (&actions, in [0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2 (&actions, out [1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2 (&actions, err [1], STDERR_FILENO);
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init (&attributes);
+    //  Its own process group, so a wrapper (npx, a shell) goes with it;
+    //  default signal handling, whatever czmq set up here
+    sigset_t defaults;
+    sigemptyset (&defaults);
+    sigaddset (&defaults, SIGPIPE);
+    sigaddset (&defaults, SIGINT);
+    sigaddset (&defaults, SIGTERM);
+    posix_spawnattr_setsigdefault (&attributes, &defaults);
+    posix_spawnattr_setpgroup (&attributes, 0);
+    posix_spawnattr_setflags (&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
+    int rc = posix_spawnp (&self->pid, self->command [0], &actions, &attributes, self->command, environ);
+    posix_spawn_file_actions_destroy (&actions);
+    posix_spawnattr_destroy (&attributes);
+    close (in [0]);
+    close (out [1]);
+    close (err [1]);
+    if (rc != 0) {
+        zsys_error ("%s: cannot start %s: %s", self->name, self->command [0], strerror (rc));
+        close (in [1]);
+        close (out [0]);
+        close (err [0]);
+        self->pid = 0;
+        self->restart_at = zclock_mono () + self->backoff_ms;
+        self->backoff_ms = self->backoff_ms * 2 > BACKOFF_MAX_MS? BACKOFF_MAX_MS: self->backoff_ms * 2;
+        return;
+    }
+    self->stdin_fd = in [1];
+    self->stdout_fd = out [0];
+    self->stderr_fd = err [0];
+    fcntl (self->stdin_fd, F_SETFL, O_NONBLOCK);
+    fcntl (self->stdout_fd, F_SETFL, O_NONBLOCK);
+    fcntl (self->stderr_fd, F_SETFL, O_NONBLOCK);
+    self->rpc = dsh_jsonrpc_new (self->stdout_fd, self->stdin_fd, MAX_LINE_BYTES);
+    self->log_lines = dsh_jsonrpc_new (self->stderr_fd, -1, MAX_LOG_LINE_BYTES);
+    self->state = SERVER_STARTING;
+    zsys_info ("%s: started %s (pid %d)", self->name, self->command [0], (int) self->pid);
+    json_t *params = json_pack ("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
+                                "capabilities", "clientInfo", "name", "dsh-mcp-bridge",
+                                "version", BRIDGE_VERSION);
+    s_request (self, REQUEST_INITIALIZE, "initialize", params);
+}
+
+static bool
+s_process_gone (pid_t pid, int wait_ms)
+{
+    int64_t give_up = zclock_mono () + wait_ms;
+    while (true) {
+        pid_t done = waitpid (pid, NULL, WNOHANG);
+        if (done == pid || (done < 0 && errno == ECHILD))
+            return true;
+        if (zclock_mono () >= give_up)
+            return false;
+        zclock_sleep (10);
+    }
+}
+
+//  Ends the process: EOF on its stdin first (the MCP way to ask a stdio
+//  server to stop), then SIGTERM, then SIGKILL.
+static void
+s_server_stop (self_t *self, int grace_ms)
+{
+    dsh_jsonrpc_destroy (&self->rpc);
+    dsh_jsonrpc_destroy (&self->log_lines);
+    if (self->stdin_fd >= 0)
+        close (self->stdin_fd);
+    if (self->pid > 0 && !s_process_gone (self->pid, grace_ms)) {
+        kill (-self->pid, SIGTERM);
+        if (!s_process_gone (self->pid, 500)) {
+            kill (-self->pid, SIGKILL);
+            waitpid (self->pid, NULL, 0);
+        }
+    }
+    if (self->stdout_fd >= 0)
+        close (self->stdout_fd);
+    if (self->stderr_fd >= 0)
+        close (self->stderr_fd);
+    self->stdin_fd = self->stdout_fd = self->stderr_fd = -1;
+    self->pid = 0;
+}
+
+//  Answers every call the loop holds (in flight or queued) with error code.
+//  A deferred call must be finished while its provider lives, so before
+//  a provider goes the inbox is closed (closing true) and emptied here.
+static void
+s_fail_calls (self_t *self, const char *code, const char *message, bool closing)
+{
+    s_request_t *request = zhashx_first (self->requests);
+    while (request) {
+        if (request->kind == REQUEST_CALL)
+            s_finish_error (request->call, request->result, code, message);
+        free (request);
+        request = zhashx_next (self->requests);
+    }
+    zhashx_purge (self->requests);
+    zlistx_t *jobs = s_inbox_take (&self->inbox, closing);
+    for (s_job_t *job = zlistx_first (jobs); job; job = zlistx_next (jobs)) {
+        s_finish_error (job->call, job->result, code, message);
+        free (job);
+    }
+    zlistx_destroy (&jobs);
+}
+
+//  The server is gone or useless: withdraw its tools, end it, and plan
+//  the next start.
+static void
+s_server_lost (self_t *self, const char *reason)
+{
+    zsys_warning ("%s: the MCP server %s; withdrawing its tools", self->name, reason);
+    char *message = zsys_sprintf ("the MCP server \"%s\" %s", self->name, reason);
+    s_fail_calls (self, DSH_E_TOOL_GONE, message, true);
+    zstr_free (&message);
+    dsh_provider_destroy (&self->provider);
+    //  Nothing is queued now; this reopens the inbox for the next provider
+    s_fail_calls (self, DSH_E_TOOL_GONE, "the MCP server is restarting", false);
+    zhashx_purge (self->tools);
+    json_decref (self->listing);
+    self->listing = NULL;
+    self->relist = false;
+    s_server_stop (self, 200);
+    int64_t now = zclock_mono ();
+    if (self->state == SERVER_READY && now - self->ready_since >= STABLE_UPTIME_MS)
+        self->backoff_ms = BACKOFF_MIN_MS;
+    self->state = SERVER_DOWN;
+    self->restart_at = now + self->backoff_ms;
+    zsys_info ("%s: restarting in %d ms", self->name, self->backoff_ms);
+    self->backoff_ms = self->backoff_ms * 2 > BACKOFF_MAX_MS? BACKOFF_MAX_MS: self->backoff_ms * 2;
+}
+
+//  ---------------------------------------------------------------------
+//  Calls
+
+static void
+s_call_start (self_t *self, dsh_call_t *call, dsh_result_t *result)
+{
+    s_tool_t *tool = self->state == SERVER_READY? zhashx_lookup (self->tools, dsh_call_name (call)): NULL;
+    if (!tool) {
+        char *message = zsys_sprintf ("unknown tool \"%s\"", dsh_call_name (call));
+        s_finish_error (call, result, DSH_E_UNKNOWN_TOOL, message);
+        zstr_free (&message);
+        return;
+    }
+    const msgpack_object *args = dsh_call_arguments (call);
+    json_t *arguments = args? dsh_json_from_msgpack (args): json_object ();
+    if (!arguments) {
+        s_finish_error (call, result, DSH_E_INVALID_ARGS, "invalid arguments: not expressible in JSON");
+        return;
+    }
+    json_t *params = json_pack ("{s:s, s:o}", "name", tool->mcp_name, "arguments", arguments);
+    //  The progress token is the request id: one lookup serves both
+    json_int_t token = self->next_id + 1;
+    json_object_set_new (params, "_meta", json_pack ("{s:I}", "progressToken", token));
+    s_request_t *request = s_request (self, REQUEST_CALL, "tools/call", params);
+    request->call = call;
+    request->result = result;
+    if (self->verbose)
+        zsys_info ("%s: call %s -> tools/call %s (id %" JSON_INTEGER_FORMAT ")", self->name,
+                   dsh_call_id (call), tool->mcp_name, request->id);
+}
+
+static void
+s_call_answered (self_t *self, s_request_t *request, const json_t *message)
+{
+    const json_t *error = json_object_get (message, "error");
+    const json_t *call_result = json_object_get (message, "result");
+    if (error) {
+        int code = (int) json_integer_value (json_object_get (error, "code"));
+        const char *text = json_string_value (json_object_get (error, "message"));
+        if (dsh_mcp_content_unknown_tool (code, text) || code == DSH_JSONRPC_INVALID_PARAMS) {
+            bool validation = text && strcasestr (text, "validation");
+            dsh_result_error (request->result, validation? DSH_E_INVALID_ARGS: DSH_E_UNKNOWN_TOOL,
+                              "%s", text? text: "unknown tool");
+        }
+        else
+            dsh_result_error (request->result, DSH_E_TOOL_FAILED, "%s (MCP error %d)",
+                              text? text: "the MCP server failed the call", code);
+    }
+    else {
+        char reason [256] = "";
+        if (dsh_mcp_content_to_result (call_result, request->result, reason, sizeof reason))
+            dsh_result_error (request->result, DSH_E_TOOL_FAILED,
+                              "the MCP server \"%s\" sent a malformed result: %s", self->name, reason);
+    }
+    dsh_call_finish (request->call);
+}
+
+//  Calls whose caller gave up: tell the server, and finish them (the
+//  broker has answered them already and drops what we send).
+static void
+s_calls_check_cancelled (self_t *self)
+{
+    zlistx_t *cancelled = zlistx_new ();
+    for (s_request_t *request = zhashx_first (self->requests); request;
+         request = zhashx_next (self->requests))
+        if (request->kind == REQUEST_CALL && dsh_call_cancelled (request->call))
+            zlistx_add_end (cancelled, request);
+    for (s_request_t *request = zlistx_first (cancelled); request; request = zlistx_next (cancelled)) {
+        json_t *params = json_pack ("{s:I, s:s}", "requestId", request->id,
+                                    "reason", "the dsh caller cancelled the call");
+        s_send (self, dsh_jsonrpc_notification ("notifications/cancelled", params));
+        if (self->verbose)
+            zsys_info ("%s: call %s cancelled", self->name, dsh_call_id (request->call));
+        s_finish_error (request->call, request->result, DSH_E_CANCELLED, "the call was cancelled");
+        s_request_forget (self, request);
+    }
+    zlistx_destroy (&cancelled);
+}
+
+//  ---------------------------------------------------------------------
+//  Messages from the server
+
+static void
+s_on_initialize (self_t *self, const json_t *message)
+{
+    const json_t *result = json_object_get (message, "result");
+    const char *version = json_string_value (json_object_get (result, "protocolVersion"));
+    bool known = false;
+    for (size_t index = 0; version && s_versions [index]; index++)
+        known |= streq (version, s_versions [index]);
+    if (!known) {
+        char *reason = zsys_sprintf ("refused the handshake (%s)",
+                                     version? version: "no protocolVersion in its answer");
+        s_server_lost (self, reason);
+        zstr_free (&reason);
+        return;
+    }
+    const char *server = json_string_value (json_object_get (json_object_get (result, "serverInfo"), "name"));
+    zsys_info ("%s: MCP %s, server %s", self->name, version, server? server: "(unnamed)");
+    s_send (self, dsh_jsonrpc_notification ("notifications/initialized", NULL));
+    s_list_start (self);
+}
+
+static void
+s_on_list (self_t *self, const json_t *message)
+{
+    const json_t *result = json_object_get (message, "result");
+    const json_t *tools = json_object_get (result, "tools");
+    if (!json_is_array (tools)) {
+        s_server_lost (self, "did not answer tools/list");
+        return;
+    }
+    json_array_extend (self->listing, (json_t *) tools);
+    const json_t *cursor = json_object_get (result, "nextCursor");
+    if (json_is_string (cursor) && ++self->listing_pages < MAX_LIST_PAGES) {
+        s_request (self, REQUEST_LIST, "tools/list", json_pack ("{s:O}", "cursor", cursor));
+        return;
+    }
+    s_apply_listing (self, self->listing);
+    json_decref (self->listing);
+    self->listing = NULL;
+    if (self->state == SERVER_STARTING) {
+        self->state = SERVER_READY;
+        self->ready_since = zclock_mono ();
+        self->next_ping_at = self->ready_since + self->ping_ms;
+        printf ("dsh-mcp-bridge: %s: component %s serving %zu tools via %s\n", self->name,
+                self->component_id, zhashx_size (self->tools), self->broker? self->broker: DSH_DEFAULT_ENDPOINT);
+        fflush (stdout);
+    }
+    if (self->relist) {
+        self->relist = false;
+        s_list_start (self);
+    }
+}
+
+static void
+s_on_progress (self_t *self, const json_t *params)
+{
+    const json_t *token = json_object_get (params, "progressToken");
+    if (!json_is_integer (token))
+        return;
+    char key [32];
+    snprintf (key, sizeof key, "%" JSON_INTEGER_FORMAT, json_integer_value (token));
+    s_request_t *request = zhashx_lookup (self->requests, key);
+    const json_t *progress = json_object_get (params, "progress");
+    if (!request || request->kind != REQUEST_CALL || !json_is_number (progress))
+        return;
+    const json_t *total = json_object_get (params, "total");
+    dsh_call_progress (request->call, json_number_value (progress),
+                       json_is_number (total)? json_number_value (total): -1,
+                       json_string_value (json_object_get (params, "message")));
+}
+
+static void
+s_on_message (self_t *self, const json_t *message)
+{
+    const char *method = json_string_value (json_object_get (message, "method"));
+    const json_t *id = json_object_get (message, "id");
+    const json_t *params = json_object_get (message, "params");
+    if (method && id) {
+        //  A request from the server: we offered no capabilities but ping
+        if (streq (method, "ping"))
+            s_send (self, dsh_jsonrpc_result (id, json_object ()));
+        else
+            s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_METHOD_NOT_FOUND, "Method not found"));
+    }
+    else
+    if (method) {
+        if (streq (method, "notifications/tools/list_changed")) {
+            if (self->state == SERVER_READY)
+                s_list_start (self);
+        }
+        else
+        if (streq (method, "notifications/progress"))
+            s_on_progress (self, params);
+        else
+        if (streq (method, "notifications/message") && self->verbose) {
+            char *text = json_dumps (json_object_get (params, "data"), JSON_COMPACT | JSON_ENCODE_ANY);
+            zsys_info ("%s: log: %s", self->name, text? text: "");
+            free (text);
+        }
+    }
+    else
+    if (json_is_integer (id)) {
+        char key [32];
+        snprintf (key, sizeof key, "%" JSON_INTEGER_FORMAT, json_integer_value (id));
+        s_request_t *request = zhashx_lookup (self->requests, key);
+        if (!request)
+            return;             //  answered after we gave up on it
+        zhashx_delete (self->requests, key);
+        switch (request->kind) {
+            case REQUEST_INITIALIZE: s_on_initialize (self, message); break;
+            case REQUEST_LIST:       s_on_list (self, message); break;
+            case REQUEST_CALL:       s_call_answered (self, request, message); break;
+            case REQUEST_PING:       break;
+        }
+        free (request);
+    }
+}
+
+//  ---------------------------------------------------------------------
+//  The loop
+
+//  True if a request other than a call waited longer than it may: the
+//  server hangs.
+static bool
+s_server_hangs (self_t *self, int64_t now)
+{
+    for (s_request_t *request = zhashx_first (self->requests); request;
+         request = zhashx_next (self->requests)) {
+        int limit = request->kind == REQUEST_INITIALIZE? INITIALIZE_TIMEOUT_MS: self->ping_ms;
+        if (request->kind != REQUEST_CALL && now - request->sent_at > limit)
+            return true;
+    }
+    return false;
+}
+
+static void
+s_read_server (self_t *self, short revents_out, short revents_err)
+{
+    if (revents_err && self->log_lines) {
+        int rc = dsh_jsonrpc_read (self->log_lines);
+        char *line;
+        while ((line = dsh_jsonrpc_line (self->log_lines))) {
+            zsys_info ("%s: %s", self->name, line);
+            zstr_free (&line);
+        }
+        if (rc) {
+            dsh_jsonrpc_destroy (&self->log_lines);
+            close (self->stderr_fd);
+            self->stderr_fd = -1;
+        }
+    }
+    if (revents_out && self->rpc) {
+        int rc = dsh_jsonrpc_read (self->rpc);
+        json_t *message;
+        bool bad;
+        char reason [256];
+        while (self->rpc && ((message = dsh_jsonrpc_recv (self->rpc, &bad, reason, sizeof reason)) || bad)) {
+            if (message)
+                s_on_message (self, message);
+            else
+                zsys_warning ("%s: ignoring a line on stdout: %s", self->name, reason);
+            json_decref (message);
+        }
+        if (rc && self->rpc)
+            s_server_lost (self, "exited");
+    }
+}
+
+static int
+s_run (self_t *self)
+{
+    self->restart_at = zclock_mono ();
+    while (!zsys_interrupted) {
+        int64_t now = zclock_mono ();
+        if (self->state == SERVER_DOWN && now >= self->restart_at)
+            s_server_start (self);
+        if (self->state != SERVER_DOWN && s_server_hangs (self, now)) {
+            char *reason = zsys_sprintf ("did not answer within %d ms", self->ping_ms);
+            s_server_lost (self, reason);
+            zstr_free (&reason);
+        }
+        if (self->state == SERVER_READY && now >= self->next_ping_at) {
+            s_request (self, REQUEST_PING, "ping", NULL);
+            self->next_ping_at = now + self->ping_ms;
+        }
+
+        //  Fixed slots first, then one per call in flight
+        size_t capacity = 4 + zhashx_size (self->requests);
+        struct pollfd *fds = (struct pollfd *) zmalloc (capacity * sizeof (struct pollfd));
+        assert (fds);
+        fds [0] = (struct pollfd) { .fd = self->inbox.wake_read, .events = POLLIN };
+        fds [1] = (struct pollfd) { .fd = self->rpc? self->stdout_fd: -1, .events = POLLIN };
+        fds [2] = (struct pollfd) { .fd = self->log_lines? self->stderr_fd: -1, .events = POLLIN };
+        fds [3] = (struct pollfd) { .fd = self->rpc && dsh_jsonrpc_backlog (self->rpc)? self->stdin_fd: -1,
+                                    .events = POLLOUT };
+        size_t count = 4;
+        for (s_request_t *request = zhashx_first (self->requests); request;
+             request = zhashx_next (self->requests))
+            if (request->kind == REQUEST_CALL && dsh_call_cancel_fd (request->call) >= 0)
+                fds [count++] = (struct pollfd) { .fd = dsh_call_cancel_fd (request->call), .events = POLLIN };
+        int ready = poll (fds, count, POLL_TICK_MS);
+        short wake = fds [0].revents, out = fds [1].revents, err = fds [2].revents, in = fds [3].revents;
+        free (fds);
+        if (ready < 0)
+            continue;           //  EINTR: the loop checks zsys_interrupted
+        if (in && self->rpc && dsh_jsonrpc_flush (self->rpc))
+            s_server_lost (self, "closed its stdin");
+        s_read_server (self, out, err);
+        if (wake) {
+            zlistx_t *jobs = s_inbox_take (&self->inbox, false);
+            for (s_job_t *job = zlistx_first (jobs); job; job = zlistx_next (jobs)) {
+                s_call_start (self, job->call, job->result);
+                free (job);
+            }
+            zlistx_destroy (&jobs);
+        }
+        s_calls_check_cancelled (self);
+    }
+    zsys_info ("%s: stopping", self->name);
+    s_fail_calls (self, DSH_E_TOOL_GONE, "the MCP bridge is stopping", true);
+    dsh_provider_destroy (&self->provider);
+    s_server_stop (self, 1000);
+    return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Start and options
+
+static void
+s_usage (FILE *stream)
+{
+    fprintf (stream,
+        "usage: dsh-mcp-bridge [options] -- COMMAND [ARGS...]\n"
+        "Start an MCP server on stdio and serve its tools to a dsh broker.\n"
+        "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
+        "  --name NAME        the server's name in logs (default: the command's basename)\n"
+        "  --prefix P         prefix every tool name with P (e.g. \"everything__\")\n"
+        "  --id ID            the component id (default: mcp-NAME)\n"
+        "  --untrusted        do not pass on hints that loosen policies (readOnlyHint true,\n"
+        "                     destructiveHint false), and mark no tool concurrency-safe\n"
+        "  --ping-ms N        ping the server every N ms; no answer within N ms = hung\n"
+        "                     (default 5000)\n"
+        "  -v, --verbose      log every call\n"
+        "  -h, --help         show this help\n",
+        DSH_DEFAULT_ENDPOINT);
+}
+
+static int
+s_bad_usage (const char *format, ...) __attribute__ ((format (printf, 1, 2)));
+
+static int
+s_bad_usage (const char *format, ...)
+{
+    va_list args;
+    va_start (args, format);
+    fprintf (stderr, "dsh-mcp-bridge: ");
+    vfprintf (stderr, format, args);
+    fprintf (stderr, " (try --help)\n");
+    va_end (args);
+    return 2;
+}
+
+int
+main (int argc, char *argv [])
+{
+    static const struct option options [] = {
+        { "broker", required_argument, NULL, 'b' },
+        { "name", required_argument, NULL, 'n' },
+        { "prefix", required_argument, NULL, 'p' },
+        { "id", required_argument, NULL, 'i' },
+        { "untrusted", no_argument, NULL, 'u' },
+        { "ping-ms", required_argument, NULL, 'P' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    self_t self = { .prefix = "", .ping_ms = 5000, .backoff_ms = BACKOFF_MIN_MS,
+                    .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1 };
+    const char *id = NULL;
+    opterr = 0;
+    int option;
+    //  "+": stop at the first non-option, so COMMAND's own options stay its
+    while ((option = getopt_long (argc, argv, "+:vh", options, NULL)) != -1) {
+        switch (option) {
+            case 'b': self.broker = optarg; break;
+            case 'n': self.name = optarg; break;
+            case 'p': self.prefix = optarg; break;
+            case 'i': id = optarg; break;
+            case 'u': self.untrusted = true; break;
+            case 'v': self.verbose = true; break;
+            case 'h': s_usage (stdout); return 0;
+            case 'P': {
+                char *end = NULL;
+                long value = strtol (optarg, &end, 10);
+                if (end == optarg || *end || value < 10 || value > 3600000)
+                    return s_bad_usage ("--ping-ms needs a number from 10 to 3600000, not \"%s\"", optarg);
+                self.ping_ms = (int) value;
+                break;
+            }
+            case ':':
+                return s_bad_usage ("option %s needs a value", argv [optind - 1]);
+            default:
+                if (optopt)
+                    return s_bad_usage ("unknown option -%c", optopt);
+                return s_bad_usage ("unknown option %s", argv [optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return s_bad_usage ("no MCP server command given");
+    self.command = argv + optind;
+    if (!self.name) {
+        const char *slash = strrchr (self.command [0], '/');
+        self.name = slash? slash + 1: self.command [0];
+    }
+    char *probe = zsys_sprintf ("%sx", self.prefix);
+    bool prefix_ok = dsh_proto_valid_name (probe, strlen (probe));
+    zstr_free (&probe);
+    if (!prefix_ok)
+        return s_bad_usage ("prefix \"%s\" makes invalid tool names", self.prefix);
+    self.component_id = id? strdup (id): zsys_sprintf ("mcp-%s", self.name);
+    for (char *cursor = self.component_id; *cursor; cursor++)
+        if (*cursor < 0x21 || *cursor > 0x7e)
+            *cursor = '_';
+    if (strlen (self.component_id) > DSH_ID_MAX)
+        self.component_id [DSH_ID_MAX] = 0;
+    if (id && strneq (id, self.component_id)) {
+        zstr_free (&self.component_id);
+        return s_bad_usage ("invalid component id \"%s\"", id);
+    }
+    if (!self.broker) {
+        self.broker = getenv ("DSH_BROKER");
+        if (self.broker && !*self.broker)
+            self.broker = NULL;
+    }
+
+    zsys_init ();
+    //  stdout carries only the ready lines, for whoever launched us
+    zsys_set_logstream (stderr);
+    //  A server that dies while we write to it must not take us with it
+    signal (SIGPIPE, SIG_IGN);
+    int wake [2];
+    if (pipe2 (wake, O_CLOEXEC | O_NONBLOCK)) {
+        fprintf (stderr, "dsh-mcp-bridge: cannot make a pipe: %s\n", strerror (errno));
+        zstr_free (&self.component_id);
+        return 1;
+    }
+    pthread_mutex_init (&self.inbox.mutex, NULL);
+    self.inbox.jobs = zlistx_new ();
+    self.inbox.wake_read = wake [0];
+    self.inbox.wake_write = wake [1];
+    self.requests = zhashx_new ();
+    self.tools = zhashx_new ();
+    zhashx_set_destructor (self.tools, s_tool_destroy);
+
+    int status = s_run (&self);
+
+    zhashx_destroy (&self.tools);
+    zhashx_destroy (&self.requests);
+    json_decref (self.listing);
+    zlistx_destroy (&self.inbox.jobs);
+    pthread_mutex_destroy (&self.inbox.mutex);
+    close (wake [0]);
+    close (wake [1]);
+    zstr_free (&self.component_id);
+    return status;
+}

@@ -1,0 +1,120 @@
+//  Shared plumbing for the MCP tests: start dsh processes from the build
+//  directory ($DSH_BUILD_DIR), talk to them, and clean up.
+import { spawn, execFile } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const buildDir = path.resolve(process.env.DSH_BUILD_DIR || path.join(here, '../../build'));
+export const bin = {
+  broker: path.join(buildDir, 'broker/dsh-broker'),
+  demo: path.join(buildDir, 'components/demo/dsh-demo'),
+  cli: path.join(buildDir, 'components/cli/dsh'),
+  bridge: path.join(buildDir, 'components/mcp/dsh-mcp-bridge'),
+  facade: path.join(buildDir, 'components/mcp/dsh-mcp'),
+  everything: path.join(here, 'node_modules/.bin/mcp-server-everything'),
+  inspector: path.join(here, 'node_modules/.bin/mcp-inspector-cli'),
+};
+
+const children = new Set();
+process.on('exit', () => { for (const child of children) child.kill('SIGKILL'); });
+
+//  Starts a program; resolves once a line of its stdout or stderr matches
+//  ready (the match is returned with the child).
+export function start(file, args, ready, { timeoutMs = 20000, env } = {}) {
+  const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  children.add(child);
+  child.on('exit', () => children.delete(child));
+  child.log = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${path.basename(file)} not ready:\n${child.log}`)), timeoutMs);
+    const onData = (data) => {
+      child.log += data;
+      const match = ready && child.log.match(ready);
+      if (match) {
+        clearTimeout(timer);
+        ready = null;
+        resolve({ child, match });
+      }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+    child.on('error', reject);
+  });
+}
+
+export async function stop(child) {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const gone = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+  await gone;
+  clearTimeout(timer);
+}
+
+//  A broker on an ephemeral loopback port; returns {child, endpoint}.
+export async function startBroker() {
+  const { child, match } = await start(bin.broker, ['-e', 'tcp://127.0.0.1:*'], /listening on (tcp:\/\/\S+)/);
+  return { child, endpoint: match[1] };
+}
+
+export async function startBridge(endpoint, extra = []) {
+  const { child } = await start(bin.bridge, ['--broker', endpoint, '--name', 'everything', '-v', ...extra,
+    '--', bin.everything], /serving \d+ tools/);
+  return child;
+}
+
+function run(file, args, options = {}) {
+  return new Promise((resolve) => {
+    execFile(file, args, { maxBuffer: 64 * 1024 * 1024, ...options }, (error, stdout, stderr) =>
+      resolve({ code: error ? error.code : 0, stdout, stderr }));
+  });
+}
+
+export async function dshTools(endpoint) {
+  const { stdout } = await run(bin.cli, ['--broker', endpoint, 'tools']);
+  return JSON.parse(stdout);
+}
+
+export async function dshCall(endpoint, name, args = {}) {
+  const { stdout, stderr } = await run(bin.cli, ['--broker', endpoint, 'call', name, JSON.stringify(args)]);
+  if (!stdout.trim()) throw new Error(`dsh call ${name}: ${stderr}`);
+  return JSON.parse(stdout);
+}
+
+//  inspector-cli 1.0.3 tests fs.existsSync("../package.json") against the
+//  working directory but imports it relative to its own module: from
+//  node_modules/ the test finds tests/mcp/package.json and the import its own.
+export async function runInspector(args, env) {
+  return run(bin.inspector, ['--cli', ...Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`]), ...args],
+    { cwd: path.join(here, 'node_modules') });
+}
+
+//  An official SDK client connected to dsh-mcp on the broker.
+export async function facadeClient(endpoint, extra = []) {
+  const transport = new StdioClientTransport({ command: bin.facade, args: ['--broker', endpoint, ...extra],
+    stderr: 'pipe' });
+  const client = new Client({ name: 'dsh-tests', version: '0.1.0' });
+  await client.connect(transport);
+  return client;
+}
+
+//  An official SDK client connected straight to server-everything.
+export async function directClient() {
+  const transport = new StdioClientTransport({ command: bin.everything, args: [], stderr: 'pipe' });
+  const client = new Client({ name: 'dsh-tests', version: '0.1.0' });
+  await client.connect(transport);
+  return client;
+}
+
+export async function waitFor(check, { timeoutMs = 15000, what = 'condition' } = {}) {
+  const giveUp = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > giveUp) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
