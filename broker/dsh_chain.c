@@ -123,7 +123,7 @@ s_slot_destroy (s_slot_t **self_p)
 static void
 s_key (uint64_t token, char key [17])
 {
-    snprintf (key, 17, "%016" PRIx64, token);
+    dsh_proto_token_hex (token, key);
 }
 
 static s_flow_t *

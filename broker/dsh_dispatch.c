@@ -25,6 +25,7 @@ dsh_pending_destroy (dsh_pending_t **self_p)
         zstr_free (&self->tool);
         zstr_free (&self->component);
         zframe_destroy (&self->body);
+        zstr_free (&self->caller);
         free (self);
         *self_p = NULL;
     }
@@ -62,7 +63,7 @@ dsh_dispatch_destroy (dsh_dispatch_t **self_p)
 static void
 s_token_key (uint64_t token, char key [17])
 {
-    snprintf (key, 17, "%016" PRIx64, token);
+    dsh_proto_token_hex (token, key);
 }
 
 //  The key a caller (or the chain) finds its call by, for cancels.
@@ -81,11 +82,9 @@ s_unlink (dsh_dispatch_t *self, dsh_pending_t *entry)
     char key [17];
     s_token_key (entry->token, key);
     zhashx_delete (self->pending, key);
-    char *caller = s_caller_key (entry);
-    const char *indexed = (const char *) zhashx_lookup (self->callers, caller);
+    const char *indexed = (const char *) zhashx_lookup (self->callers, entry->caller);
     if (indexed && streq (indexed, key))
-        zhashx_delete (self->callers, caller);
-    zstr_free (&caller);
+        zhashx_delete (self->callers, entry->caller);
 }
 
 uint64_t
@@ -108,9 +107,8 @@ dsh_dispatch_add (dsh_dispatch_t *self, zmsg_t **envelope_p, uint64_t chain_toke
     char key [17];
     s_token_key (entry->token, key);
     zhashx_insert (self->pending, key, entry);
-    char *caller = s_caller_key (entry);
-    zhashx_update (self->callers, caller, strdup (key));
-    zstr_free (&caller);
+    entry->caller = s_caller_key (entry);
+    zhashx_update (self->callers, entry->caller, strdup (key));
     return entry->token;
 }
 

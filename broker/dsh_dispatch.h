@@ -32,6 +32,7 @@ typedef struct {
     char *component;
     int64_t deadline_ms;
     zframe_t *body;             //  kept for a retry (idempotent tools), or NULL
+    char *caller;               //  the key a cancel finds the call by
     bool retried;               //  already sent to a second provider
 } dsh_pending_t;
 

@@ -158,6 +158,27 @@ dsh_proto_message (zmsg_t **envelope_p, const char *command)
     return msg;
 }
 
+void
+dsh_proto_hex (const void *data, size_t size, char *text)
+{
+    static const char digits [] = "0123456789abcdef";
+    const byte *bytes = (const byte *) data;
+    for (size_t index = 0; index < size; index++) {
+        *text++ = digits [bytes [index] >> 4];
+        *text++ = digits [bytes [index] & 15];
+    }
+    *text = 0;
+}
+
+void
+dsh_proto_token_hex (uint64_t token, char *text)
+{
+    byte bytes [8];
+    for (int index = 0; index < 8; index++)
+        bytes [index] = (byte) (token >> (56 - 8 * index));
+    dsh_proto_hex (bytes, 8, text);
+}
+
 char *
 dsh_proto_caller_key (zmsg_t *envelope, const char *call_id)
 {
@@ -169,12 +190,12 @@ dsh_proto_caller_key (zmsg_t *envelope, const char *call_id)
     assert (key);
     char *cursor = key;
     for (zframe_t *frame = envelope? zmsg_first (envelope): NULL; frame; frame = zmsg_next (envelope)) {
-        const byte *data = zframe_data (frame);
-        for (size_t index = 0; index < zframe_size (frame); index++, cursor += 2)
-            snprintf (cursor, 3, "%02x", data [index]);
+        dsh_proto_hex (zframe_data (frame), zframe_size (frame), cursor);
+        cursor += 2 * zframe_size (frame);
         *cursor++ = '.';
     }
-    snprintf (cursor, size - (size_t) (cursor - key), "/%s", call_id);
+    *cursor++ = '/';
+    memcpy (cursor, call_id, strlen (call_id) + 1);
     return key;
 }
 

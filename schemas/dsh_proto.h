@@ -143,6 +143,15 @@ int
 zmsg_t *
     dsh_proto_message (zmsg_t **envelope_p, const char *command);
 
+//  Write size bytes of data as 2 * size lower-case hex digits and a NUL
+//  into text (which holds 2 * size + 1 bytes). For hash keys on hot paths.
+void
+    dsh_proto_hex (const void *data, size_t size, char *text);
+
+//  The 16 hex digits of a 64-bit token and a NUL, into text [17].
+void
+    dsh_proto_token_hex (uint64_t token, char *text);
+
 //  A key naming one caller's call: its envelope's frames in hex, "/",
 //  and its callId. Caller frees it.
 char *

@@ -23,6 +23,7 @@
 #define S_QUEUE_LIMIT           10000   //  socket high-water marks
 #define S_DEFAULT_WORKERS       4
 #define S_DEFAULT_QUEUE_LIMIT   1024    //  calls waiting for a worker
+#define S_ANNOUNCE_DELAY_MS     10      //  changes within this go in one ANNOUNCE
 #define S_SHUTDOWN_GRACE_MS     1000
 
 struct _dsh_provider_t {
@@ -82,6 +83,7 @@ typedef struct {
     int heartbeat_ms;
     int heartbeat_timer;
     int discovery_timer;
+    int announce_timer;             //  a coalesced ANNOUNCE is due, or 0
     int max_message_bytes;
     bool ready;                     //  the broker asked for our tools
     zlistx_t *refusals;             //  char *, "tool: reason"
@@ -260,8 +262,7 @@ s_send_work (self_t *self, const char *command, const byte *token, zframe_t **bo
 static void
 s_token_key (const byte *token, char key [17])
 {
-    for (int index = 0; index < 8; index++)
-        snprintf (key + 2 * index, 3, "%02x", token [index]);
+    dsh_proto_hex (token, 8, key);
 }
 
 //  ---------------------------------------------------------------------
@@ -518,6 +519,28 @@ s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
 //  ---------------------------------------------------------------------
 //  Pipe
 
+static int
+s_announce_due (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    self_t *self = (self_t *) arg;
+    self->announce_timer = 0;
+    s_publish (self, DSH_ANNOUNCE, true);
+    return 0;
+}
+
+//  The tool set changed: a new generation, announced a moment later, so
+//  that a component adding a thousand tools sends one ANNOUNCE, not a
+//  thousand ever larger ones.
+static void
+s_tools_changed (self_t *self)
+{
+    self->generation++;
+    if (!self->announce_timer)
+        self->announce_timer = zloop_timer (self->loop, S_ANNOUNCE_DELAY_MS, 1, s_announce_due, self);
+}
+
 //  Adds a tool from its entry (msgpack); returns 0 or -1 with a reason.
 static int
 s_add_tool (self_t *self, zframe_t *entry, const dsh_param_t *params, bool typed,
@@ -542,8 +565,7 @@ s_add_tool (self_t *self, zframe_t *entry, const dsh_param_t *params, bool typed
         tool->handler = handler;
         tool->arg = arg;
         zlistx_add_end (self->tools, tool);
-        self->generation++;
-        s_publish (self, DSH_ANNOUNCE, true);
+        s_tools_changed (self);
     }
     dsh_doc_destroy (&doc);
     return rc;
@@ -602,8 +624,7 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
         s_tool_t *tool = name? s_tool_find (self, name): NULL;
         if (tool) {
             zlistx_delete (self->tools, zlistx_cursor (self->tools));
-            self->generation++;
-            s_publish (self, DSH_ANNOUNCE, true);
+            s_tools_changed (self);
         }
         zsock_signal (self->pipe, tool? 0: 1);
     }

@@ -39,6 +39,7 @@ struct _dsh_stage_call_t {
     zmsg_t *envelope;           //  everything before the empty delimiter
     zframe_t *body;
     zframe_t *tool;
+    bool decoded;               //  body and tool read (on first use)
     dsh_doc_t *doc;
     dsh_doc_t *tool_doc;
     dsh_call_head_t head;
@@ -84,10 +85,32 @@ s_envelope_key (zmsg_t *envelope, char *key, size_t size)
     frame = frame? zmsg_next (envelope): NULL;
     if (!frame || zframe_size (frame) == 0 || zframe_size (frame) * 2 + 1 > size)
         return false;
-    const byte *data = zframe_data (frame);
-    for (size_t index = 0; index < zframe_size (frame); index++)
-        snprintf (key + 2 * index, 3, "%02x", data [index]);
+    dsh_proto_hex (zframe_data (frame), zframe_size (frame), key);
     return true;
+}
+
+//  Reads the call's body and tool entry the first time anything asks, so
+//  a stage that only passes calls never pays for decoding them. The front
+//  checked the body; one that is malformed now (a stage rewrote it badly)
+//  reads as empty, and the broker refuses it at the bottom of the chain.
+static void
+s_decode (dsh_stage_call_t *call)
+{
+    if (call->decoded)
+        return;
+    call->decoded = true;
+    char error [256] = "";
+    if ((call->doc = dsh_proto_decode_body (call->body, error, sizeof (error))))
+        dsh_proto_decode_call (call->doc, &call->head, error, sizeof (error));
+    if (zframe_size (call->tool)
+    &&  !(call->tool_doc = dsh_proto_decode_body (call->tool, error, sizeof (error))))
+        snprintf (error, sizeof (error), "malformed tool frame");
+    if (*error)
+        zsys_warning ("stage %s: bad CALL: %s", call->stage->name, error);
+    if (!call->head.call_id)
+        call->head.call_id = "";
+    if (!call->head.name)
+        call->head.name = "";
 }
 
 //  ---------------------------------------------------------------------
@@ -120,6 +143,7 @@ s_encode_json (json_t *value)
 static zframe_t *
 s_result_body (dsh_stage_call_t *call, json_t *result)
 {
+    s_decode (call);
     json_object_set_new (result, "callId", json_string (call->head.call_id? call->head.call_id: ""));
     if (!json_is_array (json_object_get (result, "content")))
         json_object_set_new (result, "content", json_array ());
@@ -154,6 +178,7 @@ static bool
 s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
 {
     zframe_t *body = NULL;
+    s_decode (call);
     if (call->rewrite)
         body = s_encode_json (call->rewrite);
     else
@@ -227,18 +252,10 @@ s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
     else
     if (!call->body || !call->tool || zmsg_size (msg))
         snprintf (error, sizeof (error), "CALL wants a body and a tool frame");
-    else
-    if ((call->doc = dsh_proto_decode_body (call->body, error, sizeof (error))))
-        dsh_proto_decode_call (call->doc, &call->head, error, sizeof (error));
-    if (!*error && zframe_size (call->tool)) {
-        call->tool_doc = dsh_proto_decode_body (call->tool, error, sizeof (error));
-        if (!call->tool_doc)
-            snprintf (error, sizeof (error), "malformed tool frame");
-    }
     if (*error) {
         zsys_warning ("stage %s: bad CALL: %s", self->name, error);
         if (*call->key) {
-            zframe_t *failure = dsh_proto_error_result (call->head.call_id, DSH_E_BAD_REQUEST, error);
+            zframe_t *failure = dsh_proto_error_result (NULL, DSH_E_BAD_REQUEST, error);
             s_send_up (self, call, &failure);
         }
         s_call_destroy (&call);
@@ -596,18 +613,21 @@ dsh_stage_resume_result (dsh_stage_t *self, dsh_stage_call_t *call)
 const char *
 dsh_stage_call_id (dsh_stage_call_t *call)
 {
+    s_decode (call);
     return call->head.call_id;
 }
 
 const char *
 dsh_stage_call_name (dsh_stage_call_t *call)
 {
+    s_decode (call);
     return call->head.name;
 }
 
 const char *
 dsh_stage_call_agent (dsh_stage_call_t *call)
 {
+    s_decode (call);
     if (call->rewrite)
         return json_string_value (json_object_get (call->rewrite, "agent"));
     return call->head.agent;
@@ -616,18 +636,21 @@ dsh_stage_call_agent (dsh_stage_call_t *call)
 const msgpack_object *
 dsh_stage_call_arguments (dsh_stage_call_t *call)
 {
+    s_decode (call);
     return call->head.arguments;
 }
 
 const msgpack_object *
 dsh_stage_call_meta (dsh_stage_call_t *call)
 {
+    s_decode (call);
     return call->head.meta;
 }
 
 const msgpack_object *
 dsh_stage_call_tool (dsh_stage_call_t *call)
 {
+    s_decode (call);
     return call->tool_doc? dsh_doc_root (call->tool_doc): NULL;
 }
 
@@ -641,17 +664,19 @@ dsh_stage_call_annotation (dsh_stage_call_t *call, const char *hint, bool fallba
 json_t *
 dsh_stage_call_json (dsh_stage_call_t *call)
 {
+    s_decode (call);
     if (call->rewrite)
         return json_deep_copy (call->rewrite);
-    return dsh_json_from_msgpack (dsh_doc_root (call->doc));
+    return call->doc? dsh_json_from_msgpack (dsh_doc_root (call->doc)): NULL;
 }
 
 //  The body as JSON, for rewriting: made once, from the first rewrite on.
 static json_t *
 s_rewrite (dsh_stage_call_t *call)
 {
+    s_decode (call);
     if (!call->rewrite) {
-        call->rewrite = dsh_json_from_msgpack (dsh_doc_root (call->doc));
+        call->rewrite = call->doc? dsh_json_from_msgpack (dsh_doc_root (call->doc)): NULL;
         if (!call->rewrite)
             call->rewrite = json_object ();
     }
