@@ -642,6 +642,20 @@ s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **erro
     return NULL;
 }
 
+//  The caller cancelled a call waiting for approval: the request closes
+//  as cancelled, and approvers are told.
+static void
+s_on_cancel (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+{
+    (void) stage;
+    self_t *self = (self_t *) arg;
+    for (s_request_t *request = zhashx_first (self->pending); request; request = zhashx_next (self->pending))
+        if (request->call == call) {
+            s_request_resolve (self, request, DSH_APPROVAL_CANCELLED);
+            break;
+        }
+}
+
 static void
 s_on_init (dsh_stage_t *stage, void *arg)
 {
@@ -692,6 +706,7 @@ dsh_permission_setup (zconfig_t *settings, const dsh_middleware_context_t *conte
         .on_request = s_on_request,
         .on_control = s_on_control,
         .on_init = s_on_init,
+        .on_cancel = s_on_cancel,
         .on_destroy = s_on_destroy
     };
     *arg = self;

@@ -254,6 +254,23 @@ test_permission_approvals (void **state)
     assert_string_equal (dsh_reply_call_id (reply), "second");
     s_expect (&reply, DSH_E_DENIED, "Error: tool \"sample_content\" was rejected by the approver");
     zstr_free (&id);
+
+    //  Cancelled by its caller while it waits: one CANCELLED for the caller,
+    //  and the approvers hear the request is closed
+    s_approver_send (approver, "APPROVER", "{}");
+    assert_non_null (dsh_client_call_send (chain->client, "changed-my-mind", "sample_content", NULL, 0,
+                                           NULL, NULL, 0, 30000));
+    pending = s_approver_expect (approver, "PENDING");
+    json_decref (pending);
+    assert_int_equal (dsh_client_cancel (chain->client, "changed-my-mind"), 0);
+    reply = dsh_client_recv (chain->client, 5000);
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_call_id (reply), "changed-my-mind");
+    s_expect (&reply, DSH_E_CANCELLED, NULL);
+    resolved = s_approver_expect (approver, "RESOLVED");
+    assert_string_equal (json_string_value (json_object_get (resolved, "outcome")), "cancelled");
+    json_decref (resolved);
+    assert_null (dsh_client_recv (chain->client, 500));
     zsock_destroy (&approver);
     s_chain_stop (&chain);
 }
