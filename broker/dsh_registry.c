@@ -23,6 +23,9 @@
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
+//  Messages taken from one socket per wakeup, at most
+#define S_BATCH 64
+
 typedef struct {
     zsock_t *pipe;
     zloop_t *loop;
@@ -597,14 +600,12 @@ s_handle_query (self_t *self, const char *command, zmsg_t **envelope_p, dsh_doc_
     }
 }
 
-static int
-s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
+static void
+s_front_one (self_t *self, zsock_t *reader)
 {
-    (void) loop;
-    self_t *self = (self_t *) arg;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return 0;
+        return;
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256];
@@ -618,14 +619,14 @@ s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
         }
         s_reply_error (self, &envelope, NULL, DSH_E_BAD_REQUEST, error);
         zmsg_destroy (&msg);
-        return 0;
+        return;
     }
     if (zmsg_size (msg) != 1) {
         self->bad_messages++;
         snprintf (error, sizeof (error), "%s takes one body frame, not %zu", command, zmsg_size (msg));
         s_reply_error (self, &envelope, NULL, DSH_E_BAD_REQUEST, error);
         zmsg_destroy (&msg);
-        return 0;
+        return;
     }
     zframe_t *body = zmsg_pop (msg);
     zmsg_destroy (&msg);
@@ -652,6 +653,16 @@ s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
     dsh_doc_destroy (&doc);
     zframe_destroy (&body);
     zmsg_destroy (&envelope);
+}
+
+static int
+s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    //  Drain a busy socket without a poll per message, yet give the other
+    //  sockets their turn
+    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
+        s_front_one ((self_t *) arg, reader);
     return 0;
 }
 
@@ -730,14 +741,12 @@ s_handle_progress (self_t *self, const char *component, zmsg_t *msg)
     zframe_destroy (&body);
 }
 
-static int
-s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
+static void
+s_work_one (self_t *self, zsock_t *reader)
 {
-    (void) loop;
-    self_t *self = (self_t *) arg;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return 0;
+        return;
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256] = "";
@@ -767,6 +776,16 @@ s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
     zstr_free (&component);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
+}
+
+static int
+s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    //  Drain a busy socket without a poll per message, yet give the other
+    //  sockets their turn
+    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
+        s_work_one ((self_t *) arg, reader);
     return 0;
 }
 
@@ -799,14 +818,12 @@ s_handle_announce (self_t *self, dsh_presence_t *presence)
     zlistx_destroy (&events);
 }
 
-static int
-s_announce_recv (zloop_t *loop, zsock_t *reader, void *arg)
+static void
+s_announce_one (self_t *self, zsock_t *reader)
 {
-    (void) loop;
-    self_t *self = (self_t *) arg;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return 0;
+        return;
     char error [256] = "";
     zframe_t *protocol = zmsg_pop (msg);
     char *command = zmsg_popstr (msg);
@@ -848,6 +865,16 @@ s_announce_recv (zloop_t *loop, zsock_t *reader, void *arg)
     zframe_destroy (&body);
     zstr_free (&command);
     zmsg_destroy (&msg);
+}
+
+static int
+s_announce_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    //  Drain a busy socket without a poll per message, yet give the other
+    //  sockets their turn
+    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
+        s_announce_one ((self_t *) arg, reader);
     return 0;
 }
 

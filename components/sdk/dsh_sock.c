@@ -15,15 +15,16 @@ dsh_sock_send (zsock_t *sock, zmsg_t **msg_p)
         return -1;
     //  libzmq accepts or refuses a multipart message at its first frame, so
     //  a refusal there loses nothing; later frames cannot fail for lack of
-    //  room or route.
+    //  room or route. Each frame's data moves into libzmq, uncopied.
     int rc = 0;
-    size_t left = zmsg_size (msg);
-    for (zframe_t *frame = zmsg_first (msg); frame; frame = zmsg_next (msg)) {
-        left--;
-        int flags = ZFRAME_REUSE | ZFRAME_DONTWAIT | (left? ZFRAME_MORE: 0);
-        rc = zframe_send (&frame, sock, flags);
-        if (rc)
+    zframe_t *frame;
+    while ((frame = zmsg_pop (msg))) {
+        int flags = ZFRAME_DONTWAIT | (zmsg_size (msg)? ZFRAME_MORE: 0);
+        if (zframe_send (&frame, sock, flags)) {
+            rc = -1;
+            zframe_destroy (&frame);
             break;
+        }
     }
     int saved_errno = errno;
     zmsg_destroy (msg_p);
