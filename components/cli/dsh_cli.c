@@ -1,11 +1,12 @@
 /*  =========================================================================
     dsh - the command line client of a dsh broker
 
-    Queries the registry, calls tools and watches changes, printing JSON on
-    stdout and one-line errors on stderr, so that scripts and tests can use
-    it. Exit codes: 0 done, 1 the broker answered with an error (or the tool
+    Queries the registry, calls tools and watches changes, shows and steers
+    the execution chain (plan mode, approvals), printing JSON on stdout and
+    one-line errors on stderr, so that scripts and tests can use it. Exit codes: 0 done, 1 the broker answered with an error (or the tool
     result has isError), 2 bad usage or bad JSON arguments, 3 no reply from
-    the broker in time. Every wait is bounded by a timeout.
+    the broker in time, 130 a call interrupted (Ctrl-C) whose cancel got no
+    answer. Every wait is bounded by a timeout.
     =========================================================================
 */
 
@@ -13,6 +14,7 @@
 #include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_render.h"
+#include "dsh_sock.h"
 #include "dsh_watcher.h"
 
 #include <errno.h>
@@ -20,13 +22,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define EXIT_TOOL_ERROR     1
 #define EXIT_USAGE          2
 #define EXIT_NO_BROKER      3
+#define EXIT_INTERRUPTED    130         //  call: Ctrl-C and no answer to the cancel
 
 #define QUERY_TIMEOUT_MS    5000
 #define WATCH_POLL_MS       250         //  how often watch looks at SIGINT
+//  The broker gives up on a silent stage after 5 s and says so: wait longer
+#define CONTROL_TIMEOUT_MS  7000
+#define CALL_MARGIN_MS      2000        //  as the SDK: a lost broker must not hang a call
+#define CANCEL_WAIT_MS      2000        //  after Ctrl-C, how long call waits for the answer
+#define APPROVER_HELLO_MS   1000        //  the stage forgets an approver silent for 3 s
+#define APPROVER_POLL_MS    250
+#define APPROVALS_MAX_BYTES (64 * 1024) //  the stage drops anything larger
+#define STDIN_LINE_MAX      1024
 
 #define JSON_DOCUMENT       (JSON_INDENT (2) | JSON_PRESERVE_ORDER)
 #define JSON_LINE           (JSON_COMPACT | JSON_PRESERVE_ORDER)
@@ -38,6 +50,8 @@ typedef struct {
     const char *agent;          //  call --agent
     const char *format;         //  schemas --format
     long count;                 //  watch --count; -1 = until SIGINT
+    const char *stage;          //  --stage; NULL = the command's default stage
+    const char *auto_outcome;   //  approver --auto: "allow" or "deny"; NULL = ask stdin
     const char *args [2];       //  positional arguments
     int nargs;
 } options_t;
@@ -47,7 +61,7 @@ typedef struct {
     const char *name;
     const char *synopsis;
     const char *summary;
-    const char *flags;          //  the long flags it takes besides the global ones
+    const char *flags;          //  the long flags it takes besides the global ones, space-separated
     int min_args;
     int max_args;
     int (*run) (options_t *options);
@@ -59,22 +73,52 @@ static int s_get (options_t *options);
 static int s_call (options_t *options);
 static int s_watch (options_t *options);
 static int s_schemas (options_t *options);
+static int s_chain (options_t *options);
+static int s_mode (options_t *options);
+static int s_approve (options_t *options);
+static int s_deny (options_t *options);
+static int s_pending (options_t *options);
+static int s_approver (options_t *options);
 
 static const command_t s_commands [] = {
     { "ping", "ping", "show the broker's status (PONG)", "", 0, 0, s_ping },
     { "tools", "tools", "list the registered tools as a JSON array", "", 0, 0, s_tools },
     { "get", "get NAME", "show one tool and its providers", "", 1, 1, s_get },
     { "call", "call NAME [JSON] [--agent ID] [--timeout-ms N]",
-      "call a tool with JSON arguments (default {}); exit 1 if the result is an error",
+      "call a tool with JSON arguments (default {}); exit 1 if the result is an error;\n"
+      "Ctrl-C cancels the call and prints the broker's answer to that",
       "agent", 1, 2, s_call },
     { "watch", "watch [--count N]",
       "print a snapshot, then every change, one JSON line each; stop after N changes",
       "count", 0, 0, s_watch },
     { "schemas", "schemas [--format json|openai|anthropic|mcp|markdown]",
       "print the tool list rendered for a model provider", "format", 0, 0, s_schemas },
+    { "chain", "chain",
+      "show the execution chain's stages and their counters as a JSON array", "", 0, 0, s_chain },
+    { "mode", "mode AGENT plan|normal [--stage NAME]",
+      "put an agent into plan mode or take it out (stage default \"plan\")", "stage", 2, 2, s_mode },
+    { "approve", "approve ID [--stage NAME]",
+      "allow a call waiting for approval, once (stage default \"permission\")", "stage", 1, 1, s_approve },
+    { "deny", "deny ID [--stage NAME]",
+      "reject a call waiting for approval (stage default \"permission\")", "stage", 1, 1, s_deny },
+    { "pending", "pending [--stage NAME]",
+      "list the calls waiting for approval (stage default \"permission\")", "stage", 0, 0, s_pending },
+    { "approver", "approver [--stage NAME] [--auto allow|deny]",
+      "be an approver: print each request and its resolution as a JSON line; decide from stdin\n"
+      "(\"allow ID\", \"deny ID\", \"y\" or \"n\" for the latest request) or, with --auto, answer\n"
+      "every request alike; runs until interrupted or stdin ends", "stage auto", 0, 0, s_approver },
 };
 
 #define COMMAND_COUNT (sizeof (s_commands) / sizeof (s_commands [0]))
+
+static const command_t *
+s_command_named (const char *name)
+{
+    for (size_t index = 0; index < COMMAND_COUNT; index++)
+        if (streq (name, s_commands [index].name))
+            return &s_commands [index];
+    return NULL;
+}
 
 static void
 s_usage (FILE *stream, const command_t *command)
@@ -122,7 +166,18 @@ s_parse_count (const char *text, long min, long max, long *value)
 static bool
 s_takes (const command_t *command, const char *name)
 {
-    return command && streq (command->flags, name);
+    if (!command)
+        return false;
+    size_t size = strlen (name);
+    const char *flag = command->flags;
+    while (*flag) {
+        size_t length = strcspn (flag, " ");
+        if (length == size && memcmp (flag, name, size) == 0)
+            return true;
+        flag += length;
+        flag += strspn (flag, " ");
+    }
+    return false;
 }
 
 //  Parses argv from index on into options. Without a command, stops at the
@@ -221,6 +276,22 @@ s_parse (int argc, char *argv [], int index, const command_t *command,
             }
             options->format = value;
         }
+        else
+        if (streq (name, "stage")) {
+            if (!*value) {
+                *exit_code = s_usage_error (command, "%s: empty stage name", arg);
+                return -1;
+            }
+            options->stage = value;
+        }
+        else
+        if (streq (name, "auto")) {
+            if (!streq (value, "allow") && !streq (value, "deny")) {
+                *exit_code = s_usage_error (command, "--auto takes allow or deny, not \"%s\"", value);
+                return -1;
+            }
+            options->auto_outcome = value;
+        }
     }
     if (command && options->nargs < command->min_args) {
         *exit_code = s_usage_error (command, "%s: missing argument", command->name);
@@ -241,7 +312,7 @@ s_endpoint (options_t *options)
 static void
 s_print (json_t *json, size_t flags)
 {
-    char *text = json_dumps (json, flags);
+    char *text = json_dumps (json, flags | JSON_ENCODE_ANY);
     if (text) {
         fputs (text, stdout);
         fputc ('\n', stdout);
@@ -360,6 +431,35 @@ s_get (options_t *options)
     return exit_code;
 }
 
+//  Waits for the RESULT of call_id: at most the call's deadline plus a
+//  margin. Ctrl-C (or SIGTERM) cancels the call instead, and then waits at
+//  most CANCEL_WAIT_MS for the broker's answer to it. NULL if none came.
+static dsh_reply_t *
+s_call_wait (dsh_client_t *client, const char *call_id, int timeout_ms, bool *interrupted)
+{
+    int wait_ms = (timeout_ms > 0? timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS) + CALL_MARGIN_MS;
+    int64_t give_up = zclock_mono () + wait_ms;
+    *interrupted = false;
+    while (true) {
+        if (zsys_interrupted && !*interrupted) {
+            *interrupted = true;
+            if (dsh_client_cancel (client, call_id))
+                return NULL;
+            give_up = zclock_mono () + CANCEL_WAIT_MS;
+        }
+        int64_t left = give_up - zclock_mono ();
+        if (left <= 0)
+            return NULL;
+        //  Short waits, so that a signal is seen even if it does not
+        //  interrupt the poll
+        dsh_reply_t *reply = dsh_client_recv (client, left < WATCH_POLL_MS? (int) left: WATCH_POLL_MS);
+        if (reply && streq (dsh_reply_command (reply), DSH_RESULT)
+        &&  dsh_reply_call_id (reply) && streq (dsh_reply_call_id (reply), call_id))
+            return reply;
+        dsh_reply_destroy (&reply);        //  progress, or a stray reply
+    }
+}
+
 static int
 s_call (options_t *options)
 {
@@ -367,27 +467,38 @@ s_call (options_t *options)
     //  Checked here so that bad input is a usage error and nothing is sent
     char error [512];
     msgpack_sbuffer args;
-    int rc = dsh_json_text_to_msgpack (args_json, &args, error, sizeof (error));
-    msgpack_sbuffer_destroy (&args);
-    if (rc) {
+    if (dsh_json_text_to_msgpack (args_json, &args, error, sizeof (error))) {
+        msgpack_sbuffer_destroy (&args);
         fprintf (stderr, "dsh: invalid JSON arguments: %s\n", error);
         return EXIT_USAGE;
     }
     dsh_client_t *client = s_client (options);
-    if (!client)
+    if (!client) {
+        msgpack_sbuffer_destroy (&args);
         return EXIT_NO_BROKER;
-    int exit_code = 0;
-    dsh_reply_t *reply = dsh_client_call (client, options->args [0], args_json, options->agent,
-                                          options->timeout_ms, error, sizeof (error));
-    if (!reply) {
-        fprintf (stderr, "dsh: %s\n", error);
-        exit_code = EXIT_NO_BROKER;
     }
-    else
-    if (streq (dsh_reply_command (reply), DSH_ERROR)) {
-        const char *text = dsh_reply_text (reply);
-        fprintf (stderr, "dsh: %s\n", text? text: "the broker refused the call");
-        exit_code = EXIT_TOOL_ERROR;
+    const char *sent = dsh_client_call_send (client, NULL, options->args [0], args.data, args.size,
+                                             options->agent, NULL, 0, options->timeout_ms);
+    msgpack_sbuffer_destroy (&args);
+    if (!sent) {
+        fprintf (stderr, "dsh: cannot send to broker at %s: %s\n", s_endpoint (options), zmq_strerror (errno));
+        dsh_client_destroy (&client);
+        return EXIT_NO_BROKER;
+    }
+    char *call_id = strdup (sent);
+    bool interrupted;
+    dsh_reply_t *reply = s_call_wait (client, call_id, options->timeout_ms, &interrupted);
+    int exit_code = 0;
+    if (!reply) {
+        if (interrupted) {
+            fprintf (stderr, "dsh: interrupted; the broker did not answer the cancel within %d ms\n",
+                     CANCEL_WAIT_MS);
+            exit_code = EXIT_INTERRUPTED;
+        }
+        else {
+            fprintf (stderr, "dsh: no reply from broker at %s in time\n", s_endpoint (options));
+            exit_code = EXIT_NO_BROKER;
+        }
     }
     else {
         json_t *body = dsh_reply_json (reply);
@@ -400,6 +511,7 @@ s_call (options_t *options)
         exit_code = (body && !dsh_reply_is_error (reply))? 0: EXIT_TOOL_ERROR;
     }
     dsh_reply_destroy (&reply);
+    zstr_free (&call_id);
     dsh_client_destroy (&client);
     return exit_code;
 }
@@ -459,6 +571,342 @@ s_schemas (options_t *options)
     return 0;
 }
 
+//  ---------------------------------------------------------------------
+//  The execution chain
+
+//  Sends a control command to stage and returns its reply body (without
+//  the id) as JSON. NULL, with the reason on stderr and *exit_code set, if
+//  no reply came or the stage said {ok: false}.
+static json_t *
+s_control (options_t *options, const char *stage, const char *command, json_t *args, int *exit_code)
+{
+    dsh_client_t *client = s_client (options);
+    if (!client) {
+        *exit_code = EXIT_NO_BROKER;
+        return NULL;
+    }
+    char error [512];
+    int timeout_ms = options->timeout_ms? options->timeout_ms: CONTROL_TIMEOUT_MS;
+    dsh_reply_t *reply = dsh_client_control (client, stage, command, args, timeout_ms, error, sizeof (error));
+    dsh_client_destroy (&client);
+    if (!reply) {
+        fprintf (stderr, "dsh: %s\n", error);
+        *exit_code = EXIT_NO_BROKER;
+        return NULL;
+    }
+    json_t *body = NULL;
+    if (dsh_reply_is_error (reply)) {
+        //  {ok: false} from the stage, or an ERROR from a broker that
+        //  cannot take CONTROL
+        const char *text = dsh_reply_text (reply);
+        fprintf (stderr, "dsh: %s\n", text? text: "the stage refused the command");
+        *exit_code = EXIT_TOOL_ERROR;
+    }
+    else
+    if (!streq (dsh_reply_command (reply), DSH_CONTROL)) {
+        fprintf (stderr, "dsh: unexpected %s reply to CONTROL\n", dsh_reply_command (reply));
+        *exit_code = EXIT_TOOL_ERROR;
+    }
+    else {
+        body = dsh_reply_json (reply);
+        if (body)
+            json_object_del (body, "id");
+        else {
+            fprintf (stderr, "dsh: the CONTROL reply has no JSON form\n");
+            *exit_code = EXIT_TOOL_ERROR;
+        }
+    }
+    dsh_reply_destroy (&reply);
+    return body;
+}
+
+//  Runs a control command and prints the reply's data (or, if it has none,
+//  the reply itself). Takes args.
+static int
+s_control_print (options_t *options, const char *stage, const char *command, json_t *args)
+{
+    int exit_code = 0;
+    json_t *body = s_control (options, stage, command, args, &exit_code);
+    json_decref (args);
+    if (body) {
+        json_t *data = json_object_get (body, "data");
+        s_print (data? data: body, JSON_DOCUMENT);
+    }
+    json_decref (body);
+    return exit_code;
+}
+
+static int
+s_chain (options_t *options)
+{
+    dsh_client_t *client = s_client (options);
+    if (!client)
+        return EXIT_NO_BROKER;
+    int exit_code = 0;
+    json_t *body = s_query (client, options, DSH_CHAIN, NULL, DSH_CHAIN, &exit_code);
+    dsh_client_destroy (&client);
+    json_t *stages = json_object_get (body, "stages");
+    if (json_is_array (stages))
+        s_print (stages, JSON_DOCUMENT);
+    else
+    if (body) {
+        fprintf (stderr, "dsh: the CHAIN reply has no stages array\n");
+        exit_code = EXIT_TOOL_ERROR;
+    }
+    json_decref (body);
+    return exit_code;
+}
+
+static int
+s_mode (options_t *options)
+{
+    const char *mode = options->args [1];
+    if (!streq (mode, "plan") && !streq (mode, "normal"))
+        return s_usage_error (s_command_named ("mode"), "the mode is plan or normal, not \"%s\"", mode);
+    return s_control_print (options, options->stage? options->stage: "plan", "mode",
+                            json_pack ("{s:s, s:s}", "agent", options->args [0], "mode", mode));
+}
+
+static int
+s_approve (options_t *options)
+{
+    return s_control_print (options, options->stage? options->stage: "permission", "approve",
+                            json_pack ("{s:s}", "id", options->args [0]));
+}
+
+static int
+s_deny (options_t *options)
+{
+    return s_control_print (options, options->stage? options->stage: "permission", "deny",
+                            json_pack ("{s:s}", "id", options->args [0]));
+}
+
+static int
+s_pending (options_t *options)
+{
+    return s_control_print (options, options->stage? options->stage: "permission", "pending", NULL);
+}
+
+//  ---------------------------------------------------------------------
+//  The approver: a DEALER on a permission stage's approvals socket
+
+typedef struct {
+    zsock_t *dealer;
+    const char *auto_outcome;   //  "allow", "deny", or NULL: decisions come from stdin
+    zlistx_t *open;             //  ids of requests seen and not yet resolved, oldest first
+    char line [STDIN_LINE_MAX]; //  stdin read so far, not yet a whole line
+    size_t line_size;
+    bool line_too_long;         //  dropping the rest of an overlong line
+    bool stdin_done;
+} approver_t;
+
+//  Sends COMMAND body on the approvals socket; returns 0 or -1.
+static int
+s_approver_send (approver_t *self, const char *command, json_t *body)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    int rc = dsh_json_to_msgpack (&packer.pk, body);
+    if (rc == 0) {
+        zmsg_t *msg = dsh_proto_message (NULL, command);
+        zframe_t *frame = dsh_packer_frame (&packer);
+        zmsg_append (msg, &frame);
+        rc = dsh_sock_send (self->dealer, &msg);
+    }
+    dsh_packer_release (&packer);
+    if (rc)
+        fprintf (stderr, "dsh: cannot send %s to the approvals socket\n", command);
+    return rc;
+}
+
+static void
+s_approver_decide (approver_t *self, const char *id, const char *outcome)
+{
+    json_t *body = json_pack ("{s:s, s:s}", "id", id, "outcome", outcome);
+    s_approver_send (self, "DECIDE", body);
+    json_decref (body);
+}
+
+//  Prints {"event": event, ...body} as one line.
+static void
+s_approver_print (const char *event, json_t *body)
+{
+    json_t *line = json_pack ("{s:s}", "event", event);
+    json_object_update_missing (line, body);
+    s_print (line, JSON_LINE);
+    json_decref (line);
+}
+
+//  Handles one message from the stage.
+static void
+s_approver_receive (approver_t *self)
+{
+    zmsg_t *msg = zmsg_recv (self->dealer);
+    if (!msg)
+        return;
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256];
+    json_t *body = NULL;
+    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
+    &&  zmsg_size (msg) == 1) {
+        dsh_doc_t *doc = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error));
+        body = doc? dsh_json_from_msgpack (dsh_doc_root (doc)): NULL;
+        dsh_doc_destroy (&doc);
+    }
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+    if (!json_is_object (body)) {
+        fprintf (stderr, "dsh: malformed message from the stage ignored\n");
+        json_decref (body);
+        return;
+    }
+    const char *id = json_string_value (json_object_get (body, "id"));
+    if (streq (command, "PENDING") && id) {
+        s_approver_print ("pending", body);
+        if (self->auto_outcome)
+            s_approver_decide (self, id, self->auto_outcome);
+        else
+        if (!zlistx_find (self->open, (void *) id))
+            zlistx_add_end (self->open, (void *) id);
+    }
+    else
+    if (streq (command, "RESOLVED") && id) {
+        s_approver_print ("resolved", body);
+        if (zlistx_find (self->open, (void *) id))
+            zlistx_delete (self->open, NULL);
+    }
+    else
+    if (streq (command, DSH_ERROR)) {
+        const char *message = json_string_value (json_object_get (body, "message"));
+        fprintf (stderr, "dsh: the stage says: %s\n", message? message: "error");
+    }
+    json_decref (body);
+}
+
+//  Acts on one line from stdin: "allow ID", "deny ID", "y", "n".
+static void
+s_approver_command (approver_t *self, char *line)
+{
+    char *verb = strtok (line, " \t\r");
+    char *id = verb? strtok (NULL, " \t\r"): NULL;
+    char *extra = id? strtok (NULL, " \t\r"): NULL;
+    if (!verb)
+        return;                         //  an empty line
+    bool latest = streq (verb, "y") || streq (verb, "n");
+    bool named = streq (verb, "allow") || streq (verb, "deny");
+    if ((latest && id) || (named && (!id || extra)) || (!latest && !named)) {
+        fprintf (stderr, "dsh: say \"allow ID\", \"deny ID\", \"y\" or \"n\"\n");
+        return;
+    }
+    if (latest) {
+        id = (char *) zlistx_last (self->open);
+        if (!id) {
+            fprintf (stderr, "dsh: no request is pending\n");
+            return;
+        }
+    }
+    bool allow = streq (verb, "y") || streq (verb, "allow");
+    s_approver_decide (self, id, allow? "allow": "deny");
+}
+
+//  Reads what stdin has and acts on every whole line in it.
+static void
+s_approver_stdin (approver_t *self)
+{
+    char chunk [512];
+    ssize_t got = read (STDIN_FILENO, chunk, sizeof (chunk));
+    if (got < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (got <= 0) {
+        self->stdin_done = true;
+        return;
+    }
+    for (ssize_t index = 0; index < got; index++) {
+        if (chunk [index] == '\n') {
+            self->line [self->line_size] = 0;
+            if (self->line_too_long)
+                fprintf (stderr, "dsh: line too long, ignored\n");
+            else
+                s_approver_command (self, self->line);
+            self->line_size = 0;
+            self->line_too_long = false;
+        }
+        else
+        if (self->line_size + 1 < sizeof (self->line))
+            self->line [self->line_size++] = chunk [index];
+        else
+            self->line_too_long = true;
+    }
+}
+
+static int
+s_approver (options_t *options)
+{
+    const char *stage = options->stage? options->stage: "permission";
+    int exit_code = 0;
+    json_t *body = s_control (options, stage, "approvals", NULL, &exit_code);
+    if (!body)
+        return exit_code;
+    const char *advertised = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
+    char *endpoint = advertised? dsh_sock_resolve (advertised, s_endpoint (options)): NULL;
+    json_decref (body);
+    if (!endpoint) {
+        fprintf (stderr, "dsh: stage \"%s\" has no approvals endpoint\n", stage);
+        return EXIT_TOOL_ERROR;
+    }
+    approver_t self = { .auto_outcome = options->auto_outcome };
+    self.dealer = zsock_new (ZMQ_DEALER);
+    assert (self.dealer);
+    dsh_sock_limit (self.dealer, APPROVALS_MAX_BYTES, 1000);
+    //  Give a decision made just before stdin ends the time to leave
+    zsock_set_linger (self.dealer, 1000);
+    if (zsock_connect (self.dealer, "%s", endpoint)) {
+        fprintf (stderr, "dsh: cannot connect to the approvals socket at %s\n", endpoint);
+        zsock_destroy (&self.dealer);
+        zstr_free (&endpoint);
+        return EXIT_NO_BROKER;
+    }
+    zstr_free (&endpoint);
+    self.open = zlistx_new ();
+    zlistx_set_duplicator (self.open, (czmq_duplicator *) strdup);
+    zlistx_set_destructor (self.open, (czmq_destructor *) zstr_free);
+    zlistx_set_comparator (self.open, (czmq_comparator *) strcmp);
+
+    //  zpoller takes no file descriptors, so stdin needs zmq_poll
+    zmq_pollitem_t items [] = {
+        { zsock_resolve (self.dealer), 0, ZMQ_POLLIN, 0 },
+        { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 }
+    };
+    int item_count = self.auto_outcome? 1: 2;
+    json_t *hello = json_object ();
+    int64_t next_hello = zclock_mono ();
+    while (!zsys_interrupted && !self.stdin_done) {
+        int64_t now = zclock_mono ();
+        if (now >= next_hello) {
+            s_approver_send (&self, "APPROVER", hello);
+            next_hello = now + APPROVER_HELLO_MS;
+        }
+        int64_t wait_ms = next_hello - now;
+        if (wait_ms > APPROVER_POLL_MS)
+            wait_ms = APPROVER_POLL_MS;
+        int rc = zmq_poll (items, item_count, (long) wait_ms);
+        if (rc < 0 && zmq_errno () != EINTR) {
+            fprintf (stderr, "dsh: poll failed: %s\n", zmq_strerror (zmq_errno ()));
+            exit_code = EXIT_NO_BROKER;
+            break;
+        }
+        if (rc > 0 && (items [0].revents & ZMQ_POLLIN))
+            s_approver_receive (&self);
+        if (rc > 0 && item_count > 1 && (items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
+            s_approver_stdin (&self);
+    }
+    json_decref (hello);
+    zlistx_destroy (&self.open);
+    zsock_destroy (&self.dealer);
+    return exit_code;
+}
+
 int
 main (int argc, char *argv [])
 {
@@ -471,10 +919,7 @@ main (int argc, char *argv [])
         return exit_code;
     if (index >= argc)
         return s_usage_error (NULL, "%s", "no command given");
-    const command_t *command = NULL;
-    for (size_t entry = 0; entry < COMMAND_COUNT; entry++)
-        if (streq (argv [index], s_commands [entry].name))
-            command = &s_commands [entry];
+    const command_t *command = s_command_named (argv [index]);
     if (!command)
         return s_usage_error (NULL, "unknown command \"%s\"", argv [index]);
     if (s_parse (argc, argv, index + 1, command, &options, &exit_code) < 0)

@@ -1,0 +1,669 @@
+/*  =========================================================================
+    test_cli - the dsh command line, run as a real process against a real
+    broker and real components
+
+    Queries, calls and their exit codes (0 done, 1 error result, 2 bad
+    usage, 3 no broker); --help for every command; schemas in every
+    format; a typed tool refusing a missing argument before its handler
+    runs; and the chain commands: chain, mode, pending, approve and the
+    approver, automatic and driven from stdin.
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include "dsh.h"
+#include "dsh_testkit.h"
+
+#define DEMO        "components/demo/dsh-demo"
+#define CLI         "components/cli/dsh"
+#define CLI_WAIT_MS 15000
+
+typedef struct {
+    char config_path [64];
+    dsh_testproc_t *broker;
+    dsh_testproc_t *demo;
+    char endpoint [256];
+} broker_t;
+
+//  A broker (with a config file if config is not NULL) and a dsh-demo.
+static broker_t *
+s_broker_start (const char *config)
+{
+    broker_t *self = (broker_t *) zmalloc (sizeof (broker_t));
+    const char *extra [] = { "-c", self->config_path, NULL };
+    if (config) {
+        snprintf (self->config_path, sizeof (self->config_path), "/tmp/dsh-cli-XXXXXX");
+        int fd = mkstemp (self->config_path);
+        assert_true (fd >= 0);
+        assert_true (write (fd, config, strlen (config)) == (ssize_t) strlen (config));
+        close (fd);
+    }
+    self->broker = dsh_testkit_broker (200, config? extra: NULL, self->endpoint, sizeof (self->endpoint));
+    assert_non_null (self->broker);
+    self->demo = dsh_testkit_component (DEMO, self->endpoint, "demo", NULL);
+    assert_non_null (self->demo);
+    assert_int_equal (dsh_testkit_wait_tools (self->endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 5000), 0);
+    return self;
+}
+
+static void
+s_broker_stop (broker_t **self_p)
+{
+    broker_t *self = *self_p;
+    dsh_testproc_destroy (&self->demo);
+    dsh_testproc_destroy (&self->broker);
+    if (*self->config_path)
+        unlink (self->config_path);
+    free (self);
+    *self_p = NULL;
+}
+
+static int
+s_setup (void **state)
+{
+    *state = s_broker_start (NULL);
+    return 0;
+}
+
+static int
+s_teardown (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    s_broker_stop (&broker);
+    return 0;
+}
+
+//  Runs `dsh --broker endpoint args...`; returns its exit status, and its
+//  stdout in *output (caller frees).
+static int
+s_cli (const char *endpoint, const char *const *args, char **output)
+{
+    char *text = NULL;
+    int status = dsh_testkit_cli (endpoint, args, CLI_WAIT_MS, &text);
+    assert_non_null (text);
+    *output = text;
+    return status;
+}
+
+//  Parses the CLI's output as JSON (fails the test if it is not).
+static json_t *
+s_parse (const char *output)
+{
+    json_error_t error;
+    json_t *json = json_loads (output, 0, &error);
+    if (!json)
+        fail_msg ("not JSON (%s): %s", error.text, output);
+    return json;
+}
+
+//  ---------------------------------------------------------------------
+//  Queries and calls
+
+static void
+test_queries (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "tools", NULL }, &output), 0);
+    json_t *tools = s_parse (output);
+    assert_true (json_is_array (tools));
+    assert_true (json_array_size (tools) >= 4);
+    size_t tool_count = json_array_size (tools);
+    bool has_echo = false;
+    for (size_t index = 0; index < json_array_size (tools); index++)
+        if (streq (json_string_value (json_object_get (json_array_get (tools, index), "name")), "echo"))
+            has_echo = true;
+    assert_true (has_echo);
+    json_decref (tools);
+    zstr_free (&output);
+
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "get", "echo", NULL }, &output), 0);
+    json_t *tool = s_parse (output);
+    assert_string_equal (json_string_value (json_object_get (json_object_get (tool, "tool"), "name")), "echo");
+    assert_string_equal (json_string_value (json_array_get (json_object_get (tool, "providers"), 0)), "demo");
+    json_decref (tool);
+    zstr_free (&output);
+
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "get", "nope", NULL }, &output), 1);
+    assert_string_equal (output, "");
+    zstr_free (&output);
+
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "ping", NULL }, &output), 0);
+    json_t *pong = s_parse (output);
+    assert_int_equal (json_integer_value (json_object_get (pong, "tools")), tool_count);
+    assert_int_equal (json_integer_value (json_object_get (pong, "components")), 1);
+    assert_true (json_is_string (json_object_get (pong, "broker")));
+    json_decref (pong);
+    zstr_free (&output);
+}
+
+static void
+test_calls (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint,
+                             (const char *[]) { "call", "echo", "{\"message\":\"hello cli\"}", NULL }, &output), 0);
+    json_t *result = s_parse (output);
+    assert_false (json_is_true (json_object_get (result, "isError")));
+    assert_string_equal (json_string_value (json_object_get (
+        json_array_get (json_object_get (result, "content"), 0), "text")), "hello cli");
+    json_decref (result);
+    zstr_free (&output);
+
+    //  An error result: exit 1, and the result is still printed
+    assert_int_equal (s_cli (broker->endpoint,
+                             (const char *[]) { "call", "fail", "{\"message\":\"on purpose\"}", NULL }, &output), 1);
+    result = s_parse (output);
+    assert_true (json_is_true (json_object_get (result, "isError")));
+    assert_string_equal (json_string_value (json_object_get (json_object_get (result, "error"), "code")),
+                         DSH_E_TOOL_FAILED);
+    assert_string_equal (json_string_value (json_object_get (
+        json_array_get (json_object_get (result, "content"), 0), "text")), "Error: on purpose");
+    json_decref (result);
+    zstr_free (&output);
+
+    //  Bad JSON arguments: a usage error, and nothing is sent
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "echo", "{\"message\":", NULL },
+                             &output), 2);
+    assert_string_equal (output, "");
+    zstr_free (&output);
+
+    //  No broker: exit 3 within the timeout, not a hang
+    int64_t started = zclock_mono ();
+    assert_int_equal (s_cli ("tcp://127.0.0.1:1", (const char *[]) { "--timeout-ms", "500", "ping", NULL },
+                             &output), 3);
+    assert_true (zclock_mono () - started < 3000);
+    assert_string_equal (output, "");
+    zstr_free (&output);
+
+    //  Bad usage
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "nosuchcommand", NULL }, &output), 2);
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "get", NULL }, &output), 2);
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "approver", "--auto", "maybe", NULL },
+                             &output), 2);
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "tools", "--stage", "x", NULL }, &output), 2);
+    zstr_free (&output);
+}
+
+//  Ctrl-C during a call cancels it: the broker answers CANCELLED at once
+static void
+test_call_interrupted (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    const char *argv [] = { CLI, "--broker", broker->endpoint, "call", "sleep_ms", "{\"ms\":20000}", NULL };
+    dsh_testproc_t *call = dsh_testproc_start (argv);
+    assert_non_null (call);
+    //  Until the call is in flight
+    dsh_client_t *client = dsh_client_new (broker->endpoint);
+    int64_t give_up = zclock_mono () + 5000;
+    bool in_flight = false;
+    while (!in_flight && zclock_mono () < give_up) {
+        char error [256];
+        dsh_reply_t *pong = dsh_client_request (client, DSH_PING, NULL, 1000, error, sizeof (error));
+        assert_non_null (pong);
+        in_flight = dsh_map_get (dsh_reply_body (pong), "inFlight")->via.u64 == 1;
+        dsh_reply_destroy (&pong);
+        if (!in_flight)
+            zclock_sleep (20);
+    }
+    assert_true (in_flight);
+    int64_t started = zclock_mono ();
+    dsh_testproc_signal (call, SIGINT);
+    assert_int_equal (dsh_testproc_wait (call, 5000), 1);
+    assert_true (zclock_mono () - started < 3000);
+    const char *output = dsh_testproc_output (call, 1000);
+    json_t *result = s_parse (output);
+    assert_string_equal (json_string_value (json_object_get (json_object_get (result, "error"), "code")),
+                         DSH_E_CANCELLED);
+    json_decref (result);
+    dsh_testproc_destroy (&call);
+    dsh_client_destroy (&client);
+}
+
+static void
+test_help (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    const char *commands [] = { "ping", "tools", "get", "call", "watch", "schemas", "chain", "mode",
+                                "approve", "deny", "pending", "approver", NULL };
+    for (size_t index = 0; commands [index]; index++) {
+        char *output;
+        assert_int_equal (s_cli (broker->endpoint, (const char *[]) { commands [index], "--help", NULL },
+                                 &output), 0);
+        char *usage = zsys_sprintf ("] %s", commands [index]);
+        if (!strstr (output, usage))
+            fail_msg ("dsh %s --help says: %s", commands [index], output);
+        zstr_free (&usage);
+        zstr_free (&output);
+    }
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "--help", NULL }, &output), 0);
+    for (size_t index = 0; commands [index]; index++)
+        assert_non_null (strstr (output, commands [index]));
+    zstr_free (&output);
+}
+
+static void
+test_schemas (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    const char *formats [] = { "json", "openai", "anthropic", "mcp", NULL };
+    for (size_t index = 0; formats [index]; index++) {
+        char *output;
+        assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "schemas", "--format", formats [index], NULL },
+                                 &output), 0);
+        json_t *rendered = s_parse (output);
+        assert_non_null (strstr (output, "sleep_ms"));
+        json_decref (rendered);
+        zstr_free (&output);
+    }
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "schemas", "--format", "markdown", NULL },
+                             &output), 0);
+    assert_non_null (strstr (output, "## Tools"));
+    assert_non_null (strstr (output, "echo"));
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "schemas", "--format", "yaml", NULL },
+                             &output), 2);
+    zstr_free (&output);
+}
+
+//  Issue requirement (typed definitions): `dsh call` with a missing
+//  required argument prints the violation and exits non-zero, and the
+//  handler never ran.
+static void
+test_missing_required_argument (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    char root [] = "/tmp/dsh-cli-fs-XXXXXX";
+    assert_non_null (mkdtemp (root));
+    dsh_testproc_t *fs = dsh_testkit_component ("components/fs/dsh-fs", broker->endpoint, "fs",
+                                                (const char *[]) { "--root", root, NULL });
+    assert_non_null (fs);
+    assert_int_equal (dsh_testkit_wait_tools (broker->endpoint, "write_file", 1, 5000), 0);
+
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "write_file", "{\"path\":\"x.txt\"}", NULL },
+                             &output), 1);
+    assert_non_null (strstr (output, "missing required property \\\"content\\\""));
+    json_t *result = s_parse (output);
+    assert_string_equal (json_string_value (json_object_get (json_object_get (result, "error"), "code")),
+                         DSH_E_INVALID_ARGS);
+    json_decref (result);
+    zstr_free (&output);
+    char *written = zsys_sprintf ("%s/x.txt", root);
+    struct stat status;
+    assert_int_equal (stat (written, &status), -1);
+    assert_int_equal (errno, ENOENT);
+
+    //  With the argument, the handler runs
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "write_file",
+                                                                  "{\"path\":\"x.txt\",\"content\":\"now\"}", NULL },
+                             &output), 0);
+    zstr_free (&output);
+    assert_int_equal (stat (written, &status), 0);
+    assert_int_equal (status.st_size, 3);
+    unlink (written);
+    zstr_free (&written);
+    dsh_testproc_destroy (&fs);
+    assert_int_equal (rmdir (root), 0);
+}
+
+//  ---------------------------------------------------------------------
+//  The chain commands
+
+static void
+test_chain_command (void **state)
+{
+    (void) state;
+    broker_t *broker = s_broker_start (
+        "chain\n"
+        "    stage\n"
+        "        name = \"outer\"\n"
+        "        kind = \"trace\"\n"
+        "    stage\n"
+        "        name = \"inner\"\n"
+        "        kind = \"trace\"\n"
+        "        timeout_ms = 1234\n");
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "echo", "{\"message\":\"m\"}", NULL },
+                             &output), 0);
+    assert_non_null (strstr (output, "m outer:before inner:before inner:after outer:after"));
+    zstr_free (&output);
+
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "chain", NULL }, &output), 0);
+    json_t *stages = s_parse (output);
+    assert_true (json_is_array (stages));
+    assert_int_equal (json_array_size (stages), 2);
+    json_t *outer = json_array_get (stages, 0);
+    json_t *inner = json_array_get (stages, 1);
+    assert_string_equal (json_string_value (json_object_get (outer, "name")), "outer");
+    assert_string_equal (json_string_value (json_object_get (outer, "kind")), "trace");
+    assert_string_equal (json_string_value (json_object_get (outer, "where")), "inproc");
+    assert_false (json_is_true (json_object_get (outer, "failOpen")));
+    assert_int_equal (json_integer_value (json_object_get (outer, "passed")), 1);
+    assert_int_equal (json_integer_value (json_object_get (outer, "answered")), 0);
+    assert_int_equal (json_integer_value (json_object_get (outer, "failed")), 0);
+    assert_string_equal (json_string_value (json_object_get (inner, "name")), "inner");
+    assert_int_equal (json_integer_value (json_object_get (inner, "timeoutMs")), 1234);
+    assert_int_equal (json_integer_value (json_object_get (inner, "passed")), 1);
+    json_decref (stages);
+    zstr_free (&output);
+    s_broker_stop (&broker);
+
+    //  A broker with no chain shows an empty one
+    broker = s_broker_start (NULL);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "chain", NULL }, &output), 0);
+    stages = s_parse (output);
+    assert_int_equal (json_array_size (stages), 0);
+    json_decref (stages);
+    zstr_free (&output);
+    s_broker_stop (&broker);
+}
+
+static void
+test_mode (void **state)
+{
+    (void) state;
+    broker_t *broker = s_broker_start (
+        "chain\n"
+        "    stage\n"
+        "        name = \"plan\"\n"
+        "        kind = \"plan\"\n"
+        "    stage\n"
+        "        name = \"planning-2\"\n"
+        "        kind = \"plan\"\n");
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "mode", "planner", "plan", NULL }, &output), 0);
+    json_t *data = s_parse (output);
+    assert_string_equal (json_string_value (json_object_get (data, "agent")), "planner");
+    assert_string_equal (json_string_value (json_object_get (data, "mode")), "plan");
+    json_decref (data);
+    zstr_free (&output);
+
+    //  A call as that agent is denied; another agent's passes
+    const char *as_planner [] = { "call", "echo", "{\"message\":\"m\"}", "--agent", "planner", NULL };
+    assert_int_equal (s_cli (broker->endpoint, as_planner, &output), 1);
+    json_t *result = s_parse (output);
+    assert_string_equal (json_string_value (json_object_get (json_object_get (result, "error"), "code")),
+                         DSH_E_DENIED);
+    assert_non_null (strstr (output, "not available in plan mode"));
+    json_decref (result);
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "echo", "{\"message\":\"m\"}",
+                                                                  "--agent", "builder", NULL }, &output), 0);
+    zstr_free (&output);
+
+    //  Back to normal
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "mode", "planner", "normal", NULL }, &output), 0);
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, as_planner, &output), 0);
+    zstr_free (&output);
+
+    //  --stage picks another plan stage
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "mode", "planner", "plan",
+                                                                  "--stage", "planning-2", NULL }, &output), 0);
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, as_planner, &output), 1);
+    assert_non_null (strstr (output, "not available in plan mode"));
+    zstr_free (&output);
+
+    //  No such stage: exit 1, nothing on stdout; a bad mode: usage
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "mode", "planner", "plan",
+                                                                  "--stage", "nosuch", NULL }, &output), 1);
+    assert_string_equal (output, "");
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "mode", "planner", "later", NULL }, &output), 2);
+    zstr_free (&output);
+    s_broker_stop (&broker);
+}
+
+static const char *s_permission =
+    "chain\n"
+    "    stage\n"
+    "        name = \"permission\"\n"
+    "        kind = \"permission\"\n"
+    "        timeout_ms = 20000\n"
+    "        approval_timeout_ms = 10000\n"
+    "        rule\n"
+    "            tool = \"sample_*\"\n"
+    "            action = \"ask\"\n";
+
+//  Starts `dsh approver` with extra args. stdin_fd >= 0 becomes its stdin.
+static dsh_testproc_t *
+s_approver_start (broker_t *broker, const char *const *extra, int stdin_fd)
+{
+    const char *argv [16] = { CLI, "--broker", broker->endpoint, "approver" };
+    size_t argc = 4;
+    for (size_t index = 0; extra && extra [index] && argc < 15; index++)
+        argv [argc++] = extra [index];
+    argv [argc] = NULL;
+    //  The kit passes our stdin on: lend it the pipe for the start
+    int saved = -1;
+    if (stdin_fd >= 0) {
+        saved = dup (STDIN_FILENO);
+        assert_true (saved >= 0);
+        assert_int_equal (dup2 (stdin_fd, STDIN_FILENO), STDIN_FILENO);
+    }
+    dsh_testproc_t *approver = dsh_testproc_start (argv);
+    if (saved >= 0) {
+        dup2 (saved, STDIN_FILENO);
+        close (saved);
+    }
+    assert_non_null (approver);
+    return approver;
+}
+
+//  Sends a call that asks until the approver reports it pending (it is
+//  denied at once until the stage has heard from the approver). Returns
+//  the approver's pending line as JSON.
+static json_t *
+s_call_until_pending (dsh_client_t *client, dsh_testproc_t *approver, const char *call_id)
+{
+    int64_t give_up = zclock_mono () + 10000;
+    int attempt = 0;
+    char *line = NULL;
+    while (!line && zclock_mono () < give_up) {
+        char attempt_id [64];
+        snprintf (attempt_id, sizeof (attempt_id), "%s-try%d", call_id, attempt++);
+        assert_non_null (dsh_client_call_send (client, attempt_id, "sample_content", NULL, 0, NULL, NULL, 0, 30000));
+        dsh_reply_t *reply = NULL;
+        while (!line && !reply && zclock_mono () < give_up) {
+            line = dsh_testproc_wait_line (approver, "\"pending\"", 100);
+            if (!line)
+                reply = dsh_client_recv (client, 0);
+        }
+        if (reply) {
+            assert_string_equal (dsh_reply_text (reply), "Error: tool \"sample_content\" requires approval");
+            dsh_reply_destroy (&reply);
+        }
+    }
+    assert_non_null (line);
+    json_t *pending = s_parse (line);
+    zstr_free (&line);
+    assert_string_equal (json_string_value (json_object_get (pending, "event")), "pending");
+    assert_string_equal (json_string_value (json_object_get (pending, "tool")), "sample_content");
+    assert_memory_equal (json_string_value (json_object_get (pending, "callId")), call_id, strlen (call_id));
+    assert_int_equal (strlen (json_string_value (json_object_get (pending, "id"))), 8);
+    return pending;
+}
+
+//  The next reply (a RESULT) on client, or fail.
+static dsh_reply_t *
+s_result (dsh_client_t *client)
+{
+    dsh_reply_t *reply = dsh_client_recv (client, 15000);
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_command (reply), DSH_RESULT);
+    return reply;
+}
+
+static void
+test_approver_auto (void **state)
+{
+    (void) state;
+    broker_t *broker = s_broker_start (s_permission);
+    dsh_client_t *client = dsh_client_new (broker->endpoint);
+
+    //  --auto allow: the held call goes on to the tool
+    dsh_testproc_t *approver = s_approver_start (broker, (const char *[]) { "--auto", "allow", NULL }, -1);
+    json_t *pending = s_call_until_pending (client, approver, "auto-allow");
+    json_decref (pending);
+    dsh_reply_t *reply = s_result (client);
+    assert_false (dsh_reply_is_error (reply));
+    assert_string_equal (dsh_reply_text (reply), "sample text");
+    dsh_reply_destroy (&reply);
+    char *line = dsh_testproc_wait_line (approver, "\"resolved\"", 5000);
+    assert_non_null (line);
+    json_t *resolved = s_parse (line);
+    assert_string_equal (json_string_value (json_object_get (resolved, "outcome")), "allowed");
+    json_decref (resolved);
+    zstr_free (&line);
+    //  ... and so does a `dsh call` from another process
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "sample_content", NULL }, &output), 0);
+    zstr_free (&output);
+    //  SIGTERM ends it cleanly
+    dsh_testproc_signal (approver, SIGTERM);
+    assert_int_equal (dsh_testproc_wait (approver, 5000), 0);
+    dsh_testproc_destroy (&approver);
+
+    //  --auto deny: the call is rejected
+    approver = s_approver_start (broker, (const char *[]) { "--auto", "deny", NULL }, -1);
+    pending = s_call_until_pending (client, approver, "auto-deny");
+    json_decref (pending);
+    reply = s_result (client);
+    assert_true (dsh_reply_is_error (reply));
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_DENIED);
+    assert_string_equal (dsh_reply_text (reply), "Error: tool \"sample_content\" was rejected by the approver");
+    dsh_reply_destroy (&reply);
+    line = dsh_testproc_wait_line (approver, "\"resolved\"", 5000);
+    assert_non_null (line);
+    assert_non_null (strstr (line, "\"outcome\":\"rejected\""));
+    zstr_free (&line);
+    dsh_testproc_signal (approver, SIGINT);
+    assert_int_equal (dsh_testproc_wait (approver, 5000), 0);
+    dsh_testproc_destroy (&approver);
+
+    //  A stage that is not a permission stage has no approvals socket
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "approver", "--stage", "nosuch", NULL }, &output), 1);
+    zstr_free (&output);
+    dsh_client_destroy (&client);
+    s_broker_stop (&broker);
+}
+
+static void
+test_pending_and_approve (void **state)
+{
+    (void) state;
+    broker_t *broker = s_broker_start (s_permission);
+    dsh_client_t *client = dsh_client_new (broker->endpoint);
+    int in [2];
+    assert_int_equal (pipe2 (in, O_CLOEXEC), 0);
+    dsh_testproc_t *approver = s_approver_start (broker, NULL, in [0]);
+    close (in [0]);
+
+    //  A call waits; `dsh pending` shows it; `dsh approve` from another
+    //  process lets it through
+    json_t *pending = s_call_until_pending (client, approver, "held");
+    const char *id = json_string_value (json_object_get (pending, "id"));
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "pending", NULL }, &output), 0);
+    json_t *open = s_parse (output);
+    assert_int_equal (json_array_size (open), 1);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (open, 0), "id")), id);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (open, 0), "tool")), "sample_content");
+    json_decref (open);
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "approve", id, NULL }, &output), 0);
+    json_t *data = s_parse (output);
+    assert_string_equal (json_string_value (json_object_get (data, "id")), id);
+    assert_string_equal (json_string_value (json_object_get (data, "outcome")), "allowed");
+    json_decref (data);
+    zstr_free (&output);
+    dsh_reply_t *reply = s_result (client);
+    assert_false (dsh_reply_is_error (reply));
+    assert_string_equal (dsh_reply_text (reply), "sample text");
+    dsh_reply_destroy (&reply);
+    char *line = dsh_testproc_wait_line (approver, "\"resolved\"", 5000);
+    assert_non_null (line);
+    assert_non_null (strstr (line, id));
+    assert_non_null (strstr (line, "\"outcome\":\"allowed\""));
+    zstr_free (&line);
+    //  Deciding it again is an error
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "deny", id, NULL }, &output), 1);
+    assert_string_equal (output, "");
+    zstr_free (&output);
+    json_decref (pending);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "pending", NULL }, &output), 0);
+    open = s_parse (output);
+    assert_int_equal (json_array_size (open), 0);
+    json_decref (open);
+    zstr_free (&output);
+
+    //  `dsh deny` rejects
+    pending = s_call_until_pending (client, approver, "denied");
+    id = json_string_value (json_object_get (pending, "id"));
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "deny", id, NULL }, &output), 0);
+    assert_non_null (strstr (output, "rejected"));
+    zstr_free (&output);
+    reply = s_result (client);
+    assert_string_equal (dsh_reply_text (reply), "Error: tool \"sample_content\" was rejected by the approver");
+    dsh_reply_destroy (&reply);
+    json_decref (pending);
+
+    //  Decisions typed on the approver's stdin: y for the latest, deny ID
+    pending = s_call_until_pending (client, approver, "typed-yes");
+    json_decref (pending);
+    const char *yes = "y\n";
+    assert_int_equal (write (in [1], yes, strlen (yes)), (ssize_t) strlen (yes));
+    reply = s_result (client);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+    pending = s_call_until_pending (client, approver, "typed-deny");
+    char *command = zsys_sprintf ("nonsense\ndeny %s\n", json_string_value (json_object_get (pending, "id")));
+    assert_int_equal (write (in [1], command, strlen (command)), (ssize_t) strlen (command));
+    zstr_free (&command);
+    json_decref (pending);
+    reply = s_result (client);
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_DENIED);
+    assert_string_equal (dsh_reply_text (reply), "Error: tool \"sample_content\" was rejected by the approver");
+    dsh_reply_destroy (&reply);
+
+    //  End of stdin ends the approver
+    close (in [1]);
+    assert_int_equal (dsh_testproc_wait (approver, 5000), 0);
+    dsh_testproc_destroy (&approver);
+    dsh_client_destroy (&client);
+    s_broker_stop (&broker);
+}
+
+int
+main (void)
+{
+    zsys_init ();
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test_setup_teardown (test_queries, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_calls, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_call_interrupted, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_help, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_schemas, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_missing_required_argument, s_setup, s_teardown),
+        cmocka_unit_test (test_chain_command),
+        cmocka_unit_test (test_mode),
+        cmocka_unit_test (test_approver_auto),
+        cmocka_unit_test (test_pending_and_approve),
+    };
+    return cmocka_run_group_tests (tests, NULL, NULL);
+}
