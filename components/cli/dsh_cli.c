@@ -52,6 +52,7 @@ typedef struct {
     long count;                 //  watch --count; -1 = until SIGINT
     const char *stage;          //  --stage; NULL = the command's default stage
     const char *auto_outcome;   //  approver --auto: "allow" or "deny"; NULL = ask stdin
+    const char *batch;          //  call --batch: a file of calls, "-" for stdin
     const char *args [2];       //  positional arguments
     int nargs;
 } options_t;
@@ -84,10 +85,13 @@ static const command_t s_commands [] = {
     { "ping", "ping", "show the broker's status (PONG)", "", 0, 0, s_ping },
     { "tools", "tools", "list the registered tools as a JSON array", "", 0, 0, s_tools },
     { "get", "get NAME", "show one tool and its providers", "", 1, 1, s_get },
-    { "call", "call NAME [JSON] [--agent ID] [--timeout-ms N]",
+    { "call", "call NAME [JSON] [--agent ID] [--timeout-ms N] | call --batch FILE|- [--agent ID]",
       "call a tool with JSON arguments (default {}); exit 1 if the result is an error;\n"
-      "Ctrl-C cancels the call and prints the broker's answer to that",
-      "agent", 1, 2, s_call },
+      "progress shows on stderr (a bar on a terminal); Ctrl-C cancels the call.\n"
+      "--batch runs a JSON array of {\"name\", \"arguments\"} as one model turn: runs of\n"
+      "concurrency-safe tools in parallel, others alone and in order; prints the results\n"
+      "in call order as a JSON array; exit 1 if any is an error",
+      "agent batch", 0, 2, s_call },
     { "watch", "watch [--count N]",
       "print a snapshot, then every change, one JSON line each; stop after N changes",
       "count", 0, 0, s_watch },
@@ -285,6 +289,9 @@ s_parse (int argc, char *argv [], int index, const command_t *command,
             options->stage = value;
         }
         else
+        if (streq (name, "batch"))
+            options->batch = value;
+        else
         if (streq (name, "auto")) {
             if (!streq (value, "allow") && !streq (value, "deny")) {
                 *exit_code = s_usage_error (command, "--auto takes allow or deny, not \"%s\"", value);
@@ -434,6 +441,53 @@ s_get (options_t *options)
 //  Waits for the RESULT of call_id: at most the call's deadline plus a
 //  margin. Ctrl-C (or SIGTERM) cancels the call instead, and then waits at
 //  most CANCEL_WAIT_MS for the broker's answer to it. NULL if none came.
+//  Whether a progress bar is on the terminal's last line.
+static bool s_bar_shown;
+
+//  A call's progress on stderr: a bar on a terminal, plain lines otherwise.
+static void
+s_progress_show (dsh_reply_t *reply)
+{
+    const msgpack_object *body = dsh_reply_body (reply);
+    const msgpack_object *progress = dsh_map_get (body, "progress");
+    const msgpack_object *total = dsh_map_get (body, "total");
+    const msgpack_object *message = dsh_map_get (body, "message");
+    double done = progress && (progress->type == MSGPACK_OBJECT_FLOAT64 || progress->type == MSGPACK_OBJECT_FLOAT32)?
+        progress->via.f64: progress && progress->type == MSGPACK_OBJECT_POSITIVE_INTEGER? (double) progress->via.u64: 0;
+    double all = total && (total->type == MSGPACK_OBJECT_FLOAT64 || total->type == MSGPACK_OBJECT_FLOAT32)?
+        total->via.f64: total && total->type == MSGPACK_OBJECT_POSITIVE_INTEGER? (double) total->via.u64: -1;
+    int text_size = message && message->type == MSGPACK_OBJECT_STR? (int) message->via.str.size: 0;
+    const char *text = text_size? message->via.str.ptr: "";
+    if (text_size > 60)
+        text_size = 60;
+    if (isatty (STDERR_FILENO)) {
+        char bar [31];
+        int filled = all > 0? (int) (30 * (done > all? 1: done / all)): 0;
+        for (int index = 0; index < 30; index++)
+            bar [index] = index < filled? '#': '.';
+        bar [30] = 0;
+        if (all > 0)
+            fprintf (stderr, "\r[%s] %g/%g %.*s\033[K", bar, done, all, text_size, text);
+        else
+            fprintf (stderr, "\r%g %.*s\033[K", done, text_size, text);
+        s_bar_shown = true;
+    }
+    else
+    if (all > 0)
+        fprintf (stderr, "progress %g/%g %.*s\n", done, all, text_size, text);
+    else
+        fprintf (stderr, "progress %g %.*s\n", done, text_size, text);
+    fflush (stderr);
+}
+
+static void
+s_progress_end (void)
+{
+    if (s_bar_shown)
+        fprintf (stderr, "\n");
+    s_bar_shown = false;
+}
+
 static dsh_reply_t *
 s_call_wait (dsh_client_t *client, const char *call_id, int timeout_ms, bool *interrupted)
 {
@@ -453,16 +507,69 @@ s_call_wait (dsh_client_t *client, const char *call_id, int timeout_ms, bool *in
         //  Short waits, so that a signal is seen even if it does not
         //  interrupt the poll
         dsh_reply_t *reply = dsh_client_recv (client, left < WATCH_POLL_MS? (int) left: WATCH_POLL_MS);
-        if (reply && streq (dsh_reply_command (reply), DSH_RESULT)
-        &&  dsh_reply_call_id (reply) && streq (dsh_reply_call_id (reply), call_id))
+        bool ours = reply && dsh_reply_call_id (reply) && streq (dsh_reply_call_id (reply), call_id);
+        if (ours && streq (dsh_reply_command (reply), DSH_RESULT)) {
+            s_progress_end ();
             return reply;
-        dsh_reply_destroy (&reply);        //  progress, or a stray reply
+        }
+        if (ours && streq (dsh_reply_command (reply), DSH_PROGRESS))
+            s_progress_show (reply);
+        dsh_reply_destroy (&reply);        //  shown, or a stray reply
     }
+}
+
+//  call --batch: one model turn's calls, the way coding agents run them.
+static int
+s_call_batch (options_t *options)
+{
+    json_error_t parse_error;
+    json_t *calls = streq (options->batch, "-")?
+        json_loadf (stdin, JSON_REJECT_DUPLICATES, &parse_error):
+        json_load_file (options->batch, JSON_REJECT_DUPLICATES, &parse_error);
+    if (!calls) {
+        fprintf (stderr, "dsh: invalid batch %s: %s (line %d)\n", options->batch, parse_error.text, parse_error.line);
+        return EXIT_USAGE;
+    }
+    dsh_client_t *client = s_client (options);
+    if (!client) {
+        json_decref (calls);
+        return EXIT_NO_BROKER;
+    }
+    char error [512];
+    json_t *results = dsh_client_batch (client, calls, options->agent, options->timeout_ms, error, sizeof (error));
+    int exit_code = 0;
+    if (!results) {
+        fprintf (stderr, "dsh: %s\n", error);
+        exit_code = json_is_array (calls)? EXIT_NO_BROKER: EXIT_USAGE;
+        if (strstr (error, "batch entry"))
+            exit_code = EXIT_USAGE;
+    }
+    else {
+        s_print (results, JSON_DOCUMENT);
+        for (size_t index = 0; index < json_array_size (results); index++)
+            if (json_is_true (json_object_get (json_array_get (results, index), "isError")))
+                exit_code = EXIT_TOOL_ERROR;
+        json_decref (results);
+    }
+    json_decref (calls);
+    dsh_client_destroy (&client);
+    return exit_code;
 }
 
 static int
 s_call (options_t *options)
 {
+    if (options->batch) {
+        if (options->nargs) {
+            fprintf (stderr, "dsh: call --batch takes no NAME or JSON\n");
+            return EXIT_USAGE;
+        }
+        return s_call_batch (options);
+    }
+    if (options->nargs < 1) {
+        fprintf (stderr, "dsh: call: missing argument (try dsh call --help)\n");
+        return EXIT_USAGE;
+    }
     const char *args_json = options->nargs > 1? options->args [1]: "{}";
     //  Checked here so that bad input is a usage error and nothing is sent
     char error [512];
