@@ -196,6 +196,40 @@ test_calls (void **state)
     zstr_free (&output);
 }
 
+//  call --batch: results in call order, one per call, exit 1 if any failed
+static void
+test_call_batch (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    char path [] = "/tmp/dsh-batch-XXXXXX";
+    int fd = mkstemp (path);
+    assert_true (fd >= 0);
+    const char *batch = "[{\"name\":\"echo\",\"arguments\":{\"message\":\"one\"}},"
+                        " {\"name\":\"sleep_ms\",\"arguments\":{\"ms\":1}},"
+                        " {\"name\":\"nope\",\"arguments\":{}},"
+                        " {\"name\":\"echo\",\"arguments\":{\"message\":\"four\"}}]";
+    assert_true (write (fd, batch, strlen (batch)) == (ssize_t) strlen (batch));
+    close (fd);
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "--batch", path, NULL }, &output), 1);
+    json_t *results = s_parse (output);
+    assert_int_equal (json_array_size (results), 4);
+    const char *texts [] = { "one", "slept 1 ms", "Error: unknown tool \"nope\"", "four" };
+    for (size_t index = 0; index < 4; index++)
+        assert_string_equal (json_string_value (json_object_get (json_array_get (json_object_get (
+            json_array_get (results, index), "content"), 0), "text")), texts [index]);
+    json_decref (results);
+    zstr_free (&output);
+    //  Not an array of calls: a usage error, nothing sent
+    assert_true (truncate (path, 0) == 0);
+    fd = open (path, O_WRONLY);
+    assert_true (write (fd, "{\"name\":1}", 10) == 10);
+    close (fd);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "--batch", path, NULL }, &output), 2);
+    zstr_free (&output);
+    unlink (path);
+}
+
 //  Ctrl-C during a call cancels it: the broker answers CANCELLED at once
 static void
 test_call_interrupted (void **state)
@@ -656,6 +690,7 @@ main (void)
     const struct CMUnitTest tests [] = {
         cmocka_unit_test_setup_teardown (test_queries, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_calls, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_call_batch, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_call_interrupted, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_help, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_schemas, s_setup, s_teardown),
