@@ -24,6 +24,7 @@ typedef struct {
     int64_t last_seen_ms;
     zlistx_t *tools;            //  char * names it provides
     size_t outstanding;         //  calls sent to it and not yet answered
+    bool unreachable;           //  a send to it failed; cleared when it is heard from
 } s_component_t;
 
 struct _dsh_catalog_t {
@@ -398,6 +399,7 @@ dsh_catalog_touch (dsh_catalog_t *self, const char *component, uint64_t generati
     if (!record)
         return 1;
     record->last_seen_ms = now_ms;
+    record->unreachable = false;
     return record->generation == generation? 0: 1;
 }
 
@@ -429,6 +431,7 @@ dsh_catalog_seen (dsh_catalog_t *self, const char *component, int64_t now_ms)
     if (!record)
         return -1;
     record->last_seen_ms = now_ms;
+    record->unreachable = false;
     return 0;
 }
 
@@ -489,17 +492,30 @@ dsh_catalog_provider (dsh_catalog_t *self, const char *name, const char *except)
         return NULL;
     const char *best = NULL;
     size_t best_outstanding = SIZE_MAX;
+    bool best_reachable = false;
     for (char *id = zlistx_first (tool->providers); id; id = zlistx_next (tool->providers)) {
         if (except && streq (id, except))
             continue;
         s_component_t *record = (s_component_t *) zhashx_lookup (self->components, id);
         size_t outstanding = record? record->outstanding: SIZE_MAX - 1;
-        if (outstanding < best_outstanding) {
+        bool reachable = record && !record->unreachable;
+        if ((reachable && !best_reachable)
+        ||  (reachable == best_reachable && outstanding < best_outstanding)) {
             best = id;
             best_outstanding = outstanding;
+            best_reachable = reachable;
         }
     }
     return best;
+}
+
+void
+dsh_catalog_unreachable (dsh_catalog_t *self, const char *component)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (record)
+        record->unreachable = true;
 }
 
 void

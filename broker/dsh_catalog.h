@@ -115,11 +115,18 @@ zchunk_t *
 bool
     dsh_catalog_idempotent (dsh_catalog_t *self, const char *name);
 
-//  The provider that should take the next call to name: the live provider
-//  with the fewest calls outstanding (the earliest on ties). NULL if the
-//  tool is unknown. except may name a component to skip, or be NULL.
+//  The provider that should take the next call to name: the reachable
+//  provider with the fewest calls outstanding (the earliest on ties), or an
+//  unreachable one if there is no other. NULL if the tool is unknown.
+//  except may name a component to skip, or be NULL.
 const char *
     dsh_catalog_provider (dsh_catalog_t *self, const char *name, const char *except);
+
+//  Note that a component's work socket refused a send (it is not
+//  connected): providers are chosen among the others until it is heard
+//  from again.
+void
+    dsh_catalog_unreachable (dsh_catalog_t *self, const char *component);
 
 //  Count a call started on (+1) or finished by (-1) a component.
 void

@@ -202,6 +202,27 @@ s_send_work (self_t *self, const char *component, const char *command, zframe_t 
     return dsh_sock_send (self->work, &msg);
 }
 
+//  Sends a CALL to a component. On failure (errno EHOSTUNREACH: not
+//  connected; EAGAIN: its queue is full) the body is still the caller's,
+//  so the call can go elsewhere; on success it has moved into libzmq.
+static int
+s_send_call (self_t *self, const char *component, uint64_t token, zframe_t **body_p)
+{
+    //  libzmq takes or refuses a multipart message at its first frame
+    zframe_t *identity = zframe_from (component);
+    if (zframe_send (&identity, self->work, ZFRAME_MORE | ZFRAME_DONTWAIT)) {
+        int saved_errno = errno;
+        zframe_destroy (&identity);
+        errno = saved_errno;
+        return -1;
+    }
+    zmsg_t *msg = dsh_proto_message (NULL, DSH_CALL);
+    zframe_t *token_frame = dsh_dispatch_token_frame (token);
+    zmsg_append (msg, &token_frame);
+    zmsg_append (msg, body_p);
+    return dsh_sock_send (self->work, &msg);
+}
+
 static void
 s_send_sync (self_t *self, const char *component)
 {
@@ -354,18 +375,33 @@ s_dispatch (self_t *self, zmsg_t **envelope_p, uint64_t chain_token, dsh_doc_t *
     uint64_t token = dsh_dispatch_add (self->dispatch, envelope_p, chain_token, head->call_id, head->name,
                                        provider, zclock_mono () + (int64_t) timeout_ms);
     char *component = strdup (provider);
+    dsh_pending_t *pending = dsh_dispatch_lookup (self->dispatch, token);
     if (dsh_catalog_idempotent (self->catalog, head->name))
         //  Kept so the call can go to another replica if this one dies
-        dsh_dispatch_lookup (self->dispatch, token)->body = zframe_dup (*body_p);
+        pending->body = zframe_dup (*body_p);
     //  The head points into the body's frame; done with it before it moves on
     dsh_doc_destroy (doc_p);
-    zframe_t *token_frame = dsh_dispatch_token_frame (token);
-    if (s_send_work (self, component, DSH_CALL, &token_frame, body_p) == 0) {
+    int rc;
+    int send_errno = 0;
+    while ((rc = s_send_call (self, component, token, body_p)) && (send_errno = errno) == EHOSTUNREACH) {
+        //  Not connected (it died, and has not expired yet): the call never
+        //  left, so any other provider may take it
+        dsh_catalog_unreachable (self->catalog, component);
+        const char *other = dsh_catalog_provider (self->catalog, pending->tool, component);
+        if (!other || streq (other, component))
+            break;
+        zstr_free (&component);
+        component = strdup (other);
+        zstr_free (&pending->component);
+        pending->component = strdup (other);
+    }
+    if (rc == 0) {
         dsh_catalog_outstanding (self->catalog, component, +1);
         self->calls++;
     }
     else {
-        bool full = errno == EAGAIN;
+        bool full = send_errno == EAGAIN;
+        zframe_destroy (body_p);
         dsh_pending_t *entry = dsh_dispatch_take (self->dispatch, token);
         char text [DSH_NAME_MAX + DSH_ID_MAX + 128];
         if (full)

@@ -22,6 +22,7 @@ struct _dsh_client_t {
     char *endpoint;
     zlistx_t *stash;            //  dsh_reply_t * received while waiting for another
     zhashx_t *cancelled;        //  callId -> "sent" | "answered": calls this client cancelled
+    zhashx_t *open_calls;       //  callIds sent and not yet answered
     uint64_t sequence;          //  for request ids and call ids
     char *prefix;               //  makes this client's call ids unique
     char call_id [DSH_CALL_ID_MAX + 1];
@@ -70,6 +71,7 @@ dsh_client_new (const char *broker)
     self->stash = zlistx_new ();
     zlistx_set_destructor (self->stash, (zlistx_destructor_fn *) dsh_reply_destroy);
     self->cancelled = zhashx_new ();
+    self->open_calls = zhashx_new ();
     zuuid_t *uuid = zuuid_new ();
     self->prefix = zsys_sprintf ("%.8s", zuuid_str (uuid));
     zuuid_destroy (&uuid);
@@ -85,6 +87,7 @@ dsh_client_destroy (dsh_client_t **self_p)
         zsock_destroy (&self->dealer);
         zlistx_destroy (&self->stash);
         zhashx_destroy (&self->cancelled);
+        zhashx_destroy (&self->open_calls);
         zstr_free (&self->endpoint);
         zstr_free (&self->prefix);
         free (self);
@@ -127,7 +130,10 @@ dsh_client_call_send (dsh_client_t *self, const char *call_id, const char *name,
         snprintf (self->call_id, sizeof (self->call_id), "call-%s-%" PRIu64, self->prefix, ++self->sequence);
     zframe_t *body = dsh_proto_encode_call (self->call_id, name, args, args_size, agent,
                                             meta, meta_size, timeout_ms > 0? (uint64_t) timeout_ms: 0);
-    return s_send (self, DSH_CALL, &body) == 0? self->call_id: NULL;
+    if (s_send (self, DSH_CALL, &body))
+        return NULL;
+    zhashx_update (self->open_calls, self->call_id, (void *) 1);
+    return self->call_id;
 }
 
 //  Decodes one received message into a reply; NULL if it is malformed.
@@ -245,7 +251,9 @@ dsh_client_cancel (dsh_client_t *self, const char *call_id)
     dsh_packer_release (&packer);
     if (s_send (self, DSH_CANCEL, &body))
         return -1;
-    zhashx_update (self->cancelled, call_id, "sent");
+    //  A call already answered has had its one reply: the broker's answer
+    //  to this cancel will be dropped
+    zhashx_update (self->cancelled, call_id, zhashx_lookup (self->open_calls, call_id)? "sent": "answered");
     return 0;
 }
 
@@ -267,6 +275,8 @@ s_recv_socket (dsh_client_t *self, int timeout_ms)
         zmsg_destroy (&msg);
         if (reply)
             reply = s_filter_cancelled (self, reply);
+        if (reply && reply->call_id && streq (reply->command, DSH_RESULT))
+            zhashx_delete (self->open_calls, reply->call_id);
         if (reply)
             return reply;
         if (left <= 0)
