@@ -24,63 +24,33 @@
 #include <unistd.h>
 
 //  How much of a request path an error echoes, as dsh_fspath does.
-#define SHOWN_PATH_MAX 80
-
-//  Errors echo request paths; a control byte in one would split the line.
-static void
-s_set_error (char *error, size_t error_size, const char *format, ...)
-    __attribute__ ((format (printf, 3, 4)));
-
-static void
-s_set_error (char *error, size_t error_size, const char *format, ...)
-{
-    if (!error || error_size == 0)
-        return;
-    va_list args;
-    va_start (args, format);
-    vsnprintf (error, error_size, format, args);
-    va_end (args);
-    for (char *c = error; *c; c++)
-        if ((unsigned char) *c < 0x20 || *c == 0x7f)
-            *c = '?';
-}
-
-static void
-s_shorten (const char *path, char *shown, size_t shown_size)
-{
-    if (strlen (path) < shown_size)
-        snprintf (shown, shown_size, "%s", path);
-    else
-        snprintf (shown, shown_size, "%.*s...", (int) (shown_size - 4), path);
-}
-
 //  The reason an open or a stat of an already resolved path failed.
 static void
 s_set_errno_error (int error_number, const char *shown, char *error, size_t error_size)
 {
     switch (error_number) {
         case ELOOP:
-            s_set_error (error, error_size, "path \"%s\" is a symlink", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is a symlink", shown);
             break;
         case ENOENT:
-            s_set_error (error, error_size, "path \"%s\" does not exist", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" does not exist", shown);
             break;
         case EACCES:
         case EPERM:
-            s_set_error (error, error_size, "path \"%s\" is not accessible", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is not accessible", shown);
             break;
         case ENOTDIR:
-            s_set_error (error, error_size, "path \"%s\" is not a directory", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is not a directory", shown);
             break;
         case EISDIR:
-            s_set_error (error, error_size, "path \"%s\" is a directory", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is a directory", shown);
             break;
         case ENOSPC:
         case EDQUOT:
-            s_set_error (error, error_size, "no space left for \"%s\"", shown);
+            dsh_fspath_error (error, error_size, "no space left for \"%s\"", shown);
             break;
         default:
-            s_set_error (error, error_size, "path \"%s\": %s", shown, strerror (error_number));
+            dsh_fspath_error (error, error_size, "path \"%s\": %s", shown, strerror (error_number));
             break;
     }
 }
@@ -109,7 +79,7 @@ s_read_all (int fd, size_t expected, size_t *size_p, const char *shown,
         if (size == capacity) {
             if (capacity > DSH_FSOPS_READ_MAX) {
                 free (buffer);
-                s_set_error (error, error_size,
+                dsh_fspath_error (error, error_size,
                              "path \"%s\": file too large (the limit is %d bytes)",
                              shown, DSH_FSOPS_READ_MAX);
                 return NULL;
@@ -138,7 +108,7 @@ s_read_all (int fd, size_t expected, size_t *size_p, const char *shown,
         size += (size_t) got;
     }
     free (buffer);
-    s_set_error (error, error_size, "out of memory");
+    dsh_fspath_error (error, error_size, "out of memory");
     return NULL;
 }
 
@@ -151,8 +121,8 @@ dsh_fsops_read (dsh_fspath_t *fspath, const char *path, int64_t offset,
     char *resolved = dsh_fspath_resolve (fspath, path, true, error, error_size);
     if (!resolved)
         return NULL;
-    char shown [SHOWN_PATH_MAX + 1];
-    s_shorten (path, shown, sizeof shown);
+    char shown [DSH_FSPATH_SHOWN_MAX + 1];
+    dsh_fspath_shown (path, shown, sizeof shown);
 
     //  O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
     //  writer; the stat below refuses it before any read.
@@ -171,14 +141,14 @@ dsh_fsops_read (dsh_fspath_t *fspath, const char *path, int64_t offset,
     }
     if (!S_ISREG (file_stat.st_mode)) {
         if (S_ISDIR (file_stat.st_mode))
-            s_set_error (error, error_size, "path \"%s\" is a directory", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is a directory", shown);
         else
-            s_set_error (error, error_size, "path \"%s\" is not a regular file", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is not a regular file", shown);
         close (fd);
         return NULL;
     }
     if (file_stat.st_size > DSH_FSOPS_READ_MAX) {
-        s_set_error (error, error_size,
+        dsh_fspath_error (error, error_size,
                      "path \"%s\": file too large (%lld bytes; the limit is %d)",
                      shown, (long long) file_stat.st_size, DSH_FSOPS_READ_MAX);
         close (fd);
@@ -191,7 +161,7 @@ dsh_fsops_read (dsh_fspath_t *fspath, const char *path, int64_t offset,
         return NULL;
     if (!s_is_utf8 (text, size)) {
         free (text);
-        s_set_error (error, error_size, "path \"%s\": file is not UTF-8 text", shown);
+        dsh_fspath_error (error, error_size, "path \"%s\": file is not UTF-8 text", shown);
         return NULL;
     }
     //  A line is everything up to and including its '\n'; a last line
@@ -273,8 +243,8 @@ dsh_fsops_list (dsh_fspath_t *fspath, const char *path, char *error, size_t erro
     char *resolved = dsh_fspath_resolve (fspath, path, true, error, error_size);
     if (!resolved)
         return NULL;
-    char shown [SHOWN_PATH_MAX + 1];
-    s_shorten (path, shown, sizeof shown);
+    char shown [DSH_FSPATH_SHOWN_MAX + 1];
+    dsh_fspath_shown (path, shown, sizeof shown);
 
     int fd = open (resolved, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     int open_errno = errno;
@@ -312,7 +282,7 @@ dsh_fsops_list (dsh_fspath_t *fspath, const char *path, char *error, size_t erro
         }
         if (!entry || !entry->name) {
             s_entry_destroy ((void **) &entry);
-            s_set_error (error, error_size, "out of memory");
+            dsh_fspath_error (error, error_size, "out of memory");
             failed = true;
         }
         else
@@ -361,8 +331,8 @@ dsh_fsops_write (dsh_fspath_t *fspath, const char *path, const void *content,
     char *resolved = dsh_fspath_resolve (fspath, path, false, error, error_size);
     if (!resolved)
         return -1;
-    char shown [SHOWN_PATH_MAX + 1];
-    s_shorten (path, shown, sizeof shown);
+    char shown [DSH_FSPATH_SHOWN_MAX + 1];
+    dsh_fspath_shown (path, shown, sizeof shown);
 
     //  resolved is absolute and names a file, so it has a '/' and a name.
     char *slash = strrchr (resolved, '/');
@@ -371,7 +341,7 @@ dsh_fsops_write (dsh_fspath_t *fspath, const char *path, const void *content,
     char *parent = slash == resolved? strdup ("/"): strndup (resolved, (size_t) (slash - resolved));
     if (!parent) {
         free (resolved);
-        s_set_error (error, error_size, "out of memory");
+        dsh_fspath_error (error, error_size, "out of memory");
         return -1;
     }
     int dir_fd = open (parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -389,11 +359,11 @@ dsh_fsops_write (dsh_fspath_t *fspath, const char *path, const void *content,
     struct stat target_stat;
     if (fstatat (dir_fd, name, &target_stat, AT_SYMLINK_NOFOLLOW) == 0) {
         if (S_ISDIR (target_stat.st_mode)) {
-            s_set_error (error, error_size, "path \"%s\" is a directory", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is a directory", shown);
             goto failed;
         }
         if (!S_ISREG (target_stat.st_mode)) {
-            s_set_error (error, error_size, "path \"%s\" is not a regular file", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is not a regular file", shown);
             goto failed;
         }
         mode = target_stat.st_mode & 07777;
@@ -451,17 +421,17 @@ dsh_fsops_check_sandbox (dsh_fspath_t *fspath, const char *path, bool writing,
     if (streq (policy, "read-only")) {
         if (!writing)
             return 0;
-        s_set_error (error, error_size, "sandbox policy \"read-only\" forbids writing");
+        dsh_fspath_error (error, error_size, "sandbox policy \"read-only\" forbids writing");
         return -1;
     }
     if (!streq (policy, "workspace-write")) {
-        char shown [SHOWN_PATH_MAX + 1];
-        s_shorten (policy, shown, sizeof shown);
-        s_set_error (error, error_size, "unknown sandbox policy \"%s\"", shown);
+        char shown [DSH_FSPATH_SHOWN_MAX + 1];
+        dsh_fspath_shown (policy, shown, sizeof shown);
+        dsh_fspath_error (error, error_size, "unknown sandbox policy \"%s\"", shown);
         return -1;
     }
     if (!workspace || !*workspace) {
-        s_set_error (error, error_size, "sandbox policy \"workspace-write\" names no workspace");
+        dsh_fspath_error (error, error_size, "sandbox policy \"workspace-write\" names no workspace");
         return -1;
     }
     char resolve_error [256];
@@ -475,8 +445,8 @@ dsh_fsops_check_sandbox (dsh_fspath_t *fspath, const char *path, bool writing,
     free (resolved);
     if (within)
         return 0;
-    char shown [SHOWN_PATH_MAX + 1];
-    s_shorten (path, shown, sizeof shown);
-    s_set_error (error, error_size, "path \"%s\" is outside the sandbox workspace", shown);
+    char shown [DSH_FSPATH_SHOWN_MAX + 1];
+    dsh_fspath_shown (path, shown, sizeof shown);
+    dsh_fspath_error (error, error_size, "path \"%s\" is outside the sandbox workspace", shown);
     return -1;
 }

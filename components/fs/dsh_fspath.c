@@ -24,18 +24,8 @@ struct _dsh_fspath_t {
     char *root;                 //  realpath of the root, no trailing '/'
 };
 
-//  How much of a request path an error echoes: enough to recognise it, and
-//  short enough that the reason after it survives a small error buffer.
-#define SHOWN_PATH_MAX 80
-
-//  Request paths are echoed in one-line errors; a newline or other control
-//  byte in them would split the line, so those are shown as '?'.
-static void
-s_set_error (char *error, size_t error_size, const char *format, ...)
-    __attribute__ ((format (printf, 3, 4)));
-
-static void
-s_set_error (char *error, size_t error_size, const char *format, ...)
+void
+dsh_fspath_error (char *error, size_t error_size, const char *format, ...)
 {
     if (!error || error_size == 0)
         return;
@@ -48,9 +38,8 @@ s_set_error (char *error, size_t error_size, const char *format, ...)
             *c = '?';
 }
 
-//  The request path as errors show it: long ones are cut, with "...".
-static void
-s_shorten (const char *path, char *shown, size_t shown_size)
+void
+dsh_fspath_shown (const char *path, char *shown, size_t shown_size)
 {
     if (strlen (path) < shown_size)
         snprintf (shown, shown_size, "%s", path);
@@ -113,23 +102,23 @@ s_set_realpath_error (int error_number, const char *shown,
 {
     switch (error_number) {
         case EACCES:
-            s_set_error (error, error_size, "path \"%s\" is not accessible", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is not accessible", shown);
             break;
         case ELOOP:
-            s_set_error (error, error_size, "path \"%s\" has too many symlinks", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" has too many symlinks", shown);
             break;
         case ENAMETOOLONG:
-            s_set_error (error, error_size, "path \"%s\" is too long", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is too long", shown);
             break;
         case ENOTDIR:
-            s_set_error (error, error_size,
+            dsh_fspath_error (error, error_size,
                          "a component of path \"%s\" is not a directory", shown);
             break;
         case ENOMEM:
-            s_set_error (error, error_size, "out of memory");
+            dsh_fspath_error (error, error_size, "out of memory");
             break;
         default:
-            s_set_error (error, error_size, "path \"%s\" does not exist", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" does not exist", shown);
             break;
     }
 }
@@ -144,7 +133,7 @@ s_resolve_new (dsh_fspath_t *self, const char *shown, const char *relative,
     const char *slash = strrchr (relative, '/');
     const char *name = slash? slash + 1: relative;
     if (*name == '\0' || strcmp (name, ".") == 0 || strcmp (name, "..") == 0) {
-        s_set_error (error, error_size, "path \"%s\" does not name a file", shown);
+        dsh_fspath_error (error, error_size, "path \"%s\" does not name a file", shown);
         return NULL;
     }
     char *parent_request = slash
@@ -153,30 +142,30 @@ s_resolve_new (dsh_fspath_t *self, const char *shown, const char *relative,
     char *parent_joined = parent_request? s_join (self->root, parent_request): NULL;
     free (parent_request);
     if (!parent_joined) {
-        s_set_error (error, error_size, "out of memory");
+        dsh_fspath_error (error, error_size, "out of memory");
         return NULL;
     }
     char *parent = realpath (parent_joined, NULL);
     free (parent_joined);
     if (!parent) {
-        s_set_error (error, error_size, "parent of \"%s\" does not exist", shown);
+        dsh_fspath_error (error, error_size, "parent of \"%s\" does not exist", shown);
         return NULL;
     }
     if (!s_inside (parent, self->root)) {
         free (parent);
-        s_set_error (error, error_size, "path \"%s\" escapes the root", shown);
+        dsh_fspath_error (error, error_size, "path \"%s\" escapes the root", shown);
         return NULL;
     }
     struct stat parent_stat;
     if (stat (parent, &parent_stat) != 0 || !S_ISDIR (parent_stat.st_mode)) {
         free (parent);
-        s_set_error (error, error_size, "parent of \"%s\" is not a directory", shown);
+        dsh_fspath_error (error, error_size, "parent of \"%s\" is not a directory", shown);
         return NULL;
     }
     char *candidate = s_join (parent, name);
     free (parent);
     if (!candidate) {
-        s_set_error (error, error_size, "out of memory");
+        dsh_fspath_error (error, error_size, "out of memory");
         return NULL;
     }
     struct stat name_stat;
@@ -196,14 +185,14 @@ s_resolve_new (dsh_fspath_t *self, const char *shown, const char *relative,
     free (candidate);
     if (!target) {
         if (S_ISLNK (name_stat.st_mode) && realpath_errno == ENOENT)
-            s_set_error (error, error_size, "path \"%s\" is a dangling symlink", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\" is a dangling symlink", shown);
         else
             s_set_realpath_error (realpath_errno, shown, error, error_size);
         return NULL;
     }
     if (!s_inside (target, self->root)) {
         free (target);
-        s_set_error (error, error_size, "path \"%s\" escapes the root", shown);
+        dsh_fspath_error (error, error_size, "path \"%s\" escapes the root", shown);
         return NULL;
     }
     return target;
@@ -256,25 +245,25 @@ dsh_fspath_resolve (dsh_fspath_t *self, const char *path, bool must_exist,
 {
     assert (self);
     if (!path || *path == '\0') {
-        s_set_error (error, error_size, "path is empty");
+        dsh_fspath_error (error, error_size, "path is empty");
         return NULL;
     }
     if (strnlen (path, PATH_MAX + 1) > PATH_MAX) {
-        s_set_error (error, error_size, "path is too long");
+        dsh_fspath_error (error, error_size, "path is too long");
         return NULL;
     }
-    char shown [SHOWN_PATH_MAX + 1];
-    s_shorten (path, shown, sizeof shown);
+    char shown [DSH_FSPATH_SHOWN_MAX + 1];
+    dsh_fspath_shown (path, shown, sizeof shown);
     const char *relative = path;
     while (*relative == '/')
         relative++;
     if (s_climbs_out (relative)) {
-        s_set_error (error, error_size, "path \"%s\" escapes the root", shown);
+        dsh_fspath_error (error, error_size, "path \"%s\" escapes the root", shown);
         return NULL;
     }
     char *joined = s_join (self->root, relative);
     if (!joined) {
-        s_set_error (error, error_size, "out of memory");
+        dsh_fspath_error (error, error_size, "out of memory");
         return NULL;
     }
     char *resolved = realpath (joined, NULL);
@@ -288,7 +277,7 @@ dsh_fspath_resolve (dsh_fspath_t *self, const char *path, bool must_exist,
     }
     if (!s_inside (resolved, self->root)) {
         free (resolved);
-        s_set_error (error, error_size, "path \"%s\" escapes the root", shown);
+        dsh_fspath_error (error, error_size, "path \"%s\" escapes the root", shown);
         return NULL;
     }
     return resolved;

@@ -23,6 +23,10 @@ extern "C" {
 
 typedef struct _dsh_fspath_t dsh_fspath_t;
 
+//  How much of a request path an error echoes: enough to recognise it, and
+//  short enough that the reason after it survives a small error buffer.
+#define DSH_FSPATH_SHOWN_MAX 80
+
 //  A confinement to root (must be an existing directory; it is resolved
 //  with realpath). NULL if root is not a directory.
 dsh_fspath_t *
@@ -48,6 +52,16 @@ char *
 //  (also resolved). Used to enforce a workspace root.
 bool
     dsh_fspath_is_within (const char *resolved, const char *dir);
+
+//  Write a one-line reason into error (may be NULL): request paths are
+//  echoed in reasons, so control bytes in them are shown as '?'.
+void
+    dsh_fspath_error (char *error, size_t error_size, const char *format, ...)
+        __attribute__ ((format (printf, 3, 4)));
+
+//  A request path as reasons show it: long ones cut, with "...".
+void
+    dsh_fspath_shown (const char *path, char *shown, size_t shown_size);
 
 #ifdef __cplusplus
 }
