@@ -383,9 +383,10 @@ main (int argc, char *argv [])
     if (status == 0) {
         if (dsh_provider_wait_ready (provider, 3000) != 0)
             fprintf (stderr, "dsh-demo: no answer from the broker yet; still trying\n");
-        printf ("dsh-demo: component %s serving %s, %s, %s, %s via %s\n",
-                dsh_provider_id (provider), names [0], names [1], names [2], names [3],
-                broker? broker: DSH_DEFAULT_ENDPOINT);
+        printf ("dsh-demo: component %s serving", dsh_provider_id (provider));
+        for (size_t index = 0; index < TOOL_COUNT; index++)
+            printf ("%s %s", index? ",": "", names [index]);
+        printf (" via %s\n", broker? broker: DSH_DEFAULT_ENDPOINT);
         fflush (stdout);
         while (!zsys_interrupted)
             zclock_sleep (100);

@@ -8,8 +8,8 @@
     path is taken relative to the root and refused if it leads outside it,
     symlinks included (dsh_fspath); the operations live in dsh_fsops.
     A call stamped with a sandbox policy (meta "sandbox") is held to it
-    too: read-only refuses writes, workspace-write keeps every path inside
-    the workspace. The
+    too: read-only refuses writes, workspace-write keeps writes inside the
+    workspace (reads go anywhere under the root). The
     handlers share only the confinement, which never changes after start,
     so they run on the provider's worker threads without locks.
     =========================================================================

@@ -430,6 +430,10 @@ dsh_fsops_check_sandbox (dsh_fspath_t *fspath, const char *path, bool writing,
         dsh_fspath_error (error, error_size, "unknown sandbox policy \"%s\"", shown);
         return -1;
     }
+    //  workspace-write reads anywhere the root allows, and writes only in
+    //  the workspace (the coding agents' policy of that name)
+    if (!writing)
+        return 0;
     if (!workspace || !*workspace) {
         dsh_fspath_error (error, error_size, "sandbox policy \"workspace-write\" names no workspace");
         return -1;

@@ -460,8 +460,8 @@ test_sandbox_read_only (void **state)
     assert_string_equal (error, "unknown sandbox policy \"everything\"");
 }
 
-//  workspace-write keeps reads and writes inside the workspace, symlinks
-//  resolved; a relative workspace lies under the root.
+//  workspace-write reads anywhere and keeps writes inside the workspace,
+//  symlinks resolved; a relative workspace lies under the root.
 static void
 test_sandbox_workspace (void **state)
 {
@@ -469,33 +469,34 @@ test_sandbox_workspace (void **state)
     char error [256] = "";
     assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/new.txt", true, "workspace-write", "zeta",
                                                error, sizeof error), 0);
-    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "/zeta/inner.txt", false, "workspace-write", "zeta",
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "/zeta/inner.txt", true, "workspace-write", "zeta",
                                                error, sizeof error), 0);
     assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "a.txt", true, "workspace-write", "zeta",
                                                error, sizeof error), -1);
     assert_string_equal (error, "path \"a.txt\" is outside the sandbox workspace");
+    //  Reading outside the workspace is allowed
     assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "a.txt", false, "workspace-write", "zeta",
-                                               error, sizeof error), -1);
-    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/../a.txt", false, "workspace-write", "zeta",
+                                               error, sizeof error), 0);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/../a.txt", true, "workspace-write", "zeta",
                                                error, sizeof error), -1);
     //  A link inside the workspace that leads out of it
     char *link = s_path (fixture->root, "zeta/up");
     assert_int_equal (symlink ("../a.txt", link), 0);
     free (link);
-    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/up", false, "workspace-write", "zeta",
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/up", true, "workspace-write", "zeta",
                                                error, sizeof error), -1);
     //  An absolute workspace
     char *zeta = s_path (fixture->root, "zeta");
-    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", false, "workspace-write", zeta,
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", true, "workspace-write", zeta,
                                                error, sizeof error), 0);
-    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "d1", false, "workspace-write", zeta,
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "d1/new.txt", true, "workspace-write", zeta,
                                                error, sizeof error), -1);
     free (zeta);
     //  No workspace, or one that does not exist: nothing is inside
-    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", false, "workspace-write", NULL,
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", true, "workspace-write", NULL,
                                                error, sizeof error), -1);
     assert_string_equal (error, "sandbox policy \"workspace-write\" names no workspace");
-    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", false, "workspace-write", "nope",
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", true, "workspace-write", "nope",
                                                error, sizeof error), -1);
     //  A path the root refuses is left to the operation to report
     assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "../outside.txt", false, "workspace-write", "zeta",
