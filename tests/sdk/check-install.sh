@@ -5,6 +5,10 @@
 #  it against a broker and call its tool.
 set -eu
 build="$1"
+#  A sanitizer build's library needs its runtime in the program too
+sanitize="${2:-none}"
+extra=""
+[ "$sanitize" = "none" ] || extra="-fsanitize=$sanitize"
 here=$(cd "$(dirname "$0")" && pwd)
 stage=$(mktemp -d)
 trap 'kill $broker_pid $greeter_pid 2>/dev/null; rm -rf "$stage"' EXIT
@@ -13,7 +17,7 @@ greeter_pid=""
 meson install -C "$build" --destdir "$stage" --quiet --no-rebuild >/dev/null
 pc=$(dirname "$(find "$stage" -name libdsh.pc | head -n 1)")
 export PKG_CONFIG_PATH="$pc" PKG_CONFIG_SYSROOT_DIR="$stage"
-cc -std=c17 -Wall -Wextra -Werror "$here/greet.c" -o "$stage/greet" $(pkg-config --cflags --libs libdsh)
+cc -std=c17 -Wall -Wextra -Werror $extra "$here/greet.c" -o "$stage/greet" $(pkg-config --cflags --libs libdsh)
 #  pkg-config puts the sysroot in front already
 libdir=$(pkg-config --variable=libdir libdsh)
 
