@@ -356,9 +356,12 @@ dsh_client_call (dsh_client_t *self, const char *name, const char *args_json, co
     char *waiting_for = strdup (call_id);
     int wait_ms = (timeout_ms > 0? timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS) + S_CALL_MARGIN_MS;
     dsh_reply_t *reply = s_wait_for (self, s_match_call, waiting_for, wait_ms);
-    zstr_free (&waiting_for);
-    if (!reply)
+    if (!reply) {
+        //  Given up on: whatever comes for it later is a stray
+        zhashx_delete (self->open_calls, waiting_for);
         snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, wait_ms);
+    }
+    zstr_free (&waiting_for);
     return reply;
 }
 
