@@ -80,6 +80,8 @@ static int s_approve (options_t *options);
 static int s_deny (options_t *options);
 static int s_pending (options_t *options);
 static int s_approver (options_t *options);
+static json_t *s_control (options_t *options, const char *stage, const char *command, json_t *args,
+                          int *exit_code);
 
 static const command_t s_commands [] = {
     { "ping", "ping", "show the broker's status (PONG)", "", 0, 0, s_ping },
@@ -95,8 +97,10 @@ static const command_t s_commands [] = {
     { "watch", "watch [--count N]",
       "print a snapshot, then every change, one JSON line each; stop after N changes",
       "count", 0, 0, s_watch },
-    { "schemas", "schemas [--format json|openai|anthropic|mcp|markdown]",
-      "print the tool list rendered for a model provider", "format", 0, 0, s_schemas },
+    { "schemas", "schemas [--format json|openai|anthropic|mcp|markdown] [--agent ID [--stage NAME]]",
+      "print the tool list rendered for a model provider; with --agent, only the tools the\n"
+      "permission stage (default \"permission\") could let that agent call",
+      "format agent stage", 0, 0, s_schemas },
     { "chain", "chain",
       "show the execution chain's stages and their counters as a JSON array", "", 0, 0, s_chain },
     { "mode", "mode AGENT plan|normal [--stage NAME]",
@@ -663,6 +667,34 @@ s_schemas (options_t *options)
     json_t *tools = s_list (options, &exit_code);
     if (!tools)
         return exit_code;
+    if (options->agent) {
+        //  Ask the permission stage which of them the agent could call
+        json_t *names = json_array ();
+        for (size_t index = 0; index < json_array_size (tools); index++)
+            json_array_append (names, json_object_get (json_array_get (tools, index), "name"));
+        json_t *args = json_pack ("{s:s, s:o}", "agent", options->agent, "tools", names);
+        json_t *reply = s_control (options, options->stage? options->stage: "permission", "allowed", args,
+                                   &exit_code);
+        json_decref (args);
+        if (!reply) {
+            json_decref (tools);
+            return exit_code;
+        }
+        json_t *allowed = json_object_get (reply, "data");
+        json_t *kept = json_array ();
+        for (size_t index = 0; index < json_array_size (tools); index++) {
+            json_t *tool = json_array_get (tools, index);
+            const char *name = json_string_value (json_object_get (tool, "name"));
+            for (size_t other = 0; name && other < json_array_size (allowed); other++)
+                if (json_equal (json_object_get (tool, "name"), json_array_get (allowed, other))) {
+                    json_array_append (kept, tool);
+                    break;
+                }
+        }
+        json_decref (reply);
+        json_decref (tools);
+        tools = kept;
+    }
     char *text = dsh_render (tools, dsh_render_format_from_name (options->format? options->format: "json"));
     json_decref (tools);
     if (!text) {

@@ -618,6 +618,23 @@ s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **erro
     self->stage = stage;
     if (streq (command, "approvals"))
         return json_pack ("{s:s}", "endpoint", self->endpoint);
+    if (streq (command, "allowed")) {
+        //  Which of these tools the agent could be let to call (allowed,
+        //  or allowed once asked): for rendering its prompt
+        const char *agent = json_string_value (json_object_get (args, "agent"));
+        json_t *tools = json_object_get (args, "tools");
+        if (!json_is_array (tools)) {
+            *error = strdup ("allowed needs {\"agent\": \"<id>\", \"tools\": [\"<name>\", ...]}");
+            return NULL;
+        }
+        json_t *allowed = json_array ();
+        for (size_t index = 0; index < json_array_size (tools); index++) {
+            const char *name = json_string_value (json_array_get (tools, index));
+            if (name && dsh_permission_policy_decide (self->policy, name, agent? agent: "") != DSH_PERMISSION_DENY)
+                json_array_append_new (allowed, json_string (name));
+        }
+        return allowed;
+    }
     if (streq (command, "pending")) {
         json_t *list = json_array ();
         for (s_request_t *request = (s_request_t *) zhashx_first (self->pending); request;

@@ -37,7 +37,9 @@
                             ERROR {code, message}       a DECIDE for no open
                                                         request, a bad message
 
-    Control commands (through the broker): approvals -> {endpoint};
+    Control commands (through the broker): allowed {agent, tools: [names]}
+    -> the names the agent could be let to call (not denied; used to render
+    an agent's prompt); approvals -> {endpoint};
     pending -> [{id, callId, tool, agent?, arguments}]; approve {id} /
     deny {id} -> {id, outcome}, decided as an approver would. A control
     command is not a live approver: only approvers on the socket keep an

@@ -474,6 +474,46 @@ static const char *s_permission =
     "            tool = \"sample_*\"\n"
     "            action = \"ask\"\n";
 
+//  schemas --agent: only what the permission stage could let that agent call
+static void
+test_schemas_for_agent (void **state)
+{
+    (void) state;
+    broker_t *broker = s_broker_start (
+        "chain\n"
+        "    stage\n"
+        "        name = \"permission\"\n"
+        "        kind = \"permission\"\n"
+        "        rule\n"
+        "            tool = \"*\"\n"
+        "            agent = \"guest-*\"\n"
+        "            action = \"deny\"\n"
+        "        rule\n"
+        "            tool = \"echo\"\n"
+        "            agent = \"guest-*\"\n"
+        "            action = \"allow\"\n"
+        "        rule\n"
+        "            tool = \"sample_content\"\n"
+        "            action = \"ask\"\n");
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "schemas", "--agent", "worker", NULL }, &output), 0);
+    json_t *tools = s_parse (output);
+    assert_int_equal (json_array_size (tools), DSH_TESTKIT_DEMO_TOOLS);
+    json_decref (tools);
+    zstr_free (&output);
+    //  deny beats allow: a guest sees nothing; an asking tool stays listed for others
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "schemas", "--agent", "guest-1", NULL }, &output), 0);
+    tools = s_parse (output);
+    assert_int_equal (json_array_size (tools), 0);
+    json_decref (tools);
+    zstr_free (&output);
+    //  No such stage: an error, not an unfiltered list
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "schemas", "--agent", "x", "--stage", "nope", NULL },
+                             &output), 1);
+    zstr_free (&output);
+    s_broker_stop (&broker);
+}
+
 //  Starts `dsh approver` with extra args. stdin_fd >= 0 becomes its stdin.
 static dsh_testproc_t *
 s_approver_start (broker_t *broker, const char *const *extra, int stdin_fd)
@@ -698,6 +738,7 @@ main (void)
         cmocka_unit_test (test_chain_command),
         cmocka_unit_test (test_mode),
         cmocka_unit_test (test_approver_auto),
+        cmocka_unit_test (test_schemas_for_agent),
         cmocka_unit_test (test_pending_and_approve),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
