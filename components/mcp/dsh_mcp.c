@@ -147,6 +147,41 @@ s_mcp_tool (const json_t *entry)
     return tool;
 }
 
+//  The entries the agent could be let to call, as the broker's permission
+//  stage (if there is one) says; all of them otherwise. Caller owns it.
+static json_t *
+s_for_agent (self_t *self, const json_t *entries)
+{
+    if (!self->agent)
+        return json_incref ((json_t *) entries);
+    json_t *names = json_array ();
+    for (size_t index = 0; index < json_array_size (entries); index++)
+        json_array_append (names, json_object_get (json_array_get (entries, index), "name"));
+    json_t *args = json_pack ("{s:s, s:o}", "agent", self->agent, "tools", names);
+    char reason [256];
+    dsh_reply_t *reply = dsh_client_control (self->client, "permission", "allowed", args, LIST_TIMEOUT_MS,
+                                             reason, sizeof reason);
+    json_decref (args);
+    json_t *body = reply && !dsh_reply_is_error (reply)? dsh_reply_json (reply): NULL;
+    dsh_reply_destroy (&reply);
+    json_t *allowed = json_object_get (body, "data");
+    if (!json_is_array (allowed)) {
+        json_decref (body);
+        return json_incref ((json_t *) entries);
+    }
+    json_t *kept = json_array ();
+    for (size_t index = 0; index < json_array_size (entries); index++) {
+        json_t *entry = json_array_get (entries, index);
+        for (size_t other = 0; other < json_array_size (allowed); other++)
+            if (json_equal (json_object_get (entry, "name"), json_array_get (allowed, other))) {
+                json_array_append (kept, entry);
+                break;
+            }
+    }
+    json_decref (body);
+    return kept;
+}
+
 static void
 s_tools_list (self_t *self, const json_t *id, const json_t *params)
 {
@@ -166,7 +201,8 @@ s_tools_list (self_t *self, const json_t *id, const json_t *params)
     dsh_reply_t *reply = dsh_client_request (self->client, DSH_LIST, NULL, LIST_TIMEOUT_MS,
                                              reason, sizeof reason);
     json_t *body = reply && streq (dsh_reply_command (reply), DSH_TOOLS)? dsh_reply_json (reply): NULL;
-    const json_t *entries = json_object_get (body, "tools");
+    json_t *listed = json_object_get (body, "tools");
+    json_t *entries = json_is_array (listed)? s_for_agent (self, listed): NULL;
     if (!json_is_array (entries)) {
         char *message = zsys_sprintf ("the dsh broker did not list its tools: %s",
                                       *reason? reason: "unexpected reply");
@@ -189,6 +225,7 @@ s_tools_list (self_t *self, const json_t *id, const json_t *params)
         }
         s_send (self, dsh_jsonrpc_result (id, result));
     }
+    json_decref (entries);
     json_decref (body);
     dsh_reply_destroy (&reply);
 }
@@ -470,7 +507,8 @@ s_usage (FILE *stream)
         "usage: dsh-mcp [--broker ENDPOINT] [--agent ID] [--timeout-ms N] [-v]\n"
         "Serve a dsh broker's tools as an MCP server on stdin/stdout.\n"
         "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
-        "  --agent ID         the agent id every call is made as (policies apply to it)\n"
+        "  --agent ID         the agent id every call is made as (policies apply to it);\n"
+        "                     tools/list shows only what the permission stage could allow it\n"
         "  --timeout-ms N     each call's deadline (default: the broker's, 60000)\n"
         "  -v, --verbose      log every call on stderr\n"
         "  -h, --help         show this help\n",
