@@ -102,7 +102,7 @@ s_decode (dsh_stage_call_t *call)
     char error [256] = "";
     if ((call->doc = dsh_proto_decode_body (call->body, error, sizeof (error))))
         dsh_proto_decode_call (call->doc, &call->head, error, sizeof (error));
-    if (zframe_size (call->tool)
+    if (call->tool && zframe_size (call->tool)
     &&  !(call->tool_doc = dsh_proto_decode_body (call->tool, error, sizeof (error))))
         snprintf (error, sizeof (error), "malformed tool frame");
     if (*error)
@@ -177,24 +177,35 @@ s_answer (dsh_stage_t *self, dsh_stage_call_t *call)
 static bool
 s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
 {
+    //  Nobody downstream (the DEALER is ZMQ_IMMEDIATE): fail before the
+    //  frames move, while the call can still be read for its callId
+    bool writable = (zsock_events (self->downstream) & ZMQ_POLLOUT) != 0;
     zframe_t *body = NULL;
-    s_decode (call);
-    if (call->rewrite)
-        body = s_encode_json (call->rewrite);
-    else
-    if (call->watch)
-        //  The decoded call points into the body, and on_result may read it
-        body = zframe_dup (call->body);
-    else {
-        //  Untouched: the same frame goes on, not a re-encoding of it
-        body = call->body;
-        call->body = NULL;
+    zframe_t *tool = NULL;
+    if (writable) {
+        if (call->rewrite)
+            body = s_encode_json (call->rewrite);
+        else
+        if (call->watch)
+            //  The decoded call points into the body, and on_result may read it
+            body = zframe_dup (call->body);
+        else {
+            //  Untouched: the same frame goes on, not a re-encoding of it
+            body = call->body;
+            call->body = NULL;
+        }
+        if (call->watch)
+            tool = zframe_dup (call->tool);
+        else {
+            tool = call->tool;
+            call->tool = NULL;
+        }
+        if (body && s_send (self->downstream, call->envelope, DSH_CALL, &body, &tool) == 0)
+            return true;
     }
-    zframe_t *tool = zframe_dup (call->tool);
-    if (body && s_send (self->downstream, call->envelope, DSH_CALL, &body, &tool) == 0)
-        return true;
     zframe_destroy (&body);
     zframe_destroy (&tool);
+    s_decode (call);
     char text [160];
     snprintf (text, sizeof (text), "Error: stage \"%s\" cannot pass the call on", self->name);
     zframe_t *failure = dsh_proto_error_result (call->head.call_id, DSH_E_MIDDLEWARE_FAILED, text);
