@@ -3,6 +3,7 @@
 
         dsh-bench [--quick] [--json]
         dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S]
+                  [--calls N]
 
     In one run, on loopback tcp with free ports, it starts and measures:
 
@@ -18,7 +19,8 @@
     memory, and fan-out of one change event to 100 subscribers. Every dsh
     figure is printed with its ratio to the raw floor of the same run.
     --quick does it all with small counts (scale: 10 x 100) in a few seconds.
-    --drive only loads an existing broker's echo tool, for profiling.
+    --drive only loads an existing broker's echo tool, for profiling (and
+    for tests/mcp/bench.mjs); with --inflight 1 it also prints p50/p99.
 
     Targets are reported, never asserted; the exit status is 1 only when a
     figure is missing or insane (no calls completed, errors, timeouts).
@@ -975,15 +977,34 @@ s_find_build_dir (void)
     setenv ("DSH_BUILD_DIR", path, 1);
 }
 
+//  Loads endpoint's echo tool for up to calls calls (0: no bound) or
+//  seconds, after a few warm-up calls (the first one also connects). With
+//  one call in flight every round trip is a latency sample, printed as p50
+//  and p99 on a second line.
 static int
-s_drive (const char *endpoint, int inflight, size_t payload_bytes, int seconds)
+s_drive (const char *endpoint, int inflight, size_t payload_bytes, int seconds, int calls)
 {
     s_target_t *target = s_target_new (S_DSH, endpoint);
     size_t payload = payload_bytes <= 64? 0: 1;
-    double rate = s_run (target, payload, inflight, INT32_MAX, seconds * 1000, NULL, NULL);
+    s_run (target, payload, inflight < 8? inflight: 8, 50, 2000, NULL, NULL);
+    target->errors = 0;
+    int max_calls = calls > 0? calls: INT32_MAX;
+    int64_t *samples = NULL;
+    size_t sample_count = 0;
+    if (inflight == 1) {
+        //  The samples need a bound; no dsh call takes under 20 us
+        if (max_calls / 50000 >= seconds)
+            max_calls = seconds * 50000;
+        samples = (int64_t *) calloc ((size_t) max_calls, sizeof (int64_t));
+    }
+    double rate = s_run (target, payload, inflight, max_calls, seconds * 1000, samples, &sample_count);
     printf ("drive: %.1f calls/s, %d in flight, %zu B, %" PRIu64 " errors%s%s\n", rate, inflight,
             s_payloads [payload], target->errors, target->errors? ": ": "", target->last_error);
+    if (samples && rate > 0)
+        printf ("drive: latency p50 %" PRId64 " us, p99 %" PRId64 " us, %zu calls\n",
+                s_percentile (samples, sample_count, 50), s_percentile (samples, sample_count, 99), sample_count);
     int rc = rate > 0? 0: 1;
+    free (samples);
     s_target_destroy (&target);
     return rc;
 }
@@ -993,10 +1014,12 @@ s_usage (FILE *out)
 {
     fprintf (out,
         "usage: dsh-bench [--quick] [--json]\n"
-        "       dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S]\n"
+        "       dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S] [--calls N]\n"
         "  --quick        small counts, scale 10 x 100 tools (a few seconds)\n"
         "  --json         print the results as JSON instead of a table\n"
-        "  --drive EP     only load EP's echo tool (for profiling a broker or component)\n");
+        "  --drive EP     only load EP's echo tool (for profiling a broker or component);\n"
+        "                 with --inflight 1 also print latency p50/p99\n"
+        "  --calls N      with --drive: stop after N calls (default: only --seconds)\n");
 }
 
 int
@@ -1004,13 +1027,13 @@ main (int argc, char *argv [])
 {
     bool quick = false, as_json = false;
     const char *drive = NULL;
-    int inflight = 64, seconds = 5;
+    int inflight = 64, seconds = 5, calls = 0;
     long payload = 64;
     static struct option options [] = {
         { "quick", no_argument, NULL, 'q' }, { "json", no_argument, NULL, 'j' },
         { "drive", required_argument, NULL, 'd' }, { "inflight", required_argument, NULL, 'i' },
         { "payload", required_argument, NULL, 'p' }, { "seconds", required_argument, NULL, 's' },
-        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+        { "calls", required_argument, NULL, 'c' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     int option;
     while ((option = getopt_long (argc, argv, "h", options, NULL)) != -1)
@@ -1021,10 +1044,12 @@ main (int argc, char *argv [])
             case 'i': inflight = atoi (optarg); break;
             case 'p': payload = atol (optarg); break;
             case 's': seconds = atoi (optarg); break;
+            case 'c': calls = atoi (optarg); break;
             case 'h': s_usage (stdout); return 0;
             default: s_usage (stderr); return 2;
         }
-    if (optind < argc || inflight < 1 || inflight > 10000 || seconds < 1 || payload < 1) {
+    if (optind < argc || inflight < 1 || inflight > 10000 || seconds < 1 || payload < 1
+    ||  calls < 0) {
         s_usage (stderr);
         return 2;
     }
@@ -1034,7 +1059,7 @@ main (int argc, char *argv [])
     signal (SIGPIPE, SIG_IGN);
     s_find_build_dir ();
     if (drive)
-        return s_drive (drive, inflight, (size_t) payload, seconds);
+        return s_drive (drive, inflight, (size_t) payload, seconds, calls);
 
     s_bench_t *self = (s_bench_t *) zmalloc (sizeof (s_bench_t));
     assert (self);
