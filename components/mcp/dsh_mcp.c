@@ -34,7 +34,8 @@
 #define LIST_TIMEOUT_MS     5000
 //  How long we wait past a call's deadline for the broker's answer.
 #define DEADLINE_MARGIN_MS  2000
-#define POLL_TICK_MS        50
+//  How often the loop looks at its calls' own deadlines
+#define POLL_TICK_MS        250
 
 //  The revisions this server speaks, newest first.
 static const char *s_versions [] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", NULL };
@@ -479,15 +480,18 @@ s_run (self_t *self)
 {
     zmq_pollitem_t items [] = {
         { zsock_resolve (dsh_client_sock (self->client)), 0, ZMQ_POLLIN, 0 },
-        { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 }
+        { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 },
+        { zsock_resolve (dsh_watcher_sock (self->watcher)), 0, ZMQ_POLLIN, 0 }
     };
     while (!zsys_interrupted && !self->stdout_gone) {
-        if (zmq_poll (items, 2, POLL_TICK_MS) < 0 && errno != EINTR)
+        if (zmq_poll (items, 3, POLL_TICK_MS) < 0 && errno != EINTR)
             break;
         //  The client socket's fd is edge-triggered: drain on every turn
         s_on_replies (self);
         if ((items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && s_on_stdin (self))
             break;
+        //  A LIST or CONTROL while handling stdin may have kept replies aside
+        s_on_replies (self);
         s_on_watcher (self);
         s_check_deadlines (self);
     }

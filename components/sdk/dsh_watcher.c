@@ -398,6 +398,13 @@ s_parse_notice (char **text_p)
     return notice;
 }
 
+zsock_t *
+dsh_watcher_sock (dsh_watcher_t *self)
+{
+    assert (self);
+    return zactor_sock (self->actor);
+}
+
 json_t *
 dsh_watcher_recv (dsh_watcher_t *self, int timeout_ms)
 {

@@ -37,6 +37,11 @@ void
 json_t *
     dsh_watcher_recv (dsh_watcher_t *self, int timeout_ms);
 
+//  The socket notices arrive on, for a poller: readable when
+//  dsh_watcher_recv (self, 0) may have a notice.
+zsock_t *
+    dsh_watcher_sock (dsh_watcher_t *self);
+
 //  The names of the tools in the current view, in registration order, as
 //  a JSON array (caller owns).
 json_t *
