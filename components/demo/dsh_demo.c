@@ -14,12 +14,10 @@
     =========================================================================
 */
 
+#include "dsh_component.h"
 #include "dsh_proto.h"
-#include "dsh_provider.h"
 
-#include <getopt.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,10 +245,7 @@ s_sample_content (dsh_call_t *call, dsh_result_t *result, void *arg)
     return 0;
 }
 
-static const struct {
-    const dsh_tooldef_t *def;
-    dsh_handler_fn *handler;
-} s_tools [] = {
+static const dsh_component_tool_t s_tools [] = {
     { &s_echo_def, s_echo },
     { &s_sleep_ms_def, s_sleep_ms },
     { &s_tick_def, s_tick },
@@ -266,133 +261,21 @@ s_usage (FILE *stream)
     fprintf (stream,
         "usage: dsh-demo [--broker ENDPOINT] [--id ID] [--workers N] [--queue N] [--prefix P] [-v]\n"
         "Serve the demo tools echo, sleep_ms, tick, count, fail and sample_content to a dsh broker.\n"
-        "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
-        "  --id ID            the component id (default: a fresh one)\n"
-        "  --workers N        handler threads, 1-1024 (default: 4)\n"
-        "  --queue N          calls that may wait for a thread before new ones get\n"
-        "                     OVERLOADED, 1-1000000 (default: 1024)\n"
-        "  --prefix P         prefix every tool name with P (e.g. \"a_\" -> a_echo)\n"
-        "  -v, --verbose      log every call on stderr\n"
-        "  -h, --help         show this help\n",
-        DSH_DEFAULT_ENDPOINT);
-}
-
-//  Bad usage: one line on stderr, exit status 2.
-static int
-s_bad_usage (const char *format, ...) __attribute__ ((format (printf, 1, 2)));
-
-static int
-s_bad_usage (const char *format, ...)
-{
-    va_list args;
-    va_start (args, format);
-    fprintf (stderr, "dsh-demo: ");
-    vfprintf (stderr, format, args);
-    fprintf (stderr, " (try --help)\n");
-    va_end (args);
-    return 2;
+        DSH_COMPONENT_FLAGS_HELP);
 }
 
 int
 main (int argc, char *argv [])
 {
-    static const struct option options [] = {
-        { "broker", required_argument, NULL, 'b' },
-        { "id", required_argument, NULL, 'i' },
-        { "workers", required_argument, NULL, 'w' },
-        { "queue", required_argument, NULL, 'q' },
-        { "prefix", required_argument, NULL, 'p' },
-        { "verbose", no_argument, NULL, 'v' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    const char *broker = NULL, *id = NULL, *prefix = "";
-    long workers = 0;
-    long queue = 0;
-    opterr = 0;
-    int option;
-    while ((option = getopt_long (argc, argv, ":vh", options, NULL)) != -1) {
-        switch (option) {
-            case 'b': broker = optarg; break;
-            case 'i': id = optarg; break;
-            case 'p': prefix = optarg; break;
-            case 'v': s_verbose = true; break;
-            case 'h': s_usage (stdout); return 0;
-            case 'w': {
-                char *end = NULL;
-                workers = strtol (optarg, &end, 10);
-                if (end == optarg || *end || workers < 1 || workers > 1024)
-                    return s_bad_usage ("--workers needs a number from 1 to 1024, not \"%s\"", optarg);
-                break;
-            }
-            case 'q': {
-                char *end = NULL;
-                queue = strtol (optarg, &end, 10);
-                if (end == optarg || *end || queue < 1 || queue > 1000000)
-                    return s_bad_usage ("--queue needs a number from 1 to 1000000, not \"%s\"", optarg);
-                break;
-            }
-            case ':':
-                return s_bad_usage ("option %s needs a value", argv [optind - 1]);
-            default:
-                if (optopt)
-                    return s_bad_usage ("unknown option -%c", optopt);
-                return s_bad_usage ("unknown option %s", argv [optind - 1]);
-        }
+    dsh_component_options_t options = { .program = "dsh-demo" };
+    int status = dsh_component_parse (&options, argc, argv, NULL);
+    if (status == 1) {
+        s_usage (stdout);
+        return 0;
     }
-    if (optind < argc)
-        return s_bad_usage ("unexpected argument \"%s\"", argv [optind]);
-    if (id && !dsh_proto_valid_id (id, strlen (id)))
-        return s_bad_usage ("invalid component id \"%s\"", id);
-
-    //  Prefixed definitions are copies with their own names; the provider
-    //  keeps pointers to them, so they live until it is destroyed.
-    dsh_tooldef_t defs [TOOL_COUNT];
-    char *names [TOOL_COUNT];
-    for (size_t index = 0; index < TOOL_COUNT; index++) {
-        names [index] = zsys_sprintf ("%s%s", prefix, s_tools [index].def->name);
-        defs [index] = *s_tools [index].def;
-        defs [index].name = names [index];
-    }
-    int status = 0;
-    for (size_t index = 0; index < TOOL_COUNT && status == 0; index++)
-        if (!dsh_proto_valid_name (names [index], strlen (names [index])))
-            status = s_bad_usage ("prefix \"%s\" makes an invalid tool name", prefix);
-    if (status == 0 && !broker) {
-        broker = getenv ("DSH_BROKER");
-        if (broker && !*broker)
-            broker = NULL;
-    }
-    dsh_provider_t *provider = NULL;
     if (status == 0) {
-        zsys_init ();
-        //  stdout carries only the start line, for whoever launched us.
-        zsys_set_logstream (stderr);
-        dsh_provider_options_t settings = { broker, id, (size_t) workers, (size_t) queue };
-        provider = dsh_provider_new_options (&settings);
-        if (!provider) {
-            fprintf (stderr, "dsh-demo: cannot start the provider\n");
-            status = 1;
-        }
+        s_verbose = options.verbose;
+        status = dsh_component_serve (&options, s_tools, TOOL_COUNT, NULL, NULL);
     }
-    for (size_t index = 0; index < TOOL_COUNT && status == 0; index++)
-        if (dsh_provider_add (provider, &defs [index], s_tools [index].handler, NULL) != 0) {
-            fprintf (stderr, "dsh-demo: cannot add tool %s\n", names [index]);
-            status = 1;
-        }
-    if (status == 0) {
-        if (dsh_provider_wait_ready (provider, 3000) != 0)
-            fprintf (stderr, "dsh-demo: no answer from the broker yet; still trying\n");
-        printf ("dsh-demo: component %s serving", dsh_provider_id (provider));
-        for (size_t index = 0; index < TOOL_COUNT; index++)
-            printf ("%s %s", index? ",": "", names [index]);
-        printf (" via %s\n", broker? broker: DSH_DEFAULT_ENDPOINT);
-        fflush (stdout);
-        while (!zsys_interrupted)
-            zclock_sleep (100);
-    }
-    dsh_provider_destroy (&provider);
-    for (size_t index = 0; index < TOOL_COUNT; index++)
-        zstr_free (&names [index]);
     return status;
 }

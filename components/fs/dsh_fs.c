@@ -17,10 +17,8 @@
 
 #include "dsh_fsops.h"
 #include "dsh_proto.h"
-#include "dsh_provider.h"
+#include "dsh_component.h"
 
-#include <getopt.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,10 +257,7 @@ s_write_file (dsh_call_t *call, dsh_result_t *result, void *arg)
     return 0;
 }
 
-static const struct {
-    const dsh_tooldef_t *def;
-    dsh_handler_fn *handler;
-} s_tools [] = {
+static const dsh_component_tool_t s_tools [] = {
     { &s_read_file_def, s_read_file },
     { &s_list_directory_def, s_list_directory },
     { &s_write_file_def, s_write_file }
@@ -273,134 +268,32 @@ static void
 s_usage (FILE *stream)
 {
     fprintf (stream,
-        "usage: dsh-fs --root DIR [--broker ENDPOINT] [--id ID] [--workers N] [--prefix P] [-v]\n"
+        "usage: dsh-fs --root DIR [--broker ENDPOINT] [--id ID] [--workers N] [--queue N] [--prefix P] [-v]\n"
         "Serve the directory tree DIR to a dsh broker: read_file, list_directory, write_file.\n"
         "  --root DIR         the directory to serve (required); nothing outside it is reachable\n"
-        "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
-        "  --id ID            the component id (default: a fresh one)\n"
-        "  --workers N        handler threads, 1-1024 (default: 4)\n"
-        "  --prefix P         prefix every tool name with P (e.g. \"proj_\" -> proj_read_file)\n"
-        "  -v, --verbose      log every call on stderr\n"
-        "  -h, --help         show this help\n",
-        DSH_DEFAULT_ENDPOINT);
-}
-
-//  Bad usage: one line on stderr, exit status 2.
-static int
-s_bad_usage (const char *format, ...) __attribute__ ((format (printf, 1, 2)));
-
-static int
-s_bad_usage (const char *format, ...)
-{
-    va_list args;
-    va_start (args, format);
-    fprintf (stderr, "dsh-fs: ");
-    vfprintf (stderr, format, args);
-    fprintf (stderr, " (try --help)\n");
-    va_end (args);
-    return 2;
+        DSH_COMPONENT_FLAGS_HELP);
 }
 
 int
 main (int argc, char *argv [])
 {
-    static const struct option options [] = {
-        { "root", required_argument, NULL, 'r' },
-        { "broker", required_argument, NULL, 'b' },
-        { "id", required_argument, NULL, 'i' },
-        { "workers", required_argument, NULL, 'w' },
-        { "prefix", required_argument, NULL, 'p' },
-        { "verbose", no_argument, NULL, 'v' },
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 }
-    };
-    const char *root = NULL, *broker = NULL, *id = NULL, *prefix = "";
-    long workers = 0;
-    opterr = 0;
-    int option;
-    while ((option = getopt_long (argc, argv, ":vh", options, NULL)) != -1) {
-        switch (option) {
-            case 'r': root = optarg; break;
-            case 'b': broker = optarg; break;
-            case 'i': id = optarg; break;
-            case 'p': prefix = optarg; break;
-            case 'v': s_verbose = true; break;
-            case 'h': s_usage (stdout); return 0;
-            case 'w': {
-                char *end = NULL;
-                workers = strtol (optarg, &end, 10);
-                if (end == optarg || *end || workers < 1 || workers > 1024)
-                    return s_bad_usage ("--workers needs a number from 1 to 1024, not \"%s\"", optarg);
-                break;
-            }
-            case ':':
-                return s_bad_usage ("option %s needs a value", argv [optind - 1]);
-            default:
-                if (optopt)
-                    return s_bad_usage ("unknown option -%c", optopt);
-                return s_bad_usage ("unknown option %s", argv [optind - 1]);
-        }
+    const char *root = NULL;
+    const dsh_component_flag_t flags [] = { { "root", &root }, { NULL, NULL } };
+    dsh_component_options_t options = { .program = "dsh-fs" };
+    int status = dsh_component_parse (&options, argc, argv, flags);
+    if (status == 1) {
+        s_usage (stdout);
+        return 0;
     }
-    if (optind < argc)
-        return s_bad_usage ("unexpected argument \"%s\"", argv [optind]);
-    if (!root)
-        return s_bad_usage ("--root DIR is required");
-    if (id && !dsh_proto_valid_id (id, strlen (id)))
-        return s_bad_usage ("invalid component id \"%s\"", id);
-
-    //  Prefixed definitions are copies with their own names; the provider
-    //  keeps pointers to them, so they live until it is destroyed.
-    dsh_tooldef_t defs [TOOL_COUNT];
-    char *names [TOOL_COUNT];
-    for (size_t index = 0; index < TOOL_COUNT; index++) {
-        names [index] = zsys_sprintf ("%s%s", prefix, s_tools [index].def->name);
-        defs [index] = *s_tools [index].def;
-        defs [index].name = names [index];
-    }
-    int status = 0;
-    for (size_t index = 0; index < TOOL_COUNT && status == 0; index++)
-        if (!dsh_proto_valid_name (names [index], strlen (names [index])))
-            status = s_bad_usage ("prefix \"%s\" makes an invalid tool name", prefix);
+    if (status == 0 && !root)
+        status = dsh_component_usage_error (&options, "--root DIR is required");
     dsh_fspath_t *fspath = NULL;
+    if (status == 0 && !(fspath = dsh_fspath_new (root)))
+        status = dsh_component_usage_error (&options, "--root \"%s\" is not a directory", root);
     if (status == 0) {
-        fspath = dsh_fspath_new (root);
-        if (!fspath)
-            status = s_bad_usage ("--root \"%s\" is not a directory", root);
+        s_verbose = options.verbose;
+        status = dsh_component_serve (&options, s_tools, TOOL_COUNT, fspath, dsh_fspath_root (fspath));
     }
-    if (status == 0 && !broker) {
-        broker = getenv ("DSH_BROKER");
-        if (broker && !*broker)
-            broker = NULL;
-    }
-    dsh_provider_t *provider = NULL;
-    if (status == 0) {
-        zsys_init ();
-        //  stdout carries only the start line, for whoever launched us.
-        zsys_set_logstream (stderr);
-        provider = dsh_provider_new (broker, id, (size_t) workers);
-        if (!provider) {
-            fprintf (stderr, "dsh-fs: cannot start the provider\n");
-            status = 1;
-        }
-    }
-    for (size_t index = 0; index < TOOL_COUNT && status == 0; index++)
-        if (dsh_provider_add (provider, &defs [index], s_tools [index].handler, fspath) != 0) {
-            fprintf (stderr, "dsh-fs: cannot add tool %s\n", names [index]);
-            status = 1;
-        }
-    if (status == 0) {
-        if (dsh_provider_wait_ready (provider, 3000) != 0)
-            fprintf (stderr, "dsh-fs: no answer from the broker yet; still trying\n");
-        printf ("dsh-fs: component %s serving %s via %s\n", dsh_provider_id (provider),
-                dsh_fspath_root (fspath), broker? broker: DSH_DEFAULT_ENDPOINT);
-        fflush (stdout);
-        while (!zsys_interrupted)
-            zclock_sleep (100);
-    }
-    //  Withdraws first: no handler runs once this returns.
-    dsh_provider_destroy (&provider);
     dsh_fspath_destroy (&fspath);
-    for (size_t index = 0; index < TOOL_COUNT; index++)
-        zstr_free (&names [index]);
     return status;
 }

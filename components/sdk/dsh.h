@@ -18,5 +18,7 @@
 #include "dsh_provider.h"
 #include "dsh_client.h"
 #include "dsh_watcher.h"
+#include "dsh_stage.h"
+#include "dsh_component.h"
 
 #endif
