@@ -21,6 +21,7 @@
 
 #define S_TICK_MS               50
 #define S_CONTROL_TIMEOUT_MS    5000
+#define S_BATCH                 64      //  messages per wakeup, at most
 
 typedef struct _s_slot_t s_slot_t;
 
@@ -472,7 +473,7 @@ dsh_chain_control (dsh_chain_t *self, zmsg_t **envelope_p, zframe_t **body_p)
 
 //  feed: [token] "" DSH1 (RESULT|CONTROL) body, from stage slot->index.
 static int
-s_feed_recv (zloop_t *loop, zsock_t *reader, void *arg)
+s_feed_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
     s_slot_t *slot = (s_slot_t *) arg;
@@ -508,10 +509,20 @@ s_feed_recv (zloop_t *loop, zsock_t *reader, void *arg)
     return 0;
 }
 
+//  Drains a busy socket without a poll per message, yet gives the others
+//  their turn.
+static int
+s_feed_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
+        s_feed_recv_one (loop, reader, arg);
+    return 0;
+}
+
 //  drain: [stage id] [feed id] [token] "" DSH1 CALL body tool, passed on by
 //  stage slot->index.
 static int
-s_drain_recv (zloop_t *loop, zsock_t *reader, void *arg)
+s_drain_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
     s_slot_t *slot = (s_slot_t *) arg;
@@ -545,6 +556,16 @@ s_drain_recv (zloop_t *loop, zsock_t *reader, void *arg)
         zsys_warning ("dsh-broker: stage %s sent something that is not a call of the chain", slot->name);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
+    return 0;
+}
+
+//  Drains a busy socket without a poll per message, yet gives the others
+//  their turn.
+static int
+s_drain_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
+        s_drain_recv_one (loop, reader, arg);
     return 0;
 }
 
