@@ -35,10 +35,13 @@ PY
 run () {
     local dir="$1" logbase="$2"; shift 2
     echo "== $dir ($logbase): meson test $*"
-    rm -f "$dir/meson-logs/$logbase.json"
+    rm -f "$dir/meson-logs/$logbase"*.json
     meson test -C "$dir" --print-errorlogs --num-processes 2 --logbase "$logbase" "$@" || true
-    #  (no log at all, e.g. a build error, counts as one failure)
-    tally "$dir/meson-logs/$logbase.json"
+    #  meson adds the wrapper's name to the log's; no log at all (a build
+    #  error) counts as one failure
+    local log
+    log=$(ls -t "$dir/meson-logs/$logbase"*.json 2>/dev/null | head -n 1)
+    tally "${log:-/nonexistent}"
     return 0
 }
 

@@ -178,8 +178,8 @@ s_answer (dsh_stage_t *self, dsh_stage_call_t *call)
 static bool
 s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
 {
-    //  Nobody downstream (the DEALER is ZMQ_IMMEDIATE): fail before the
-    //  frames move, while the call can still be read for its callId
+    //  The DEALER's queue is full: fail before the frames move, while the
+    //  call can still be read for its callId
     bool writable = (zsock_events (self->downstream) & ZMQ_POLLOUT) != 0;
     zframe_t *body = NULL;
     zframe_t *tool = NULL;
@@ -472,11 +472,13 @@ s_stage_actor (zsock_t *pipe, void *args)
     dsh_sock_limit (self->upstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
     dsh_sock_limit (self->downstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
     zsock_set_router_mandatory (self->upstream, 1);
-    //  Refuse to queue calls for a broker that is not there
-    zsock_set_immediate (self->downstream, 1);
-    int rc = zsock_connect (self->upstream, "%s", start->feed);
+    //  Downstream first, so that calls arriving the moment the feed is up
+    //  have somewhere to go. The DEALER queues while its connection comes
+    //  up (drain and feed belong to one broker: if it is gone, no call can
+    //  reach this stage either, and the broker times out what it sent)
+    int rc = zsock_connect (self->downstream, "%s", start->drain);
     if (rc == 0)
-        rc = zsock_connect (self->downstream, "%s", start->drain);
+        rc = zsock_connect (self->upstream, "%s", start->feed);
     self->connected = rc == 0;
     zsock_signal (pipe, rc == 0? 0: 1);
     if (rc == 0) {
