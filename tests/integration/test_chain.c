@@ -22,7 +22,6 @@
 #define DEMO "components/demo/dsh-demo"
 
 typedef struct {
-    char config_path [64];
     dsh_testproc_t *broker;
     dsh_testproc_t *demo;
     char endpoint [256];
@@ -34,13 +33,7 @@ static chain_t *
 s_chain_start (const char *chain_section)
 {
     chain_t *self = (chain_t *) zmalloc (sizeof (chain_t));
-    snprintf (self->config_path, sizeof (self->config_path), "/tmp/dsh-chain-XXXXXX");
-    int fd = mkstemp (self->config_path);
-    assert_true (fd >= 0);
-    assert_true (write (fd, chain_section, strlen (chain_section)) == (ssize_t) strlen (chain_section));
-    close (fd);
-    const char *extra [] = { "-c", self->config_path, NULL };
-    self->broker = dsh_testkit_broker (200, extra, self->endpoint, sizeof (self->endpoint));
+    self->broker = dsh_testkit_broker_config (200, chain_section, self->endpoint, sizeof (self->endpoint));
     assert_non_null (self->broker);
     self->demo = dsh_testkit_component (DEMO, self->endpoint, "demo", NULL);
     assert_int_equal (dsh_testkit_wait_tools (self->endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 5000), 0);
@@ -55,7 +48,6 @@ s_chain_stop (chain_t **self_p)
     dsh_client_destroy (&self->client);
     dsh_testproc_destroy (&self->demo);
     dsh_testproc_destroy (&self->broker);
-    unlink (self->config_path);
     free (self);
     *self_p = NULL;
 }

@@ -26,7 +26,6 @@
 #define CLI_WAIT_MS 15000
 
 typedef struct {
-    char config_path [64];
     dsh_testproc_t *broker;
     dsh_testproc_t *demo;
     char endpoint [256];
@@ -37,15 +36,8 @@ static broker_t *
 s_broker_start (const char *config)
 {
     broker_t *self = (broker_t *) zmalloc (sizeof (broker_t));
-    const char *extra [] = { "-c", self->config_path, NULL };
-    if (config) {
-        snprintf (self->config_path, sizeof (self->config_path), "/tmp/dsh-cli-XXXXXX");
-        int fd = mkstemp (self->config_path);
-        assert_true (fd >= 0);
-        assert_true (write (fd, config, strlen (config)) == (ssize_t) strlen (config));
-        close (fd);
-    }
-    self->broker = dsh_testkit_broker (200, config? extra: NULL, self->endpoint, sizeof (self->endpoint));
+    self->broker = config? dsh_testkit_broker_config (200, config, self->endpoint, sizeof (self->endpoint))
+                         : dsh_testkit_broker (200, NULL, self->endpoint, sizeof (self->endpoint));
     assert_non_null (self->broker);
     self->demo = dsh_testkit_component (DEMO, self->endpoint, "demo", NULL);
     assert_non_null (self->demo);
@@ -59,8 +51,6 @@ s_broker_stop (broker_t **self_p)
     broker_t *self = *self_p;
     dsh_testproc_destroy (&self->demo);
     dsh_testproc_destroy (&self->broker);
-    if (*self->config_path)
-        unlink (self->config_path);
     free (self);
     *self_p = NULL;
 }

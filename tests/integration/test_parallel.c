@@ -39,7 +39,6 @@ typedef struct {
     dsh_testproc_t *broker;
     char endpoint [256];
     dsh_client_t *client;
-    char config_path [64];      //  a chain's config file, or ""
     //  Every component started, killed in teardown even when an assertion
     //  ends the test early (a leftover would join the next test's broker
     //  if that one got the same ephemeral port)
@@ -69,8 +68,6 @@ s_teardown (void **state)
     for (size_t index = 0; index < fixture->component_count; index++)
         dsh_testproc_destroy (&fixture->components [index]);
     dsh_testproc_destroy (&fixture->broker);
-    if (*fixture->config_path)
-        unlink (fixture->config_path);
     free (fixture);
     return 0;
 }
@@ -573,13 +570,7 @@ s_setup_chain (void **state)
         "    stage\n"
         "        name = \"only\"\n"
         "        kind = \"trace\"\n";
-    snprintf (fixture->config_path, sizeof (fixture->config_path), "/tmp/dsh-parallel-XXXXXX");
-    int fd = mkstemp (fixture->config_path);
-    assert_true (fd >= 0);
-    assert_true (write (fd, config, strlen (config)) == (ssize_t) strlen (config));
-    close (fd);
-    const char *extra [] = { "-c", fixture->config_path, NULL };
-    fixture->broker = dsh_testkit_broker (200, extra, fixture->endpoint, sizeof (fixture->endpoint));
+    fixture->broker = dsh_testkit_broker_config (200, config, fixture->endpoint, sizeof (fixture->endpoint));
     assert_non_null (fixture->broker);
     fixture->client = dsh_client_new (fixture->endpoint);
     *state = fixture;

@@ -189,6 +189,22 @@ dsh_testkit_broker (int heartbeat_ms, const char *const *extra, char *endpoint, 
 }
 
 dsh_testproc_t *
+dsh_testkit_broker_config (int heartbeat_ms, const char *config, char *endpoint, size_t size)
+{
+    char path [] = "/tmp/dsh-config-XXXXXX";
+    int fd = mkstemp (path);
+    if (fd < 0)
+        return NULL;
+    bool written = write (fd, config, strlen (config)) == (ssize_t) strlen (config);
+    close (fd);
+    const char *extra [] = { "-c", path, NULL };
+    //  The broker has read its config by the time it says where it listens
+    dsh_testproc_t *broker = written? dsh_testkit_broker (heartbeat_ms, extra, endpoint, size): NULL;
+    unlink (path);
+    return broker;
+}
+
+dsh_testproc_t *
 dsh_testkit_component (const char *program, const char *endpoint, const char *id, const char *const *extra)
 {
     const char *argv [32] = { program, "--broker", endpoint, "--id", id };

@@ -63,6 +63,12 @@ pid_t
 dsh_testproc_t *
     dsh_testkit_broker (int heartbeat_ms, const char *const *extra, char *endpoint, size_t size);
 
+//  Start dsh-broker as dsh_testkit_broker does, with config (ZPL text,
+//  e.g. a chain section) in a temporary file that is gone once the broker
+//  has read it. NULL on failure.
+dsh_testproc_t *
+    dsh_testkit_broker_config (int heartbeat_ms, const char *config, char *endpoint, size_t size);
+
 //  Start a component program (e.g. "components/demo/dsh-demo") against
 //  endpoint with --id id and extra flags; waits for its start line.
 dsh_testproc_t *
