@@ -41,6 +41,7 @@ struct _dsh_stage_call_t {
     zframe_t *body;
     zframe_t *tool;
     bool decoded;               //  body and tool read (on first use)
+    int64_t deadline_ms;        //  the call's deadline (zclock_mono), or 0
     dsh_doc_t *doc;
     dsh_doc_t *tool_doc;
     dsh_call_head_t head;
@@ -686,6 +687,12 @@ dsh_stage_call_tool (dsh_stage_call_t *call)
 {
     s_decode (call);
     return call->tool_doc? dsh_doc_root (call->tool_doc): NULL;
+}
+
+int64_t
+dsh_stage_call_deadline (dsh_stage_call_t *call)
+{
+    return call->deadline_ms;
 }
 
 bool

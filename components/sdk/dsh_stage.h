@@ -148,6 +148,12 @@ const msgpack_object *
 const msgpack_object *
     dsh_stage_call_tool (dsh_stage_call_t *call);
 
+//  The call's own deadline, on zclock_mono's clock: the broker answers
+//  the call TIMEOUT then, whatever the stage does. 0 if unknown. A stage
+//  that waits (for a human, a process) should finish before it.
+int64_t
+    dsh_stage_call_deadline (dsh_stage_call_t *call);
+
 //  The boolean annotation of the called tool (e.g. "readOnlyHint"), or
 //  fallback if the tool is unknown or the annotation is absent.
 bool
