@@ -7,6 +7,7 @@
 */
 
 #include "dsh_config.h"
+#include "dsh_middleware.h"
 #include "dsh_proto.h"
 #include "dsh_registry.h"
 
@@ -103,6 +104,7 @@ main (int argc, char *argv [])
         return rc;
     }
 
+    config->stage_kinds = dsh_middleware_kinds;
     zactor_t *registry = zactor_new (dsh_registry_actor, config);
     char *front = NULL, *announce = NULL, *work = NULL, *events = NULL;
     zstr_sendx (registry, "ENDPOINTS", NULL);

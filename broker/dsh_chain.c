@@ -1,23 +1,28 @@
 /*  =========================================================================
-    dsh_chain - the execution chain's hub
+    dsh_chain - the execution chain
 
-    A flow is one call (or control command) inside the chain: where it is
-    (a stage index, or the tool), which way it is going, until when the
-    current stage may hold it, and the stack of stages it has passed, each
-    with the two routing frames that lead back to that stage's DEALER.
-    Down: enter -> feed_0 -> drain_0 -> feed_1 ... -> drain_last -> tool.
-    Up: tool -> drain_last -> (stage's after) -> feed_last -> drain_prev ...
-    -> feed_0 -> caller. A stage that answers on its way down (a veto) sends
-    the flow up from where it is.
+    A call goes down: enter -> stage 0 -> stage 1 ... -> the host's
+    dispatch; its result goes up through the stages it passed, innermost
+    first (the record's hops), -> dsh_inflight_answer. A stage that answers
+    on its way down (a veto) sends the call up from where it is.
+
+    Inline stages report what they did through the host callbacks, which
+    only queue a step; the chain acts on its queue when control is back in
+    its own hands (at the end of each entry point, or on a 1 ms timer when
+    a stage resumes a deferred call from its own handler). So a stage is
+    never called back into while it is deciding, and a chain of any length
+    costs no recursion.
+
+    External stages sit on slots: a DEALER "feed" (the stage's ROUTER
+    connects; calls go down it, answers and results come back up it) and a
+    ROUTER "drain" (the stage's DEALER connects; calls the stage passed
+    arrive there, results going back up leave from there).
     =========================================================================
 */
 
 #include "dsh_chain.h"
-#include "dsh_dispatch.h"
-#include "dsh_middleware.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
-#include "dsh_stage.h"
 
 #define S_TICK_MS               50
 #define S_CONTROL_TIMEOUT_MS    5000
@@ -33,46 +38,52 @@ struct _s_slot_t {
     bool external;
     int timeout_ms;
     bool fail_open;
-    zsock_t *feed;              //  DEALER: down into the stage, answers up
-    zsock_t *drain;             //  ROUTER: passed calls in, results down to the stage
+    dsh_stage_t *stage;         //  built-in: run inline
+    zsock_t *feed;              //  external: DEALER, down into the stage, answers up
+    zsock_t *drain;             //  external: ROUTER, passed calls in, results down to the stage
     char *feed_endpoint;
     char *drain_endpoint;
-    dsh_stage_t *stage;         //  built-in stages only
     uint64_t passed;
     uint64_t answered;
     uint64_t failed;
 };
 
-//  A stage a flow has passed, and the route back to it.
+//  A stage a call has passed, and (external stages) the route back to it.
 typedef struct {
     size_t index;
     zframe_t *stage_id;         //  the stage's DEALER, as our drain sees it
     zframe_t *feed_id;          //  our feed, as the stage's ROUTER sees it
 } s_hop_t;
 
+//  What an inline stage did, waiting for the chain to act on it.
 typedef struct {
     uint64_t token;
-    zmsg_t *envelope;           //  the caller's route; never leaves the hub
-    char *call_id;
-    bool control;
-    size_t stage;               //  a slot index, or the stage count: at the tool
-    bool down;
-    int64_t deadline_ms;        //  of the current stage; 0 at the tool
-    zlistx_t *hops;             //  s_hop_t *, the stages passed, innermost last
-    zframe_t *tool;
-    zframe_t *held;             //  the body, while a fail-open stage holds it
-    zchunk_t *id;               //  control: the request's id, packed, or NULL
-    char *caller;               //  calls: the caller key, indexed in callers
-} s_flow_t;
+    size_t stage;
+    bool pass;                  //  passed down, else sent up
+    zframe_t *body;
+} s_step_t;
+
+//  A control command sent to an external stage, waiting for its reply.
+typedef struct {
+    uint64_t token;
+    zmsg_t *envelope;
+    zchunk_t *id;               //  the request's id, packed, or NULL
+    size_t stage;
+    int64_t deadline_ms;
+} s_control_t;
 
 struct _dsh_chain_t {
     dsh_chain_host_t host;
+    dsh_inflight_t *inflight;
     s_slot_t **slots;
     size_t slot_count;
-    zhashx_t *flows;            //  token hex -> s_flow_t *, owned here
-    zhashx_t *callers;          //  caller key -> s_flow_t * (calls only), for cancels
-    uint64_t next_token;
+    zlistx_t *steps;            //  s_step_t *, in order
+    bool running;               //  an entry point is on the stack
+    bool scheduled;             //  a timer will run the steps
+    zhashx_t *controls;         //  token hex -> s_control_t *
+    uint64_t next_control;
     zloop_t *loop;
+    char *broker;
 };
 
 static void
@@ -88,18 +99,22 @@ s_hop_destroy (s_hop_t **self_p)
 }
 
 static void
-s_flow_destroy (s_flow_t **self_p)
+s_step_destroy (s_step_t **self_p)
 {
     if (*self_p) {
-        s_flow_t *self = *self_p;
-        zmsg_destroy (&self->envelope);
-        zstr_free (&self->call_id);
-        zlistx_destroy (&self->hops);
-        zframe_destroy (&self->tool);
-        zframe_destroy (&self->held);
-        zchunk_destroy (&self->id);
-        zstr_free (&self->caller);
-        free (self);
+        zframe_destroy (&(*self_p)->body);
+        free (*self_p);
+        *self_p = NULL;
+    }
+}
+
+static void
+s_control_destroy (s_control_t **self_p)
+{
+    if (*self_p) {
+        zmsg_destroy (&(*self_p)->envelope);
+        zchunk_destroy (&(*self_p)->id);
+        free (*self_p);
         *self_p = NULL;
     }
 }
@@ -121,36 +136,7 @@ s_slot_destroy (s_slot_t **self_p)
     }
 }
 
-static void
-s_key (uint64_t token, char key [17])
-{
-    dsh_proto_token_hex (token, key);
-}
-
-static s_flow_t *
-s_flow_lookup (dsh_chain_t *self, zframe_t *token_frame)
-{
-    uint64_t token;
-    if (dsh_dispatch_token_decode (token_frame, &token))
-        return NULL;
-    char key [17];
-    s_key (token, key);
-    return (s_flow_t *) zhashx_lookup (self->flows, key);
-}
-
-static void
-s_flow_end (dsh_chain_t *self, s_flow_t *flow)
-{
-    char key [17];
-    s_key (flow->token, key);
-    zhashx_delete (self->flows, key);
-    if (flow->caller && zhashx_lookup (self->callers, flow->caller) == flow)
-        zhashx_delete (self->callers, flow->caller);
-    s_flow_destroy (&flow);
-}
-
-//  Sends frames without giving them up (they are shared, not copied, when
-//  large). Returns 0 or -1 with errno.
+//  Sends frames without giving them up. Returns 0 or -1 with errno.
 static int
 s_send_frames (zsock_t *sock, zframe_t **frames, size_t count)
 {
@@ -162,201 +148,340 @@ s_send_frames (zsock_t *sock, zframe_t **frames, size_t count)
     return 0;
 }
 
-//  A MIDDLEWARE_FAILED result for the flow: "Error: stage "<name>" <why>".
+//  Sends [token] "" DSH1 command (body) (more...) on an external slot's feed.
+static int
+s_send_feed (s_slot_t *slot, uint64_t token, const char *command, zframe_t **extra, size_t extra_count)
+{
+    zframe_t *frames [8];
+    assert (extra_count + 4 <= 8);
+    frames [0] = dsh_inflight_token_frame (token);
+    frames [1] = zframe_new_empty ();
+    frames [2] = zframe_from (DSH_PROTOCOL);
+    frames [3] = zframe_from (command);
+    for (size_t index = 0; index < extra_count; index++)
+        frames [4 + index] = extra [index];
+    int rc = s_send_frames (slot->feed, frames, 4 + extra_count);
+    for (size_t index = 0; index < 4; index++)
+        zframe_destroy (&frames [index]);
+    return rc;
+}
+
+//  A MIDDLEWARE_FAILED result for the record: "Error: stage "<name>" <why>".
 static zframe_t *
-s_failure (s_flow_t *flow, const char *name, const char *why)
+s_failure (dsh_record_t *record, const char *name, const char *why)
 {
     char text [256];
     snprintf (text, sizeof (text), "Error: stage \"%s\" %s", name, why);
-    return dsh_proto_error_result (flow->call_id, DSH_E_MIDDLEWARE_FAILED, text);
+    return dsh_proto_error_result (record->call_id, DSH_E_MIDDLEWARE_FAILED, text);
 }
 
-static void s_go_up (dsh_chain_t *self, s_flow_t *flow, zframe_t **body_p);
-
-//  Sends the flow down from stage from; past the last stage, to the tool.
+//  Puts the record in stage slot, going down or up, until the stage's
+//  limit or the call's deadline, whichever is first.
 static void
-s_go_down (dsh_chain_t *self, s_flow_t *flow, size_t from, zframe_t **body_p)
+s_hold (dsh_record_t *record, s_slot_t *slot, bool down)
 {
-    zframe_t *token = dsh_dispatch_token_frame (flow->token);
-    zframe_t *delimiter = zframe_new_empty ();
-    zframe_t *protocol = zframe_from (DSH_PROTOCOL);
-    zframe_t *command = zframe_from (DSH_CALL);
+    record->where = DSH_AT_CHAIN;
+    record->stage = slot->index;
+    record->down = down;
+    int64_t limit = zclock_mono () + slot->timeout_ms;
+    record->hold_until_ms = limit < record->deadline_ms? limit: record->deadline_ms;
+}
+
+//  Tells the stage of slot that the call is over for it.
+static void
+s_let_go (s_slot_t *slot, uint64_t token)
+{
+    if (slot->stage)
+        dsh_stage_inline_cancel (slot->stage, token);
+    else
+        s_send_feed (slot, token, DSH_CANCEL, NULL, 0);
+}
+
+static void s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p);
+
+//  Checks the call about to leave the chain: the name and callId it was
+//  decided for at FRONT, whatever a stage did to the body. Returns 0, or
+//  -1 with a reason.
+static int
+s_check_decided (dsh_record_t *record, zframe_t *body, char *error, size_t error_size)
+{
+    dsh_doc_t *doc = dsh_proto_decode_body (body, error, error_size);
+    dsh_call_head_t head;
+    int rc = doc? dsh_proto_decode_call (doc, &head, error, error_size): -1;
+    if (rc == 0 && (!streq (head.name, record->tool) || !streq (head.call_id, record->call_id))) {
+        snprintf (error, error_size, "a stage changed the call's %s",
+                  streq (head.name, record->tool)? "callId": "tool name");
+        rc = -1;
+    }
+    dsh_doc_destroy (&doc);
+    return rc;
+}
+
+//  Sends the call down from stage from; past the last stage, to dispatch.
+static void
+s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
+{
     for (size_t index = from; index < self->slot_count; index++) {
         s_slot_t *slot = self->slots [index];
-        zframe_t *frames [] = { token, delimiter, protocol, command, *body_p, flow->tool };
-        if (s_send_frames (slot->feed, frames, 6) == 0) {
-            flow->stage = index;
-            flow->down = true;
-            flow->deadline_ms = zclock_mono () + slot->timeout_ms;
-            if (slot->fail_open)
-                flow->held = *body_p;
-            else
-                zframe_destroy (body_p);
-            *body_p = NULL;
-            zframe_destroy (&token);
-            zframe_destroy (&delimiter);
-            zframe_destroy (&protocol);
-            zframe_destroy (&command);
+        s_hold (record, slot, true);
+        zframe_destroy (&record->held);
+        if (slot->fail_open)
+            record->held = zframe_dup (*body_p);
+        if (slot->stage) {
+            dsh_stage_inline_call (slot->stage, record->token, body_p, record->entry, record->deadline_ms);
+            return;
+        }
+        int64_t left = record->deadline_ms - zclock_mono ();
+        byte budget [8];
+        for (int position = 0; position < 8; position++)
+            budget [position] = (byte) ((uint64_t) (left > 0? left: 1) >> (56 - 8 * position));
+        zframe_t *budget_frame = zframe_new (budget, sizeof (budget));
+        zframe_t *frames [] = { *body_p, record->entry, budget_frame };
+        int rc = s_send_feed (slot, record->token, DSH_CALL, frames, 3);
+        zframe_destroy (&budget_frame);
+        if (rc == 0) {
+            zframe_destroy (body_p);
             return;
         }
         slot->failed++;
+        zframe_destroy (&record->held);
         if (!slot->fail_open) {
             zframe_destroy (body_p);
-            zframe_t *failure = s_failure (flow, slot->name, "is not connected");
+            zframe_t *failure = s_failure (record, slot->name, "is not connected");
+            s_up (self, record, &failure);
+            return;
+        }
+    }
+    zframe_destroy (&record->held);
+    char error [256];
+    if (self->slot_count && s_check_decided (record, *body_p, error, sizeof (error))) {
+        zframe_destroy (body_p);
+        char text [320];
+        snprintf (text, sizeof (text), "Error: the chain passed on a call that is not the one decided: %s", error);
+        zframe_t *failure = dsh_proto_error_result (record->call_id, DSH_E_MIDDLEWARE_FAILED, text);
+        s_up (self, record, &failure);
+        return;
+    }
+    record->hold_until_ms = record->deadline_ms;
+    self->host.dispatch (self->host.arg, record, body_p);
+}
+
+//  Sends the result up to the innermost stage the call passed; past the
+//  first, to the caller. A stage that cannot take it fails the call (or is
+//  skipped, if fail-open).
+static void
+s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
+{
+    zframe_destroy (&record->held);
+    s_hop_t *hop;
+    while (record->hops && (hop = (s_hop_t *) zlistx_last (record->hops))) {
+        zlistx_detach_cur (record->hops);
+        s_slot_t *slot = self->slots [hop->index];
+        s_hold (record, slot, false);
+        if (slot->fail_open)
+            record->held = zframe_dup (*body_p);
+        bool taken = false;
+        if (slot->stage)
+            taken = dsh_stage_inline_result (slot->stage, record->token, body_p);
+        else {
+            zframe_t *token = dsh_inflight_token_frame (record->token);
+            zframe_t *delimiter = zframe_new_empty ();
+            zframe_t *protocol = zframe_from (DSH_PROTOCOL);
+            zframe_t *command = zframe_from (DSH_RESULT);
+            zframe_t *frames [] = { hop->stage_id, hop->feed_id, token, delimiter, protocol, command, *body_p };
+            taken = s_send_frames (slot->drain, frames, 7) == 0;
             zframe_destroy (&token);
             zframe_destroy (&delimiter);
             zframe_destroy (&protocol);
             zframe_destroy (&command);
-            s_go_up (self, flow, &failure);
-            return;
-        }
-    }
-    zframe_destroy (&token);
-    zframe_destroy (&delimiter);
-    zframe_destroy (&protocol);
-    zframe_destroy (&command);
-    flow->stage = self->slot_count;
-    flow->down = true;
-    flow->deadline_ms = 0;
-    self->host.dispatch (self->host.arg, flow->token, body_p);
-}
-
-//  Sends the flow up to the innermost stage it passed; past the first, to
-//  the caller. A stage that cannot take it fails the call (or is skipped,
-//  if fail-open).
-static void
-s_go_up (dsh_chain_t *self, s_flow_t *flow, zframe_t **body_p)
-{
-    zframe_destroy (&flow->held);
-    zframe_t *token = dsh_dispatch_token_frame (flow->token);
-    zframe_t *delimiter = zframe_new_empty ();
-    zframe_t *protocol = zframe_from (DSH_PROTOCOL);
-    zframe_t *command = zframe_from (DSH_RESULT);
-    bool sent = false;
-    s_hop_t *hop;
-    while (!sent && (hop = (s_hop_t *) zlistx_last (flow->hops))) {
-        zlistx_detach_cur (flow->hops);
-        s_slot_t *slot = self->slots [hop->index];
-        zframe_t *frames [] = { hop->stage_id, hop->feed_id, token, delimiter, protocol, command, *body_p };
-        if (s_send_frames (slot->drain, frames, 7) == 0) {
-            sent = true;
-            flow->stage = hop->index;
-            flow->down = false;
-            flow->deadline_ms = zclock_mono () + slot->timeout_ms;
-            if (slot->fail_open)
-                flow->held = *body_p;
-            else
+            if (taken)
                 zframe_destroy (body_p);
-            *body_p = NULL;
-        }
-        else {
-            slot->failed++;
-            if (!slot->fail_open) {
-                zframe_destroy (body_p);
-                *body_p = s_failure (flow, slot->name, "is gone");
+            else {
+                slot->failed++;
+                if (!slot->fail_open) {
+                    zframe_destroy (body_p);
+                    *body_p = s_failure (record, slot->name, "is gone");
+                }
             }
         }
         s_hop_destroy (&hop);
+        if (taken)
+            return;
+        zframe_destroy (&record->held);
     }
-    zframe_destroy (&token);
-    zframe_destroy (&delimiter);
-    zframe_destroy (&protocol);
-    zframe_destroy (&command);
-    if (!sent) {
-        self->host.reply (self->host.arg, &flow->envelope, DSH_RESULT, body_p);
-        s_flow_end (self, flow);
+    dsh_inflight_answer_frame (self->inflight, &record, body_p);
+}
+
+//  Acts on one queued step, if its record is still where the step says.
+static void
+s_step (dsh_chain_t *self, s_step_t *step)
+{
+    dsh_record_t *record = dsh_inflight_lookup (self->inflight, step->token);
+    if (!record || record->where != DSH_AT_CHAIN || record->stage != step->stage
+    ||  (step->pass && !record->down))
+        return;                 //  it moved on (timed out, cancelled): stale
+    s_slot_t *slot = self->slots [step->stage];
+    if (step->pass) {
+        slot->passed++;
+        s_hop_t *hop = (s_hop_t *) zmalloc (sizeof (s_hop_t));
+        assert (hop);
+        hop->index = step->stage;
+        zlistx_add_end (record->hops, hop);
+        s_down (self, record, step->stage + 1, &step->body);
     }
-}
-
-static s_flow_t *
-s_flow_new (dsh_chain_t *self, zmsg_t **envelope_p, const char *call_id)
-{
-    s_flow_t *flow = (s_flow_t *) zmalloc (sizeof (s_flow_t));
-    assert (flow);
-    flow->token = ++self->next_token;
-    flow->envelope = *envelope_p;
-    *envelope_p = NULL;
-    flow->call_id = strdup (call_id? call_id: "");
-    flow->hops = zlistx_new ();
-    zlistx_set_destructor (flow->hops, (zlistx_destructor_fn *) s_hop_destroy);
-    char key [17];
-    s_key (flow->token, key);
-    zhashx_insert (self->flows, key, flow);
-    return flow;
-}
-
-void
-dsh_chain_enter (dsh_chain_t *self, zmsg_t **envelope_p, const char *call_id, zframe_t **body_p, zchunk_t *tool)
-{
-    assert (self);
-    s_flow_t *flow = s_flow_new (self, envelope_p, call_id);
-    flow->caller = dsh_proto_caller_key (flow->envelope, flow->call_id);
-    zhashx_update (self->callers, flow->caller, flow);
-    flow->tool = tool? zframe_new (zchunk_data (tool), zchunk_size (tool)): zframe_new_empty ();
-    s_go_down (self, flow, 0, body_p);
-}
-
-void
-dsh_chain_result (dsh_chain_t *self, uint64_t token, zframe_t **body_p)
-{
-    assert (self);
-    char key [17];
-    s_key (token, key);
-    s_flow_t *flow = (s_flow_t *) zhashx_lookup (self->flows, key);
-    if (flow && flow->stage == self->slot_count)
-        s_go_up (self, flow, body_p);
-    else
-        zframe_destroy (body_p);
-}
-
-bool
-dsh_chain_cancel (dsh_chain_t *self, zmsg_t *envelope, const char *call_id)
-{
-    assert (self);
-    char *caller = dsh_proto_caller_key (envelope, call_id);
-    s_flow_t *flow = (s_flow_t *) zhashx_lookup (self->callers, caller);
-    zstr_free (&caller);
-    if (!flow)
-        return false;
-    if (flow->stage == self->slot_count)
-        self->host.cancel (self->host.arg, flow->token);
     else {
-        //  The stage holding it lets go (a deferred call is dropped)
-        zframe_t *token = dsh_dispatch_token_frame (flow->token);
-        zframe_t *delimiter = zframe_new_empty ();
-        zframe_t *protocol = zframe_from (DSH_PROTOCOL);
-        zframe_t *command = zframe_from (DSH_CANCEL);
-        zframe_t *frames [] = { token, delimiter, protocol, command };
-        if (flow->down)
-            s_send_frames (self->slots [flow->stage]->feed, frames, 4);
-        zframe_destroy (&token);
-        zframe_destroy (&delimiter);
-        zframe_destroy (&protocol);
-        zframe_destroy (&command);
+        if (record->down)
+            slot->answered++;
+        s_up (self, record, &step->body);
     }
-    s_flow_end (self, flow);
-    return true;
+}
+
+static void
+s_run (dsh_chain_t *self)
+{
+    s_step_t *step;
+    while ((step = (s_step_t *) zlistx_first (self->steps))) {
+        zlistx_detach_cur (self->steps);
+        s_step (self, step);
+        s_step_destroy (&step);
+    }
+}
+
+//  Every entry point runs inside these two: steps queued meanwhile are
+//  acted on before control goes back to the loop.
+static bool
+s_enter (dsh_chain_t *self)
+{
+    bool outer = !self->running;
+    self->running = true;
+    return outer;
+}
+
+static void
+s_leave (dsh_chain_t *self, bool outer)
+{
+    if (outer) {
+        s_run (self);
+        self->running = false;
+    }
+}
+
+static int
+s_run_timer (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    dsh_chain_t *self = (dsh_chain_t *) arg;
+    self->scheduled = false;
+    bool outer = s_enter (self);
+    s_leave (self, outer);
+    return 0;
+}
+
+static void
+s_post (dsh_chain_t *self, uint64_t token, s_slot_t *slot, bool pass, zframe_t **body_p)
+{
+    s_step_t *step = (s_step_t *) zmalloc (sizeof (s_step_t));
+    assert (step);
+    step->token = token;
+    step->stage = slot->index;
+    step->pass = pass;
+    step->body = *body_p;
+    *body_p = NULL;
+    zlistx_add_end (self->steps, step);
+    if (!self->running && !self->scheduled && self->loop) {
+        //  A stage resumed a call from its own handler: act soon, not now
+        zloop_timer (self->loop, 1, 1, s_run_timer, self);
+        self->scheduled = true;
+    }
+}
+
+static void
+s_inline_pass (void *arg, uint64_t token, zframe_t **body_p)
+{
+    s_slot_t *slot = (s_slot_t *) arg;
+    s_post (slot->chain, token, slot, true, body_p);
+}
+
+static void
+s_inline_up (void *arg, uint64_t token, zframe_t **body_p)
+{
+    s_slot_t *slot = (s_slot_t *) arg;
+    s_post (slot->chain, token, slot, false, body_p);
+}
+
+//  ---------------------------------------------------------------------
+//  Entry points
+
+void
+dsh_chain_enter (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p, zchunk_t *tool)
+{
+    assert (self);
+    assert (record && body_p && *body_p);
+    bool outer = s_enter (self);
+    record->hops = zlistx_new ();
+    zlistx_set_destructor (record->hops, (zlistx_destructor_fn *) s_hop_destroy);
+    record->entry = tool? zframe_new (zchunk_data (tool), zchunk_size (tool)): zframe_new_empty ();
+    s_down (self, record, 0, body_p);
+    s_leave (self, outer);
 }
 
 void
-dsh_chain_progress (dsh_chain_t *self, uint64_t token, zframe_t **body_p)
+dsh_chain_result (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
 {
     assert (self);
-    char key [17];
-    s_key (token, key);
-    s_flow_t *flow = (s_flow_t *) zhashx_lookup (self->flows, key);
-    if (flow && !flow->control) {
-        zmsg_t *envelope = zmsg_dup (flow->envelope);
-        self->host.reply (self->host.arg, &envelope, DSH_PROGRESS, body_p);
-    }
-    zframe_destroy (body_p);
+    assert (record);
+    bool outer = s_enter (self);
+    s_up (self, record, body_p);
+    s_leave (self, outer);
 }
 
-size_t
-dsh_chain_flows (dsh_chain_t *self)
+void
+dsh_chain_expire (dsh_chain_t *self, dsh_record_t *record)
 {
     assert (self);
-    return zhashx_size (self->flows);
+    assert (record && record->where == DSH_AT_CHAIN && record->stage < self->slot_count);
+    bool outer = s_enter (self);
+    s_slot_t *slot = self->slots [record->stage];
+    slot->failed++;
+    if (record->down || slot->stage)
+        s_let_go (slot, record->token);
+    if (slot->fail_open && record->held) {
+        //  Go on as if the stage were not there
+        zframe_t *body = record->held;
+        record->held = NULL;
+        if (record->down)
+            s_down (self, record, record->stage + 1, &body);
+        else
+            s_up (self, record, &body);
+    }
+    else {
+        char why [64];
+        snprintf (why, sizeof (why), "did not answer within %d ms", slot->timeout_ms);
+        zframe_t *failure = s_failure (record, slot->name, why);
+        s_up (self, record, &failure);
+    }
+    s_leave (self, outer);
+}
+
+void
+dsh_chain_release (dsh_chain_t *self, dsh_record_t *record)
+{
+    assert (self);
+    assert (record);
+    if (record->where == DSH_AT_CHAIN && record->stage < self->slot_count)
+        s_let_go (self->slots [record->stage], record->token);
+    for (s_hop_t *hop = record->hops? (s_hop_t *) zlistx_first (record->hops): NULL; hop;
+         hop = (s_hop_t *) zlistx_next (record->hops))
+        s_let_go (self->slots [hop->index], record->token);
+}
+
+void
+dsh_chain_settle (dsh_chain_t *self)
+{
+    assert (self);
+    bool outer = s_enter (self);
+    s_leave (self, outer);
 }
 
 //  ---------------------------------------------------------------------
@@ -397,12 +522,12 @@ s_control_answer (dsh_chain_t *self, zmsg_t **envelope_p, zchunk_t *id, bool ok,
         dsh_packer_kv_str (&packer, "message", message);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
-    self->host.reply (self->host.arg, envelope_p, DSH_CONTROL, &body);
+    self->host.control_reply (self->host.arg, envelope_p, &body);
 }
 
 //  Passes a stage's control reply on, with the request's id.
 static void
-s_control_forward (dsh_chain_t *self, s_flow_t *flow, zframe_t *body)
+s_control_forward (dsh_chain_t *self, zmsg_t **envelope_p, zchunk_t *id, zframe_t *body)
 {
     char error [256];
     dsh_doc_t *doc = dsh_proto_decode_body (body, error, sizeof (error));
@@ -410,9 +535,9 @@ s_control_forward (dsh_chain_t *self, s_flow_t *flow, zframe_t *body)
     const msgpack_object *ok = dsh_map_get (root, "ok");
     char *message = doc? dsh_doc_strdup (doc, dsh_map_get (root, "message")): NULL;
     if (!doc)
-        s_control_answer (self, &flow->envelope, flow->id, false, "the stage's reply is malformed", NULL);
+        s_control_answer (self, envelope_p, id, false, "the stage's reply is malformed", NULL);
     else
-        s_control_answer (self, &flow->envelope, flow->id, ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean,
+        s_control_answer (self, envelope_p, id, ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean,
                           message, root);
     dsh_doc_destroy (&doc);
 }
@@ -443,168 +568,165 @@ dsh_chain_control (dsh_chain_t *self, zmsg_t **envelope_p, zframe_t **body_p)
         s_control_answer (self, envelope_p, id, false, message, NULL);
         zchunk_destroy (&id);
     }
+    else
+    if (slot->stage) {
+        bool outer = s_enter (self);
+        zframe_t *reply = dsh_stage_inline_control (slot->stage, *body_p);
+        s_control_forward (self, envelope_p, id, reply);
+        zframe_destroy (&reply);
+        zchunk_destroy (&id);
+        s_leave (self, outer);
+    }
     else {
-        s_flow_t *flow = s_flow_new (self, envelope_p, NULL);
-        flow->control = true;
-        flow->id = id;
-        flow->stage = slot->index;
-        flow->deadline_ms = zclock_mono () + S_CONTROL_TIMEOUT_MS;
-        zframe_t *token = dsh_dispatch_token_frame (flow->token);
-        zframe_t *delimiter = zframe_new_empty ();
-        zframe_t *protocol = zframe_from (DSH_PROTOCOL);
-        zframe_t *command = zframe_from (DSH_CONTROL);
-        zframe_t *frames [] = { token, delimiter, protocol, command, *body_p };
-        if (s_send_frames (slot->feed, frames, 5)) {
+        s_control_t *control = (s_control_t *) zmalloc (sizeof (s_control_t));
+        assert (control);
+        control->token = ++self->next_control;
+        control->envelope = *envelope_p;
+        *envelope_p = NULL;
+        control->id = id;
+        control->stage = slot->index;
+        control->deadline_ms = zclock_mono () + S_CONTROL_TIMEOUT_MS;
+        if (s_send_feed (slot, control->token, DSH_CONTROL, body_p, 1)) {
             snprintf (error, sizeof (error), "stage \"%s\" is not connected", slot->name);
-            s_control_answer (self, &flow->envelope, flow->id, false, error, NULL);
-            s_flow_end (self, flow);
+            s_control_answer (self, &control->envelope, control->id, false, error, NULL);
+            s_control_destroy (&control);
         }
-        zframe_destroy (&token);
-        zframe_destroy (&delimiter);
-        zframe_destroy (&protocol);
-        zframe_destroy (&command);
+        else {
+            char key [17];
+            dsh_proto_token_hex (control->token, key);
+            zhashx_insert (self->controls, key, control);
+        }
     }
     dsh_doc_destroy (&doc);
     zframe_destroy (body_p);
 }
 
 //  ---------------------------------------------------------------------
-//  Slot sockets
+//  External slots
 
 //  feed: [token] "" DSH1 (RESULT|CONTROL) body, from stage slot->index.
-static int
-s_feed_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
+static void
+s_feed_recv_one (s_slot_t *slot, zsock_t *reader)
 {
-    (void) loop;
-    s_slot_t *slot = (s_slot_t *) arg;
     dsh_chain_t *self = slot->chain;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return 0;
+        return;
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256];
-    s_flow_t *flow = NULL;
-    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
-    &&  zmsg_size (envelope) == 1 && zmsg_size (msg) == 1)
-        flow = s_flow_lookup (self, zmsg_first (envelope));
-    if (!flow || flow->stage != slot->index
-    ||  (flow->control? !streq (command, DSH_CONTROL): !streq (command, DSH_RESULT)))
-        ;                       //  late (the stage timed out) or not ours: dropped
-    else {
-        zframe_t *body = zmsg_pop (msg);
-        if (flow->control) {
-            s_control_forward (self, flow, body);
-            zframe_destroy (&body);
-            s_flow_end (self, flow);
+    uint64_t token = 0;
+    bool framed = dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
+               && zmsg_size (envelope) == 1 && zmsg_size (msg) == 1
+               && dsh_inflight_token_decode (zframe_data (zmsg_first (envelope)),
+                                             zframe_size (zmsg_first (envelope)), &token) == 0;
+    if (framed && streq (command, DSH_CONTROL)) {
+        char key [17];
+        dsh_proto_token_hex (token, key);
+        s_control_t *control = (s_control_t *) zhashx_lookup (self->controls, key);
+        if (control && control->stage == slot->index) {
+            zhashx_delete (self->controls, key);
+            s_control_forward (self, &control->envelope, control->id, zmsg_first (msg));
+            s_control_destroy (&control);
         }
-        else {
-            if (flow->down)
+    }
+    else
+    if (framed && streq (command, DSH_RESULT)) {
+        dsh_record_t *record = dsh_inflight_lookup (self->inflight, token);
+        //  Anything else is late (the stage timed out) or not ours: dropped
+        if (record && record->where == DSH_AT_CHAIN && record->stage == slot->index) {
+            zframe_t *body = zmsg_pop (msg);
+            bool outer = s_enter (self);
+            if (record->down)
                 slot->answered++;
-            s_go_up (self, flow, &body);
+            s_up (self, record, &body);
+            s_leave (self, outer);
         }
     }
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
-    return 0;
 }
 
-//  Drains a busy socket without a poll per message, yet gives the others
-//  their turn.
 static int
 s_feed_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
+    (void) loop;
+    //  Drain a busy socket without a poll per message, yet give the others
+    //  their turn
     for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
-        s_feed_recv_one (loop, reader, arg);
+        s_feed_recv_one ((s_slot_t *) arg, reader);
     return 0;
 }
 
-//  drain: [stage id] [feed id] [token] "" DSH1 CALL body tool, passed on by
-//  stage slot->index.
-static int
-s_drain_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
+//  drain: [stage id] [feed id] [token] "" DSH1 CALL body tool [budget],
+//  passed on by stage slot->index.
+static void
+s_drain_recv_one (s_slot_t *slot, zsock_t *reader)
 {
-    (void) loop;
-    s_slot_t *slot = (s_slot_t *) arg;
     dsh_chain_t *self = slot->chain;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return 0;
+        return;
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256];
-    s_flow_t *flow = NULL;
+    dsh_record_t *record = NULL;
     if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
-    &&  streq (command, DSH_CALL) && zmsg_size (envelope) == 3 && zmsg_size (msg) == 2) {
-        zframe_t *token = zmsg_last (envelope);
-        flow = s_flow_lookup (self, token);
+    &&  streq (command, DSH_CALL) && zmsg_size (envelope) == 3 && zmsg_size (msg) >= 1) {
+        zframe_t *token_frame = zmsg_last (envelope);
+        uint64_t token;
+        if (dsh_inflight_token_decode (zframe_data (token_frame), zframe_size (token_frame), &token) == 0)
+            record = dsh_inflight_lookup (self->inflight, token);
     }
-    if (flow && !flow->control && flow->down && flow->stage == slot->index) {
+    if (record && record->where == DSH_AT_CHAIN && record->down && record->stage == slot->index) {
+        bool outer = s_enter (self);
         slot->passed++;
         s_hop_t *hop = (s_hop_t *) zmalloc (sizeof (s_hop_t));
         assert (hop);
         hop->index = slot->index;
         hop->stage_id = zmsg_pop (envelope);
         hop->feed_id = zmsg_pop (envelope);
-        zlistx_add_end (flow->hops, hop);
-        zframe_destroy (&flow->held);
+        zlistx_add_end (record->hops, hop);
         zframe_t *body = zmsg_pop (msg);
-        s_go_down (self, flow, slot->index + 1, &body);
+        s_down (self, record, slot->index + 1, &body);
+        s_leave (self, outer);
     }
     else
-    if (!flow)
+    if (!record)
         zsys_warning ("dsh-broker: stage %s sent something that is not a call of the chain", slot->name);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
-    return 0;
 }
 
-//  Drains a busy socket without a poll per message, yet gives the others
-//  their turn.
 static int
 s_drain_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
+    (void) loop;
     for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
-        s_drain_recv_one (loop, reader, arg);
+        s_drain_recv_one ((s_slot_t *) arg, reader);
     return 0;
 }
 
+//  Control commands an external stage never answered.
 static int
-s_expire (zloop_t *loop, int timer_id, void *arg)
+s_expire_controls (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
     dsh_chain_t *self = (dsh_chain_t *) arg;
     int64_t now = zclock_mono ();
     zlistx_t *late = zlistx_new ();
-    for (s_flow_t *flow = zhashx_first (self->flows); flow; flow = zhashx_next (self->flows))
-        if (flow->deadline_ms && flow->deadline_ms <= now)
-            zlistx_add_end (late, flow);
-    for (s_flow_t *flow = zlistx_first (late); flow; flow = zlistx_next (late)) {
-        s_slot_t *slot = self->slots [flow->stage];
-        slot->failed++;
-        if (flow->control) {
-            char message [128];
-            snprintf (message, sizeof (message), "stage \"%s\" did not answer", slot->name);
-            s_control_answer (self, &flow->envelope, flow->id, false, message, NULL);
-            s_flow_end (self, flow);
-        }
-        else
-        if (slot->fail_open && flow->held) {
-            //  Go on as if the stage were not there
-            zframe_t *body = flow->held;
-            flow->held = NULL;
-            if (flow->down)
-                s_go_down (self, flow, flow->stage + 1, &body);
-            else
-                s_go_up (self, flow, &body);
-        }
-        else {
-            char why [64];
-            snprintf (why, sizeof (why), "did not answer within %d ms", slot->timeout_ms);
-            zframe_t *failure = s_failure (flow, slot->name, why);
-            s_go_up (self, flow, &failure);
-        }
+    for (s_control_t *control = zhashx_first (self->controls); control; control = zhashx_next (self->controls))
+        if (control->deadline_ms <= now)
+            zlistx_add_end (late, control);
+    for (s_control_t *control = zlistx_first (late); control; control = zlistx_next (late)) {
+        char key [17];
+        dsh_proto_token_hex (control->token, key);
+        zhashx_delete (self->controls, key);
+        char message [128];
+        snprintf (message, sizeof (message), "stage \"%s\" did not answer", self->slots [control->stage]->name);
+        s_control_answer (self, &control->envelope, control->id, false, message, NULL);
+        s_control_destroy (&control);
     }
     zlistx_destroy (&late);
     return 0;
@@ -612,6 +734,15 @@ s_expire (zloop_t *loop, int timer_id, void *arg)
 
 //  ---------------------------------------------------------------------
 //  Construction
+
+static const dsh_stage_kind_t *
+s_kind (const dsh_stage_kind_t *kinds, const char *kind)
+{
+    for (size_t index = 0; kinds && kinds [index].kind; index++)
+        if (streq (kinds [index].kind, kind))
+            return &kinds [index];
+    return NULL;
+}
 
 //  The endpoint an external slot binds when its config names none: the
 //  front's host on an ephemeral port, or an ipc path beside the front's.
@@ -625,48 +756,13 @@ s_external_endpoint (const char *broker, const char *name, const char *which)
     return zsys_sprintf ("%s-stage-%s-%s", broker, name, which);
 }
 
-static s_slot_t *
-s_slot_new (dsh_chain_t *self, zconfig_t *section, const char *broker, char *error, size_t error_size)
+static int
+s_slot_bind (s_slot_t *slot, zconfig_t *section, const char *broker, char *error, size_t error_size)
 {
-    s_slot_t *slot = (s_slot_t *) zmalloc (sizeof (s_slot_t));
-    assert (slot);
-    slot->chain = self;
-    slot->index = self->slot_count;
-    slot->name = strdup (zconfig_get (section, "name", ""));
-    slot->kind = strdup (zconfig_get (section, "kind", ""));
-    slot->external = streq (slot->kind, "external");
-    const char *timeout = zconfig_get (section, "timeout_ms", NULL);
-    const char *fail_open = zconfig_get (section, "fail_open", "false");
-    slot->fail_open = streq (fail_open, "true") || streq (fail_open, "1");
-    slot->timeout_ms = timeout? atoi (timeout): dsh_middleware_default_timeout_ms (slot->kind);
-    if (!*slot->name || !dsh_proto_valid_name (slot->name, strlen (slot->name)) || strlen (slot->name) > 64)
-        snprintf (error, error_size, "chain: stage %zu needs a name of 1-64 [A-Za-z0-9_.-]", slot->index + 1);
-    else
-    if (!slot->external && !dsh_middleware_known (slot->kind))
-        snprintf (error, error_size, "chain/%s: unknown kind \"%s\"", slot->name, slot->kind);
-    else
-    if (timeout && (slot->timeout_ms <= 0 || strspn (timeout, "0123456789") != strlen (timeout)))
-        snprintf (error, error_size, "chain/%s: timeout_ms \"%s\" is not a positive number", slot->name, timeout);
-    else
-    if (!streq (fail_open, "true") && !streq (fail_open, "false") && !streq (fail_open, "1") && !streq (fail_open, "0"))
-        snprintf (error, error_size, "chain/%s: fail_open \"%s\" is not true or false", slot->name, fail_open);
-    for (size_t index = 0; index < self->slot_count && !*error; index++)
-        if (streq (self->slots [index]->name, slot->name))
-            snprintf (error, error_size, "chain: two stages named \"%s\"", slot->name);
-    if (*error) {
-        s_slot_destroy (&slot);
-        return NULL;
-    }
-    if (slot->external) {
-        const char *feed = zconfig_get (section, "feed", NULL);
-        const char *drain = zconfig_get (section, "drain", NULL);
-        slot->feed_endpoint = feed? strdup (feed): s_external_endpoint (broker, slot->name, "feed");
-        slot->drain_endpoint = drain? strdup (drain): s_external_endpoint (broker, slot->name, "drain");
-    }
-    else {
-        slot->feed_endpoint = zsys_sprintf ("inproc://dsh-chain-%p-%s-feed", (void *) self, slot->name);
-        slot->drain_endpoint = zsys_sprintf ("inproc://dsh-chain-%p-%s-drain", (void *) self, slot->name);
-    }
+    const char *feed = zconfig_get (section, "feed", NULL);
+    const char *drain = zconfig_get (section, "drain", NULL);
+    slot->feed_endpoint = feed? strdup (feed): s_external_endpoint (broker, slot->name, "feed");
+    slot->drain_endpoint = drain? strdup (drain): s_external_endpoint (broker, slot->name, "drain");
     slot->feed = zsock_new (ZMQ_DEALER);
     slot->drain = zsock_new (ZMQ_ROUTER);
     dsh_sock_limit (slot->feed, DSH_MAX_MESSAGE_DEFAULT, 100000);
@@ -678,49 +774,84 @@ s_slot_new (dsh_chain_t *self, zconfig_t *section, const char *broker, char *err
     ||  zsock_bind (slot->drain, "%s", slot->drain_endpoint) == -1) {
         snprintf (error, error_size, "chain/%s: cannot bind %s / %s: %s", slot->name,
                   slot->feed_endpoint, slot->drain_endpoint, zmq_strerror (zmq_errno ()));
-        s_slot_destroy (&slot);
-        return NULL;
+        return -1;
     }
     zstr_free (&slot->feed_endpoint);
     zstr_free (&slot->drain_endpoint);
     slot->feed_endpoint = strdup (zsock_endpoint (slot->feed));
     slot->drain_endpoint = strdup (zsock_endpoint (slot->drain));
+    return 0;
+}
 
-    if (!slot->external) {
-        dsh_middleware_context_t context = { slot->name, broker };
+static s_slot_t *
+s_slot_new (dsh_chain_t *self, zconfig_t *section, const dsh_stage_kind_t *kinds, const char *broker,
+            char *error, size_t error_size)
+{
+    s_slot_t *slot = (s_slot_t *) zmalloc (sizeof (s_slot_t));
+    assert (slot);
+    slot->chain = self;
+    slot->index = self->slot_count;
+    slot->name = strdup (zconfig_get (section, "name", ""));
+    slot->kind = strdup (zconfig_get (section, "kind", ""));
+    slot->external = streq (slot->kind, "external");
+    const dsh_stage_kind_t *kind = slot->external? NULL: s_kind (kinds, slot->kind);
+    const char *timeout = zconfig_get (section, "timeout_ms", NULL);
+    const char *fail_open = zconfig_get (section, "fail_open", "false");
+    slot->fail_open = streq (fail_open, "true") || streq (fail_open, "1");
+    slot->timeout_ms = timeout? atoi (timeout): kind? kind->default_timeout_ms: 5000;
+    if (!*slot->name || !dsh_proto_valid_name (slot->name, strlen (slot->name)) || strlen (slot->name) > 64)
+        snprintf (error, error_size, "chain: stage %zu needs a name of 1-64 [A-Za-z0-9_.-]", slot->index + 1);
+    else
+    if (!slot->external && !kind)
+        snprintf (error, error_size, "chain/%s: unknown kind \"%s\"", slot->name, slot->kind);
+    else
+    if (timeout && (slot->timeout_ms <= 0 || strspn (timeout, "0123456789") != strlen (timeout)))
+        snprintf (error, error_size, "chain/%s: timeout_ms \"%s\" is not a positive number", slot->name, timeout);
+    else
+    if (!streq (fail_open, "true") && !streq (fail_open, "false") && !streq (fail_open, "1") && !streq (fail_open, "0"))
+        snprintf (error, error_size, "chain/%s: fail_open \"%s\" is not true or false", slot->name, fail_open);
+    for (size_t index = 0; index < self->slot_count && !*error; index++)
+        if (streq (self->slots [index]->name, slot->name))
+            snprintf (error, error_size, "chain: two stages named \"%s\"", slot->name);
+    if (!*error && slot->external)
+        s_slot_bind (slot, section, broker, error, error_size);
+    else
+    if (!*error) {
+        dsh_stage_context_t context = { slot->name, broker };
         dsh_stage_callbacks_t callbacks;
         memset (&callbacks, 0, sizeof (callbacks));
         void *arg = NULL;
         char reason [256] = "";
-        if (dsh_middleware_setup (slot->kind, section, &context, &callbacks, &arg, reason, sizeof (reason)))
+        if (kind->setup (section, &context, &callbacks, &arg, reason, sizeof (reason)))
             snprintf (error, error_size, "chain/%s: %s", slot->name, reason);
         else
         if (!(slot->stage = dsh_stage_new (slot->name, &callbacks, arg))) {
             if (callbacks.on_destroy)
                 callbacks.on_destroy (arg);
+            snprintf (error, error_size, "chain/%s: the stage could not be made", slot->name);
         }
-        else
-        if (dsh_stage_connect (slot->stage, slot->feed_endpoint, slot->drain_endpoint) == 0)
-            return slot;
-        if (!*error)
-            snprintf (error, error_size, "chain/%s: the stage did not start", slot->name);
-        s_slot_destroy (&slot);
-        return NULL;
     }
+    if (*error)
+        s_slot_destroy (&slot);
     return slot;
 }
 
 dsh_chain_t *
-dsh_chain_new (zconfig_t *config, const char *broker, const dsh_chain_host_t *host, char *error, size_t error_size)
+dsh_chain_new (zconfig_t *config, const dsh_stage_kind_t *kinds, const char *broker,
+               dsh_inflight_t *inflight, const dsh_chain_host_t *host, char *error, size_t error_size)
 {
     assert (broker);
-    assert (host && host->dispatch && host->reply && host->cancel);
+    assert (inflight);
+    assert (host && host->dispatch && host->control_reply);
     dsh_chain_t *self = (dsh_chain_t *) zmalloc (sizeof (dsh_chain_t));
     assert (self);
     self->host = *host;
-    self->flows = zhashx_new ();
-    self->callers = zhashx_new ();
-    self->next_token = ((uint64_t) randof (INT32_MAX) << 32) | (uint64_t) randof (INT32_MAX);
+    self->inflight = inflight;
+    self->broker = strdup (broker);
+    self->steps = zlistx_new ();
+    zlistx_set_destructor (self->steps, (zlistx_destructor_fn *) s_step_destroy);
+    self->controls = zhashx_new ();
+    zhashx_set_destructor (self->controls, (zhashx_destructor_fn *) s_control_destroy);
     *error = 0;
     size_t stages = 0;
     for (zconfig_t *section = config? zconfig_child (config): NULL; section; section = zconfig_next (section))
@@ -731,7 +862,7 @@ dsh_chain_new (zconfig_t *config, const char *broker, const dsh_chain_host_t *ho
             snprintf (error, error_size, "chain: unknown entry \"%s\" (want \"stage\")", zconfig_name (section));
             break;
         }
-        s_slot_t *slot = s_slot_new (self, section, broker, error, error_size);
+        s_slot_t *slot = s_slot_new (self, section, kinds, broker, error, error_size);
         if (!slot)
             break;
         self->slots [self->slot_count++] = slot;
@@ -747,29 +878,38 @@ dsh_chain_destroy (dsh_chain_t **self_p)
     assert (self_p);
     if (*self_p) {
         dsh_chain_t *self = *self_p;
-        for (s_flow_t *flow = zhashx_first (self->flows); flow; flow = zhashx_next (self->flows))
-            s_flow_destroy (&flow);
-        zhashx_destroy (&self->flows);
-        zhashx_destroy (&self->callers);
+        zlistx_destroy (&self->steps);
+        zhashx_destroy (&self->controls);
         for (size_t index = 0; index < self->slot_count; index++)
             s_slot_destroy (&self->slots [index]);
         free (self->slots);
+        zstr_free (&self->broker);
         free (self);
         *self_p = NULL;
     }
 }
 
-void
-dsh_chain_start (dsh_chain_t *self, zloop_t *loop)
+int
+dsh_chain_start (dsh_chain_t *self, zloop_t *loop, char *error, size_t error_size)
 {
     assert (self);
     self->loop = loop;
     for (size_t index = 0; index < self->slot_count; index++) {
-        zloop_reader (loop, self->slots [index]->feed, s_feed_recv, self->slots [index]);
-        zloop_reader (loop, self->slots [index]->drain, s_drain_recv, self->slots [index]);
+        s_slot_t *slot = self->slots [index];
+        if (slot->stage) {
+            dsh_stage_host_t host = { s_inline_pass, s_inline_up, slot };
+            if (dsh_stage_start_inline (slot->stage, loop, &host)) {
+                snprintf (error, error_size, "chain/%s: the stage did not start", slot->name);
+                return -1;
+            }
+        }
+        else {
+            zloop_reader (loop, slot->feed, s_feed_recv, slot);
+            zloop_reader (loop, slot->drain, s_drain_recv, slot);
+        }
     }
-    if (self->slot_count)
-        zloop_timer (loop, S_TICK_MS, 0, s_expire, self);
+    zloop_timer (loop, S_TICK_MS, 0, s_expire_controls, self);
+    return 0;
 }
 
 size_t

@@ -1,21 +1,22 @@
 /*  =========================================================================
-    dsh_chain - the execution chain: the hub that runs every call through
-    the configured middleware stages, in order, and every result back
+    dsh_chain - the execution chain: every call through the configured
+    middleware stages, in order, and every result back
 
-    The registry actor owns one chain and drives it from its loop. For each
-    stage the hub binds a slot: a DEALER "feed" (the stage's ROUTER connects
-    to it; calls go down it, answers and results come back up it) and a
-    ROUTER "drain" (the stage's DEALER connects to it; calls the stage
-    passed arrive there, results going back up leave from there). Built-in
-    stages are actors on inproc slots; external stages are processes that
-    find their slot with HELLO {stage} and connect over tcp or ipc.
+    The registry actor owns one chain and drives it from its loop. A call
+    in the chain is a record of dsh_inflight: the chain moves it from stage
+    to stage and keeps, in the record, where it is and until when that
+    stage may hold it (never past the call's own deadline).
 
-    Because every hop passes the hub, it knows where each call is: it gives
-    each stage its timeout in both directions, answers MIDDLEWARE_FAILED
-    when a stage is gone or silent (or skips it, if the stage is fail-open),
-    and counts what each stage passed, answered and failed. Bodies cross the
-    hub untouched; the caller's envelope never leaves it (stages see only
-    the chain token).
+    Built-in stages (the kinds the host hands in, as dsh-broker's main does
+    with the middlewares) run inline, in the registry's thread: a stage's
+    pass is a function call, not a socket hop. External stages are
+    processes attached to a slot of two sockets the chain binds, found with
+    HELLO {stage}; the chain sees every hop they make, so a stage that is
+    not connected, gone or silent fails the call closed (or is skipped, if
+    fail-open), within its timeout and the call's deadline.
+
+    Bodies cross the chain untouched unless a stage rewrites them; the
+    caller's envelope never leaves the record (stages see only the token).
     =========================================================================
 */
 
@@ -25,6 +26,9 @@
 #include <czmq.h>
 #include <msgpack.h>
 
+#include "dsh_inflight.h"
+#include "dsh_stage.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,64 +37,66 @@ typedef struct _dsh_chain_t dsh_chain_t;
 
 //  What the chain hands back to its host (the registry actor).
 typedef struct {
-    //  A call left the bottom of the chain: dispatch it to a tool, and
-    //  answer it later with dsh_chain_result (token).
-    void (*dispatch) (void *arg, uint64_t token, zframe_t **body_p);
-    //  A reply left the top: send it to the caller along envelope.
-    void (*reply) (void *arg, zmsg_t **envelope_p, const char *command, zframe_t **body_p);
-    //  A call the chain dispatched was cancelled: drop it, tell its component.
-    void (*cancel) (void *arg, uint64_t token);
+    //  A call left the bottom of the chain: dispatch it to a tool (body
+    //  taken), and run its result back with dsh_chain_result.
+    void (*dispatch) (void *arg, dsh_record_t *record, zframe_t **body_p);
+    //  A reply to a control command: send it to the caller along envelope.
+    void (*control_reply) (void *arg, zmsg_t **envelope_p, zframe_t **body_p);
     void *arg;
 } dsh_chain_host_t;
 
 //  A chain from the "chain" section of the broker's config (NULL: an empty
-//  chain). Binds every slot and starts the built-in stages; broker is the
-//  front endpoint (for external slots' host and for middlewares). NULL with
-//  a reason if the configuration is bad or a slot cannot bind.
+//  chain), with built-in stages of the kinds in the table kinds (ended by a
+//  row with a NULL kind; NULL: none). Binds every external slot; broker is
+//  the front endpoint. Answers go out through inflight. NULL with a reason
+//  if the configuration is bad or a slot cannot bind.
 dsh_chain_t *
-    dsh_chain_new (zconfig_t *config, const char *broker, const dsh_chain_host_t *host,
+    dsh_chain_new (zconfig_t *config, const dsh_stage_kind_t *kinds, const char *broker,
+                   dsh_inflight_t *inflight, const dsh_chain_host_t *host,
                    char *error, size_t error_size);
 
-//  Stop the built-in stages, close the slots; calls inside are dropped
-//  (the host is stopping). Safe twice.
+//  Stop the stages, close the slots. Safe twice.
 void
     dsh_chain_destroy (dsh_chain_t **self_p);
 
-//  Register the slots' readers and the deadline timer with loop.
-void
-    dsh_chain_start (dsh_chain_t *self, zloop_t *loop);
+//  Start the built-in stages in loop, and register the slots' readers.
+//  Returns 0, or -1 with a reason.
+int
+    dsh_chain_start (dsh_chain_t *self, zloop_t *loop, char *error, size_t error_size);
 
 //  Number of stages.
 size_t
     dsh_chain_size (dsh_chain_t *self);
 
-//  Run a call down the chain. Takes the caller's envelope and the body;
-//  tool is the registry's entry for the name, or NULL.
+//  Run a call down the chain: its record, its CALL body (taken), and the
+//  registry's entry for its tool (NULL if none: the waterfall runs first
+//  even for an unknown tool).
 void
-    dsh_chain_enter (dsh_chain_t *self, zmsg_t **envelope_p, const char *call_id,
-                     zframe_t **body_p, zchunk_t *tool);
+    dsh_chain_enter (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p, zchunk_t *tool);
 
-//  The result of a call the chain dispatched (or an error the registry
-//  made for it): run it back up. Unknown tokens are dropped.
+//  The result of a call the chain dispatched (or an error the host made
+//  for it): run it back up through the stages it passed.
 void
-    dsh_chain_result (dsh_chain_t *self, uint64_t token, zframe_t **body_p);
+    dsh_chain_result (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p);
 
-//  Cancel a caller's call if it is in the chain: the stage that holds it
-//  is told (CANCEL), or the host if it is at the tool, and nothing more
-//  comes out of the chain for it. Returns true if the call was found.
-bool
-    dsh_chain_cancel (dsh_chain_t *self, zmsg_t *envelope, const char *call_id);
-
-//  Progress of a call the chain dispatched: straight to its caller.
+//  The record's stage held it past its limit: fail it closed (up through
+//  the stages passed), or skip the stage if it is fail-open.
 void
-    dsh_chain_progress (dsh_chain_t *self, uint64_t token, zframe_t **body_p);
+    dsh_chain_expire (dsh_chain_t *self, dsh_record_t *record);
 
-//  Calls and control commands in the chain now.
-size_t
-    dsh_chain_flows (dsh_chain_t *self);
+//  The call is being answered outside the chain (cancelled, past its
+//  deadline): every stage that holds it or watches its result lets go.
+void
+    dsh_chain_release (dsh_chain_t *self, dsh_record_t *record);
+
+//  Act now on what inline stages did from their own handlers (a deferred
+//  call resumed), so every record is where it says it is. Call only from
+//  the loop, not from inside a stage.
+void
+    dsh_chain_settle (dsh_chain_t *self);
 
 //  Send a control command (body {stage, command, args?}) to its stage; the
-//  reply (CONTROL {ok, message?, data?}) goes to envelope.
+//  reply (CONTROL {id?, ok, message?, data?}) goes to envelope.
 void
     dsh_chain_control (dsh_chain_t *self, zmsg_t **envelope_p, zframe_t **body_p);
 

@@ -13,6 +13,8 @@
 
 #include <czmq.h>
 
+#include "dsh_stage.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,6 +33,7 @@ typedef struct {
     int max_in_flight;          //  calls in flight before new ones are OVERLOADED
     bool verbose;
     zconfig_t *chain;           //  the "chain" section of the file, or NULL
+    const dsh_stage_kind_t *stage_kinds;    //  built-in stage kinds the host offers, or NULL
     zconfig_t *file;            //  the file as read, or NULL
 } dsh_config_t;
 

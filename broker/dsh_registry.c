@@ -1,30 +1,36 @@
 /*  =========================================================================
     dsh_registry - the registry actor
 
-    One zloop drives everything: the pipe, the four sockets, an expiry timer
-    (every heartbeat interval) and a deadline timer. Nothing in the loop
-    blocks: every send is non-blocking (dsh_sock_send), and a peer that is
-    full or gone costs the call it concerns an error reply, never the loop.
+    One zloop drives everything: the pipe, the four sockets, the chain's
+    slots, an expiry timer (every heartbeat interval) and one deadline
+    scan. Nothing in the loop blocks: every send is non-blocking, and a peer
+    that is full or gone costs the call it concerns an error reply, never
+    the loop.
 
-    A call's path: front ROUTER -> decode the head of the body -> pick a
-    provider -> record it in the dispatch table under a token -> work ROUTER
-    with the body frame untouched. The RESULT comes back with the token, is
-    checked, and goes out of the front along the recorded envelope, again
-    untouched. The dispatch table is the only place a reply can come from,
-    so a call is answered once: by its result, its deadline, or its
-    component's departure (TOOL_GONE).
+    A call's path: FRONT -> the head decoded once, strictly -> a record in
+    dsh_inflight (token, route, callId, tool, one deadline) -> the chain's
+    stages, if any -> a provider of the tool decided at FRONT -> WORK with
+    the body's bytes. The RESULT comes back with the token, is checked, and
+    goes back up the chain (or straight out) to dsh_inflight_answer, the
+    one place a reply to a call is sent from.
+
+    The hot path works on zmq_msg_t parts, not czmq frames: a call's body
+    is received into a zmq_msg_t and moved into libzmq on the way out, and
+    the constant frames are libzmq constant messages (no allocation).
     =========================================================================
 */
 
 #include "dsh_registry.h"
 #include "dsh_catalog.h"
 #include "dsh_chain.h"
-#include "dsh_dispatch.h"
+#include "dsh_inflight.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
 //  Messages taken from one socket per wakeup, at most
 #define S_BATCH 64
+//  Frames a request may have; more are read and dropped
+#define S_PARTS_MAX (DSH_ROUTE_MAX + 8)
 
 typedef struct {
     zsock_t *pipe;
@@ -34,7 +40,7 @@ typedef struct {
     zsock_t *work;              //  ROUTER: component calls and results
     zsock_t *events;            //  PUB: change events
     dsh_catalog_t *catalog;
-    dsh_dispatch_t *dispatch;
+    dsh_inflight_t *inflight;   //  every call, from FRONT to its answer
     dsh_chain_t *chain;         //  the middleware stages every call runs through
     char *broker_id;
     uint64_t epoch;             //  changes when the broker restarts
@@ -46,7 +52,7 @@ typedef struct {
     int call_timeout_ms;
     int max_call_timeout_ms;
     int max_message_bytes;
-    size_t max_in_flight;       //  calls in the chain and at components, at most
+    size_t max_in_flight;       //  calls in the broker, at most
     char *endpoints [4];        //  front, announce, work, events as bound
     uint64_t calls;             //  calls routed to a component
     uint64_t late_results;      //  results for calls already answered
@@ -54,9 +60,161 @@ typedef struct {
     uint64_t bad_messages;      //  malformed input, from anyone
 } self_t;
 
-static void s_chain_dispatch (void *arg, uint64_t token, zframe_t **body_p);
-static void s_chain_reply (void *arg, zmsg_t **envelope_p, const char *command, zframe_t **body_p);
-static void s_chain_cancel (void *arg, uint64_t token);
+//  One message as received: its frames, and where its envelope ends.
+typedef struct {
+    zmq_msg_t part [S_PARTS_MAX];
+    size_t count;
+    bool truncated;             //  it had more frames than we keep
+    size_t delimiter;           //  index of the empty frame, or count if none
+} s_parts_t;
+
+//  A FRONT request, split.
+typedef struct {
+    s_parts_t *parts;
+    const char *command;        //  NUL-terminated copy
+    zmq_msg_t *body;
+    dsh_doc_t *doc;
+    const msgpack_object *root;
+    const msgpack_object *id;
+} s_request_t;
+
+static void s_chain_dispatch (void *arg, dsh_record_t *record, zframe_t **body_p);
+static void s_chain_control_reply (void *arg, zmsg_t **envelope_p, zframe_t **body_p);
+static int s_reply_route (void *arg, zmq_msg_t *route, size_t route_size, zmq_msg_t *body);
+
+//  ---------------------------------------------------------------------
+//  Frames
+
+static void
+s_parts_close (s_parts_t *parts)
+{
+    for (size_t index = 0; index < parts->count; index++)
+        zmq_msg_close (&parts->part [index]);
+    parts->count = 0;
+}
+
+//  Receives one message without waiting. Returns 0, or -1 if there is none.
+static int
+s_parts_recv (s_parts_t *parts, zsock_t *sock)
+{
+    void *handle = zsock_resolve (sock);
+    parts->count = 0;
+    parts->truncated = false;
+    int more = 1;
+    while (more) {
+        zmq_msg_t scratch;
+        zmq_msg_t *part = parts->count < S_PARTS_MAX? &parts->part [parts->count]: &scratch;
+        zmq_msg_init (part);
+        if (zmq_msg_recv (part, handle, parts->count? 0: ZMQ_DONTWAIT) == -1) {
+            zmq_msg_close (part);
+            s_parts_close (parts);
+            return -1;
+        }
+        more = zmq_msg_more (part);
+        if (part == &scratch) {
+            zmq_msg_close (part);
+            parts->truncated = true;
+        }
+        else
+            parts->count++;
+    }
+    parts->delimiter = parts->count;
+    for (size_t index = 0; index < parts->count; index++)
+        if (zmq_msg_size (&parts->part [index]) == 0) {
+            parts->delimiter = index;
+            break;
+        }
+    return 0;
+}
+
+static bool
+s_part_is (zmq_msg_t *part, const char *text)
+{
+    size_t size = strlen (text);
+    return zmq_msg_size (part) == size && memcmp (zmq_msg_data (part), text, size) == 0;
+}
+
+//  A constant frame: libzmq neither copies nor frees it.
+static void
+s_part_const (zmq_msg_t *part, const char *text)
+{
+    zmq_msg_init_data (part, (void *) text, strlen (text), NULL, NULL);
+}
+
+static void
+s_part_bytes (zmq_msg_t *part, const void *data, size_t size)
+{
+    zmq_msg_init_size (part, size);
+    if (size)
+        memcpy (zmq_msg_data (part), data, size);
+}
+
+//  Sends count parts without blocking; takes them all, sent or not.
+//  Returns 0, or -1 with errno (EHOSTUNREACH, EAGAIN) if the first frame
+//  was refused, which is the only frame libzmq can refuse.
+static int
+s_parts_send (zsock_t *sock, zmq_msg_t *parts, size_t count)
+{
+    void *handle = zsock_resolve (sock);
+    int rc = 0;
+    int saved_errno = 0;
+    size_t index;
+    for (index = 0; index < count; index++) {
+        int flags = ZMQ_DONTWAIT | (index + 1 < count? ZMQ_SNDMORE: 0);
+        if (zmq_msg_send (&parts [index], handle, flags) == -1) {
+            saved_errno = errno;
+            rc = -1;
+            break;
+        }
+    }
+    for (; index < count; index++)
+        zmq_msg_close (&parts [index]);
+    errno = saved_errno;
+    return rc;
+}
+
+//  The route of a request (the frames before the delimiter) as a zmsg, for
+//  the replies that are not on the hot path.
+static zmsg_t *
+s_route_zmsg (s_parts_t *parts)
+{
+    zmsg_t *envelope = zmsg_new ();
+    size_t frames = parts->delimiter < parts->count? parts->delimiter: (parts->count? 1: 0);
+    for (size_t index = 0; index < frames; index++)
+        zmsg_addmem (envelope, zmq_msg_data (&parts->part [index]), zmq_msg_size (&parts->part [index]));
+    return envelope;
+}
+
+static zframe_t *
+s_frame_from_part (zmq_msg_t *part)
+{
+    return zframe_new (zmq_msg_data (part), zmq_msg_size (part));
+}
+
+static void
+s_free_frame (void *data, void *hint)
+{
+    (void) data;
+    zframe_t *frame = (zframe_t *) hint;
+    zframe_destroy (&frame);
+}
+
+//  A frame's bytes as a part, without copying them.
+static void
+s_part_from_frame (zmq_msg_t *part, zframe_t **frame_p)
+{
+    zframe_t *frame = *frame_p;
+    *frame_p = NULL;
+    if (zframe_size (frame) <= 32) {
+        s_part_bytes (part, zframe_data (frame), zframe_size (frame));
+        zframe_destroy (&frame);
+    }
+    else
+        zmq_msg_init_data (part, zframe_data (frame), zframe_size (frame), s_free_frame, frame);
+}
+
+//  ---------------------------------------------------------------------
+//  Construction
 
 //  Binds a new socket of type to endpoint, with dsh's limits; NULL and an
 //  error on failure.
@@ -99,7 +257,7 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->max_message_bytes = config->max_message_bytes;
     self->max_in_flight = (size_t) config->max_in_flight;
     self->catalog = dsh_catalog_new ();
-    self->dispatch = dsh_dispatch_new ();
+    self->inflight = dsh_inflight_new (s_reply_route, self);
     zuuid_t *uuid = zuuid_new ();
     self->broker_id = strdup (zuuid_str_canonical (uuid));
     zuuid_destroy (&uuid);
@@ -116,9 +274,10 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     if (self->work)
         self->events = s_bind (self, ZMQ_PUB, config->events, 3, config->queue_limit);
     if (self->events) {
-        dsh_chain_host_t host = { s_chain_dispatch, s_chain_reply, s_chain_cancel, self };
+        dsh_chain_host_t host = { s_chain_dispatch, s_chain_control_reply, self };
         char error [512];
-        self->chain = dsh_chain_new (config->chain, self->endpoints [0], &host, error, sizeof (error));
+        self->chain = dsh_chain_new (config->chain, config->stage_kinds, self->endpoints [0],
+                                     self->inflight, &host, error, sizeof (error));
         if (!self->chain)
             self->error = strdup (error);
     }
@@ -130,14 +289,15 @@ s_self_destroy (self_t **self_p)
 {
     if (*self_p) {
         self_t *self = *self_p;
-        zloop_destroy (&self->loop);
+        //  The stages first: they may still hold timers in the loop
         dsh_chain_destroy (&self->chain);
+        zloop_destroy (&self->loop);
+        dsh_inflight_destroy (&self->inflight);
         zsock_destroy (&self->front);
         zsock_destroy (&self->announce);
         zsock_destroy (&self->work);
         zsock_destroy (&self->events);
         dsh_catalog_destroy (&self->catalog);
-        dsh_dispatch_destroy (&self->dispatch);
         for (int index = 0; index < 4; index++)
             zstr_free (&self->endpoints [index]);
         zstr_free (&self->broker_id);
@@ -170,57 +330,84 @@ s_reply_error (self_t *self, zmsg_t **envelope_p, const msgpack_object *id,
     s_send_front (self, envelope_p, DSH_ERROR, &body);
 }
 
-//  Answers a call: back up the chain if it came down it, else to the caller.
-static void
-s_answer (self_t *self, zmsg_t **envelope_p, uint64_t chain_token, zframe_t **body_p)
+//  Sends route "" DSH1 command body on FRONT; moves the route frames out
+//  when move is set, else copies them. Takes the body.
+static int
+s_send_route (self_t *self, zmq_msg_t *route, size_t route_size, bool move, const char *command, zmq_msg_t *body)
 {
-    if (chain_token)
-        dsh_chain_result (self->chain, chain_token, body_p);
+    zmq_msg_t parts [DSH_ROUTE_MAX + 4];
+    size_t count = 0;
+    for (size_t index = 0; index < route_size; index++) {
+        zmq_msg_init (&parts [count]);
+        if (move)
+            zmq_msg_move (&parts [count++], &route [index]);
+        else
+            zmq_msg_copy (&parts [count++], &route [index]);
+    }
+    zmq_msg_init (&parts [count++]);
+    s_part_const (&parts [count++], DSH_PROTOCOL);
+    s_part_const (&parts [count++], command);
+    zmq_msg_init (&parts [count]);
+    zmq_msg_move (&parts [count++], body);
+    int rc = s_parts_send (self->front, parts, count);
+    if (rc) {
+        self->dropped_replies++;
+        if (self->verbose)
+            zsys_info ("dsh-broker: reply %s dropped: %s", command, zmq_strerror (errno));
+    }
+    return rc;
+}
+
+//  dsh_inflight's way out: a call's one RESULT.
+static int
+s_reply_route (void *arg, zmq_msg_t *route, size_t route_size, zmq_msg_t *body)
+{
+    return s_send_route ((self_t *) arg, route, route_size, true, DSH_RESULT, body);
+}
+
+//  Answers a call that has a record: back up the chain if there is one
+//  (stages see every result, the waterfall's "after"), else to the caller.
+static void
+s_answer (self_t *self, dsh_record_t **record_p, zmq_msg_t *body)
+{
+    if (dsh_chain_size (self->chain)) {
+        zframe_t *frame = s_frame_from_part (body);
+        zmq_msg_close (body);
+        dsh_record_t *record = *record_p;
+        *record_p = NULL;
+        dsh_chain_result (self->chain, record, &frame);
+    }
     else
-        s_send_front (self, envelope_p, DSH_RESULT, body_p);
+        dsh_inflight_answer (self->inflight, record_p, body);
 }
 
 static void
-s_answer_error (self_t *self, zmsg_t **envelope_p, uint64_t chain_token, const char *call_id,
-                const char *code, const char *text)
+s_answer_error (self_t *self, dsh_record_t **record_p, const char *code, const char *text)
 {
-    zframe_t *body = dsh_proto_error_result (call_id, code, text);
-    s_answer (self, envelope_p, chain_token, &body);
+    zframe_t *frame = dsh_proto_error_result ((*record_p)->call_id, code, text);
+    zmq_msg_t body;
+    s_part_from_frame (&body, &frame);
+    s_answer (self, record_p, &body);
 }
 
 //  Sends [component] "" DSH1 command [token] body on the work socket.
 static int
-s_send_work (self_t *self, const char *component, const char *command, zframe_t **token_p,
-             zframe_t **body_p)
+s_send_work (self_t *self, const char *component, const char *command, const uint64_t *token, zframe_t **body_p)
 {
-    zmsg_t *envelope = zmsg_new ();
-    zmsg_addstr (envelope, component);
-    zmsg_t *msg = dsh_proto_message (&envelope, command);
-    if (token_p)
-        zmsg_append (msg, token_p);
-    zmsg_append (msg, body_p);
-    return dsh_sock_send (self->work, &msg);
-}
-
-//  Sends a CALL to a component. On failure (errno EHOSTUNREACH: not
-//  connected; EAGAIN: its queue is full) the body is still the caller's,
-//  so the call can go elsewhere; on success it has moved into libzmq.
-static int
-s_send_call (self_t *self, const char *component, uint64_t token, zframe_t **body_p)
-{
-    //  libzmq takes or refuses a multipart message at its first frame
-    zframe_t *identity = zframe_from (component);
-    if (zframe_send (&identity, self->work, ZFRAME_MORE | ZFRAME_DONTWAIT)) {
-        int saved_errno = errno;
-        zframe_destroy (&identity);
-        errno = saved_errno;
-        return -1;
+    zmq_msg_t parts [6];
+    size_t count = 0;
+    s_part_bytes (&parts [count++], component, strlen (component));
+    zmq_msg_init (&parts [count++]);
+    s_part_const (&parts [count++], DSH_PROTOCOL);
+    s_part_const (&parts [count++], command);
+    if (token) {
+        byte data [8];
+        for (int index = 0; index < 8; index++)
+            data [index] = (byte) (*token >> (56 - 8 * index));
+        s_part_bytes (&parts [count++], data, sizeof (data));
     }
-    zmsg_t *msg = dsh_proto_message (NULL, DSH_CALL);
-    zframe_t *token_frame = dsh_dispatch_token_frame (token);
-    zmsg_append (msg, &token_frame);
-    zmsg_append (msg, body_p);
-    return dsh_sock_send (self->work, &msg);
+    s_part_from_frame (&parts [count++], body_p);
+    return s_parts_send (self->work, parts, count);
 }
 
 static void
@@ -256,51 +443,155 @@ s_publish (self_t *self, zlistx_t *events)
     }
 }
 
-//  Tells a component to stop a call the broker has answered (deadline, or
-//  the caller cancelled); anything it sends for the call is late.
+//  Tells the component a call went to that the broker has answered it
+//  (deadline, or the caller cancelled); anything it sends for it is late.
 static void
-s_send_cancel (self_t *self, dsh_pending_t *entry, const char *reason)
+s_send_cancel (self_t *self, dsh_record_t *record, const char *reason)
 {
-    dsh_catalog_outstanding (self->catalog, entry->component, -1);
+    dsh_catalog_outstanding (self->catalog, record->component, -1);
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     msgpack_pack_map (&packer.pk, 2);
-    dsh_packer_kv_str (&packer, "callId", entry->call_id);
+    dsh_packer_kv_str (&packer, "callId", record->call_id);
     dsh_packer_kv_str (&packer, "reason", reason);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
-    zframe_t *token = dsh_dispatch_token_frame (entry->token);
-    s_send_work (self, entry->component, DSH_CANCEL, &token, &body);
+    s_send_work (self, record->component, DSH_CANCEL, &record->token, &body);
 }
 
-//  Sends a kept call to another provider, once; takes the entry. Returns
-//  false (and leaves the entry) if there is no other provider or the send
-//  fails.
-static bool
-s_retry (self_t *self, dsh_pending_t **entry_p, const char *gone)
+//  The call is over for everyone who holds it, whatever answers it next:
+//  its component (if it is there) and every stage that holds or watches it.
+static void
+s_release (self_t *self, dsh_record_t *record, const char *reason)
 {
-    dsh_pending_t *entry = *entry_p;
-    const char *provider = entry->body && !entry->retried?
-        dsh_catalog_provider (self->catalog, entry->tool, gone): NULL;
+    if (record->where == DSH_AT_COMPONENT)
+        s_send_cancel (self, record, reason);
+    dsh_chain_release (self->chain, record);
+}
+
+//  ---------------------------------------------------------------------
+//  Dispatch: a decided call to a component
+
+//  Sends a CALL to component. On failure (errno EHOSTUNREACH: not
+//  connected; EAGAIN: its queue is full) the body is still the caller's,
+//  so the call can go elsewhere; on success it has moved into libzmq.
+static int
+s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *body)
+{
+    zmq_msg_t parts [6];
+    s_part_bytes (&parts [0], component, strlen (component));
+    zmq_msg_init (&parts [1]);
+    s_part_const (&parts [2], DSH_PROTOCOL);
+    s_part_const (&parts [3], DSH_CALL);
+    byte data [8];
+    for (int index = 0; index < 8; index++)
+        data [index] = (byte) (token >> (56 - 8 * index));
+    s_part_bytes (&parts [4], data, sizeof (data));
+    void *handle = zsock_resolve (self->work);
+    //  libzmq takes or refuses a multipart message at its first frame
+    if (zmq_msg_send (&parts [0], handle, ZMQ_SNDMORE | ZMQ_DONTWAIT) == -1) {
+        int saved_errno = errno;
+        for (size_t index = 0; index < 5; index++)
+            zmq_msg_close (&parts [index]);
+        errno = saved_errno;
+        return -1;
+    }
+    zmq_msg_init (&parts [5]);
+    zmq_msg_move (&parts [5], body);
+    return s_parts_send (self->work, parts + 1, 5);
+}
+
+//  Sends a decided call to a provider of its tool, or answers it at once.
+//  Takes the body.
+static void
+s_dispatch (self_t *self, dsh_record_t *record, zmq_msg_t *body)
+{
+    const char *provider = dsh_catalog_provider (self->catalog, record->tool, NULL);
+    char text [DSH_NAME_MAX + DSH_ID_MAX + 160];
+    if (!provider) {
+        zmq_msg_close (body);
+        snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", record->tool);
+        s_answer_error (self, &record, DSH_E_UNKNOWN_TOOL, text);
+        return;
+    }
+    if (zmq_msg_size (body) > (size_t) self->max_message_bytes) {
+        //  Only what a stage stamped in can make it so: the front took it
+        snprintf (text, sizeof (text), "Error: the call is %zu bytes with what the chain added to it, "
+                  "over the %d-byte message limit", zmq_msg_size (body), self->max_message_bytes);
+        zmq_msg_close (body);
+        s_answer_error (self, &record, DSH_E_BAD_REQUEST, text);
+        return;
+    }
+    if (dsh_catalog_idempotent (self->catalog, record->tool)) {
+        //  Kept so the call can go to another replica if this one dies
+        zmq_msg_init (&record->retry_body);
+        zmq_msg_copy (&record->retry_body, body);
+        record->has_retry_body = true;
+    }
+    snprintf (record->component, sizeof (record->component), "%s", provider);
+    int rc;
+    int send_errno = 0;
+    while ((rc = s_send_call (self, record->component, record->token, body)) && (send_errno = errno) == EHOSTUNREACH) {
+        //  Not connected (it died, and has not expired yet): the call never
+        //  left, so any other provider may take it
+        dsh_catalog_unreachable (self->catalog, record->component);
+        const char *other = dsh_catalog_provider (self->catalog, record->tool, record->component);
+        if (!other || streq (other, record->component))
+            break;
+        snprintf (record->component, sizeof (record->component), "%s", other);
+    }
+    if (rc == 0) {
+        record->where = DSH_AT_COMPONENT;
+        record->hold_until_ms = record->deadline_ms;
+        dsh_catalog_outstanding (self->catalog, record->component, +1);
+        self->calls++;
+        return;
+    }
+    zmq_msg_close (body);
+    if (send_errno == EAGAIN)
+        snprintf (text, sizeof (text), "Error: component \"%s\" serving tool \"%s\" is overloaded",
+                  record->component, record->tool);
+    else
+        snprintf (text, sizeof (text), "Error: tool \"%s\" is gone: component \"%s\" is not connected",
+                  record->tool, record->component);
+    s_answer_error (self, &record, send_errno == EAGAIN? DSH_E_OVERLOADED: DSH_E_TOOL_GONE, text);
+}
+
+//  The chain host: a call leaves the bottom of the chain.
+static void
+s_chain_dispatch (void *arg, dsh_record_t *record, zframe_t **body_p)
+{
+    zmq_msg_t body;
+    s_part_from_frame (&body, body_p);
+    s_dispatch ((self_t *) arg, record, &body);
+}
+
+static void
+s_chain_control_reply (void *arg, zmsg_t **envelope_p, zframe_t **body_p)
+{
+    s_send_front ((self_t *) arg, envelope_p, DSH_CONTROL, body_p);
+}
+
+//  Sends a call to another replica, once. Returns false if there is no
+//  other provider, the call was retried already, or the send fails.
+static bool
+s_retry (self_t *self, dsh_record_t *record, const char *gone)
+{
+    const char *provider = record->has_retry_body && !record->retried?
+        dsh_catalog_provider (self->catalog, record->tool, gone): NULL;
     if (!provider)
         return false;
-    uint64_t token = dsh_dispatch_add (self->dispatch, &entry->envelope, entry->chain_token, entry->call_id,
-                                       entry->tool, provider, entry->deadline_ms);
-    dsh_pending_t *retry = dsh_dispatch_lookup (self->dispatch, token);
-    retry->retried = true;
-    zframe_t *body = zframe_dup (entry->body);
-    zframe_t *token_frame = dsh_dispatch_token_frame (token);
-    if (s_send_work (self, provider, DSH_CALL, &token_frame, &body)) {
-        //  Back as it was: the caller gets the original failure
-        retry = dsh_dispatch_take (self->dispatch, token);
-        entry->envelope = retry->envelope;
-        retry->envelope = NULL;
-        dsh_pending_destroy (&retry);
+    zmq_msg_t body;
+    zmq_msg_init (&body);
+    zmq_msg_copy (&body, &record->retry_body);
+    if (s_send_call (self, provider, record->token, &body)) {
+        zmq_msg_close (&body);
         return false;
     }
+    record->retried = true;
+    snprintf (record->component, sizeof (record->component), "%s", provider);
     dsh_catalog_outstanding (self->catalog, provider, +1);
-    zsys_info ("dsh-broker: call %s to %s retried on %s (the tool is idempotent)", entry->call_id, gone, provider);
-    dsh_pending_destroy (entry_p);
+    zsys_info ("dsh-broker: call %s to %s retried on %s (the tool is idempotent)", record->call_id, gone, provider);
     return true;
 }
 
@@ -309,17 +600,15 @@ s_retry (self_t *self, dsh_pending_t **entry_p, const char *gone)
 static void
 s_fail_component_calls (self_t *self, const char *component, const char *why)
 {
-    zlistx_t *orphans = dsh_dispatch_take_component (self->dispatch, component);
-    dsh_pending_t *entry;
-    while ((entry = (dsh_pending_t *) zlistx_first (orphans))) {
-        zlistx_detach_cur (orphans);
-        if (s_retry (self, &entry, component))
+    zlistx_t *orphans = dsh_inflight_at_component (self->inflight, component);
+    for (dsh_record_t *record = zlistx_first (orphans); record; record = zlistx_next (orphans)) {
+        if (s_retry (self, record, component))
             continue;
-        char text [512];
+        char text [DSH_NAME_MAX + DSH_ID_MAX + 96];
         snprintf (text, sizeof (text), "Error: tool \"%s\" is gone: component \"%s\" %s",
-                  entry->tool, component, why);
-        s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id, DSH_E_TOOL_GONE, text);
-        dsh_pending_destroy (&entry);
+                  record->tool, component, why);
+        dsh_record_t *orphan = record;
+        s_answer_error (self, &orphan, DSH_E_TOOL_GONE, text);
     }
     zlistx_destroy (&orphans);
 }
@@ -338,7 +627,7 @@ s_remove_component (self_t *self, const char *component, const char *reason)
 }
 
 //  ---------------------------------------------------------------------
-//  Front: requests from clients
+//  Front: requests from clients, one function per command
 
 static void
 s_pack_id (msgpack_packer *pk, const msgpack_object *id)
@@ -349,479 +638,484 @@ s_pack_id (msgpack_packer *pk, const msgpack_object *id)
     }
 }
 
-//  Sends a call to a provider of its tool, or answers it at once. The call
-//  came from the front (envelope) or out of the chain (chain_token).
+//  Replies to a request with a body packed by the caller: {id?, ...}.
 static void
-s_dispatch (self_t *self, zmsg_t **envelope_p, uint64_t chain_token, dsh_doc_t **doc_p,
-            dsh_call_head_t *head, zframe_t **body_p)
-{
-    const char *provider = dsh_catalog_provider (self->catalog, head->name, NULL);
-    if (!provider) {
-        char text [DSH_NAME_MAX + 64];
-        snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", head->name);
-        s_answer_error (self, envelope_p, chain_token, head->call_id, DSH_E_UNKNOWN_TOOL, text);
-        return;
-    }
-    if (dsh_dispatch_size (self->dispatch) >= self->max_in_flight) {
-        char text [DSH_NAME_MAX + 96];
-        snprintf (text, sizeof (text), "Error: the broker is overloaded (%zu calls in flight)",
-                  dsh_dispatch_size (self->dispatch));
-        s_answer_error (self, envelope_p, chain_token, head->call_id, DSH_E_OVERLOADED, text);
-        return;
-    }
-    uint64_t timeout_ms = head->timeout_ms? head->timeout_ms: (uint64_t) self->call_timeout_ms;
-    if (timeout_ms > (uint64_t) self->max_call_timeout_ms)
-        timeout_ms = (uint64_t) self->max_call_timeout_ms;
-    uint64_t token = dsh_dispatch_add (self->dispatch, envelope_p, chain_token, head->call_id, head->name,
-                                       provider, zclock_mono () + (int64_t) timeout_ms);
-    char *component = strdup (provider);
-    dsh_pending_t *pending = dsh_dispatch_lookup (self->dispatch, token);
-    if (dsh_catalog_idempotent (self->catalog, head->name))
-        //  Kept so the call can go to another replica if this one dies
-        pending->body = zframe_dup (*body_p);
-    //  The head points into the body's frame; done with it before it moves on
-    dsh_doc_destroy (doc_p);
-    int rc;
-    int send_errno = 0;
-    while ((rc = s_send_call (self, component, token, body_p)) && (send_errno = errno) == EHOSTUNREACH) {
-        //  Not connected (it died, and has not expired yet): the call never
-        //  left, so any other provider may take it
-        dsh_catalog_unreachable (self->catalog, component);
-        const char *other = dsh_catalog_provider (self->catalog, pending->tool, component);
-        if (!other || streq (other, component))
-            break;
-        zstr_free (&component);
-        component = strdup (other);
-        zstr_free (&pending->component);
-        pending->component = strdup (other);
-    }
-    if (rc == 0) {
-        dsh_catalog_outstanding (self->catalog, component, +1);
-        self->calls++;
-    }
-    else {
-        bool full = send_errno == EAGAIN;
-        zframe_destroy (body_p);
-        dsh_pending_t *entry = dsh_dispatch_take (self->dispatch, token);
-        char text [DSH_NAME_MAX + DSH_ID_MAX + 128];
-        if (full)
-            snprintf (text, sizeof (text), "Error: component \"%s\" serving tool \"%s\" is overloaded",
-                      component, entry->tool);
-        else
-            snprintf (text, sizeof (text), "Error: tool \"%s\" is gone: component \"%s\" is not connected",
-                      entry->tool, component);
-        s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id,
-                        full? DSH_E_OVERLOADED: DSH_E_TOOL_GONE, text);
-        dsh_pending_destroy (&entry);
-    }
-    zstr_free (&component);
-}
-
-static void
-s_handle_call (self_t *self, zmsg_t **envelope_p, dsh_doc_t **doc_p, zframe_t **body_p)
-{
-    char error [256];
-    dsh_call_head_t head;
-    if (dsh_proto_decode_call (*doc_p, &head, error, sizeof (error))) {
-        self->bad_messages++;
-        if (head.call_id)
-            s_answer_error (self, envelope_p, 0, head.call_id, DSH_E_BAD_REQUEST, error);
-        else
-            s_reply_error (self, envelope_p, dsh_map_get (dsh_doc_root (*doc_p), "id"),
-                           DSH_E_BAD_REQUEST, error);
-        return;
-    }
-    if (dsh_chain_size (self->chain) && dsh_chain_flows (self->chain) >= self->max_in_flight) {
-        char text [96];
-        snprintf (text, sizeof (text), "Error: the broker is overloaded (%zu calls in the chain)",
-                  dsh_chain_flows (self->chain));
-        s_answer_error (self, envelope_p, 0, head.call_id, DSH_E_OVERLOADED, text);
-    }
-    else
-    if (dsh_chain_size (self->chain)) {
-        //  The waterfall runs first, even for a tool nobody serves
-        char *call_id = strdup (head.call_id);
-        zchunk_t *tool = dsh_catalog_tool (self->catalog, head.name);
-        dsh_doc_destroy (doc_p);
-        dsh_chain_enter (self->chain, envelope_p, call_id, body_p, tool);
-        zstr_free (&call_id);
-    }
-    else
-        s_dispatch (self, envelope_p, 0, doc_p, &head, body_p);
-}
-
-//  The chain host: a call leaves the bottom of the chain.
-static void
-s_chain_dispatch (void *arg, uint64_t token, zframe_t **body_p)
-{
-    self_t *self = (self_t *) arg;
-    char error [256];
-    dsh_call_head_t head;
-    dsh_doc_t *doc = dsh_proto_decode_body (*body_p, error, sizeof (error));
-    if (!doc || dsh_proto_decode_call (doc, &head, error, sizeof (error))) {
-        //  A stage rewrote the call into something that is not one
-        char text [320];
-        snprintf (text, sizeof (text), "Error: the chain passed on a malformed call: %s", error);
-        s_answer_error (self, NULL, token, doc? head.call_id: NULL, DSH_E_MIDDLEWARE_FAILED, text);
-        zframe_destroy (body_p);
-    }
-    else
-        s_dispatch (self, NULL, token, &doc, &head, body_p);
-    dsh_doc_destroy (&doc);
-}
-
-//  The chain host: a call it dispatched was cancelled.
-static void
-s_chain_cancel (void *arg, uint64_t token)
-{
-    self_t *self = (self_t *) arg;
-    dsh_pending_t *entry = dsh_dispatch_take_chain (self->dispatch, token);
-    if (entry)
-        s_send_cancel (self, entry, "cancelled");
-    dsh_pending_destroy (&entry);
-}
-
-//  A caller cancels a call: wherever it is (in the chain, at a component)
-//  it is dropped and told, and the caller gets CANCELLED. A cancel that
-//  finds nothing (the result went out already) is answered the same way:
-//  the client library keeps exactly one reply per call.
-static void
-s_handle_cancel (self_t *self, zmsg_t **envelope_p, dsh_doc_t *doc)
-{
-    const char *call_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "callId"));
-    if (!call_id || !*call_id || strlen (call_id) > DSH_CALL_ID_MAX) {
-        self->bad_messages++;
-        s_reply_error (self, envelope_p, dsh_map_get (dsh_doc_root (doc), "id"), DSH_E_BAD_REQUEST,
-                       "CANCEL wants a string \"callId\"");
-        return;
-    }
-    if (!dsh_chain_cancel (self->chain, *envelope_p, call_id)) {
-        dsh_pending_t *entry = dsh_dispatch_take_caller (self->dispatch, *envelope_p, call_id);
-        if (entry)
-            s_send_cancel (self, entry, "cancelled");
-        dsh_pending_destroy (&entry);
-    }
-    s_answer_error (self, envelope_p, 0, call_id, DSH_E_CANCELLED, "Error: the call was cancelled");
-}
-
-//  The chain host: a reply leaves the top of the chain.
-static void
-s_chain_reply (void *arg, zmsg_t **envelope_p, const char *command, zframe_t **body_p)
-{
-    s_send_front ((self_t *) arg, envelope_p, command, body_p);
-}
-
-//  Replies with a body packed by the caller: {id?, ...}.
-static void
-s_reply_packed (self_t *self, zmsg_t **envelope_p, const char *command, dsh_packer_t *packer)
+s_reply_packed (self_t *self, s_request_t *request, const char *command, dsh_packer_t *packer)
 {
     zframe_t *body = dsh_packer_frame (packer);
     dsh_packer_release (packer);
-    s_send_front (self, envelope_p, command, &body);
+    zmsg_t *envelope = s_route_zmsg (request->parts);
+    s_send_front (self, &envelope, command, &body);
 }
 
 static void
-s_handle_query (self_t *self, const char *command, zmsg_t **envelope_p, dsh_doc_t *doc)
+s_request_error (self_t *self, s_request_t *request, const char *code, const char *message)
 {
-    const msgpack_object *root = dsh_doc_root (doc);
-    const msgpack_object *id = dsh_map_get (root, "id");
+    zmsg_t *envelope = s_route_zmsg (request->parts);
+    s_reply_error (self, &envelope, request->id, code, message);
+}
+
+//  An error RESULT for a call that has no record (refused at FRONT).
+static void
+s_refuse_call (self_t *self, s_request_t *request, const char *call_id, const char *code, const char *text)
+{
+    zframe_t *frame = dsh_proto_error_result (call_id, code, text);
+    zmq_msg_t body;
+    s_part_from_frame (&body, &frame);
+    s_send_route (self, request->parts->part, request->parts->delimiter, false, DSH_RESULT, &body);
+}
+
+static void
+s_handle_call (self_t *self, s_request_t *request)
+{
+    char error [256];
+    dsh_call_head_t head;
+    if (dsh_proto_decode_call (request->doc, &head, error, sizeof (error))) {
+        self->bad_messages++;
+        if (head.call_id)
+            s_refuse_call (self, request, head.call_id, DSH_E_BAD_REQUEST, error);
+        else
+            s_request_error (self, request, DSH_E_BAD_REQUEST, error);
+        return;
+    }
+    if (request->parts->delimiter > DSH_ROUTE_MAX) {
+        self->bad_messages++;
+        snprintf (error, sizeof (error), "the envelope has %zu frames, more than %d",
+                  request->parts->delimiter, DSH_ROUTE_MAX);
+        s_refuse_call (self, request, head.call_id, DSH_E_BAD_REQUEST, error);
+        return;
+    }
+    if (dsh_inflight_size (self->inflight) >= self->max_in_flight) {
+        char text [96];
+        snprintf (text, sizeof (text), "Error: the broker is overloaded (%zu calls in flight)",
+                  dsh_inflight_size (self->inflight));
+        s_refuse_call (self, request, head.call_id, DSH_E_OVERLOADED, text);
+        return;
+    }
+    uint64_t timeout_ms = head.timeout_ms? head.timeout_ms: (uint64_t) self->call_timeout_ms;
+    if (timeout_ms > (uint64_t) self->max_call_timeout_ms)
+        timeout_ms = (uint64_t) self->max_call_timeout_ms;
+    //  The call is decided here, once: this name is what the stages see and
+    //  what is dispatched, and the deadline holds from now on, wherever the
+    //  call is
+    dsh_record_t *record = dsh_inflight_open (self->inflight, request->parts->part, request->parts->delimiter,
+                                              head.call_id, head.name, zclock_mono () + (int64_t) timeout_ms);
+    //  The head points into the body; done with it before the body moves
+    dsh_doc_destroy (&request->doc);
+    if (dsh_chain_size (self->chain)) {
+        //  The waterfall runs first, even for a tool nobody serves
+        zframe_t *body = s_frame_from_part (request->body);
+        dsh_chain_enter (self->chain, record, &body, dsh_catalog_tool (self->catalog, record->tool));
+    }
+    else {
+        zmq_msg_t body;
+        zmq_msg_init (&body);
+        zmq_msg_move (&body, request->body);
+        s_dispatch (self, record, &body);
+    }
+}
+
+//  A caller cancels a call: wherever it is (in the chain, at a component)
+//  it is let go and the caller gets CANCELLED. A cancel that finds nothing
+//  (the result went out already) is answered the same way: the client
+//  library keeps exactly one reply per call.
+static void
+s_handle_cancel (self_t *self, s_request_t *request)
+{
+    const char *call_id = dsh_doc_strdup (request->doc, dsh_map_get (request->root, "callId"));
+    if (!call_id || !*call_id || strlen (call_id) > DSH_CALL_ID_MAX) {
+        self->bad_messages++;
+        s_request_error (self, request, DSH_E_BAD_REQUEST, "CANCEL wants a string \"callId\"");
+        return;
+    }
+    dsh_chain_settle (self->chain);
+    dsh_record_t *record = dsh_inflight_find_caller (self->inflight, request->parts->part,
+                                                     request->parts->delimiter, call_id);
+    if (record) {
+        s_release (self, record, "cancelled");
+        dsh_inflight_answer_error (self->inflight, &record, DSH_E_CANCELLED, "Error: the call was cancelled");
+    }
+    else
+        s_refuse_call (self, request, call_id, DSH_E_CANCELLED, "Error: the call was cancelled");
+}
+
+static void
+s_handle_control (self_t *self, s_request_t *request)
+{
+    zmsg_t *envelope = s_route_zmsg (request->parts);
+    zframe_t *body = s_frame_from_part (request->body);
+    dsh_chain_control (self->chain, &envelope, &body);
+    zmsg_destroy (&envelope);
+}
+
+static void
+s_handle_hello (self_t *self, s_request_t *request)
+{
+    //  An external stage asks for its slot by name
+    char *stage = dsh_doc_strdup (request->doc, dsh_map_get (request->root, "stage"));
+    const char *feed = NULL, *drain = NULL;
+    bool slot = stage && dsh_chain_slot (self->chain, stage, &feed, &drain) == 0;
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     msgpack_packer *pk = &packer.pk;
-    if (streq (command, DSH_HELLO)) {
-        //  An external stage asks for its slot by name
-        char *stage = dsh_doc_strdup (doc, dsh_map_get (root, "stage"));
-        const char *feed = NULL, *drain = NULL;
-        bool slot = stage && dsh_chain_slot (self->chain, stage, &feed, &drain) == 0;
-        msgpack_pack_map (pk, 9 + (id != NULL) + slot);
-        if (slot) {
-            dsh_pack_cstr (pk, "stage");
-            msgpack_pack_map (pk, 2);
-            dsh_packer_kv_str (&packer, "feed", feed);
-            dsh_packer_kv_str (&packer, "drain", drain);
-        }
-        s_pack_id (pk, id);
-        dsh_pack_cstr (pk, "protocol");
-        msgpack_pack_uint32 (pk, DSH_PROTOCOL_VERSION);
-        dsh_packer_kv_str (&packer, "broker", self->broker_id);
-        dsh_pack_cstr (pk, "epoch");
-        msgpack_pack_uint64 (pk, self->epoch);
-        dsh_packer_kv_str (&packer, "announce", self->endpoints [1]);
-        dsh_packer_kv_str (&packer, "work", self->endpoints [2]);
-        dsh_packer_kv_str (&packer, "events", self->endpoints [3]);
-        dsh_pack_cstr (pk, "heartbeatMs");
-        msgpack_pack_uint32 (pk, (uint32_t) self->heartbeat_ms);
-        dsh_pack_cstr (pk, "liveness");
-        msgpack_pack_uint32 (pk, (uint32_t) self->liveness);
-        dsh_pack_cstr (pk, "maxMessageBytes");
-        msgpack_pack_uint32 (pk, (uint32_t) self->max_message_bytes);
-        s_reply_packed (self, envelope_p, DSH_WELCOME, &packer);
+    msgpack_pack_map (pk, 9 + (request->id != NULL) + slot);
+    if (slot) {
+        dsh_pack_cstr (pk, "stage");
+        msgpack_pack_map (pk, 2);
+        dsh_packer_kv_str (&packer, "feed", feed);
+        dsh_packer_kv_str (&packer, "drain", drain);
     }
-    else
-    if (streq (command, DSH_PING)) {
-        msgpack_pack_map (pk, 6 + (id != NULL));
-        s_pack_id (pk, id);
-        dsh_packer_kv_str (&packer, "broker", self->broker_id);
-        dsh_pack_cstr (pk, "uptimeMs");
-        msgpack_pack_uint64 (pk, (uint64_t) (zclock_time () - self->started_ms));
-        dsh_pack_cstr (pk, "tools");
-        msgpack_pack_uint64 (pk, dsh_catalog_tool_count (self->catalog));
-        dsh_pack_cstr (pk, "components");
-        msgpack_pack_uint64 (pk, dsh_catalog_component_count (self->catalog));
-        dsh_pack_cstr (pk, "inFlight");
-        msgpack_pack_uint64 (pk, dsh_dispatch_size (self->dispatch));
-        dsh_pack_cstr (pk, "seq");
-        msgpack_pack_uint64 (pk, dsh_catalog_seq (self->catalog));
-        s_reply_packed (self, envelope_p, DSH_PONG, &packer);
-    }
-    else
-    if (streq (command, DSH_CHAIN)) {
-        msgpack_pack_map (pk, 1 + (id != NULL));
-        s_pack_id (pk, id);
-        dsh_pack_cstr (pk, "stages");
-        dsh_chain_pack (self->chain, pk);
-        s_reply_packed (self, envelope_p, DSH_CHAIN, &packer);
-    }
-    else
-    if (streq (command, DSH_LIST)) {
-        msgpack_pack_map (pk, 2 + (id != NULL));
-        s_pack_id (pk, id);
-        dsh_pack_cstr (pk, "seq");
-        msgpack_pack_uint64 (pk, dsh_catalog_seq (self->catalog));
-        dsh_pack_cstr (pk, "tools");
-        dsh_catalog_pack_tools (self->catalog, pk);
-        s_reply_packed (self, envelope_p, DSH_TOOLS, &packer);
-    }
-    else
-    if (streq (command, DSH_SNAPSHOT)) {
-        msgpack_pack_map (pk, 4 + (id != NULL));
-        s_pack_id (pk, id);
-        dsh_pack_cstr (pk, "seq");
-        msgpack_pack_uint64 (pk, dsh_catalog_seq (self->catalog));
-        dsh_pack_cstr (pk, "epoch");
-        msgpack_pack_uint64 (pk, self->epoch);
-        dsh_catalog_pack_snapshot (self->catalog, pk);
-        s_reply_packed (self, envelope_p, DSH_SNAPSHOT, &packer);
-    }
-    else
-    if (streq (command, DSH_GET)) {
-        const msgpack_object *name = dsh_map_get (root, "name");
-        char *text = dsh_doc_strdup (doc, name);
-        zchunk_t *entry = text? dsh_catalog_tool (self->catalog, text): NULL;
-        if (entry) {
-            msgpack_pack_map (pk, 2 + (id != NULL));
-            s_pack_id (pk, id);
-            dsh_pack_cstr (pk, "tool");
-            dsh_packer_raw (&packer, zchunk_data (entry), zchunk_size (entry));
-            dsh_pack_cstr (pk, "providers");
-            dsh_catalog_pack_providers (self->catalog, text, pk);
-            s_reply_packed (self, envelope_p, DSH_TOOL, &packer);
-        }
-        else {
-            dsh_packer_release (&packer);
-            char message [DSH_NAME_MAX + 64];
-            if (text && dsh_proto_valid_name (text, strlen (text)))
-                snprintf (message, sizeof (message), "unknown tool \"%s\"", text);
-            else
-                snprintf (message, sizeof (message), "field \"name\" must be a valid tool name");
-            s_reply_error (self, envelope_p, id, text? DSH_E_UNKNOWN_TOOL: DSH_E_BAD_REQUEST, message);
-        }
-    }
-    else {
-        dsh_packer_release (&packer);
-        self->bad_messages++;
-        char message [64];
-        snprintf (message, sizeof (message), "unknown command \"%s\"", command);
-        s_reply_error (self, envelope_p, id, DSH_E_BAD_REQUEST, message);
-    }
+    s_pack_id (pk, request->id);
+    dsh_pack_cstr (pk, "protocol");
+    msgpack_pack_uint32 (pk, DSH_PROTOCOL_VERSION);
+    dsh_packer_kv_str (&packer, "broker", self->broker_id);
+    dsh_pack_cstr (pk, "epoch");
+    msgpack_pack_uint64 (pk, self->epoch);
+    dsh_packer_kv_str (&packer, "announce", self->endpoints [1]);
+    dsh_packer_kv_str (&packer, "work", self->endpoints [2]);
+    dsh_packer_kv_str (&packer, "events", self->endpoints [3]);
+    dsh_pack_cstr (pk, "heartbeatMs");
+    msgpack_pack_uint32 (pk, (uint32_t) self->heartbeat_ms);
+    dsh_pack_cstr (pk, "liveness");
+    msgpack_pack_uint32 (pk, (uint32_t) self->liveness);
+    dsh_pack_cstr (pk, "maxMessageBytes");
+    msgpack_pack_uint32 (pk, (uint32_t) self->max_message_bytes);
+    s_reply_packed (self, request, DSH_WELCOME, &packer);
 }
 
 static void
-s_front_one (self_t *self, zsock_t *reader)
+s_handle_ping (self_t *self, s_request_t *request)
 {
-    zmsg_t *msg = zmsg_recv (reader);
-    if (!msg)
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_packer *pk = &packer.pk;
+    msgpack_pack_map (pk, 6 + (request->id != NULL));
+    s_pack_id (pk, request->id);
+    dsh_packer_kv_str (&packer, "broker", self->broker_id);
+    dsh_pack_cstr (pk, "uptimeMs");
+    msgpack_pack_uint64 (pk, (uint64_t) (zclock_time () - self->started_ms));
+    dsh_pack_cstr (pk, "tools");
+    msgpack_pack_uint64 (pk, dsh_catalog_tool_count (self->catalog));
+    dsh_pack_cstr (pk, "components");
+    msgpack_pack_uint64 (pk, dsh_catalog_component_count (self->catalog));
+    dsh_pack_cstr (pk, "inFlight");
+    msgpack_pack_uint64 (pk, dsh_inflight_size (self->inflight));
+    dsh_pack_cstr (pk, "seq");
+    msgpack_pack_uint64 (pk, dsh_catalog_seq (self->catalog));
+    s_reply_packed (self, request, DSH_PONG, &packer);
+}
+
+static void
+s_handle_chain (self_t *self, s_request_t *request)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 1 + (request->id != NULL));
+    s_pack_id (&packer.pk, request->id);
+    dsh_pack_cstr (&packer.pk, "stages");
+    dsh_chain_pack (self->chain, &packer.pk);
+    s_reply_packed (self, request, DSH_CHAIN, &packer);
+}
+
+static void
+s_handle_list (self_t *self, s_request_t *request)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 2 + (request->id != NULL));
+    s_pack_id (&packer.pk, request->id);
+    dsh_pack_cstr (&packer.pk, "seq");
+    msgpack_pack_uint64 (&packer.pk, dsh_catalog_seq (self->catalog));
+    dsh_pack_cstr (&packer.pk, "tools");
+    dsh_catalog_pack_tools (self->catalog, &packer.pk);
+    s_reply_packed (self, request, DSH_TOOLS, &packer);
+}
+
+static void
+s_handle_snapshot (self_t *self, s_request_t *request)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 4 + (request->id != NULL));
+    s_pack_id (&packer.pk, request->id);
+    dsh_pack_cstr (&packer.pk, "seq");
+    msgpack_pack_uint64 (&packer.pk, dsh_catalog_seq (self->catalog));
+    dsh_pack_cstr (&packer.pk, "epoch");
+    msgpack_pack_uint64 (&packer.pk, self->epoch);
+    dsh_catalog_pack_snapshot (self->catalog, &packer.pk);
+    s_reply_packed (self, request, DSH_SNAPSHOT, &packer);
+}
+
+static void
+s_handle_get (self_t *self, s_request_t *request)
+{
+    char *name = dsh_doc_strdup (request->doc, dsh_map_get (request->root, "name"));
+    zchunk_t *entry = name? dsh_catalog_tool (self->catalog, name): NULL;
+    if (entry) {
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        msgpack_pack_map (&packer.pk, 2 + (request->id != NULL));
+        s_pack_id (&packer.pk, request->id);
+        dsh_pack_cstr (&packer.pk, "tool");
+        dsh_packer_raw (&packer, zchunk_data (entry), zchunk_size (entry));
+        dsh_pack_cstr (&packer.pk, "providers");
+        dsh_catalog_pack_providers (self->catalog, name, &packer.pk);
+        s_reply_packed (self, request, DSH_TOOL, &packer);
+    }
+    else {
+        char message [DSH_NAME_MAX + 64];
+        if (name && dsh_proto_valid_name (name, strlen (name)))
+            snprintf (message, sizeof (message), "unknown tool \"%s\"", name);
+        else
+            snprintf (message, sizeof (message), "field \"name\" must be a valid tool name");
+        s_request_error (self, request, name? DSH_E_UNKNOWN_TOOL: DSH_E_BAD_REQUEST, message);
+    }
+}
+
+typedef void (s_front_fn) (self_t *self, s_request_t *request);
+
+//  The FRONT commands, and who handles each.
+static const struct {
+    const char *command;
+    s_front_fn *handler;
+} s_front_commands [] = {
+    { DSH_CALL, s_handle_call },
+    { DSH_CANCEL, s_handle_cancel },
+    { DSH_HELLO, s_handle_hello },
+    { DSH_PING, s_handle_ping },
+    { DSH_LIST, s_handle_list },
+    { DSH_GET, s_handle_get },
+    { DSH_SNAPSHOT, s_handle_snapshot },
+    { DSH_CHAIN, s_handle_chain },
+    { DSH_CONTROL, s_handle_control },
+};
+
+static s_front_fn *
+s_front_lookup (zmq_msg_t *command)
+{
+    for (size_t index = 0; index < sizeof (s_front_commands) / sizeof (s_front_commands [0]); index++)
+        if (s_part_is (command, s_front_commands [index].command))
+            return s_front_commands [index].handler;
+    return NULL;
+}
+
+//  Refuses a request that could not be read: ERROR along its route, or,
+//  with no delimiter, to the peer's own identity, the one route we trust.
+static void
+s_front_refuse (self_t *self, s_parts_t *parts, const char *message)
+{
+    self->bad_messages++;
+    zmsg_t *envelope = s_route_zmsg (parts);
+    s_reply_error (self, &envelope, NULL, DSH_E_BAD_REQUEST, message);
+}
+
+static void
+s_front_one (self_t *self, s_parts_t *parts)
+{
+    char error [300];
+    size_t delimiter = parts->delimiter;
+    if (delimiter >= parts->count) {
+        s_front_refuse (self, parts, "no empty delimiter frame");
         return;
-    zmsg_t *envelope = NULL;
+    }
+    if (delimiter + 1 >= parts->count || !s_part_is (&parts->part [delimiter + 1], DSH_PROTOCOL)) {
+        snprintf (error, sizeof (error), "protocol frame is not \"%s\"", DSH_PROTOCOL);
+        s_front_refuse (self, parts, error);
+        return;
+    }
+    zmq_msg_t *command_part = delimiter + 2 < parts->count? &parts->part [delimiter + 2]: NULL;
+    size_t command_size = command_part? zmq_msg_size (command_part): 0;
+    if (command_size == 0 || command_size > DSH_COMMAND_MAX) {
+        s_front_refuse (self, parts, "missing or oversized command frame");
+        return;
+    }
     char command [DSH_COMMAND_MAX + 1];
-    char error [256];
-    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error))) {
-        self->bad_messages++;
-        if (!envelope) {
-            //  Without a delimiter the only route we trust is the peer's own
-            envelope = zmsg_new ();
-            zframe_t *identity = zmsg_pop (msg);
-            zmsg_append (envelope, &identity);
+    memcpy (command, zmq_msg_data (command_part), command_size);
+    command [command_size] = 0;
+    for (size_t index = 0; index < command_size; index++)
+        if (!isupper ((unsigned char) command [index])) {
+            s_front_refuse (self, parts, "command frame is not an upper-case word");
+            return;
         }
-        s_reply_error (self, &envelope, NULL, DSH_E_BAD_REQUEST, error);
-        zmsg_destroy (&msg);
+    size_t bodies = parts->count - delimiter - 3;
+    if (bodies != 1 || parts->truncated) {
+        snprintf (error, sizeof (error), "%s takes one body frame, not %zu", command,
+                  parts->truncated? S_PARTS_MAX: bodies);
+        s_front_refuse (self, parts, error);
         return;
     }
-    if (zmsg_size (msg) != 1) {
-        self->bad_messages++;
-        snprintf (error, sizeof (error), "%s takes one body frame, not %zu", command, zmsg_size (msg));
-        s_reply_error (self, &envelope, NULL, DSH_E_BAD_REQUEST, error);
-        zmsg_destroy (&msg);
+    s_request_t request = { parts, command, &parts->part [delimiter + 3], NULL, NULL, NULL };
+    char reason [256];
+    request.doc = dsh_doc_new (zmq_msg_data (request.body), zmq_msg_size (request.body), reason, sizeof (reason));
+    if (!request.doc || dsh_doc_root (request.doc)->type != MSGPACK_OBJECT_MAP) {
+        snprintf (error, sizeof (error), "malformed %s body: %s", command,
+                  request.doc? "the body is not a map": reason);
+        s_front_refuse (self, parts, error);
+        dsh_doc_destroy (&request.doc);
         return;
     }
-    zframe_t *body = zmsg_pop (msg);
-    zmsg_destroy (&msg);
-    dsh_doc_t *doc = dsh_proto_decode_body (body, error, sizeof (error));
-    if (!doc) {
+    request.root = dsh_doc_root (request.doc);
+    request.id = dsh_map_get (request.root, "id");
+    s_front_fn *handler = s_front_lookup (command_part);
+    if (handler)
+        handler (self, &request);
+    else {
         self->bad_messages++;
-        char message [300];
-        snprintf (message, sizeof (message), "malformed %s body: %s", command, error);
-        s_reply_error (self, &envelope, NULL, DSH_E_BAD_REQUEST, message);
+        snprintf (error, sizeof (error), "unknown command \"%s\"", command);
+        s_request_error (self, &request, DSH_E_BAD_REQUEST, error);
     }
-    else
-    if (streq (command, DSH_CALL))
-        s_handle_call (self, &envelope, &doc, &body);
-    else
-    if (streq (command, DSH_CANCEL))
-        s_handle_cancel (self, &envelope, doc);
-    else
-    if (streq (command, DSH_CONTROL)) {
-        dsh_doc_destroy (&doc);
-        dsh_chain_control (self->chain, &envelope, &body);
-    }
-    else
-        s_handle_query (self, command, &envelope, doc);
-    dsh_doc_destroy (&doc);
-    zframe_destroy (&body);
-    zmsg_destroy (&envelope);
+    dsh_doc_destroy (&request.doc);
 }
 
 static int
 s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
+    self_t *self = (self_t *) arg;
     //  Drain a busy socket without a poll per message, yet give the other
     //  sockets their turn
-    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
-        s_front_one ((self_t *) arg, reader);
+    s_parts_t parts;
+    for (int count = 0; count < S_BATCH && s_parts_recv (&parts, reader) == 0; count++) {
+        s_front_one (self, &parts);
+        s_parts_close (&parts);
+    }
     return 0;
 }
 
 //  ---------------------------------------------------------------------
 //  Work socket: results and hellos from components
 
-static void
-s_handle_result (self_t *self, const char *component, zmsg_t *msg)
+//  The record of the call a RESULT or PROGRESS from component names, if
+//  the call went to that component; NULL (and a warning) otherwise.
+static dsh_record_t *
+s_work_record (self_t *self, const char *component, zmq_msg_t *token_part, const char *command)
 {
     uint64_t token;
-    zframe_t *token_frame = zmsg_pop (msg);
-    zframe_t *body = zmsg_pop (msg);
-    if (dsh_dispatch_token_decode (token_frame, &token) || !body || zmsg_size (msg) != 0) {
+    if (dsh_inflight_token_decode (zmq_msg_data (token_part), zmq_msg_size (token_part), &token)) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed RESULT from %s: want token and body frames", component);
+        zsys_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
+        return NULL;
     }
-    else {
-        dsh_pending_t *entry = dsh_dispatch_lookup (self->dispatch, token);
-        if (entry && !streq (entry->component, component)) {
-            //  Only the component a call went to may answer it
-            self->bad_messages++;
-            zsys_warning ("dsh-broker: %s sent a RESULT for a call it was not given", component);
-            entry = NULL;
-        }
-        else
-        if (entry)
-            entry = dsh_dispatch_take (self->dispatch, token);
-        else
-            self->late_results++;
-        if (entry) {
-            dsh_catalog_outstanding (self->catalog, entry->component, -1);
-            char error [256];
-            dsh_doc_t *doc = dsh_proto_decode_body (body, error, sizeof (error));
-            if (doc && dsh_proto_check_result (dsh_doc_root (doc), error, sizeof (error)))
-                dsh_doc_destroy (&doc);
-            if (doc && !dsh_str_eq (dsh_map_get (dsh_doc_root (doc), "callId"), entry->call_id)) {
-                snprintf (error, sizeof (error), "its callId is not the call's \"%s\"", entry->call_id);
-                dsh_doc_destroy (&doc);
-            }
-            if (doc)
-                s_answer (self, &entry->envelope, entry->chain_token, &body);
-            else {
-                self->bad_messages++;
-                char text [512];
-                snprintf (text, sizeof (text), "Error: component \"%s\" sent a malformed result: %s",
-                          component, error);
-                zsys_warning ("dsh-broker: %s", text + 7);
-                s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id, DSH_E_BAD_RESULT, text);
-            }
-            dsh_doc_destroy (&doc);
-            dsh_pending_destroy (&entry);
-        }
-    }
-    zframe_destroy (&token_frame);
-    zframe_destroy (&body);
-}
-
-//  A component reports progress of a call: on to its caller, untouched.
-static void
-s_handle_progress (self_t *self, const char *component, zmsg_t *msg)
-{
-    uint64_t token;
-    zframe_t *token_frame = zmsg_pop (msg);
-    zframe_t *body = zmsg_pop (msg);
-    dsh_pending_t *entry = dsh_dispatch_token_decode (token_frame, &token) == 0 && body?
-        dsh_dispatch_lookup (self->dispatch, token): NULL;
-    if (entry && streq (entry->component, component)) {
-        if (entry->chain_token)
-            dsh_chain_progress (self->chain, entry->chain_token, &body);
-        else {
-            zmsg_t *envelope = zmsg_dup (entry->envelope);
-            s_send_front (self, &envelope, DSH_PROGRESS, &body);
-        }
-    }
-    zframe_destroy (&token_frame);
-    zframe_destroy (&body);
-}
-
-static void
-s_work_one (self_t *self, zsock_t *reader)
-{
-    zmsg_t *msg = zmsg_recv (reader);
-    if (!msg)
-        return;
-    zmsg_t *envelope = NULL;
-    char command [DSH_COMMAND_MAX + 1];
-    char error [256] = "";
-    char *component = NULL;
-    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error))
-    ||  zmsg_size (envelope) != 1) {
-        self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed message on the work socket: %s",
-                      *error? error: "the envelope is not one component id");
-    }
-    else {
-        component = zframe_strdup (zmsg_first (envelope));
-        dsh_catalog_seen (self->catalog, component, zclock_mono ());
+    dsh_record_t *record = dsh_inflight_lookup (self->inflight, token);
+    if (!record || record->where != DSH_AT_COMPONENT) {
         if (streq (command, DSH_RESULT))
-            s_handle_result (self, component, msg);
-        else
-        if (streq (command, DSH_PROGRESS))
-            s_handle_progress (self, component, msg);
-        else
-        if (streq (command, DSH_HELLO))
-            s_send_sync (self, component);
-        else {
-            self->bad_messages++;
-            zsys_warning ("dsh-broker: unknown command \"%s\" from component %s", command, component);
-        }
+            self->late_results++;
+        return NULL;
     }
-    zstr_free (&component);
-    zmsg_destroy (&envelope);
-    zmsg_destroy (&msg);
+    if (!streq (record->component, component)) {
+        //  Only the component a call went to may speak for it
+        self->bad_messages++;
+        zsys_warning ("dsh-broker: %s sent a %s for a call it was not given", component, command);
+        return NULL;
+    }
+    return record;
+}
+
+static void
+s_handle_result (self_t *self, const char *component, zmq_msg_t *token_part, zmq_msg_t *body)
+{
+    dsh_record_t *record = s_work_record (self, component, token_part, DSH_RESULT);
+    if (!record)
+        return;
+    dsh_catalog_outstanding (self->catalog, record->component, -1);
+    char error [DSH_CALL_ID_MAX + 64];
+    dsh_doc_t *doc = dsh_doc_new (zmq_msg_data (body), zmq_msg_size (body), error, sizeof (error));
+    if (doc && dsh_proto_check_result (dsh_doc_root (doc), error, sizeof (error)))
+        dsh_doc_destroy (&doc);
+    if (doc && !dsh_str_eq (dsh_map_get (dsh_doc_root (doc), "callId"), record->call_id)) {
+        snprintf (error, sizeof (error), "its callId is not the call's \"%s\"", record->call_id);
+        dsh_doc_destroy (&doc);
+    }
+    if (doc) {
+        dsh_doc_destroy (&doc);
+        zmq_msg_t result;
+        zmq_msg_init (&result);
+        zmq_msg_move (&result, body);
+        s_answer (self, &record, &result);
+    }
+    else {
+        self->bad_messages++;
+        char text [DSH_ID_MAX + DSH_CALL_ID_MAX + 128];
+        snprintf (text, sizeof (text), "Error: component \"%s\" sent a malformed result: %s", component, error);
+        zsys_warning ("dsh-broker: %s", text + 7);
+        s_answer_error (self, &record, DSH_E_BAD_RESULT, text);
+    }
+}
+
+//  A component reports progress of a call: checked like a RESULT (its own
+//  call's callId, a number for progress), then on to the caller, untouched.
+static void
+s_handle_progress (self_t *self, const char *component, zmq_msg_t *token_part, zmq_msg_t *body)
+{
+    dsh_record_t *record = s_work_record (self, component, token_part, DSH_PROGRESS);
+    if (!record)
+        return;
+    char error [256];
+    dsh_doc_t *doc = dsh_doc_new (zmq_msg_data (body), zmq_msg_size (body), error, sizeof (error));
+    const msgpack_object *progress = doc? dsh_map_get (dsh_doc_root (doc), "progress"): NULL;
+    bool valid = doc && dsh_str_eq (dsh_map_get (dsh_doc_root (doc), "callId"), record->call_id)
+              && progress && (progress->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+                              || progress->type == MSGPACK_OBJECT_FLOAT32 || progress->type == MSGPACK_OBJECT_FLOAT64);
+    dsh_doc_destroy (&doc);
+    if (!valid) {
+        self->bad_messages++;
+        zsys_warning ("dsh-broker: %s sent a PROGRESS that is not its call's {callId, progress: number}", component);
+        return;
+    }
+    zmq_msg_t report;
+    zmq_msg_init (&report);
+    zmq_msg_move (&report, body);
+    s_send_route (self, record->route, record->route_size, false, DSH_PROGRESS, &report);
+}
+
+static void
+s_work_one (self_t *self, s_parts_t *parts)
+{
+    //  [component] "" DSH1 command (token body)
+    if (parts->delimiter != 1 || parts->count < 4 || parts->truncated
+    ||  !s_part_is (&parts->part [2], DSH_PROTOCOL)
+    ||  zmq_msg_size (&parts->part [0]) > DSH_ID_MAX) {
+        self->bad_messages++;
+        zsys_warning ("dsh-broker: malformed message on the work socket: want [component] \"\" \"%s\" command ...",
+                      DSH_PROTOCOL);
+        return;
+    }
+    char component [DSH_ID_MAX + 1];
+    snprintf (component, sizeof (component), "%.*s", (int) zmq_msg_size (&parts->part [0]),
+              (const char *) zmq_msg_data (&parts->part [0]));
+    dsh_catalog_seen (self->catalog, component, zclock_mono ());
+    zmq_msg_t *command = &parts->part [3];
+    if ((s_part_is (command, DSH_RESULT) || s_part_is (command, DSH_PROGRESS)) && parts->count != 6) {
+        self->bad_messages++;
+        zsys_warning ("dsh-broker: malformed message from %s: want token and body frames", component);
+    }
+    else
+    if (s_part_is (command, DSH_RESULT))
+        s_handle_result (self, component, &parts->part [4], &parts->part [5]);
+    else
+    if (s_part_is (command, DSH_PROGRESS))
+        s_handle_progress (self, component, &parts->part [4], &parts->part [5]);
+    else
+    if (s_part_is (command, DSH_HELLO))
+        s_send_sync (self, component);
+    else {
+        self->bad_messages++;
+        int size = (int) (zmq_msg_size (command) < DSH_COMMAND_MAX? zmq_msg_size (command): DSH_COMMAND_MAX);
+        zsys_warning ("dsh-broker: unknown command \"%.*s\" from component %s",
+                      size, (const char *) zmq_msg_data (command), component);
+    }
 }
 
 static int
 s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
-    //  Drain a busy socket without a poll per message, yet give the other
-    //  sockets their turn
-    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
-        s_work_one ((self_t *) arg, reader);
+    self_t *self = (self_t *) arg;
+    s_parts_t parts;
+    for (int count = 0; count < S_BATCH && s_parts_recv (&parts, reader) == 0; count++) {
+        s_work_one (self, &parts);
+        s_parts_close (&parts);
+    }
     return 0;
 }
 
@@ -931,21 +1225,35 @@ s_expire_components (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+//  The one deadline scan: a call past its deadline is answered TIMEOUT
+//  wherever it is (and whoever holds it is told to let go); a call a stage
+//  held past the stage's own limit is failed (or skipped) by the chain.
 static int
 s_expire_calls (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
     self_t *self = (self_t *) arg;
-    zlistx_t *expired = dsh_dispatch_take_expired (self->dispatch, zclock_mono ());
-    for (dsh_pending_t *entry = zlistx_first (expired); entry; entry = zlistx_next (expired)) {
-        char text [DSH_NAME_MAX + 128];
-        snprintf (text, sizeof (text), "Error: tool \"%s\" did not answer before the call's deadline",
-                  entry->tool);
-        s_answer_error (self, &entry->envelope, entry->chain_token, entry->call_id, DSH_E_TIMEOUT, text);
-        s_send_cancel (self, entry, "deadline");
+    dsh_chain_settle (self->chain);
+    int64_t now = zclock_mono ();
+    zlistx_t *due = dsh_inflight_due (self->inflight, now);
+    for (dsh_record_t *record = zlistx_first (due); record; record = zlistx_next (due)) {
+        if (record->deadline_ms <= now) {
+            char text [DSH_NAME_MAX + 160];
+            if (record->where == DSH_AT_CHAIN)
+                snprintf (text, sizeof (text), "Error: the call to tool \"%s\" reached its deadline "
+                          "while a middleware stage held it", record->tool);
+            else
+                snprintf (text, sizeof (text), "Error: tool \"%s\" did not answer before the call's deadline",
+                          record->tool);
+            s_release (self, record, "deadline");
+            dsh_inflight_answer_error (self->inflight, &record, DSH_E_TIMEOUT, text);
+        }
+        else
+        if (record->where == DSH_AT_CHAIN)
+            dsh_chain_expire (self->chain, record);
     }
-    zlistx_destroy (&expired);
+    zlistx_destroy (&due);
     return 0;
 }
 
@@ -978,7 +1286,7 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
                     "tools=%zu components=%zu in_flight=%zu calls=%" PRIu64 " late_results=%" PRIu64
                     " dropped_replies=%" PRIu64 " bad_messages=%" PRIu64,
                     dsh_catalog_tool_count (self->catalog), dsh_catalog_component_count (self->catalog),
-                    dsh_dispatch_size (self->dispatch), self->calls, self->late_results,
+                    dsh_inflight_size (self->inflight), self->calls, self->late_results,
                     self->dropped_replies, self->bad_messages);
     else
         zsys_error ("dsh-broker: invalid pipe command \"%s\"", command);
@@ -991,16 +1299,20 @@ void
 dsh_registry_actor (zsock_t *pipe, void *args)
 {
     self_t *self = s_self_new (pipe, (dsh_config_t *) args);
-    zsock_signal (pipe, 0);
     self->loop = zloop_new ();
     //  The host decides when the actor ends ($TERM), not a signal
     zloop_set_nonstop (self->loop, true);
+    if (!self->error) {
+        char error [512];
+        if (dsh_chain_start (self->chain, self->loop, error, sizeof (error)))
+            self->error = strdup (error);
+    }
+    zsock_signal (pipe, 0);
     zloop_reader (self->loop, pipe, s_self_handle_pipe, self);
     if (!self->error) {
         zloop_reader (self->loop, self->front, s_front_recv, self);
         zloop_reader (self->loop, self->announce, s_announce_recv, self);
         zloop_reader (self->loop, self->work, s_work_recv, self);
-        dsh_chain_start (self->chain, self->loop);
         zloop_timer (self->loop, (size_t) self->heartbeat_ms, 0, s_expire_components, self);
         int tick_ms = self->heartbeat_ms < 50? self->heartbeat_ms: 50;
         zloop_timer (self->loop, (size_t) tick_ms, 0, s_expire_calls, self);

@@ -14,31 +14,24 @@
 #include "dsh_sandbox.h"
 #include "dsh_trace.h"
 
-typedef int (s_setup_fn) (zconfig_t *settings, const dsh_middleware_context_t *context,
-                          dsh_stage_callbacks_t *callbacks, void **arg, char *error, size_t error_size);
-
-static const struct {
-    const char *kind;
-    s_setup_fn *setup;
-    //  Longer than the stage itself may wait (an ask's approval_timeout_ms
-    //  default, a hook's own timeout), so the stage answers before the hub
-    //  gives up on it
-    int default_timeout_ms;
-} s_kinds [] = {
+const dsh_stage_kind_t dsh_middleware_kinds [] = {
+    //  Each default is longer than the stage itself waits (an ask's
+    //  approval_timeout_ms, a hook's own timeout), so the stage answers
+    //  before the chain gives up on it; the call's deadline comes first
     { "permission", dsh_permission_setup, 120000 + 10000 },
     { "plan", dsh_planmode_setup, 5000 },
     { "hooks", dsh_hooks_setup, DSH_HOOKS_DEFAULT_TIMEOUT_MS + 5000 },
     { "sandbox", dsh_sandbox_setup, 5000 },
     { "trace", dsh_trace_setup, 5000 },
-    { "pass", dsh_pass_setup, 5000 }
+    { "pass", dsh_pass_setup, 5000 },
+    { NULL, NULL, 0 }
 };
-#define KIND_COUNT (sizeof s_kinds / sizeof s_kinds [0])
 
 static int
 s_kind_index (const char *kind)
 {
-    for (size_t index = 0; kind && index < KIND_COUNT; index++)
-        if (streq (kind, s_kinds [index].kind))
+    for (size_t index = 0; kind && dsh_middleware_kinds [index].kind; index++)
+        if (streq (kind, dsh_middleware_kinds [index].kind))
             return (int) index;
     return -1;
 }
@@ -56,18 +49,11 @@ dsh_middleware_setup (const char *kind, zconfig_t *settings, const dsh_middlewar
         return -1;
     }
     *arg = NULL;
-    return s_kinds [index].setup (settings, context, callbacks, arg, error, error_size);
+    return dsh_middleware_kinds [index].setup (settings, context, callbacks, arg, error, error_size);
 }
 
 bool
 dsh_middleware_known (const char *kind)
 {
     return s_kind_index (kind) != -1;
-}
-
-int
-dsh_middleware_default_timeout_ms (const char *kind)
-{
-    int index = s_kind_index (kind);
-    return index == -1? 5000: s_kinds [index].default_timeout_ms;
 }

@@ -36,10 +36,11 @@ extern "C" {
 #endif
 
 //  What a middleware knows of where it runs.
-typedef struct {
-    const char *name;           //  the stage's name in the chain
-    const char *broker;         //  the broker's front endpoint
-} dsh_middleware_context_t;
+typedef dsh_stage_context_t dsh_middleware_context_t;
+
+//  The built-in kinds, for a host's chain (dsh-broker's main hands it in);
+//  the last row's kind is NULL.
+extern const dsh_stage_kind_t dsh_middleware_kinds [];
 
 //  Fill callbacks and *arg for a middleware of kind, from settings (the
 //  stage's config section; may be NULL for defaults). Returns 0, or -1
@@ -52,10 +53,6 @@ int
 bool
     dsh_middleware_known (const char *kind);
 
-//  The timeout a stage of kind gets when its config sets none: how long
-//  it may hold a call before the broker answers MIDDLEWARE_FAILED.
-int
-    dsh_middleware_default_timeout_ms (const char *kind);
 
 #ifdef __cplusplus
 }

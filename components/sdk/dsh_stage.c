@@ -32,12 +32,15 @@ struct _dsh_stage_t {
     zsock_t *downstream;        //  DEALER, connected to the broker's drain
     zhashx_t *calls;            //  chain token (hex) -> dsh_stage_call_t *
     bool connected;             //  set by the actor before it signals
+    bool inline_mode;           //  run in the host's thread, through host
+    dsh_stage_host_t host;
 };
 
 struct _dsh_stage_call_t {
     dsh_stage_t *stage;
     char key [2 * 32 + 1];      //  chain token, hex
-    zmsg_t *envelope;           //  everything before the empty delimiter
+    uint64_t token;             //  inline: the host's token for the call
+    zmsg_t *envelope;           //  on sockets: everything before the empty delimiter
     zframe_t *body;
     zframe_t *tool;
     bool decoded;               //  body and tool read (on first use)
@@ -157,6 +160,9 @@ s_result_body (dsh_stage_call_t *call, json_t *result)
 static void
 s_send_up (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **body_p)
 {
+    if (self->inline_mode)
+        self->host.up (self->host.arg, call->token, body_p);
+    else
     if (s_send (self->upstream, call->envelope, DSH_RESULT, body_p, NULL))
         zsys_warning ("stage %s: cannot send a result up: %s", self->name, zmq_strerror (errno));
 }
@@ -181,7 +187,7 @@ s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
 {
     //  The DEALER's queue is full: fail before the frames move, while the
     //  call can still be read for its callId
-    bool writable = (zsock_events (self->downstream) & ZMQ_POLLOUT) != 0;
+    bool writable = self->inline_mode || (zsock_events (self->downstream) & ZMQ_POLLOUT) != 0;
     zframe_t *body = NULL;
     zframe_t *tool = NULL;
     if (writable) {
@@ -201,6 +207,11 @@ s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
         else {
             tool = call->tool;
             call->tool = NULL;
+        }
+        if (body && self->inline_mode) {
+            zframe_destroy (&tool);
+            self->host.pass (self->host.arg, call->token, &body);
+            return true;
         }
         if (body && s_send (self->downstream, call->envelope, DSH_CALL, &body, &tool) == 0)
             return true;
@@ -259,12 +270,22 @@ s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
     *envelope_p = NULL;
     call->body = zmsg_pop (msg);
     call->tool = zmsg_pop (msg);
+    //  The time the call has left, in ms, as the hub saw it: made a
+    //  deadline on this machine's own clock
+    zframe_t *budget = zmsg_pop (msg);
+    uint64_t budget_ms = 0;
+    if (budget && zframe_size (budget) == 8)
+        for (size_t index = 0; index < 8; index++)
+            budget_ms = (budget_ms << 8) | zframe_data (budget) [index];
+    if (budget_ms && budget_ms < INT32_MAX)
+        call->deadline_ms = zclock_mono () + (int64_t) budget_ms;
     char error [256] = "";
     if (!s_envelope_key (call->envelope, call->key, sizeof (call->key)))
         snprintf (error, sizeof (error), "no chain token in the envelope");
     else
-    if (!call->body || !call->tool || zmsg_size (msg))
-        snprintf (error, sizeof (error), "CALL wants a body and a tool frame");
+    if (!call->body || !call->tool || (budget && zframe_size (budget) != 8) || zmsg_size (msg))
+        snprintf (error, sizeof (error), "CALL wants a body, a tool frame and a deadline frame");
+    zframe_destroy (&budget);
     if (*error) {
         zsys_warning ("stage %s: bad CALL: %s", self->name, error);
         if (*call->key) {
@@ -282,13 +303,14 @@ s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
     s_decide (self, call, self->callbacks.on_request (self, call, self->arg));
 }
 
-static void
-s_handle_control (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
+//  The reply body to a CONTROL body {command, args?}.
+static zframe_t *
+s_control_reply (dsh_stage_t *self, zframe_t *request_body)
 {
     char error_text [256] = "";
     char *error = NULL;
     json_t *reply = NULL;
-    dsh_doc_t *doc = dsh_proto_decode_body (zmsg_first (msg), error_text, sizeof (error_text));
+    dsh_doc_t *doc = request_body? dsh_proto_decode_body (request_body, error_text, sizeof (error_text)): NULL;
     json_t *request = doc? dsh_json_from_msgpack (dsh_doc_root (doc)): NULL;
     const char *command = json_string_value (json_object_get (request, "command"));
     if (!command)
@@ -309,22 +331,27 @@ s_handle_control (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
     if (reply)
         json_object_set_new (body, "data", reply);
     zframe_t *frame = s_encode_json (body);
-    if (frame && s_send (self->upstream, *envelope_p, DSH_CONTROL, &frame, NULL))
-        zsys_warning ("stage %s: cannot answer a control command", self->name);
-    zframe_destroy (&frame);
     json_decref (body);
     json_decref (request);
     dsh_doc_destroy (&doc);
     zstr_free (&error);
+    return frame;
 }
 
-//  The caller cancelled a call this stage holds.
 static void
-s_handle_cancel (dsh_stage_t *self, zmsg_t *envelope)
+s_handle_control (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
 {
-    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
-    dsh_stage_call_t *call = s_envelope_key (envelope, key, sizeof (key))?
-        (dsh_stage_call_t *) zhashx_lookup (self->calls, key): NULL;
+    zframe_t *frame = s_control_reply (self, zmsg_first (msg));
+    if (frame && s_send (self->upstream, *envelope_p, DSH_CONTROL, &frame, NULL))
+        zsys_warning ("stage %s: cannot answer a control command", self->name);
+    zframe_destroy (&frame);
+}
+
+//  The call under key was answered without this stage: let go of it.
+static void
+s_cancel (dsh_stage_t *self, const char *key)
+{
+    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (self->calls, key);
     if (!call || call->cancelled)
         return;
     if (call->deferred) {
@@ -337,6 +364,15 @@ s_handle_cancel (dsh_stage_t *self, zmsg_t *envelope)
         zhashx_delete (self->calls, call->key);
         s_call_destroy (&call);
     }
+}
+
+//  The caller cancelled a call this stage holds.
+static void
+s_handle_cancel (dsh_stage_t *self, zmsg_t *envelope)
+{
+    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
+    if (s_envelope_key (envelope, key, sizeof (key)))
+        s_cancel (self, key);
 }
 
 static int
@@ -393,6 +429,19 @@ s_finish_result (dsh_stage_t *self, dsh_stage_call_t *call)
     s_call_destroy (&call);
 }
 
+//  The result of a watched call comes back: the stage reads it (and may
+//  rewrite or hold it), then it goes up.
+static void
+s_take_result (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **result_p)
+{
+    call->result = *result_p;
+    *result_p = NULL;
+    if (self->callbacks.on_result)
+        self->callbacks.on_result (self, call, self->arg);
+    if (!call->result_deferred)
+        s_finish_result (self, call);
+}
+
 static int
 s_downstream_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
 {
@@ -411,11 +460,8 @@ s_downstream_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
     &&  s_envelope_key (envelope, key, sizeof (key)))
         call = (dsh_stage_call_t *) zhashx_lookup (self->calls, key);
     if (call && call->watch && !call->deferred && !call->result) {
-        call->result = zmsg_pop (msg);
-        if (self->callbacks.on_result)
-            self->callbacks.on_result (self, call, self->arg);
-        if (!call->result_deferred)
-            s_finish_result (self, call);
+        zframe_t *result = zmsg_pop (msg);
+        s_take_result (self, call, &result);
     }
     else
     if (envelope) {
@@ -528,9 +574,15 @@ dsh_stage_destroy (dsh_stage_t **self_p)
         dsh_stage_t *self = *self_p;
         if (self->actor)
             zactor_destroy (&self->actor);
-        else
-        if (self->callbacks.on_destroy)
-            self->callbacks.on_destroy (self->arg);
+        else {
+            //  Inline or never started: the calls and arg are ours to free
+            if (self->calls)
+                for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
+                    s_call_destroy (&call);
+            zhashx_destroy (&self->calls);
+            if (self->callbacks.on_destroy)
+                self->callbacks.on_destroy (self->arg);
+        }
         zstr_free (&self->name);
         free (self);
         *self_p = NULL;
@@ -606,6 +658,77 @@ dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms)
     zpoller_destroy (&poller);
     zsock_destroy (&front);
     return rc;
+}
+
+int
+dsh_stage_start_inline (dsh_stage_t *self, zloop_t *loop, const dsh_stage_host_t *host)
+{
+    assert (self);
+    assert (loop);
+    assert (host && host->pass && host->up);
+    if (self->actor || self->inline_mode)
+        return -1;
+    self->inline_mode = true;
+    self->host = *host;
+    self->loop = loop;
+    self->calls = zhashx_new ();
+    if (self->callbacks.on_init)
+        self->callbacks.on_init (self, self->arg);
+    return 0;
+}
+
+void
+dsh_stage_inline_call (dsh_stage_t *self, uint64_t token, zframe_t **body_p, zframe_t *tool, int64_t deadline_ms)
+{
+    assert (self && self->inline_mode);
+    assert (body_p && *body_p);
+    dsh_stage_call_t *call = (dsh_stage_call_t *) zmalloc (sizeof (dsh_stage_call_t));
+    assert (call);
+    call->stage = self;
+    call->token = token;
+    dsh_proto_token_hex (token, call->key);
+    call->body = *body_p;
+    *body_p = NULL;
+    call->tool = tool? zframe_dup (tool): zframe_new_empty ();
+    call->deadline_ms = deadline_ms;
+    if (zhashx_lookup (self->calls, call->key)) {
+        zsys_warning ("stage %s: a second call with one token; dropped", self->name);
+        s_call_destroy (&call);
+        return;
+    }
+    s_decide (self, call, self->callbacks.on_request (self, call, self->arg));
+}
+
+bool
+dsh_stage_inline_result (dsh_stage_t *self, uint64_t token, zframe_t **body_p)
+{
+    assert (self && self->inline_mode);
+    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
+    dsh_proto_token_hex (token, key);
+    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (self->calls, key);
+    if (!call || !call->watch || call->deferred || call->result)
+        return false;
+    s_take_result (self, call, body_p);
+    return true;
+}
+
+void
+dsh_stage_inline_cancel (dsh_stage_t *self, uint64_t token)
+{
+    assert (self && self->inline_mode);
+    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
+    dsh_proto_token_hex (token, key);
+    s_cancel (self, key);
+}
+
+zframe_t *
+dsh_stage_inline_control (dsh_stage_t *self, zframe_t *body)
+{
+    assert (self);
+    zframe_t *reply = s_control_reply (self, body);
+    if (!reply)
+        reply = dsh_proto_error_body (NULL, DSH_E_MIDDLEWARE_FAILED, "the stage could not encode its reply");
+    return reply;
 }
 
 const char *

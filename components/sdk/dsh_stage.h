@@ -85,6 +85,29 @@ typedef struct {
     void (*on_destroy) (void *arg);
 } dsh_stage_callbacks_t;
 
+//  What a built-in stage knows of where it runs.
+typedef struct {
+    const char *name;           //  the stage's name in the chain
+    const char *broker;         //  the broker's front endpoint
+} dsh_stage_context_t;
+
+//  A kind of built-in stage: fills in callbacks and *arg from the stage's
+//  config section (settings; NULL for defaults). Returns 0, or -1 with a
+//  reason naming the setting.
+typedef int (dsh_stage_setup_fn) (zconfig_t *settings, const dsh_stage_context_t *context,
+                                  dsh_stage_callbacks_t *callbacks, void **arg,
+                                  char *error, size_t error_size);
+
+//  One row of a table of built-in stage kinds, which a host (dsh-broker's
+//  main) hands to its chain; a table ends with a row whose kind is NULL.
+typedef struct {
+    const char *kind;
+    dsh_stage_setup_fn *setup;
+    //  How long a stage of this kind may hold a call, when its config sets
+    //  no timeout_ms (the call's own deadline still comes first)
+    int default_timeout_ms;
+} dsh_stage_kind_t;
+
 //  A stage named name (1-64 of [A-Za-z0-9_.-]) with its callbacks. It does
 //  nothing until connected or attached. NULL if the name is invalid.
 dsh_stage_t *
@@ -106,6 +129,50 @@ int
 //  name or did not answer.
 int
     dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms);
+
+//  --- A stage run inside its host's thread ----------------------------
+//  The broker runs built-in stages in its own loop: a call goes from stage
+//  to stage as a function call, with no socket and no thread hop. The host
+//  hands calls in with the dsh_stage_inline_ functions and hears back
+//  through these callbacks. They may come from inside a dsh_stage_inline_
+//  call or from a handler on the loop (a deferred call resumed); a host
+//  must not call back into the stage from them (queue, then act).
+typedef struct {
+    //  The stage passed the call on down (body taken).
+    void (*pass) (void *arg, uint64_t token, zframe_t **body_p);
+    //  The stage sends a result up: its answer (a veto), or the result of
+    //  a call it passed and watched, as it goes on (body taken).
+    void (*up) (void *arg, uint64_t token, zframe_t **body_p);
+    void *arg;
+} dsh_stage_host_t;
+
+//  Start the stage inside loop (its on_init runs now, with this loop as
+//  dsh_stage_loop). Returns 0, or -1 if the stage was started already.
+int
+    dsh_stage_start_inline (dsh_stage_t *self, zloop_t *loop, const dsh_stage_host_t *host);
+
+//  A call coming down to an inline stage: its token, its CALL body (taken),
+//  the registry entry of its tool (copied; an empty frame if none) and its
+//  deadline (zclock_mono).
+void
+    dsh_stage_inline_call (dsh_stage_t *self, uint64_t token, zframe_t **body_p,
+                           zframe_t *tool, int64_t deadline_ms);
+
+//  The result of a call this inline stage passed, coming up. Returns true
+//  if the stage took it (it will send it up through host->up), false if
+//  the stage did not watch this call (the body is left to the host).
+bool
+    dsh_stage_inline_result (dsh_stage_t *self, uint64_t token, zframe_t **body_p);
+
+//  The call with token has been answered without this stage (cancelled,
+//  past its deadline, failed elsewhere): let go of it, send nothing more.
+void
+    dsh_stage_inline_cancel (dsh_stage_t *self, uint64_t token);
+
+//  A control command for an inline stage (body {command, args?}); returns
+//  the reply body {ok, message?, data?}.
+zframe_t *
+    dsh_stage_inline_control (dsh_stage_t *self, zframe_t *body);
 
 //  The stage's name.
 const char *
