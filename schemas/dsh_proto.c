@@ -24,12 +24,76 @@ s_fail (char *error, size_t error_size, const char *format, ...)
     return -1;
 }
 
+//  Writes the smallest msgpack map header for count into header [5] and
+//  returns its size.
+static size_t
+s_map_header (uint64_t count, uint8_t *header)
+{
+    assert (count <= UINT32_MAX);
+    if (count < 16) {
+        header [0] = (uint8_t) (0x80 | count);
+        return 1;
+    }
+    if (count <= UINT16_MAX) {
+        header [0] = 0xde;
+        header [1] = (uint8_t) (count >> 8);
+        header [2] = (uint8_t) count;
+        return 3;
+    }
+    header [0] = 0xdf;
+    for (int index = 0; index < 4; index++)
+        header [1 + index] = (uint8_t) (count >> (24 - 8 * index));
+    return 5;
+}
+
 void
 dsh_packer_init (dsh_packer_t *self)
 {
     assert (self);
     msgpack_sbuffer_init (&self->sbuf);
     msgpack_packer_init (&self->pk, &self->sbuf, msgpack_sbuffer_write);
+    self->open_count = 0;
+}
+
+//  The map is written with a map32 header of 0 entries: wide enough for any
+//  count, and malformed as it stands should map_end never come.
+void
+dsh_packer_map_begin (dsh_packer_t *self)
+{
+    assert (self);
+    assert (self->open_count < DSH_PACKER_MAX_OPEN);
+    self->open [self->open_count++] = self->sbuf.size;
+    msgpack_sbuffer_write (&self->sbuf, "\xdf\x00\x00\x00\x00", 5);
+}
+
+//  Counting the written objects, rather than asking callers to count keys,
+//  means any way of writing an entry counts, and none can be forgotten.
+int
+dsh_packer_map_end (dsh_packer_t *self)
+{
+    assert (self);
+    assert (self->open_count > 0);
+    size_t header_at = self->open [--self->open_count];
+    size_t entries_at = header_at + 5;
+    const char *data = self->sbuf.data;
+    size_t objects = 0;
+    for (size_t offset = entries_at; offset < self->sbuf.size; objects++) {
+        size_t object_size = dsh_msgpack_skip (data + offset, self->sbuf.size - offset);
+        if (object_size == 0)
+            return -1;
+        offset += object_size;
+    }
+    if (objects % 2 || objects / 2 > UINT32_MAX)
+        return -1;
+    uint8_t header [5];
+    size_t header_size = s_map_header (objects / 2, header);
+    if (header_size < 5) {
+        memmove (self->sbuf.data + header_at + header_size, self->sbuf.data + entries_at,
+                 self->sbuf.size - entries_at);
+        self->sbuf.size -= 5 - header_size;
+    }
+    memcpy (self->sbuf.data + header_at, header, header_size);
+    return 0;
 }
 
 void
@@ -50,6 +114,7 @@ zframe_t *
 dsh_packer_frame (dsh_packer_t *self)
 {
     assert (self);
+    assert (self->open_count == 0);
     zframe_t *frame = zframe_new (self->sbuf.data, self->sbuf.size);
     self->sbuf.size = 0;
     return frame;
@@ -293,7 +358,7 @@ dsh_proto_encode_call (const char *call_id, const char *name,
     assert (name);
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 3 + (agent != NULL) + (meta != NULL) + (timeout_ms > 0));
+    dsh_packer_map_begin (&packer);
     dsh_packer_kv_str (&packer, "callId", call_id);
     dsh_packer_kv_str (&packer, "name", name);
     dsh_pack_cstr (&packer.pk, "arguments");
@@ -311,6 +376,9 @@ dsh_proto_encode_call (const char *call_id, const char *name,
         dsh_pack_cstr (&packer.pk, "timeoutMs");
         msgpack_pack_uint64 (&packer.pk, timeout_ms);
     }
+    //  Raw arguments or meta that are not msgpack leave the body malformed,
+    //  for the broker to refuse, as it would have without the count
+    dsh_packer_map_end (&packer);
     zframe_t *frame = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     return frame;
@@ -368,13 +436,14 @@ dsh_proto_error_body (const msgpack_object *id, const char *code, const char *me
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 2 + (id != NULL));
+    dsh_packer_map_begin (&packer);
     if (id) {
         dsh_pack_cstr (&packer.pk, "id");
         msgpack_pack_object (&packer.pk, *id);
     }
     dsh_packer_kv_str (&packer, "code", code);
     dsh_packer_kv_str (&packer, "message", message);
+    dsh_packer_map_end (&packer);
     zframe_t *frame = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     return frame;

@@ -92,16 +92,36 @@ extern "C" {
 #define DSH_DEFAULT_LIVENESS        3
 #define DSH_DEFAULT_CALL_TIMEOUT_MS 60000
 
-//  A growable msgpack buffer with its packer; hands its bytes to a frame
-//  without copying them.
+//  How many maps a packer can hold open at once (dsh_packer_map_begin).
+#define DSH_PACKER_MAX_OPEN     8
+
+//  A growable msgpack buffer with its packer, and the maps opened on it
+//  whose entries it will count.
 typedef struct {
     msgpack_sbuffer sbuf;
     msgpack_packer pk;
+    size_t open [DSH_PACKER_MAX_OPEN];  //  offsets of the open maps' headers
+    size_t open_count;
 } dsh_packer_t;
 
 //  Prepare an empty buffer and its packer.
 void
     dsh_packer_init (dsh_packer_t *self);
+
+//  Open a map whose entries are counted when it is closed: write its keys
+//  and values by any means (pk, raw, nested maps), then call map_end.
+//  Maps nest up to DSH_PACKER_MAX_OPEN deep.
+void
+    dsh_packer_map_begin (dsh_packer_t *self);
+
+//  Close the innermost open map: count the objects written since it began
+//  (two per entry) and give it the smallest header for that count, so the
+//  bytes equal those of msgpack_pack_map with the right count. Returns 0,
+//  or -1 if those bytes are not whole msgpack objects in pairs (only bad
+//  raw bytes can do that); the map then keeps a map32 header of 0 entries,
+//  which leaves the buffer malformed for any receiver to refuse.
+int
+    dsh_packer_map_end (dsh_packer_t *self);
 
 //  Append bytes that are already msgpack.
 void
@@ -111,7 +131,8 @@ void
 void
     dsh_packer_kv_str (dsh_packer_t *self, const char *key, const char *value);
 
-//  Move the packed bytes into a new frame and reset the buffer.
+//  Copy the packed bytes into a new frame and empty the buffer for reuse.
+//  No map may be open.
 zframe_t *
     dsh_packer_frame (dsh_packer_t *self);
 

@@ -882,6 +882,110 @@ test_packer (void **state)
     zframe_destroy (&second);
 }
 
+//  Packs what a builder map should hold, the same way with both packers
+static void
+s_pack_nested_entries (msgpack_packer *pk, dsh_packer_t *builder)
+{
+    dsh_pack_cstr (pk, "a");
+    if (builder)
+        dsh_packer_map_begin (builder);
+    else
+        msgpack_pack_map (pk, 2);
+    dsh_pack_cstr (pk, "b");
+    msgpack_pack_int (pk, 1);
+    dsh_pack_cstr (pk, "c");
+    msgpack_pack_array (pk, 2);
+    msgpack_pack_nil (pk);
+    msgpack_pack_bin_with_body (pk, "\x00\xff", 2);
+    if (builder)
+        assert_int_equal (dsh_packer_map_end (builder), 0);
+    dsh_pack_cstr (pk, "d");
+    msgpack_pack_ext_with_body (pk, "xyz", 3, 4);
+}
+
+static void
+test_packer_map (void **state)
+{
+    (void) state;
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+
+    //  An empty map gets the one-byte header
+    dsh_packer_map_begin (&packer);
+    assert_int_equal (dsh_packer_map_end (&packer), 0);
+    zframe_t *frame = dsh_packer_frame (&packer);
+    assert_int_equal (zframe_size (frame), 1);
+    assert_int_equal (zframe_data (frame) [0], 0x80);
+    zframe_destroy (&frame);
+
+    //  Nested maps give the bytes of maps counted by hand
+    dsh_packer_map_begin (&packer);
+    s_pack_nested_entries (&packer.pk, &packer);
+    assert_int_equal (dsh_packer_map_end (&packer), 0);
+    msgpack_sbuffer expected;
+    msgpack_sbuffer_init (&expected);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &expected, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 2);
+    s_pack_nested_entries (&pk, NULL);
+    assert_int_equal (packer.sbuf.size, expected.size);
+    assert_memory_equal (packer.sbuf.data, expected.data, expected.size);
+    packer.sbuf.size = 0;
+    msgpack_sbuffer_clear (&expected);
+
+    //  Entries written as raw bytes count too; 16 entries need a map16,
+    //  65536 a map32, as msgpack_pack_map would write them
+    uint32_t sizes [] = { 15, 16, 65535, 65536 };
+    for (size_t index = 0; index < 4; index++) {
+        dsh_packer_map_begin (&packer);
+        msgpack_pack_map (&pk, sizes [index]);
+        for (uint32_t entry = 0; entry < sizes [index]; entry++) {
+            msgpack_pack_uint32 (&packer.pk, entry);
+            dsh_packer_raw (&packer, "\xc0", 1);
+            msgpack_pack_uint32 (&pk, entry);
+            msgpack_pack_nil (&pk);
+        }
+        assert_int_equal (dsh_packer_map_end (&packer), 0);
+        assert_int_equal (packer.sbuf.size, expected.size);
+        assert_memory_equal (packer.sbuf.data, expected.data, expected.size);
+        packer.sbuf.size = 0;
+        msgpack_sbuffer_clear (&expected);
+    }
+    msgpack_sbuffer_destroy (&expected);
+
+    //  Maps nest as deep as the packer allows, each closed in turn
+    for (int depth = 0; depth < DSH_PACKER_MAX_OPEN; depth++) {
+        dsh_packer_map_begin (&packer);
+        dsh_pack_cstr (&packer.pk, "k");
+    }
+    msgpack_pack_true (&packer.pk);
+    for (int depth = 0; depth < DSH_PACKER_MAX_OPEN; depth++)
+        assert_int_equal (dsh_packer_map_end (&packer), 0);
+    frame = dsh_packer_frame (&packer);
+    assert_int_equal (zframe_size (frame), 3 * DSH_PACKER_MAX_OPEN + 1);
+    assert_memory_equal (zframe_data (frame), "\x81\xa1k\x81\xa1k", 6);
+    char error [256] = "";
+    assert_int_equal (dsh_msgpack_scan (zframe_data (frame), zframe_size (frame), DSH_DOC_MAX_DEPTH,
+                                        error, sizeof error), 0);
+    zframe_destroy (&frame);
+
+    //  A key without a value, or bytes that are not msgpack, cannot be
+    //  counted: the map stays a map32 of nothing, which no receiver takes
+    dsh_packer_map_begin (&packer);
+    dsh_pack_cstr (&packer.pk, "lonely");
+    assert_int_equal (dsh_packer_map_end (&packer), -1);
+    assert_memory_equal (packer.sbuf.data, "\xdf\x00\x00\x00\x00", 5);
+    assert_int_equal (dsh_msgpack_scan (packer.sbuf.data, packer.sbuf.size, DSH_DOC_MAX_DEPTH,
+                                        error, sizeof error), -1);
+    packer.sbuf.size = 0;
+    dsh_packer_map_begin (&packer);
+    dsh_pack_cstr (&packer.pk, "cut");
+    dsh_packer_raw (&packer, "\xa5" "ab", 3);
+    assert_int_equal (dsh_packer_map_end (&packer), -1);
+    packer.sbuf.size = 0;
+    dsh_packer_release (&packer);
+}
+
 int
 main (void)
 {
@@ -904,6 +1008,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_check_tool, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_decode_presence, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_packer, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_packer_map, s_setup, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
