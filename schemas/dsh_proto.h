@@ -197,8 +197,10 @@ typedef struct {
     uint64_t timeout_ms;                //  0 when absent
 } dsh_call_head_t;
 
-//  Decode and check a CALL body. call_id is filled as soon as it is known,
-//  so that even a refused call can be answered by id. Returns 0 or -1.
+//  Decode and check a CALL body strictly: the head (the body's map) and meta
+//  must have only str keys, none twice, so every reader sees the same call.
+//  call_id is filled as soon as it is known (unless callId is the repeated
+//  key), so that even a refused call can be answered by id. Returns 0 or -1.
 int
     dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head,
                            char *error, size_t error_size);

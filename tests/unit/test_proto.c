@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -475,6 +476,173 @@ test_decode_call_refused (void **state)
     s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"timeoutMs\":-5}", "timeoutMs");
     s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"timeoutMs\":\"100\"}", "timeoutMs");
     s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"timeoutMs\":1.5}", "timeoutMs");
+}
+
+//  The document of raw msgpack bytes (freed at teardown): JSON cannot say
+//  a repeated key or a key that is not a string.
+static dsh_doc_t *
+s_raw_doc (const void *data, size_t size)
+{
+    held_t *held = (held_t *) calloc (1, sizeof (held_t));
+    assert_non_null (held);
+    zlistx_add_end (s_held, held);
+    msgpack_sbuffer_init (&held->sbuf);
+    msgpack_sbuffer_write (&held->sbuf, (const char *) data, size);
+    char error [256] = "";
+    held->doc = dsh_doc_new (held->sbuf.data, held->sbuf.size, error, sizeof error);
+    if (!held->doc)
+        fail_msg ("doc refused: %s", error);
+    return held->doc;
+}
+
+//  Expects the raw CALL body to be refused with exactly reason; returns the
+//  call id that was still read (may be NULL).
+static const char *
+s_raw_call_refused (const void *data, size_t size, const char *reason)
+{
+    dsh_call_head_t head;
+    char error [256] = "";
+    assert_int_equal (dsh_proto_decode_call (s_raw_doc (data, size), &head, error, sizeof error), -1);
+    assert_string_equal (error, reason);
+    return head.call_id;
+}
+
+#define S_RAW(text) text, sizeof (text) - 1
+
+static void
+test_decode_call_strict (void **state)
+{
+    (void) state;
+    //  The attack of issue 10: stages that read the first name saw
+    //  read_file, a JSON round trip kept the last, write_file ran
+    const char *call_id = s_raw_call_refused (S_RAW (
+        "\x85\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa9" "read_file"
+        "\xa9" "arguments" "\x82\xa4" "path" "\xa9" "scratch/x" "\xa7" "content" "\xa1" "x"
+        "\xa9" "timeoutMs" "\xcd\x13\x88" "\xa4" "name" "\xaa" "write_file"),
+        "duplicate key \"name\" in the CALL body");
+    assert_string_equal (call_id, "c1");
+
+    //  Any repeated key of the head, even one that agrees with itself
+    s_raw_call_refused (S_RAW ("\x84\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa9" "arguments" "\x80" "\xa9" "arguments" "\x80"),
+                        "duplicate key \"arguments\" in the CALL body");
+    s_raw_call_refused (S_RAW ("\x84\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa3" "zzz" "\x01" "\xa3" "zzz" "\x01"),
+                        "duplicate key \"zzz\" in the CALL body");
+    //  A repeated callId cannot answer the refusal: which one?
+    call_id = s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                                         "\xa6" "callId" "\xa2" "c2"),
+                                  "duplicate key \"callId\" in the CALL body");
+    assert_null (call_id);
+    //  A key that is not a string, in the head or in meta
+    call_id = s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                                         "\x07" "\xa1" "x"),
+                                  "a key of the CALL body is not a string");
+    assert_string_equal (call_id, "c1");
+    s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xc4\x01" "k" "\xa1" "x"),
+                        "a key of the CALL body is not a string");
+    call_id = s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                                         "\xa4" "meta" "\x82\xa1" "x" "\x01\xa1" "x" "\x02"),
+                                  "duplicate key \"x\" in meta");
+    assert_string_equal (call_id, "c1");
+    s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa4" "meta" "\x81\x05" "\x01"),
+                        "a key of meta is not a string");
+    //  The existing checks keep their reasons
+    s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa4" "meta" "\x91\x01"),
+                        "field \"meta\" must be a map");
+
+    //  A key in a reason is quoted safely and cut short
+    s_raw_call_refused (S_RAW ("\x84\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa3" "a\"\xff" "\x01" "\xa3" "a\"\xff" "\x01"),
+                        "duplicate key \"a\\x22\\xff\" in the CALL body");
+    char long_key [60];
+    memset (long_key, 'k', sizeof long_key);
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 4);
+    dsh_pack_cstr (&pk, "callId");
+    dsh_pack_cstr (&pk, "c1");
+    dsh_pack_cstr (&pk, "name");
+    dsh_pack_cstr (&pk, "n");
+    for (int copy = 0; copy < 2; copy++) {
+        msgpack_pack_str_with_body (&pk, long_key, sizeof long_key);
+        msgpack_pack_nil (&pk);
+    }
+    s_raw_call_refused (sbuf.data, sbuf.size,
+                        "duplicate key \"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...\" in the CALL body");
+    msgpack_sbuffer_destroy (&sbuf);
+
+    //  Inside arguments and inside meta values, keys are the tool's business
+    dsh_call_head_t head;
+    char error [256] = "";
+    assert_int_equal (dsh_proto_decode_call (s_raw_doc (S_RAW (
+        "\x84\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+        "\xa9" "arguments" "\x83\xa1" "a" "\x01\xa1" "a" "\x02\x07\x03"
+        "\xa4" "meta" "\x81\xa1" "m" "\x82\x01\x01\x01\x01")), &head, error, sizeof error), 0);
+}
+
+//  A CALL whose meta has keys entries, and then one more that repeats
+//  the eighth, if repeat.
+static void
+s_pack_large_meta_call (msgpack_sbuffer *sbuf, uint32_t keys, bool repeat)
+{
+    msgpack_sbuffer_init (sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 3);
+    dsh_pack_cstr (&pk, "callId");
+    dsh_pack_cstr (&pk, "big");
+    dsh_pack_cstr (&pk, "name");
+    dsh_pack_cstr (&pk, "n");
+    dsh_pack_cstr (&pk, "meta");
+    msgpack_pack_map (&pk, keys + repeat);
+    char key [32];
+    for (uint32_t index = 0; index < keys; index++) {
+        snprintf (key, sizeof key, "key-%u", index);
+        dsh_pack_cstr (&pk, key);
+        msgpack_pack_uint32 (&pk, index);
+    }
+    if (repeat) {
+        dsh_pack_cstr (&pk, "key-7");
+        msgpack_pack_nil (&pk);
+    }
+}
+
+//  A meta of 100 000 keys whose last one repeats one near the start: found
+//  by sorting, not by comparing every pair (5 * 10^9 comparisons)
+static void
+test_decode_call_large_meta (void **state)
+{
+    (void) state;
+    msgpack_sbuffer sbuf;
+    s_pack_large_meta_call (&sbuf, 100000, true);
+    int64_t started = zclock_usecs ();
+    dsh_doc_t *doc = s_raw_doc (sbuf.data, sbuf.size);
+    int64_t decoded = zclock_usecs ();
+    dsh_call_head_t head;
+    char error [256] = "";
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), -1);
+    int64_t checked = zclock_usecs ();
+    assert_string_equal (error, "duplicate key \"key-7\" in meta");
+    assert_string_equal (head.call_id, "big");
+    //  Timed against decoding the same bytes, which a slow machine or
+    //  valgrind slows alike; a quadratic check is thousands of times slower
+    if (checked - decoded > 50 * (decoded - started) + 100000)
+        fail_msg ("the key check took %" PRId64 " us, decoding %" PRId64 " us",
+                  checked - decoded, decoded - started);
+    msgpack_sbuffer_destroy (&sbuf);
+
+    //  Without the repeat the same meta passes
+    s_pack_large_meta_call (&sbuf, 100000, false);
+    doc = s_raw_doc (sbuf.data, sbuf.size);
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), 0);
+    assert_int_equal (head.meta->via.map.size, 100000);
+    msgpack_sbuffer_destroy (&sbuf);
 }
 
 static void
@@ -999,6 +1167,8 @@ main (void)
         cmocka_unit_test_setup_teardown (test_valid_id, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_decode_call_ok, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_decode_call_refused, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_call_strict, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_call_large_meta, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_encode_call_round_trip, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_error_names, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_error_result, s_setup, s_teardown),
