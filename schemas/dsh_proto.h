@@ -205,6 +205,40 @@ int
     dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head,
                            char *error, size_t error_size);
 
+//  One change to a CALL's meta: set key to value, or remove it.
+typedef struct {
+    const char *key;
+    const void *value;                  //  one msgpack object; NULL removes key
+    size_t value_size;
+} dsh_meta_stamp_t;
+
+//  What dsh_proto_splice_call changes in a CALL body; all zero changes
+//  nothing.
+typedef struct {
+    const void *arguments;              //  one msgpack object; NULL keeps them
+    size_t arguments_size;
+    const dsh_meta_stamp_t *stamps;     //  merged into meta, a later stamp of
+    size_t stamp_count;                 //  the same key winning
+    bool change_agent;                  //  set agent to the value below
+    const char *agent;                  //  with change_agent; NULL removes it
+} dsh_call_changes_t;
+
+//  A new CALL body: body (as dsh_proto_decode_call accepts it) with changes
+//  spliced in, every other entry of the head and of meta keeping its bytes
+//  and place. arguments and agent are replaced where they are, or appended to
+//  the head; a stamped meta entry gets the stamp's value where it is or is
+//  removed; other stamps are appended to meta, which is appended to the head
+//  if absent (a removal alone does not create it; removing every entry leaves
+//  {}). A map header is rewritten only when its count changes. Returns NULL
+//  with a reason if body is malformed, repeats a key it changes, a change is
+//  not one msgpack object or agent is not 1-128 bytes, or if the new body
+//  would exceed max_bytes ("the call with its stamps would be N bytes, over
+//  the M-byte limit").
+zframe_t *
+    dsh_proto_splice_call (const void *body, size_t body_size,
+                           const dsh_call_changes_t *changes, size_t max_bytes,
+                           char *error, size_t error_size);
+
 //  Pack a CALL body. args is msgpack (NULL = empty map); agent, meta may be
 //  NULL; meta is msgpack of a map; timeout_ms 0 = none.
 zframe_t *
