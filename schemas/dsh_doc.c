@@ -112,16 +112,19 @@ s_shape_of (uint8_t type)
     }
 }
 
+//  Walks the one object at the start of data and sets *end to the offset
+//  just past it; bytes after it are not looked at.
 //  Depth counts open containers: a scalar root is at depth 0, the root array
 //  or map is at depth 1, and an element container of a depth-d container is
 //  at depth d + 1. Empty containers count too, so [[[]]] has depth 3.
 //  pending [d] holds how many elements the open container at depth d still
 //  expects; pending [0] is the one root object.
-int
-dsh_msgpack_scan (const void *data, size_t size, int max_depth,
-                  char *error, size_t error_size)
+static int
+s_scan_one (const void *data, size_t size, int max_depth, size_t *end,
+            char *error, size_t error_size)
 {
     assert (data || size == 0);
+    assert (end);
     if (size == 0) {
         s_set_error (error, error_size, "empty input");
         return -1;
@@ -202,15 +205,52 @@ dsh_msgpack_scan (const void *data, size_t size, int max_depth,
         depth++;
         pending [depth] = elements;
     }
-    if (offset != size) {
-        s_set_error (error, error_size, "trailing bytes after the object");
-        goto done;
-    }
+    *end = offset;
     rc = 0;
 done:
     if (pending != local_pending)
         free (pending);
     return rc;
+}
+
+int
+dsh_msgpack_scan (const void *data, size_t size, int max_depth,
+                  char *error, size_t error_size)
+{
+    size_t end = 0;
+    if (s_scan_one (data, size, max_depth, &end, error, error_size))
+        return -1;
+    if (end != size) {
+        s_set_error (error, error_size, "trailing bytes after the object");
+        return -1;
+    }
+    return 0;
+}
+
+size_t
+dsh_msgpack_skip (const void *data, size_t size)
+{
+    size_t end = 0;
+    if (s_scan_one (data, size, DSH_DOC_MAX_DEPTH, &end, NULL, 0))
+        return 0;
+    return end;
+}
+
+size_t
+dsh_msgpack_map_header (const void *data, size_t size, uint32_t *count)
+{
+    assert (data || size == 0);
+    assert (count);
+    *count = 0;
+    if (size == 0)
+        return 0;
+    s_shape_t shape = s_shape_of (((const uint8_t *) data) [0]);
+    if (shape.kind != S_KIND_MAP || size < shape.header_size)
+        return 0;
+    *count = shape.length_size
+           ? (uint32_t) s_read_be ((const uint8_t *) data + 1, shape.length_size)
+           : (uint32_t) shape.length;
+    return shape.header_size;
 }
 
 dsh_doc_t *

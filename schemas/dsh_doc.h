@@ -55,6 +55,19 @@ int
     dsh_msgpack_scan (const void *data, size_t size, int max_depth,
                       char *error, size_t error_size);
 
+//  The size in bytes of the one msgpack object at the start of data (which
+//  may go on past it), checking every length against size and nesting
+//  against DSH_DOC_MAX_DEPTH as dsh_msgpack_scan does; 0 if data does not
+//  start with one whole, well-formed object.
+size_t
+    dsh_msgpack_skip (const void *data, size_t size);
+
+//  If data starts with a map header (fixmap, map16 or map32), store its entry
+//  count in *count and return the header's size in bytes (1, 3 or 5); else 0.
+//  The entries themselves are not checked.
+size_t
+    dsh_msgpack_map_header (const void *data, size_t size, uint32_t *count);
+
 //  The value under key in a map object, or NULL (also when map is not a map).
 const msgpack_object *
     dsh_map_get (const msgpack_object *map, const char *key);

@@ -24,12 +24,76 @@ s_fail (char *error, size_t error_size, const char *format, ...)
     return -1;
 }
 
+//  Writes the smallest msgpack map header for count into header [5] and
+//  returns its size.
+static size_t
+s_map_header (uint64_t count, uint8_t *header)
+{
+    assert (count <= UINT32_MAX);
+    if (count < 16) {
+        header [0] = (uint8_t) (0x80 | count);
+        return 1;
+    }
+    if (count <= UINT16_MAX) {
+        header [0] = 0xde;
+        header [1] = (uint8_t) (count >> 8);
+        header [2] = (uint8_t) count;
+        return 3;
+    }
+    header [0] = 0xdf;
+    for (int index = 0; index < 4; index++)
+        header [1 + index] = (uint8_t) (count >> (24 - 8 * index));
+    return 5;
+}
+
 void
 dsh_packer_init (dsh_packer_t *self)
 {
     assert (self);
     msgpack_sbuffer_init (&self->sbuf);
     msgpack_packer_init (&self->pk, &self->sbuf, msgpack_sbuffer_write);
+    self->open_count = 0;
+}
+
+//  The map is written with a map32 header of 0 entries: wide enough for any
+//  count, and malformed as it stands should map_end never come.
+void
+dsh_packer_map_begin (dsh_packer_t *self)
+{
+    assert (self);
+    assert (self->open_count < DSH_PACKER_MAX_OPEN);
+    self->open [self->open_count++] = self->sbuf.size;
+    msgpack_sbuffer_write (&self->sbuf, "\xdf\x00\x00\x00\x00", 5);
+}
+
+//  Counting the written objects, rather than asking callers to count keys,
+//  means any way of writing an entry counts, and none can be forgotten.
+int
+dsh_packer_map_end (dsh_packer_t *self)
+{
+    assert (self);
+    assert (self->open_count > 0);
+    size_t header_at = self->open [--self->open_count];
+    size_t entries_at = header_at + 5;
+    const char *data = self->sbuf.data;
+    size_t objects = 0;
+    for (size_t offset = entries_at; offset < self->sbuf.size; objects++) {
+        size_t object_size = dsh_msgpack_skip (data + offset, self->sbuf.size - offset);
+        if (object_size == 0)
+            return -1;
+        offset += object_size;
+    }
+    if (objects % 2 || objects / 2 > UINT32_MAX)
+        return -1;
+    uint8_t header [5];
+    size_t header_size = s_map_header (objects / 2, header);
+    if (header_size < 5) {
+        memmove (self->sbuf.data + header_at + header_size, self->sbuf.data + entries_at,
+                 self->sbuf.size - entries_at);
+        self->sbuf.size -= 5 - header_size;
+    }
+    memcpy (self->sbuf.data + header_at, header, header_size);
+    return 0;
 }
 
 void
@@ -50,6 +114,7 @@ zframe_t *
 dsh_packer_frame (dsh_packer_t *self)
 {
     assert (self);
+    assert (self->open_count == 0);
     zframe_t *frame = zframe_new (self->sbuf.data, self->sbuf.size);
     self->sbuf.size = 0;
     return frame;
@@ -258,12 +323,101 @@ s_get_uint (dsh_doc_t *doc, const char *key, uint64_t *value, char *error, size_
     return 0;
 }
 
+//  Writes a key into text [size] for a reason: at most 40 bytes of it, and
+//  any byte outside printable ASCII, a quote or a backslash as \xNN, since
+//  the key is the sender's and the reason goes back as a str.
+static void
+s_quote_key (const char *key, size_t key_size, char *text, size_t size)
+{
+    assert (size >= 4);
+    size_t used = 0;
+    size_t shown = key_size > 40? 40: key_size;
+    for (size_t index = 0; index < shown && used + 5 < size; index++) {
+        unsigned char c = (unsigned char) key [index];
+        if (c < 0x20 || c > 0x7e || c == '"' || c == '\\')
+            used += (size_t) snprintf (text + used, size - used, "\\x%02x", c);
+        else
+            text [used++] = (char) c;
+    }
+    if (shown < key_size && used + 4 <= size) {
+        memcpy (text + used, "...", 3);
+        used += 3;
+    }
+    text [used] = 0;
+}
+
+//  Orders str keys by size, then bytes: any total order puts equal keys
+//  side by side.
+static int
+s_compare_keys (const void *a_ptr, const void *b_ptr)
+{
+    const msgpack_object *a = *(const msgpack_object *const *) a_ptr;
+    const msgpack_object *b = *(const msgpack_object *const *) b_ptr;
+    if (a->via.str.size != b->via.str.size)
+        return a->via.str.size < b->via.str.size? -1: 1;
+    return a->via.str.size? memcmp (a->via.str.ptr, b->via.str.ptr, a->via.str.size): 0;
+}
+
+//  The maps that hold a call's decisions are checked here, once: a key that
+//  is not a str, or a key that occurs twice, is refused, since readers that
+//  take the first and readers that take the last would see different calls.
+//  where names the map in the reason; *repeated is the repeated key.
+//  Sorting keeps this O(n log n) for a meta of any size.
+static int
+s_check_keys (const msgpack_object *map, const char *where,
+              const msgpack_object **repeated, char *error, size_t error_size)
+{
+    *repeated = NULL;
+    if (map->type != MSGPACK_OBJECT_MAP)
+        return s_fail (error, error_size, "%s is not a map", where);
+    uint32_t count = map->via.map.size;
+    for (uint32_t index = 0; index < count; index++)
+        if (map->via.map.ptr [index].key.type != MSGPACK_OBJECT_STR)
+            return s_fail (error, error_size, "a key of %s is not a string", where);
+
+    //  Small maps, as every ordinary head is, need no allocation
+    if (count <= 8) {
+        for (uint32_t first = 0; first < count && !*repeated; first++)
+            for (uint32_t second = first + 1; second < count && !*repeated; second++) {
+                const msgpack_object *a = &map->via.map.ptr [first].key;
+                const msgpack_object *b = &map->via.map.ptr [second].key;
+                if (s_compare_keys (&a, &b) == 0)
+                    *repeated = a;
+            }
+    }
+    else {
+        const msgpack_object **keys = (const msgpack_object **) malloc (count * sizeof (*keys));
+        if (!keys)
+            return s_fail (error, error_size, "out of memory checking the keys of %s", where);
+        for (uint32_t index = 0; index < count; index++)
+            keys [index] = &map->via.map.ptr [index].key;
+        qsort (keys, count, sizeof (*keys), s_compare_keys);
+        for (uint32_t index = 1; index < count && !*repeated; index++)
+            if (s_compare_keys (&keys [index - 1], &keys [index]) == 0)
+                *repeated = keys [index];
+        free (keys);
+    }
+    if (*repeated) {
+        char quoted [200];
+        s_quote_key ((*repeated)->via.str.ptr, (*repeated)->via.str.size, quoted, sizeof quoted);
+        return s_fail (error, error_size, "duplicate key \"%s\" in %s", quoted, where);
+    }
+    return 0;
+}
+
 int
 dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head, char *error, size_t error_size)
 {
     assert (doc);
     assert (head);
     memset (head, 0, sizeof (*head));
+    const msgpack_object *repeated = NULL;
+    if (s_check_keys (dsh_doc_root (doc), "the CALL body", &repeated, error, error_size)) {
+        //  The refusal can still be answered by id, unless callId is in doubt
+        if (!dsh_str_eq (repeated, "callId"))
+            s_get_str (doc, "callId", DSH_CALL_ID_MAX, &head->call_id, NULL, 0);
+        return -1;
+    }
     if (s_get_str (doc, "callId", DSH_CALL_ID_MAX, &head->call_id, error, error_size))
         return -1;
     if (!head->call_id)
@@ -280,6 +434,8 @@ dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head, char *error, size_
     head->meta = dsh_map_get (dsh_doc_root (doc), "meta");
     if (head->meta && head->meta->type != MSGPACK_OBJECT_MAP)
         return s_fail (error, error_size, "field \"meta\" must be a map");
+    if (head->meta && s_check_keys (head->meta, "meta", &repeated, error, error_size))
+        return -1;
     return 0;
 }
 
@@ -293,7 +449,7 @@ dsh_proto_encode_call (const char *call_id, const char *name,
     assert (name);
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 3 + (agent != NULL) + (meta != NULL) + (timeout_ms > 0));
+    dsh_packer_map_begin (&packer);
     dsh_packer_kv_str (&packer, "callId", call_id);
     dsh_packer_kv_str (&packer, "name", name);
     dsh_pack_cstr (&packer.pk, "arguments");
@@ -311,8 +467,419 @@ dsh_proto_encode_call (const char *call_id, const char *name,
         dsh_pack_cstr (&packer.pk, "timeoutMs");
         msgpack_pack_uint64 (&packer.pk, timeout_ms);
     }
+    //  Raw arguments or meta that are not msgpack leave the body malformed,
+    //  for the broker to refuse, as it would have without the count
+    dsh_packer_map_end (&packer);
     zframe_t *frame = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
+    return frame;
+}
+
+// ---------------------------------------------------------------------------
+//  Splicing a CALL: a list of edits, each replacing one byte range of the old
+//  body (possibly empty, to insert) with new bytes. The edits are found in
+//  one walk over the body, so they come in order and never overlap; the new
+//  body is the old one's bytes between them, and each edit's bytes. It is
+//  emitted twice: once to measure it against the limit, once to write it.
+
+typedef enum {
+    S_EDIT_NONE,                //  a header whose count did not change: kept
+    S_EDIT_DELETE,              //  the range goes, nothing comes
+    S_EDIT_HEAD_HEADER,         //  the head's map header, new count
+    S_EDIT_META_HEADER,         //  meta's map header, new count
+    S_EDIT_ARGUMENTS,           //  the arguments value, replaced
+    S_EDIT_AGENT,               //  the agent value, replaced
+    S_EDIT_STAMP,               //  one meta value, replaced by a stamp
+    S_EDIT_META_APPEND,         //  new meta entries, at meta's end
+    S_EDIT_HEAD_APPEND          //  new head entries, at the body's end
+} s_edit_kind_t;
+
+typedef struct {
+    size_t start;               //  the range of the old body it replaces
+    size_t end;
+    s_edit_kind_t kind;
+    size_t stamp;               //  S_EDIT_STAMP: the stamp's index
+} s_edit_t;
+
+typedef struct {
+    const uint8_t *body;
+    size_t body_size;
+    const dsh_call_changes_t *changes;
+    s_edit_t *edits;
+    size_t edit_count;
+    uint64_t head_count;        //  the head's entry count, as it will be
+    uint64_t meta_count;        //  meta's, as it will be
+    bool *stamp_found;          //  [stamp]: its key is already in meta
+    bool append_arguments;
+    bool append_agent;
+    bool append_meta;
+} s_splice_t;
+
+//  Where the new body goes; data NULL while only measuring it.
+typedef struct {
+    uint8_t *data;
+    size_t size;
+} s_out_t;
+
+static void
+s_put (s_out_t *out, const void *bytes, size_t size)
+{
+    if (out->data && size)
+        memcpy (out->data + out->size, bytes, size);
+    out->size += size;
+}
+
+static void
+s_put_map_header (s_out_t *out, uint64_t count)
+{
+    uint8_t header [5];
+    s_put (out, header, s_map_header (count, header));
+}
+
+static void
+s_put_str (s_out_t *out, const char *text)
+{
+    size_t size = strlen (text);
+    uint8_t header [5];
+    size_t header_size = 1;
+    if (size < 32)
+        header [0] = (uint8_t) (0xa0 | size);
+    else
+    if (size <= UINT8_MAX) {
+        header [0] = 0xd9;
+        header [1] = (uint8_t) size;
+        header_size = 2;
+    }
+    else
+    if (size <= UINT16_MAX) {
+        header [0] = 0xda;
+        header [1] = (uint8_t) (size >> 8);
+        header [2] = (uint8_t) size;
+        header_size = 3;
+    }
+    else {
+        header [0] = 0xdb;
+        for (int index = 0; index < 4; index++)
+            header [1 + index] = (uint8_t) (size >> (24 - 8 * index));
+        header_size = 5;
+    }
+    s_put (out, header, header_size);
+    s_put (out, text, size);
+}
+
+//  True if stamp is the one that counts for its key: no later stamp has it.
+static bool
+s_stamp_counts (const dsh_call_changes_t *changes, size_t stamp)
+{
+    for (size_t later = stamp + 1; later < changes->stamp_count; later++)
+        if (streq (changes->stamps [later].key, changes->stamps [stamp].key))
+            return false;
+    return true;
+}
+
+//  True if the stamp adds a new entry to meta.
+static bool
+s_stamp_appends (s_splice_t *self, size_t stamp)
+{
+    return self->changes->stamps [stamp].value
+        && !self->stamp_found [stamp]
+        && s_stamp_counts (self->changes, stamp);
+}
+
+static void
+s_put_edit (s_splice_t *self, const s_edit_t *edit, s_out_t *out)
+{
+    const dsh_call_changes_t *changes = self->changes;
+    switch (edit->kind) {
+        case S_EDIT_NONE:
+        case S_EDIT_DELETE:
+            break;
+        case S_EDIT_HEAD_HEADER:
+            s_put_map_header (out, self->head_count);
+            break;
+        case S_EDIT_META_HEADER:
+            s_put_map_header (out, self->meta_count);
+            break;
+        case S_EDIT_ARGUMENTS:
+            s_put (out, changes->arguments, changes->arguments_size);
+            break;
+        case S_EDIT_AGENT:
+            s_put_str (out, changes->agent);
+            break;
+        case S_EDIT_STAMP:
+            s_put (out, changes->stamps [edit->stamp].value, changes->stamps [edit->stamp].value_size);
+            break;
+        case S_EDIT_META_APPEND:
+            for (size_t stamp = 0; stamp < changes->stamp_count; stamp++)
+                if (s_stamp_appends (self, stamp)) {
+                    s_put_str (out, changes->stamps [stamp].key);
+                    s_put (out, changes->stamps [stamp].value, changes->stamps [stamp].value_size);
+                }
+            break;
+        case S_EDIT_HEAD_APPEND:
+            if (self->append_arguments) {
+                s_put_str (out, "arguments");
+                s_put (out, changes->arguments, changes->arguments_size);
+            }
+            if (self->append_agent) {
+                s_put_str (out, "agent");
+                s_put_str (out, changes->agent);
+            }
+            if (self->append_meta) {
+                s_put_str (out, "meta");
+                s_put_map_header (out, self->meta_count);
+                s_edit_t entries = { 0, 0, S_EDIT_META_APPEND, 0 };
+                s_put_edit (self, &entries, out);
+            }
+            break;
+    }
+}
+
+static void
+s_put_spliced (s_splice_t *self, s_out_t *out)
+{
+    size_t cursor = 0;
+    for (size_t index = 0; index < self->edit_count; index++) {
+        const s_edit_t *edit = &self->edits [index];
+        if (edit->kind == S_EDIT_NONE)
+            continue;
+        s_put (out, self->body + cursor, edit->start - cursor);
+        s_put_edit (self, edit, out);
+        cursor = edit->end;
+    }
+    s_put (out, self->body + cursor, self->body_size - cursor);
+}
+
+static s_edit_t *
+s_add_edit (s_splice_t *self, size_t start, size_t end, s_edit_kind_t kind)
+{
+    s_edit_t *edit = &self->edits [self->edit_count++];
+    *edit = (s_edit_t) { start, end, kind, 0 };
+    return edit;
+}
+
+//  The key text and size of the str object at data (already skipped, so its
+//  length fits); false if it is not a str.
+static bool
+s_str_at (const uint8_t *data, const char **text, size_t *size)
+{
+    uint8_t type = data [0];
+    size_t header_size = 1, length = 0;
+    if (type >= 0xa0 && type <= 0xbf)
+        length = type & 0x1f;
+    else
+    if (type == 0xd9) {
+        length = data [1];
+        header_size = 2;
+    }
+    else
+    if (type == 0xda) {
+        length = ((size_t) data [1] << 8) | data [2];
+        header_size = 3;
+    }
+    else
+    if (type == 0xdb) {
+        length = ((size_t) data [1] << 24) | ((size_t) data [2] << 16) | ((size_t) data [3] << 8) | data [4];
+        header_size = 5;
+    }
+    else
+        return false;
+    *text = (const char *) data + header_size;
+    *size = length;
+    return true;
+}
+
+static bool
+s_text_is (const char *text, size_t size, const char *expected)
+{
+    return strlen (expected) == size && memcmp (text, expected, size) == 0;
+}
+
+//  Walks meta (the value at [start, end)) for the entries the stamps
+//  change, adding their edits in order.
+static int
+s_splice_meta (s_splice_t *self, size_t start, size_t end, char *error, size_t error_size)
+{
+    const dsh_call_changes_t *changes = self->changes;
+    uint32_t count = 0;
+    size_t header_size = dsh_msgpack_map_header (self->body + start, end - start, &count);
+    if (header_size == 0)
+        return s_fail (error, error_size, "field \"meta\" must be a map");
+    s_edit_t *header = s_add_edit (self, start, start + header_size, S_EDIT_NONE);
+    self->meta_count = count;
+    size_t offset = start + header_size;
+    for (uint32_t index = 0; index < count; index++) {
+        size_t entry_at = offset;
+        //  Within a value already skipped whole, so these cannot fail
+        size_t key_size = dsh_msgpack_skip (self->body + offset, end - offset);
+        const char *key = NULL;
+        size_t size = 0;
+        bool key_is_str = key_size && s_str_at (self->body + offset, &key, &size);
+        offset += key_size;
+        size_t value_size = dsh_msgpack_skip (self->body + offset, end - offset);
+        if (key_size == 0 || value_size == 0)
+            return s_fail (error, error_size, "field \"meta\" is not well-formed msgpack");
+        size_t value_at = offset;
+        offset += value_size;
+        if (!key_is_str)
+            continue;
+        for (size_t stamp = 0; stamp < changes->stamp_count; stamp++) {
+            if (!s_stamp_counts (changes, stamp) || !s_text_is (key, size, changes->stamps [stamp].key))
+                continue;
+            if (self->stamp_found [stamp]) {
+                char quoted [200];
+                s_quote_key (key, size, quoted, sizeof quoted);
+                return s_fail (error, error_size, "duplicate key \"%s\" in meta", quoted);
+            }
+            self->stamp_found [stamp] = true;
+            if (changes->stamps [stamp].value)
+                s_add_edit (self, value_at, offset, S_EDIT_STAMP)->stamp = stamp;
+            else {
+                s_add_edit (self, entry_at, offset, S_EDIT_DELETE);
+                self->meta_count--;
+            }
+        }
+    }
+    if (offset != end)
+        return s_fail (error, error_size, "field \"meta\" is not well-formed msgpack");
+    size_t appended = 0;
+    for (size_t stamp = 0; stamp < changes->stamp_count; stamp++)
+        appended += s_stamp_appends (self, stamp);
+    if (appended) {
+        s_add_edit (self, end, end, S_EDIT_META_APPEND);
+        self->meta_count += appended;
+    }
+    if (self->meta_count != count)
+        header->kind = S_EDIT_META_HEADER;
+    return 0;
+}
+
+//  Checks the changes and walks the head, adding the edits in order.
+static int
+s_splice_plan (s_splice_t *self, char *error, size_t error_size)
+{
+    const dsh_call_changes_t *changes = self->changes;
+    if (changes->arguments
+    &&  dsh_msgpack_skip (changes->arguments, changes->arguments_size) != changes->arguments_size)
+        return s_fail (error, error_size, "the new arguments are not one msgpack object");
+    for (size_t stamp = 0; stamp < changes->stamp_count; stamp++) {
+        const dsh_meta_stamp_t *entry = &changes->stamps [stamp];
+        assert (entry->key);
+        if (entry->value && dsh_msgpack_skip (entry->value, entry->value_size) != entry->value_size)
+            return s_fail (error, error_size, "the meta stamp \"%s\" is not one msgpack object", entry->key);
+    }
+    if (changes->change_agent && changes->agent
+    &&  (strlen (changes->agent) == 0 || strlen (changes->agent) > DSH_ID_MAX))
+        return s_fail (error, error_size, "the new agent must be 1 to %d bytes", DSH_ID_MAX);
+
+    uint32_t count = 0;
+    size_t header_size = dsh_msgpack_map_header (self->body, self->body_size, &count);
+    if (header_size == 0)
+        return s_fail (error, error_size, "the CALL body is not a map");
+    s_edit_t *header = s_add_edit (self, 0, header_size, S_EDIT_NONE);
+    self->head_count = count;
+    bool has_arguments = false, has_agent = false, has_meta = false;
+    size_t offset = header_size;
+    for (uint32_t index = 0; index < count; index++) {
+        size_t entry_at = offset;
+        size_t key_size = dsh_msgpack_skip (self->body + offset, self->body_size - offset);
+        if (key_size == 0)
+            return s_fail (error, error_size, "the CALL body is not well-formed msgpack");
+        const char *key = NULL;
+        size_t size = 0;
+        if (!s_str_at (self->body + offset, &key, &size))
+            return s_fail (error, error_size, "a key of the CALL body is not a string");
+        offset += key_size;
+        size_t value_size = dsh_msgpack_skip (self->body + offset, self->body_size - offset);
+        if (value_size == 0)
+            return s_fail (error, error_size, "the CALL body is not well-formed msgpack");
+        size_t value_at = offset;
+        offset += value_size;
+
+        bool *seen = s_text_is (key, size, "arguments")? &has_arguments
+                   : s_text_is (key, size, "agent")? &has_agent
+                   : s_text_is (key, size, "meta")? &has_meta: NULL;
+        if (!seen)
+            continue;
+        if (*seen) {
+            char quoted [200];
+            s_quote_key (key, size, quoted, sizeof quoted);
+            return s_fail (error, error_size, "duplicate key \"%s\" in the CALL body", quoted);
+        }
+        *seen = true;
+        if (seen == &has_arguments && changes->arguments)
+            s_add_edit (self, value_at, offset, S_EDIT_ARGUMENTS);
+        else
+        if (seen == &has_agent && changes->change_agent) {
+            if (changes->agent)
+                s_add_edit (self, value_at, offset, S_EDIT_AGENT);
+            else {
+                s_add_edit (self, entry_at, offset, S_EDIT_DELETE);
+                self->head_count--;
+            }
+        }
+        else
+        if (seen == &has_meta && changes->stamp_count
+        &&  s_splice_meta (self, value_at, offset, error, error_size))
+            return -1;
+    }
+    if (offset != self->body_size)
+        return s_fail (error, error_size, "trailing bytes after the CALL body");
+
+    self->append_arguments = changes->arguments && !has_arguments;
+    self->append_agent = changes->change_agent && changes->agent && !has_agent;
+    if (!has_meta)
+        for (size_t stamp = 0; stamp < changes->stamp_count; stamp++)
+            self->meta_count += s_stamp_appends (self, stamp);
+    self->append_meta = self->meta_count > 0 && !has_meta;
+    size_t appended = self->append_arguments + self->append_agent + self->append_meta;
+    if (appended) {
+        s_add_edit (self, self->body_size, self->body_size, S_EDIT_HEAD_APPEND);
+        self->head_count += appended;
+    }
+    if (self->head_count > UINT32_MAX)
+        return s_fail (error, error_size, "the CALL body has too many entries");
+    if (self->head_count != count)
+        header->kind = S_EDIT_HEAD_HEADER;
+    return 0;
+}
+
+zframe_t *
+dsh_proto_splice_call (const void *body, size_t body_size, const dsh_call_changes_t *changes,
+                       size_t max_bytes, char *error, size_t error_size)
+{
+    assert (body || body_size == 0);
+    assert (changes);
+    assert (changes->stamps || changes->stamp_count == 0);
+    //  At most: both headers, arguments, agent, one per stamp, the two appends
+    size_t edit_max = 7 + changes->stamp_count;
+    s_splice_t self = {
+        .body = (const uint8_t *) body,
+        .body_size = body_size,
+        .changes = changes,
+        .edits = (s_edit_t *) calloc (edit_max, sizeof (s_edit_t)),
+        .stamp_found = (bool *) calloc (changes->stamp_count + 1, sizeof (bool))
+    };
+    zframe_t *frame = NULL;
+    if (!self.edits || !self.stamp_found)
+        s_fail (error, error_size, "out of memory");
+    else
+    if (s_splice_plan (&self, error, error_size) == 0) {
+        assert (self.edit_count <= edit_max);
+        s_out_t measure = { NULL, 0 };
+        s_put_spliced (&self, &measure);
+        if (measure.size > max_bytes)
+            s_fail (error, error_size, "the call with its stamps would be %zu bytes, over the %zu-byte limit",
+                    measure.size, max_bytes);
+        else {
+            frame = zframe_new (NULL, measure.size);
+            s_out_t out = { zframe_data (frame), 0 };
+            s_put_spliced (&self, &out);
+            assert (out.size == measure.size);
+        }
+    }
+    free (self.edits);
+    free (self.stamp_found);
     return frame;
 }
 
@@ -368,13 +935,14 @@ dsh_proto_error_body (const msgpack_object *id, const char *code, const char *me
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 2 + (id != NULL));
+    dsh_packer_map_begin (&packer);
     if (id) {
         dsh_pack_cstr (&packer.pk, "id");
         msgpack_pack_object (&packer.pk, *id);
     }
     dsh_packer_kv_str (&packer, "code", code);
     dsh_packer_kv_str (&packer, "message", message);
+    dsh_packer_map_end (&packer);
     zframe_t *frame = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     return frame;

@@ -92,16 +92,36 @@ extern "C" {
 #define DSH_DEFAULT_LIVENESS        3
 #define DSH_DEFAULT_CALL_TIMEOUT_MS 60000
 
-//  A growable msgpack buffer with its packer; hands its bytes to a frame
-//  without copying them.
+//  How many maps a packer can hold open at once (dsh_packer_map_begin).
+#define DSH_PACKER_MAX_OPEN     8
+
+//  A growable msgpack buffer with its packer, and the maps opened on it
+//  whose entries it will count.
 typedef struct {
     msgpack_sbuffer sbuf;
     msgpack_packer pk;
+    size_t open [DSH_PACKER_MAX_OPEN];  //  offsets of the open maps' headers
+    size_t open_count;
 } dsh_packer_t;
 
 //  Prepare an empty buffer and its packer.
 void
     dsh_packer_init (dsh_packer_t *self);
+
+//  Open a map whose entries are counted when it is closed: write its keys
+//  and values by any means (pk, raw, nested maps), then call map_end.
+//  Maps nest up to DSH_PACKER_MAX_OPEN deep.
+void
+    dsh_packer_map_begin (dsh_packer_t *self);
+
+//  Close the innermost open map: count the objects written since it began
+//  (two per entry) and give it the smallest header for that count, so the
+//  bytes equal those of msgpack_pack_map with the right count. Returns 0,
+//  or -1 if those bytes are not whole msgpack objects in pairs (only bad
+//  raw bytes can do that); the map then keeps a map32 header of 0 entries,
+//  which leaves the buffer malformed for any receiver to refuse.
+int
+    dsh_packer_map_end (dsh_packer_t *self);
 
 //  Append bytes that are already msgpack.
 void
@@ -111,7 +131,8 @@ void
 void
     dsh_packer_kv_str (dsh_packer_t *self, const char *key, const char *value);
 
-//  Move the packed bytes into a new frame and reset the buffer.
+//  Copy the packed bytes into a new frame and empty the buffer for reuse.
+//  No map may be open.
 zframe_t *
     dsh_packer_frame (dsh_packer_t *self);
 
@@ -176,10 +197,46 @@ typedef struct {
     uint64_t timeout_ms;                //  0 when absent
 } dsh_call_head_t;
 
-//  Decode and check a CALL body. call_id is filled as soon as it is known,
-//  so that even a refused call can be answered by id. Returns 0 or -1.
+//  Decode and check a CALL body strictly: the head (the body's map) and meta
+//  must have only str keys, none twice, so every reader sees the same call.
+//  call_id is filled as soon as it is known (unless callId is the repeated
+//  key), so that even a refused call can be answered by id. Returns 0 or -1.
 int
     dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head,
+                           char *error, size_t error_size);
+
+//  One change to a CALL's meta: set key to value, or remove it.
+typedef struct {
+    const char *key;
+    const void *value;                  //  one msgpack object; NULL removes key
+    size_t value_size;
+} dsh_meta_stamp_t;
+
+//  What dsh_proto_splice_call changes in a CALL body; all zero changes
+//  nothing.
+typedef struct {
+    const void *arguments;              //  one msgpack object; NULL keeps them
+    size_t arguments_size;
+    const dsh_meta_stamp_t *stamps;     //  merged into meta, a later stamp of
+    size_t stamp_count;                 //  the same key winning
+    bool change_agent;                  //  set agent to the value below
+    const char *agent;                  //  with change_agent; NULL removes it
+} dsh_call_changes_t;
+
+//  A new CALL body: body (as dsh_proto_decode_call accepts it) with changes
+//  spliced in, every other entry of the head and of meta keeping its bytes
+//  and place. arguments and agent are replaced where they are, or appended to
+//  the head; a stamped meta entry gets the stamp's value where it is or is
+//  removed; other stamps are appended to meta, which is appended to the head
+//  if absent (a removal alone does not create it; removing every entry leaves
+//  {}). A map header is rewritten only when its count changes. Returns NULL
+//  with a reason if body is malformed, repeats a key it changes, a change is
+//  not one msgpack object or agent is not 1-128 bytes, or if the new body
+//  would exceed max_bytes ("the call with its stamps would be N bytes, over
+//  the M-byte limit").
+zframe_t *
+    dsh_proto_splice_call (const void *body, size_t body_size,
+                           const dsh_call_changes_t *changes, size_t max_bytes,
                            char *error, size_t error_size);
 
 //  Pack a CALL body. args is msgpack (NULL = empty map); agent, meta may be

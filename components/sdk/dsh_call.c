@@ -341,8 +341,7 @@ dsh_result_resource_link (dsh_result_t *self, const char *uri, const char *name,
 {
     assert (self);
     assert (uri && name);
-    msgpack_packer *pk = &self->blocks.pk;
-    msgpack_pack_map (pk, 3 + (mime_type != NULL) + (description != NULL));
+    dsh_packer_map_begin (&self->blocks);
     dsh_packer_kv_str (&self->blocks, "type", "resource_link");
     dsh_packer_kv_str (&self->blocks, "uri", uri);
     dsh_packer_kv_str (&self->blocks, "name", name);
@@ -350,23 +349,31 @@ dsh_result_resource_link (dsh_result_t *self, const char *uri, const char *name,
         dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
     if (description)
         dsh_packer_kv_str (&self->blocks, "description", description);
+    dsh_packer_map_end (&self->blocks);
     self->block_count++;
 }
 
-//  Packs {type:"resource", resource:{uri, mimeType?, ...}}, leaving the
-//  last entry of the inner map for the caller.
+//  Opens {type:"resource", resource:{uri, mimeType?, ...}}, leaving the
+//  inner map's content entry for the caller, who closes both with
+//  s_resource_end.
 static void
-s_resource_head (dsh_result_t *self, const char *uri, const char *mime_type)
+s_resource_begin (dsh_result_t *self, const char *uri, const char *mime_type)
 {
-    msgpack_packer *pk = &self->blocks.pk;
-    msgpack_pack_map (pk, 2);
+    dsh_packer_map_begin (&self->blocks);
     dsh_packer_kv_str (&self->blocks, "type", "resource");
-    dsh_pack_cstr (pk, "resource");
-    msgpack_pack_map (pk, 2 + (mime_type != NULL));
+    dsh_pack_cstr (&self->blocks.pk, "resource");
+    dsh_packer_map_begin (&self->blocks);
     dsh_packer_kv_str (&self->blocks, "uri", uri);
     if (mime_type)
         dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
     self->block_count++;
+}
+
+static void
+s_resource_end (dsh_result_t *self)
+{
+    dsh_packer_map_end (&self->blocks);
+    dsh_packer_map_end (&self->blocks);
 }
 
 void
@@ -374,8 +381,9 @@ dsh_result_resource_text (dsh_result_t *self, const char *uri, const char *mime_
 {
     assert (self);
     assert (uri && text);
-    s_resource_head (self, uri, mime_type);
+    s_resource_begin (self, uri, mime_type);
     dsh_packer_kv_str (&self->blocks, "text", text);
+    s_resource_end (self);
 }
 
 void
@@ -384,8 +392,9 @@ dsh_result_resource_blob (dsh_result_t *self, const char *uri, const char *mime_
 {
     assert (self);
     assert (uri);
-    s_resource_head (self, uri, mime_type);
+    s_resource_begin (self, uri, mime_type);
     s_pack_base64 (&self->blocks.pk, "blob", data, size);
+    s_resource_end (self);
 }
 
 void
@@ -429,7 +438,7 @@ dsh_result_encode (dsh_result_t *self)
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     msgpack_packer *pk = &packer.pk;
-    msgpack_pack_map (pk, 3 + (self->error_code != NULL) + (self->structured != NULL));
+    dsh_packer_map_begin (&packer);
     dsh_packer_kv_str (&packer, "callId", self->call_id);
     dsh_pack_cstr (pk, "content");
     msgpack_pack_array (pk, self->block_count);
@@ -449,6 +458,7 @@ dsh_result_encode (dsh_result_t *self)
         dsh_pack_cstr (pk, "structuredContent");
         dsh_packer_raw (&packer, zchunk_data (self->structured), zchunk_size (self->structured));
     }
+    dsh_packer_map_end (&packer);
     zframe_t *frame = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     return frame;

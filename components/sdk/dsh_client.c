@@ -375,10 +375,11 @@ dsh_client_request (dsh_client_t *self, const char *command, const char *name, i
     snprintf (id, sizeof (id), "q%" PRIu64, ++self->sequence);
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 1 + (name != NULL));
+    dsh_packer_map_begin (&packer);
     dsh_packer_kv_str (&packer, "id", id);
     if (name)
         dsh_packer_kv_str (&packer, "name", name);
+    dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     if (s_send (self, command, &body)) {

@@ -149,7 +149,7 @@ s_job_progress (void *context, double progress, double total, const char *messag
     s_job_t *job = (s_job_t *) context;
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 2 + (total >= 0) + (message != NULL));
+    dsh_packer_map_begin (&packer);
     dsh_packer_kv_str (&packer, "callId", dsh_call_id (job->call));
     dsh_pack_cstr (&packer.pk, "progress");
     msgpack_pack_double (&packer.pk, progress);
@@ -159,6 +159,7 @@ s_job_progress (void *context, double progress, double total, const char *messag
     }
     if (message)
         dsh_packer_kv_str (&packer, "message", message);
+    dsh_packer_map_end (&packer);
     s_note_t *note = (s_note_t *) zmalloc (sizeof (s_note_t));
     assert (note);
     note->kind = S_NOTE;
@@ -217,7 +218,7 @@ s_publish (self_t *self, const char *command, bool with_tools)
         return;
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 2 + with_tools);
+    dsh_packer_map_begin (&packer);
     dsh_packer_kv_str (&packer, "component", self->id);
     dsh_pack_cstr (&packer.pk, "generation");
     msgpack_pack_uint64 (&packer.pk, self->generation);
@@ -227,6 +228,7 @@ s_publish (self_t *self, const char *command, bool with_tools)
         for (s_tool_t *tool = zlistx_first (self->tools); tool; tool = zlistx_next (self->tools))
             dsh_packer_raw (&packer, zchunk_data (tool->entry), zchunk_size (tool->entry));
     }
+    dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     zmsg_t *msg = dsh_proto_pub_message (command, &body);
@@ -238,9 +240,10 @@ s_send_hello (zsock_t *sock, const char *id)
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, id? 1: 0);
+    dsh_packer_map_begin (&packer);
     if (id)
         dsh_packer_kv_str (&packer, "component", id);
+    dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     zmsg_t *msg = dsh_proto_message (NULL, DSH_HELLO);

@@ -116,11 +116,12 @@ s_send_request (self_t *self, const char *command, uint64_t id)
     zmsg_t *msg = dsh_proto_message (NULL, command);
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, id? 1: 0);
+    dsh_packer_map_begin (&packer);
     if (id) {
         dsh_pack_cstr (&packer.pk, "id");
         msgpack_pack_uint64 (&packer.pk, id);
     }
+    dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     zmsg_append (msg, &body);

@@ -1,6 +1,6 @@
 /*  =========================================================================
-    test_doc - dsh_doc: the bounded msgpack scanner, decoder and canonical
-    packer, against well-formed, hostile, truncated and random input
+    test_doc - dsh_doc: the bounded msgpack scanner, skipper, decoder and
+    canonical packer, against well-formed, hostile, truncated and random input
     =========================================================================
 */
 
@@ -375,6 +375,14 @@ s_check_random (const uint8_t *bytes, size_t size, size_t *accepted)
     char error [128];
     int rc = dsh_msgpack_scan (bytes, size, DSH_DOC_MAX_DEPTH, error, sizeof error);
     dsh_doc_t *doc = dsh_doc_new (bytes, size, error, sizeof error);
+    //  skip agrees with scan: a whole accepted input is one object, and
+    //  the object skip finds is accepted on its own
+    size_t skipped = dsh_msgpack_skip (bytes, size);
+    assert_true (skipped <= size);
+    if (rc == 0)
+        assert_int_equal (skipped, size);
+    if (skipped)
+        assert_int_equal (dsh_msgpack_scan (bytes, skipped, DSH_DOC_MAX_DEPTH, error, sizeof error), 0);
     if (rc == 0) {
         if (!doc)
             fail_msg ("scan accepted but decode refused: %s", error);
@@ -547,6 +555,82 @@ test_canonical_depth (void **state)
 }
 
 static void
+test_skip (void **state)
+{
+    (void) state;
+    packed_t packed;
+    s_pack_sample (&packed);
+    size_t sample_size = packed.buffer.size;
+    assert_int_equal (dsh_msgpack_skip (packed.buffer.data, sample_size), sample_size);
+
+    //  Only the first object counts; what follows it is not looked at
+    msgpack_pack_nil (&packed.packer);
+    msgpack_sbuffer_write (&packed.buffer, "\xc1\xdd\xff", 3);
+    assert_int_equal (dsh_msgpack_skip (packed.buffer.data, packed.buffer.size), sample_size);
+
+    //  Every cut of the sample is refused, in a buffer of exactly that size
+    for (size_t size = 0; size < sample_size; size++) {
+        uint8_t *cut = (uint8_t *) malloc (size? size: 1);
+        memcpy (cut, packed.buffer.data, size);
+        assert_int_equal (dsh_msgpack_skip (cut, size), 0);
+        free (cut);
+    }
+    msgpack_sbuffer_destroy (&packed.buffer);
+
+    //  Walking a map entry by entry finds each key's and value's bytes
+    const char *map = "\x83\xa1" "a" "\x92\x01\xc4\x02xy" "\x07\xc0" "\xa1" "c" "\xd7\x05" "12345678";
+    size_t map_size = 1 + 2 + 6 + 2 + 2 + 10;
+    uint32_t count = 0;
+    size_t offset = dsh_msgpack_map_header (map, map_size, &count);
+    assert_int_equal (offset, 1);
+    assert_int_equal (count, 3);
+    size_t expected [] = { 2, 6, 1, 1, 2, 10 };
+    for (size_t index = 0; index < 6; index++) {
+        size_t object = dsh_msgpack_skip (map + offset, map_size - offset);
+        assert_int_equal (object, expected [index]);
+        offset += object;
+    }
+    assert_int_equal (offset, map_size);
+    assert_int_equal (dsh_msgpack_skip (map + offset, 0), 0);
+
+    //  Hostile counts and bad bytes give 0, never a read past the end
+    assert_int_equal (dsh_msgpack_skip ("\xdd\xff\xff\xff\xff", 5), 0);
+    assert_int_equal (dsh_msgpack_skip ("\xdb\x00\x00\x00\x10" "ab", 7), 0);
+    assert_int_equal (dsh_msgpack_skip ("\xc1", 1), 0);
+    assert_int_equal (dsh_msgpack_skip ("\x92\x01\xc1", 3), 0);
+    assert_int_equal (dsh_msgpack_skip ("", 0), 0);
+
+    //  Nesting is bounded as for a document
+    uint8_t bytes [128];
+    size_t size = s_nested (bytes, DSH_DOC_MAX_DEPTH, true);
+    assert_int_equal (dsh_msgpack_skip (bytes, size), size);
+    size = s_nested (bytes, DSH_DOC_MAX_DEPTH + 1, false);
+    assert_int_equal (dsh_msgpack_skip (bytes, size), 0);
+}
+
+static void
+test_map_header (void **state)
+{
+    (void) state;
+    uint32_t count = 99;
+    assert_int_equal (dsh_msgpack_map_header ("\x80", 1, &count), 1);
+    assert_int_equal (count, 0);
+    assert_int_equal (dsh_msgpack_map_header ("\x8f", 1, &count), 1);
+    assert_int_equal (count, 15);
+    assert_int_equal (dsh_msgpack_map_header ("\xde\x01\x02", 3, &count), 3);
+    assert_int_equal (count, 0x0102);
+    assert_int_equal (dsh_msgpack_map_header ("\xdf\x01\x02\x03\x04", 5, &count), 5);
+    assert_int_equal (count, 0x01020304);
+    //  Not a map, or a header cut short
+    assert_int_equal (dsh_msgpack_map_header ("\x90", 1, &count), 0);
+    assert_int_equal (count, 0);
+    assert_int_equal (dsh_msgpack_map_header ("\xa1m", 2, &count), 0);
+    assert_int_equal (dsh_msgpack_map_header ("\xde\x01", 2, &count), 0);
+    assert_int_equal (dsh_msgpack_map_header ("\xdf\x01\x02\x03", 4, &count), 0);
+    assert_int_equal (dsh_msgpack_map_header ("", 0, &count), 0);
+}
+
+static void
 test_pack_cstr (void **state)
 {
     (void) state;
@@ -579,6 +663,8 @@ main (void)
         cmocka_unit_test (test_canonical),
         cmocka_unit_test (test_canonical_depth),
         cmocka_unit_test (test_pack_cstr),
+        cmocka_unit_test (test_skip),
+        cmocka_unit_test (test_map_header),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -477,6 +478,173 @@ test_decode_call_refused (void **state)
     s_call_refused ("{\"callId\":\"c9\",\"name\":\"n\",\"timeoutMs\":1.5}", "timeoutMs");
 }
 
+//  The document of raw msgpack bytes (freed at teardown): JSON cannot say
+//  a repeated key or a key that is not a string.
+static dsh_doc_t *
+s_raw_doc (const void *data, size_t size)
+{
+    held_t *held = (held_t *) calloc (1, sizeof (held_t));
+    assert_non_null (held);
+    zlistx_add_end (s_held, held);
+    msgpack_sbuffer_init (&held->sbuf);
+    msgpack_sbuffer_write (&held->sbuf, (const char *) data, size);
+    char error [256] = "";
+    held->doc = dsh_doc_new (held->sbuf.data, held->sbuf.size, error, sizeof error);
+    if (!held->doc)
+        fail_msg ("doc refused: %s", error);
+    return held->doc;
+}
+
+//  Expects the raw CALL body to be refused with exactly reason; returns the
+//  call id that was still read (may be NULL).
+static const char *
+s_raw_call_refused (const void *data, size_t size, const char *reason)
+{
+    dsh_call_head_t head;
+    char error [256] = "";
+    assert_int_equal (dsh_proto_decode_call (s_raw_doc (data, size), &head, error, sizeof error), -1);
+    assert_string_equal (error, reason);
+    return head.call_id;
+}
+
+#define S_RAW(text) text, sizeof (text) - 1
+
+static void
+test_decode_call_strict (void **state)
+{
+    (void) state;
+    //  The attack of issue 10: stages that read the first name saw
+    //  read_file, a JSON round trip kept the last, write_file ran
+    const char *call_id = s_raw_call_refused (S_RAW (
+        "\x85\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa9" "read_file"
+        "\xa9" "arguments" "\x82\xa4" "path" "\xa9" "scratch/x" "\xa7" "content" "\xa1" "x"
+        "\xa9" "timeoutMs" "\xcd\x13\x88" "\xa4" "name" "\xaa" "write_file"),
+        "duplicate key \"name\" in the CALL body");
+    assert_string_equal (call_id, "c1");
+
+    //  Any repeated key of the head, even one that agrees with itself
+    s_raw_call_refused (S_RAW ("\x84\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa9" "arguments" "\x80" "\xa9" "arguments" "\x80"),
+                        "duplicate key \"arguments\" in the CALL body");
+    s_raw_call_refused (S_RAW ("\x84\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa3" "zzz" "\x01" "\xa3" "zzz" "\x01"),
+                        "duplicate key \"zzz\" in the CALL body");
+    //  A repeated callId cannot answer the refusal: which one?
+    call_id = s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                                         "\xa6" "callId" "\xa2" "c2"),
+                                  "duplicate key \"callId\" in the CALL body");
+    assert_null (call_id);
+    //  A key that is not a string, in the head or in meta
+    call_id = s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                                         "\x07" "\xa1" "x"),
+                                  "a key of the CALL body is not a string");
+    assert_string_equal (call_id, "c1");
+    s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xc4\x01" "k" "\xa1" "x"),
+                        "a key of the CALL body is not a string");
+    call_id = s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                                         "\xa4" "meta" "\x82\xa1" "x" "\x01\xa1" "x" "\x02"),
+                                  "duplicate key \"x\" in meta");
+    assert_string_equal (call_id, "c1");
+    s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa4" "meta" "\x81\x05" "\x01"),
+                        "a key of meta is not a string");
+    //  The existing checks keep their reasons
+    s_raw_call_refused (S_RAW ("\x83\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa4" "meta" "\x91\x01"),
+                        "field \"meta\" must be a map");
+
+    //  A key in a reason is quoted safely and cut short
+    s_raw_call_refused (S_RAW ("\x84\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+                               "\xa3" "a\"\xff" "\x01" "\xa3" "a\"\xff" "\x01"),
+                        "duplicate key \"a\\x22\\xff\" in the CALL body");
+    char long_key [60];
+    memset (long_key, 'k', sizeof long_key);
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 4);
+    dsh_pack_cstr (&pk, "callId");
+    dsh_pack_cstr (&pk, "c1");
+    dsh_pack_cstr (&pk, "name");
+    dsh_pack_cstr (&pk, "n");
+    for (int copy = 0; copy < 2; copy++) {
+        msgpack_pack_str_with_body (&pk, long_key, sizeof long_key);
+        msgpack_pack_nil (&pk);
+    }
+    s_raw_call_refused (sbuf.data, sbuf.size,
+                        "duplicate key \"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...\" in the CALL body");
+    msgpack_sbuffer_destroy (&sbuf);
+
+    //  Inside arguments and inside meta values, keys are the tool's business
+    dsh_call_head_t head;
+    char error [256] = "";
+    assert_int_equal (dsh_proto_decode_call (s_raw_doc (S_RAW (
+        "\x84\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa1" "n"
+        "\xa9" "arguments" "\x83\xa1" "a" "\x01\xa1" "a" "\x02\x07\x03"
+        "\xa4" "meta" "\x81\xa1" "m" "\x82\x01\x01\x01\x01")), &head, error, sizeof error), 0);
+}
+
+//  A CALL whose meta has keys entries, and then one more that repeats
+//  the eighth, if repeat.
+static void
+s_pack_large_meta_call (msgpack_sbuffer *sbuf, uint32_t keys, bool repeat)
+{
+    msgpack_sbuffer_init (sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 3);
+    dsh_pack_cstr (&pk, "callId");
+    dsh_pack_cstr (&pk, "big");
+    dsh_pack_cstr (&pk, "name");
+    dsh_pack_cstr (&pk, "n");
+    dsh_pack_cstr (&pk, "meta");
+    msgpack_pack_map (&pk, keys + repeat);
+    char key [32];
+    for (uint32_t index = 0; index < keys; index++) {
+        snprintf (key, sizeof key, "key-%u", index);
+        dsh_pack_cstr (&pk, key);
+        msgpack_pack_uint32 (&pk, index);
+    }
+    if (repeat) {
+        dsh_pack_cstr (&pk, "key-7");
+        msgpack_pack_nil (&pk);
+    }
+}
+
+//  A meta of 100 000 keys whose last one repeats one near the start: found
+//  by sorting, not by comparing every pair (5 * 10^9 comparisons)
+static void
+test_decode_call_large_meta (void **state)
+{
+    (void) state;
+    msgpack_sbuffer sbuf;
+    s_pack_large_meta_call (&sbuf, 100000, true);
+    int64_t started = zclock_usecs ();
+    dsh_doc_t *doc = s_raw_doc (sbuf.data, sbuf.size);
+    int64_t decoded = zclock_usecs ();
+    dsh_call_head_t head;
+    char error [256] = "";
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), -1);
+    int64_t checked = zclock_usecs ();
+    assert_string_equal (error, "duplicate key \"key-7\" in meta");
+    assert_string_equal (head.call_id, "big");
+    //  Timed against decoding the same bytes, which a slow machine or
+    //  valgrind slows alike; a quadratic check is thousands of times slower
+    if (checked - decoded > 50 * (decoded - started) + 100000)
+        fail_msg ("the key check took %" PRId64 " us, decoding %" PRId64 " us",
+                  checked - decoded, decoded - started);
+    msgpack_sbuffer_destroy (&sbuf);
+
+    //  Without the repeat the same meta passes
+    s_pack_large_meta_call (&sbuf, 100000, false);
+    doc = s_raw_doc (sbuf.data, sbuf.size);
+    assert_int_equal (dsh_proto_decode_call (doc, &head, error, sizeof error), 0);
+    assert_int_equal (head.meta->via.map.size, 100000);
+    msgpack_sbuffer_destroy (&sbuf);
+}
+
 static void
 test_encode_call_round_trip (void **state)
 {
@@ -517,6 +685,485 @@ test_encode_call_round_trip (void **state)
     assert_null (dsh_map_get (root, "timeoutMs"));
     dsh_doc_destroy (&doc);
     zframe_destroy (&frame);
+}
+
+// ---------------------------------------------------------------------------
+//  Splicing CALL bodies
+
+//  One entry of a test map: a str key and a value already in msgpack.
+typedef struct {
+    const char *key;
+    const void *value;
+    size_t size;
+} s_entry_t;
+
+#define S_ENTRY(key, literal) { key, literal, sizeof (literal) - 1 }
+
+//  Packs the map {key: value...} of entries into sbuf, which it initialises.
+static void
+s_pack_entries (msgpack_sbuffer *sbuf, const s_entry_t *entries, size_t count)
+{
+    msgpack_sbuffer_init (sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, (uint32_t) count);
+    for (size_t index = 0; index < count; index++) {
+        dsh_pack_cstr (&pk, entries [index].key);
+        msgpack_sbuffer_write (sbuf, (const char *) entries [index].value, entries [index].size);
+    }
+}
+
+//  Arguments that no JSON round trip keeps: bin, ext, float32, a str that
+//  is not UTF-8, an integer key, an integer key in a nested map
+static const char s_arguments [] =
+    "\x86"
+    "\xa3" "bin" "\xc4\x02\x00\xff"
+    "\xa3" "ext" "\xc7\x03\x05" "abc"
+    "\xa3" "f32" "\xca\x3f\xc0\x00\x00"
+    "\xa3" "raw" "\xa2\xff\xfe"
+    "\x07" "\xa2" "ik"
+    "\xa4" "deep" "\x81\x01\x92\x01\x02";
+
+static const char s_read_only [] = "\x81\xa6" "policy" "\xa9" "read-only";
+
+//  The meta of the sample call, with its entries changed by the caller:
+//  with_* false leaves one out, sandbox NULL leaves it out, extra (if not
+//  NULL) is appended.
+static void
+s_pack_meta (msgpack_sbuffer *sbuf, bool with_trace, bool with_blob, const char *sandbox,
+             size_t sandbox_size, const s_entry_t *extra)
+{
+    s_entry_t entries [5];
+    size_t count = 0;
+    if (with_trace)
+        entries [count++] = (s_entry_t) S_ENTRY ("trace", "\xa3" "t-1");
+    if (with_blob)
+        entries [count++] = (s_entry_t) S_ENTRY ("blob", "\xc4\x01\x80");
+    //  A meta value with an integer key and non-UTF-8 bytes
+    entries [count++] = (s_entry_t) S_ENTRY ("intkeys", "\x81\x05\xa2\xc3\x28");
+    if (sandbox)
+        entries [count++] = (s_entry_t) { "sandbox", sandbox, sandbox_size };
+    if (extra)
+        entries [count++] = *extra;
+    s_pack_entries (sbuf, entries, count);
+}
+
+//  The caller's own sandbox claim, which a stage replaces
+static const char s_fake_sandbox [] = "\x81\xa6" "policy" "\xb2" "danger-full-access";
+
+//  The sample call with meta (NULL: none) and agent (NULL: none), then
+//  extra (if not NULL) as the last entry; meta is not the last entry.
+static void
+s_pack_call (msgpack_sbuffer *sbuf, const msgpack_sbuffer *meta, const char *agent,
+             const s_entry_t *extra)
+{
+    s_entry_t entries [8];
+    size_t count = 0;
+    entries [count++] = (s_entry_t) S_ENTRY ("callId", "\xa2" "c1");
+    entries [count++] = (s_entry_t) S_ENTRY ("name", "\xa4" "echo");
+    entries [count++] = (s_entry_t) S_ENTRY ("arguments", s_arguments);
+    if (meta)
+        entries [count++] = (s_entry_t) { "meta", meta->data, meta->size };
+    char agent_bytes [64];
+    if (agent) {
+        agent_bytes [0] = (char) (0xa0 | strlen (agent));
+        memcpy (agent_bytes + 1, agent, strlen (agent));
+        entries [count++] = (s_entry_t) { "agent", agent_bytes, strlen (agent) + 1 };
+    }
+    entries [count++] = (s_entry_t) S_ENTRY ("timeoutMs", "\xcd\x13\x88");
+    entries [count++] = (s_entry_t) S_ENTRY ("extra", "\xd4\x07\x01");
+    if (extra)
+        entries [count++] = *extra;
+    s_pack_entries (sbuf, entries, count);
+}
+
+//  Splices, expecting success, and checks the new body against expected
+//  byte for byte and against decode_call.
+static void
+s_splice_expect (const msgpack_sbuffer *body, const dsh_call_changes_t *changes,
+                 const msgpack_sbuffer *expected)
+{
+    char error [256] = "";
+    zframe_t *frame = dsh_proto_splice_call (body->data, body->size, changes, SIZE_MAX,
+                                             error, sizeof error);
+    if (!frame)
+        fail_msg ("splice refused: %s", error);
+    if (zframe_size (frame) != expected->size
+    ||  memcmp (zframe_data (frame), expected->data, expected->size)) {
+        char *got = zframe_strhex (frame);
+        fail_msg ("spliced %zu bytes, expected %zu: %s", zframe_size (frame), expected->size, got);
+    }
+    dsh_doc_t *doc = s_frame_doc (frame);
+    dsh_call_head_t head;
+    if (dsh_proto_decode_call (doc, &head, error, sizeof error))
+        fail_msg ("spliced call refused: %s", error);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&frame);
+}
+
+//  Splices, expecting a refusal with exactly reason.
+static void
+s_splice_refused (const void *body, size_t size, const dsh_call_changes_t *changes,
+                  size_t max_bytes, const char *reason)
+{
+    char error [256] = "";
+    zframe_t *frame = dsh_proto_splice_call (body, size, changes, max_bytes, error, sizeof error);
+    if (frame)
+        fail_msg ("splice accepted, expected: %s", reason);
+    assert_string_equal (error, reason);
+}
+
+static void
+test_splice_nothing (void **state)
+{
+    (void) state;
+    msgpack_sbuffer meta, body;
+    s_pack_meta (&meta, true, true, s_fake_sandbox, sizeof s_fake_sandbox - 1, NULL);
+    s_pack_call (&body, &meta, "agent-1", NULL);
+    dsh_call_changes_t changes = { 0 };
+    s_splice_expect (&body, &changes, &body);
+
+    //  Removing what is not there changes nothing either
+    dsh_meta_stamp_t stamps [] = { { "absent", NULL, 0 } };
+    changes.stamps = stamps;
+    changes.stamp_count = 1;
+    s_splice_expect (&body, &changes, &body);
+    msgpack_sbuffer_destroy (&body);
+    s_pack_call (&body, NULL, NULL, NULL);
+    changes.change_agent = true;
+    s_splice_expect (&body, &changes, &body);
+    msgpack_sbuffer_destroy (&body);
+
+    //  Headers wider than needed are kept while their count stays
+    const char wide [] = "\xde\x00\x02\xa6" "callId" "\xa1" "c" "\xa4" "meta" "\xdf\x00\x00\x00\x01\xa1" "k" "\xc0";
+    char error [256] = "";
+    changes = (dsh_call_changes_t) { 0 };
+    dsh_meta_stamp_t replace [] = { { "k", "\x01", 1 } };
+    changes.stamps = replace;
+    changes.stamp_count = 1;
+    zframe_t *frame = dsh_proto_splice_call (wide, sizeof wide - 1, &changes, SIZE_MAX, error, sizeof error);
+    assert_non_null (frame);
+    assert_int_equal (zframe_size (frame), sizeof wide - 1);
+    assert_memory_equal (zframe_data (frame), "\xde\x00\x02\xa6" "callId" "\xa1" "c" "\xa4" "meta" "\xdf\x00\x00\x00\x01\xa1" "k" "\x01",
+                         sizeof wide - 1);
+    zframe_destroy (&frame);
+    //  and rewritten at their smallest when it changes
+    dsh_meta_stamp_t add [] = { { "l", "\x02", 1 } };
+    changes.stamps = add;
+    frame = dsh_proto_splice_call (wide, sizeof wide - 1, &changes, SIZE_MAX, error, sizeof error);
+    assert_non_null (frame);
+    const char grown [] = "\xde\x00\x02\xa6" "callId" "\xa1" "c" "\xa4" "meta" "\x82\xa1" "k" "\xc0\xa1" "l" "\x02";
+    assert_int_equal (zframe_size (frame), sizeof grown - 1);
+    assert_memory_equal (zframe_data (frame), grown, sizeof grown - 1);
+    zframe_destroy (&frame);
+    msgpack_sbuffer_destroy (&meta);
+}
+
+static void
+test_splice_stamps (void **state)
+{
+    (void) state;
+    msgpack_sbuffer meta, body, new_meta, expected;
+    s_pack_meta (&meta, true, true, s_fake_sandbox, sizeof s_fake_sandbox - 1, NULL);
+    s_pack_call (&body, &meta, "agent-1", NULL);
+
+    //  A stamp replaces the caller's value where it is; the rest keep
+    //  their bytes, bin, ext, float32, non-UTF-8 and integer keys included
+    dsh_meta_stamp_t sandbox [] = { { "sandbox", s_read_only, sizeof s_read_only - 1 } };
+    dsh_call_changes_t changes = { .stamps = sandbox, .stamp_count = 1 };
+    s_pack_meta (&new_meta, true, true, s_read_only, sizeof s_read_only - 1, NULL);
+    s_pack_call (&expected, &new_meta, "agent-1", NULL);
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&new_meta);
+    msgpack_sbuffer_destroy (&expected);
+
+    //  A new key goes at meta's end; a removal takes its entry out; of two
+    //  stamps of one key the later counts
+    dsh_meta_stamp_t several [] = {
+        { "mode", "\xa4" "plan", 5 },
+        { "trace", NULL, 0 },
+        { "mode", "\xa6" "normal", 7 },
+    };
+    changes = (dsh_call_changes_t) { .stamps = several, .stamp_count = 3 };
+    s_entry_t mode = S_ENTRY ("mode", "\xa6" "normal");
+    s_pack_meta (&new_meta, false, true, s_fake_sandbox, sizeof s_fake_sandbox - 1, &mode);
+    s_pack_call (&expected, &new_meta, "agent-1", NULL);
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&new_meta);
+    msgpack_sbuffer_destroy (&expected);
+
+    //  Removing every entry leaves an empty meta
+    dsh_meta_stamp_t all [] = { { "trace", NULL, 0 }, { "blob", NULL, 0 },
+                                { "intkeys", NULL, 0 }, { "sandbox", NULL, 0 } };
+    changes = (dsh_call_changes_t) { .stamps = all, .stamp_count = 4 };
+    msgpack_sbuffer_init (&new_meta);
+    msgpack_sbuffer_write (&new_meta, "\x80", 1);
+    s_pack_call (&expected, &new_meta, "agent-1", NULL);
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&new_meta);
+    msgpack_sbuffer_destroy (&expected);
+    msgpack_sbuffer_destroy (&body);
+
+    //  No meta: one is made, as the head's last entry
+    s_pack_call (&body, NULL, "agent-1", NULL);
+    changes = (dsh_call_changes_t) { .stamps = sandbox, .stamp_count = 1 };
+    s_entry_t made = { "meta", "\x81\xa7" "sandbox" "\x81\xa6" "policy" "\xa9" "read-only",
+                       1 + 8 + sizeof s_read_only - 1 };
+    s_pack_call (&expected, NULL, "agent-1", &made);
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&expected);
+    msgpack_sbuffer_destroy (&body);
+
+    //  Meta as the head's last entry: its new entries come before the
+    //  head's new ones
+    s_entry_t last_meta = { "meta", meta.data, meta.size };
+    s_pack_call (&body, NULL, NULL, &last_meta);
+    dsh_meta_stamp_t mode_stamp [] = { { "mode", "\xa4" "plan", 5 } };
+    changes = (dsh_call_changes_t) { .stamps = mode_stamp, .stamp_count = 1,
+                                     .change_agent = true, .agent = "agent-2" };
+    s_entry_t plan = S_ENTRY ("mode", "\xa4" "plan");
+    s_pack_meta (&new_meta, true, true, s_fake_sandbox, sizeof s_fake_sandbox - 1, &plan);
+    last_meta = (s_entry_t) { "meta", new_meta.data, new_meta.size };
+    msgpack_sbuffer head;
+    s_pack_call (&head, NULL, NULL, &last_meta);
+    //  The expected head has one more entry: the agent, after meta
+    msgpack_sbuffer_init (&expected);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &expected, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, (uint8_t) head.data [0] - 0x80 + 1);
+    msgpack_sbuffer_write (&expected, head.data + 1, head.size - 1);
+    dsh_pack_cstr (&pk, "agent");
+    dsh_pack_cstr (&pk, "agent-2");
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&head);
+    msgpack_sbuffer_destroy (&new_meta);
+    msgpack_sbuffer_destroy (&expected);
+    msgpack_sbuffer_destroy (&body);
+    msgpack_sbuffer_destroy (&meta);
+
+    //  A meta of 15 entries that gains one needs a map16 header
+    s_entry_t entries [16];
+    char keys [16][8];
+    for (int index = 0; index < 16; index++) {
+        snprintf (keys [index], sizeof keys [index], "k%02d", index);
+        entries [index] = (s_entry_t) { keys [index], "\xc3", 1 };
+    }
+    s_pack_entries (&meta, entries, 15);
+    s_pack_call (&body, &meta, NULL, NULL);
+    s_pack_entries (&new_meta, entries, 16);
+    s_pack_call (&expected, &new_meta, NULL, NULL);
+    dsh_meta_stamp_t sixteenth [] = { { "k15", "\xc3", 1 } };
+    changes = (dsh_call_changes_t) { .stamps = sixteenth, .stamp_count = 1 };
+    s_splice_expect (&body, &changes, &expected);
+    assert_int_equal ((uint8_t) new_meta.data [0], 0xde);
+    msgpack_sbuffer_destroy (&meta);
+    msgpack_sbuffer_destroy (&new_meta);
+    msgpack_sbuffer_destroy (&body);
+    msgpack_sbuffer_destroy (&expected);
+}
+
+static void
+test_splice_arguments_and_agent (void **state)
+{
+    (void) state;
+    msgpack_sbuffer meta, body, expected;
+    s_pack_meta (&meta, true, false, NULL, 0, NULL);
+    s_pack_call (&body, &meta, "agent-1", NULL);
+
+    //  New arguments replace the old where they are, as given
+    const char rewritten [] = "\x82\xa4" "path" "\xa3" "a/b" "\x09\xc4\x00";
+    dsh_call_changes_t changes = { .arguments = rewritten, .arguments_size = sizeof rewritten - 1 };
+    s_entry_t entries [] = {
+        S_ENTRY ("callId", "\xa2" "c1"), S_ENTRY ("name", "\xa4" "echo"),
+        S_ENTRY ("arguments", rewritten), { "meta", meta.data, meta.size },
+        S_ENTRY ("agent", "\xa7" "agent-1"), S_ENTRY ("timeoutMs", "\xcd\x13\x88"),
+        S_ENTRY ("extra", "\xd4\x07\x01"),
+    };
+    s_pack_entries (&expected, entries, 7);
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&expected);
+
+    //  Any value will do, even one that is not a map
+    changes.arguments = "\x92\x01\xa1" "x";
+    changes.arguments_size = 4;
+    entries [2] = (s_entry_t) S_ENTRY ("arguments", "\x92\x01\xa1" "x");
+    s_pack_entries (&expected, entries, 7);
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&expected);
+    entries [2] = (s_entry_t) S_ENTRY ("arguments", s_arguments);
+
+    //  The agent is replaced where it is, or removed with its key
+    changes = (dsh_call_changes_t) { .change_agent = true, .agent = "a-much-longer-agent-id-than-31-bytes" };
+    entries [4] = (s_entry_t) S_ENTRY ("agent", "\xd9\x24" "a-much-longer-agent-id-than-31-bytes");
+    s_pack_entries (&expected, entries, 7);
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&expected);
+    changes.agent = NULL;
+    s_entry_t without_agent [] = { entries [0], entries [1], entries [2], entries [3], entries [5], entries [6] };
+    s_pack_entries (&expected, without_agent, 6);
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&expected);
+    msgpack_sbuffer_destroy (&body);
+
+    //  Absent arguments and agent are added at the head's end, arguments
+    //  first, then agent, then meta
+    s_entry_t bare [] = { S_ENTRY ("callId", "\xa2" "c1"), S_ENTRY ("name", "\xa4" "echo") };
+    s_pack_entries (&body, bare, 2);
+    dsh_meta_stamp_t stamp [] = { { "trace", "\xa3" "t-1", 4 } };
+    changes = (dsh_call_changes_t) { .arguments = s_arguments, .arguments_size = sizeof s_arguments - 1,
+                                     .stamps = stamp, .stamp_count = 1,
+                                     .change_agent = true, .agent = "agent-1" };
+    s_entry_t full [] = {
+        S_ENTRY ("callId", "\xa2" "c1"), S_ENTRY ("name", "\xa4" "echo"),
+        S_ENTRY ("arguments", s_arguments), S_ENTRY ("agent", "\xa7" "agent-1"),
+        S_ENTRY ("meta", "\x81\xa5" "trace" "\xa3" "t-1"),
+    };
+    s_pack_entries (&expected, full, 5);
+    s_splice_expect (&body, &changes, &expected);
+    msgpack_sbuffer_destroy (&expected);
+    msgpack_sbuffer_destroy (&body);
+    msgpack_sbuffer_destroy (&meta);
+}
+
+static void
+test_splice_limit (void **state)
+{
+    (void) state;
+    msgpack_sbuffer body;
+    s_pack_call (&body, NULL, NULL, NULL);
+    dsh_meta_stamp_t stamp [] = { { "sandbox", s_read_only, sizeof s_read_only - 1 } };
+    dsh_call_changes_t changes = { .stamps = stamp, .stamp_count = 1 };
+    char error [256] = "";
+    zframe_t *frame = dsh_proto_splice_call (body.data, body.size, &changes, SIZE_MAX, error, sizeof error);
+    assert_non_null (frame);
+    size_t size = zframe_size (frame);
+    assert_int_equal (size, body.size + 5 + 1 + 8 + sizeof s_read_only - 1);
+    zframe_destroy (&frame);
+
+    //  Exactly at the limit is allowed; one byte over is refused, with
+    //  both sizes, before anything is allocated for it
+    frame = dsh_proto_splice_call (body.data, body.size, &changes, size, error, sizeof error);
+    assert_non_null (frame);
+    zframe_destroy (&frame);
+    char reason [256];
+    snprintf (reason, sizeof reason, "the call with its stamps would be %zu bytes, over the %zu-byte limit",
+              size, size - 1);
+    s_splice_refused (body.data, body.size, &changes, size - 1, reason);
+
+    msgpack_sbuffer_destroy (&body);
+
+    //  Issue 10's case: a call just under the 16 MiB frame limit, which the
+    //  sandbox's stamp pushes over
+    s_entry_t arguments = { "arguments", NULL, DSH_MAX_MESSAGE_DEFAULT - 40 };
+    char *text = (char *) malloc (arguments.size);
+    assert_non_null (text);
+    memset (text, 'x', arguments.size);
+    text [0] = (char) 0xdb;
+    size_t length = arguments.size - 5;
+    for (int index = 0; index < 4; index++)
+        text [1 + index] = (char) (length >> (24 - 8 * index));
+    arguments.value = text;
+    s_entry_t head [] = { S_ENTRY ("callId", "\xa2" "c1"), S_ENTRY ("name", "\xa4" "echo"), arguments };
+    s_pack_entries (&body, head, 3);
+    free (text);
+    assert_true (body.size < DSH_MAX_MESSAGE_DEFAULT);
+    size = body.size + 5 + 1 + 8 + sizeof s_read_only - 1;
+    snprintf (reason, sizeof reason, "the call with its stamps would be %zu bytes, over the %d-byte limit",
+              size, DSH_MAX_MESSAGE_DEFAULT);
+    s_splice_refused (body.data, body.size, &changes, DSH_MAX_MESSAGE_DEFAULT, reason);
+    msgpack_sbuffer_destroy (&body);
+}
+
+static void
+test_splice_refused (void **state)
+{
+    (void) state;
+    dsh_meta_stamp_t stamp [] = { { "sandbox", s_read_only, sizeof s_read_only - 1 } };
+    dsh_call_changes_t changes = { .stamps = stamp, .stamp_count = 1 };
+    s_splice_refused (S_RAW ("\x91\x01"), &changes, SIZE_MAX, "the CALL body is not a map");
+    s_splice_refused (S_RAW ("\x81\xa1" "a"), &changes, SIZE_MAX, "the CALL body is not well-formed msgpack");
+    s_splice_refused (S_RAW ("\x81\xa1" "a\x01\x02"), &changes, SIZE_MAX, "trailing bytes after the CALL body");
+    s_splice_refused (S_RAW ("\x81\x01\x02"), &changes, SIZE_MAX, "a key of the CALL body is not a string");
+    s_splice_refused (S_RAW ("\x82\xa4" "meta" "\x80\xa4" "meta" "\x80"), &changes, SIZE_MAX,
+                      "duplicate key \"meta\" in the CALL body");
+    s_splice_refused (S_RAW ("\x81\xa4" "meta" "\x82\xa7" "sandbox" "\x01\xa7" "sandbox" "\x02"), &changes,
+                      SIZE_MAX, "duplicate key \"sandbox\" in meta");
+    s_splice_refused (S_RAW ("\x81\xa4" "meta" "\x91\x01"), &changes, SIZE_MAX, "field \"meta\" must be a map");
+
+    //  Changes that are not one msgpack object each
+    dsh_meta_stamp_t cut [] = { { "sandbox", "\xa5" "ab", 3 } };
+    changes.stamps = cut;
+    s_splice_refused (S_RAW ("\x80"), &changes, SIZE_MAX, "the meta stamp \"sandbox\" is not one msgpack object");
+    changes = (dsh_call_changes_t) { .arguments = "\x01\x02", .arguments_size = 2 };
+    s_splice_refused (S_RAW ("\x80"), &changes, SIZE_MAX, "the new arguments are not one msgpack object");
+    changes = (dsh_call_changes_t) { .arguments = "\x92\x01", .arguments_size = 2 };
+    s_splice_refused (S_RAW ("\x80"), &changes, SIZE_MAX, "the new arguments are not one msgpack object");
+    changes = (dsh_call_changes_t) { .change_agent = true, .agent = "" };
+    s_splice_refused (S_RAW ("\x80"), &changes, SIZE_MAX, "the new agent must be 1 to 128 bytes");
+    char long_agent [DSH_ID_MAX + 2];
+    memset (long_agent, 'a', sizeof long_agent - 1);
+    long_agent [sizeof long_agent - 1] = 0;
+    changes.agent = long_agent;
+    s_splice_refused (S_RAW ("\x80"), &changes, SIZE_MAX, "the new agent must be 1 to 128 bytes");
+    long_agent [DSH_ID_MAX] = 0;
+    char error [256] = "";
+    zframe_t *frame = dsh_proto_splice_call (S_RAW ("\x80"), &changes, SIZE_MAX, error, sizeof error);
+    assert_non_null (frame);
+    zframe_destroy (&frame);
+
+    //  Every cut of a call is refused, in a buffer of exactly that size
+    msgpack_sbuffer meta, body;
+    s_pack_meta (&meta, true, true, s_fake_sandbox, sizeof s_fake_sandbox - 1, NULL);
+    s_pack_call (&body, &meta, "agent-1", NULL);
+    changes = (dsh_call_changes_t) { .stamps = stamp, .stamp_count = 1,
+                                     .arguments = "\x80", .arguments_size = 1,
+                                     .change_agent = true, .agent = "agent-2" };
+    for (size_t size = 0; size < body.size; size++) {
+        uint8_t *bytes = (uint8_t *) malloc (size? size: 1);
+        memcpy (bytes, body.data, size);
+        assert_null (dsh_proto_splice_call (bytes, size, &changes, SIZE_MAX, error, sizeof error));
+        free (bytes);
+    }
+    msgpack_sbuffer_destroy (&body);
+    msgpack_sbuffer_destroy (&meta);
+}
+
+//  Mutated calls: a splice never reads past the body, and what it accepts
+//  from a well-formed body is well-formed, with the stamp in place.
+static void
+test_splice_mutations (void **state)
+{
+    (void) state;
+    srand (424242);
+    msgpack_sbuffer meta, body;
+    s_pack_meta (&meta, true, true, s_fake_sandbox, sizeof s_fake_sandbox - 1, NULL);
+    s_pack_call (&body, &meta, "agent-1", NULL);
+    dsh_meta_stamp_t stamp [] = { { "sandbox", s_read_only, sizeof s_read_only - 1 } };
+    dsh_call_changes_t changes = { .stamps = stamp, .stamp_count = 1 };
+    uint8_t *mutant = (uint8_t *) malloc (body.size);
+    size_t spliced = 0;
+    for (int round = 0; round < 20000; round++) {
+        memcpy (mutant, body.data, body.size);
+        int flips = 1 + rand () % 3;
+        for (int flip = 0; flip < flips; flip++)
+            mutant [(size_t) rand () % body.size] = (uint8_t) rand ();
+        char error [256] = "";
+        bool well_formed = dsh_msgpack_scan (mutant, body.size, DSH_DOC_MAX_DEPTH - 2, error, sizeof error) == 0;
+        zframe_t *frame = dsh_proto_splice_call (mutant, body.size, &changes, SIZE_MAX, error, sizeof error);
+        if (frame && well_formed) {
+            spliced++;
+            dsh_doc_t *doc = s_frame_doc (frame);
+            const msgpack_object *sandbox = dsh_map_get (dsh_map_get (dsh_doc_root (doc), "meta"), "sandbox");
+            assert_non_null (sandbox);
+            s_assert_str (dsh_map_get (sandbox, "policy"), "read-only");
+            dsh_doc_destroy (&doc);
+        }
+        zframe_destroy (&frame);
+    }
+    assert_true (spliced > 1000);
+    free (mutant);
+    msgpack_sbuffer_destroy (&body);
+    msgpack_sbuffer_destroy (&meta);
 }
 
 // ---------------------------------------------------------------------------
@@ -882,6 +1529,110 @@ test_packer (void **state)
     zframe_destroy (&second);
 }
 
+//  Packs what a builder map should hold, the same way with both packers
+static void
+s_pack_nested_entries (msgpack_packer *pk, dsh_packer_t *builder)
+{
+    dsh_pack_cstr (pk, "a");
+    if (builder)
+        dsh_packer_map_begin (builder);
+    else
+        msgpack_pack_map (pk, 2);
+    dsh_pack_cstr (pk, "b");
+    msgpack_pack_int (pk, 1);
+    dsh_pack_cstr (pk, "c");
+    msgpack_pack_array (pk, 2);
+    msgpack_pack_nil (pk);
+    msgpack_pack_bin_with_body (pk, "\x00\xff", 2);
+    if (builder)
+        assert_int_equal (dsh_packer_map_end (builder), 0);
+    dsh_pack_cstr (pk, "d");
+    msgpack_pack_ext_with_body (pk, "xyz", 3, 4);
+}
+
+static void
+test_packer_map (void **state)
+{
+    (void) state;
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+
+    //  An empty map gets the one-byte header
+    dsh_packer_map_begin (&packer);
+    assert_int_equal (dsh_packer_map_end (&packer), 0);
+    zframe_t *frame = dsh_packer_frame (&packer);
+    assert_int_equal (zframe_size (frame), 1);
+    assert_int_equal (zframe_data (frame) [0], 0x80);
+    zframe_destroy (&frame);
+
+    //  Nested maps give the bytes of maps counted by hand
+    dsh_packer_map_begin (&packer);
+    s_pack_nested_entries (&packer.pk, &packer);
+    assert_int_equal (dsh_packer_map_end (&packer), 0);
+    msgpack_sbuffer expected;
+    msgpack_sbuffer_init (&expected);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &expected, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 2);
+    s_pack_nested_entries (&pk, NULL);
+    assert_int_equal (packer.sbuf.size, expected.size);
+    assert_memory_equal (packer.sbuf.data, expected.data, expected.size);
+    packer.sbuf.size = 0;
+    msgpack_sbuffer_clear (&expected);
+
+    //  Entries written as raw bytes count too; 16 entries need a map16,
+    //  65536 a map32, as msgpack_pack_map would write them
+    uint32_t sizes [] = { 15, 16, 65535, 65536 };
+    for (size_t index = 0; index < 4; index++) {
+        dsh_packer_map_begin (&packer);
+        msgpack_pack_map (&pk, sizes [index]);
+        for (uint32_t entry = 0; entry < sizes [index]; entry++) {
+            msgpack_pack_uint32 (&packer.pk, entry);
+            dsh_packer_raw (&packer, "\xc0", 1);
+            msgpack_pack_uint32 (&pk, entry);
+            msgpack_pack_nil (&pk);
+        }
+        assert_int_equal (dsh_packer_map_end (&packer), 0);
+        assert_int_equal (packer.sbuf.size, expected.size);
+        assert_memory_equal (packer.sbuf.data, expected.data, expected.size);
+        packer.sbuf.size = 0;
+        msgpack_sbuffer_clear (&expected);
+    }
+    msgpack_sbuffer_destroy (&expected);
+
+    //  Maps nest as deep as the packer allows, each closed in turn
+    for (int depth = 0; depth < DSH_PACKER_MAX_OPEN; depth++) {
+        dsh_packer_map_begin (&packer);
+        dsh_pack_cstr (&packer.pk, "k");
+    }
+    msgpack_pack_true (&packer.pk);
+    for (int depth = 0; depth < DSH_PACKER_MAX_OPEN; depth++)
+        assert_int_equal (dsh_packer_map_end (&packer), 0);
+    frame = dsh_packer_frame (&packer);
+    assert_int_equal (zframe_size (frame), 3 * DSH_PACKER_MAX_OPEN + 1);
+    assert_memory_equal (zframe_data (frame), "\x81\xa1k\x81\xa1k", 6);
+    char error [256] = "";
+    assert_int_equal (dsh_msgpack_scan (zframe_data (frame), zframe_size (frame), DSH_DOC_MAX_DEPTH,
+                                        error, sizeof error), 0);
+    zframe_destroy (&frame);
+
+    //  A key without a value, or bytes that are not msgpack, cannot be
+    //  counted: the map stays a map32 of nothing, which no receiver takes
+    dsh_packer_map_begin (&packer);
+    dsh_pack_cstr (&packer.pk, "lonely");
+    assert_int_equal (dsh_packer_map_end (&packer), -1);
+    assert_memory_equal (packer.sbuf.data, "\xdf\x00\x00\x00\x00", 5);
+    assert_int_equal (dsh_msgpack_scan (packer.sbuf.data, packer.sbuf.size, DSH_DOC_MAX_DEPTH,
+                                        error, sizeof error), -1);
+    packer.sbuf.size = 0;
+    dsh_packer_map_begin (&packer);
+    dsh_pack_cstr (&packer.pk, "cut");
+    dsh_packer_raw (&packer, "\xa5" "ab", 3);
+    assert_int_equal (dsh_packer_map_end (&packer), -1);
+    packer.sbuf.size = 0;
+    dsh_packer_release (&packer);
+}
+
 int
 main (void)
 {
@@ -895,7 +1646,15 @@ main (void)
         cmocka_unit_test_setup_teardown (test_valid_id, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_decode_call_ok, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_decode_call_refused, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_call_strict, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_call_large_meta, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_encode_call_round_trip, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_splice_nothing, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_splice_stamps, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_splice_arguments_and_agent, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_splice_limit, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_splice_refused, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_splice_mutations, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_error_names, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_error_result, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_error_body, s_setup, s_teardown),
@@ -904,6 +1663,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_check_tool, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_decode_presence, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_packer, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_packer_map, s_setup, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
