@@ -48,7 +48,12 @@ struct _dsh_stage_call_t {
     dsh_doc_t *doc;
     dsh_doc_t *tool_doc;
     dsh_call_head_t head;
-    json_t *rewrite;            //  the whole body, once the stage changed it
+    //  What the stage changed, spliced into the body as it is passed on:
+    //  every byte it did not change stays the caller's
+    zchunk_t *new_arguments;    //  msgpack, or NULL: unchanged
+    zhashx_t *stamps;           //  meta key -> zchunk_t * msgpack (empty: remove), or NULL
+    bool change_agent;
+    char *new_agent;            //  with change_agent; NULL removes it
     json_t *answer;
     bool watch;
     bool deferred;
@@ -73,7 +78,9 @@ s_call_destroy (dsh_stage_call_t **self_p)
         zframe_destroy (&self->body);
         zframe_destroy (&self->tool);
         zframe_destroy (&self->result);
-        json_decref (self->rewrite);
+        zchunk_destroy (&self->new_arguments);
+        zhashx_destroy (&self->stamps);
+        zstr_free (&self->new_agent);
         json_decref (self->answer);
         json_decref (self->new_result);
         free (self);
@@ -181,6 +188,36 @@ s_answer (dsh_stage_t *self, dsh_stage_call_t *call)
     s_send_up (self, call, &body);
 }
 
+static bool
+s_changed (dsh_stage_call_t *call)
+{
+    return call->new_arguments || call->stamps || call->change_agent;
+}
+
+//  The body with the stage's changes spliced in, or NULL with a reason.
+static zframe_t *
+s_splice (dsh_stage_call_t *call, char *error, size_t error_size)
+{
+    size_t stamp_count = call->stamps? zhashx_size (call->stamps): 0;
+    dsh_meta_stamp_t *stamps = (dsh_meta_stamp_t *) zmalloc ((stamp_count + 1) * sizeof (dsh_meta_stamp_t));
+    size_t index = 0;
+    for (zchunk_t *value = call->stamps? (zchunk_t *) zhashx_first (call->stamps): NULL; value;
+         value = (zchunk_t *) zhashx_next (call->stamps), index++) {
+        stamps [index].key = (const char *) zhashx_cursor (call->stamps);
+        stamps [index].value = zchunk_size (value)? zchunk_data (value): NULL;
+        stamps [index].value_size = zchunk_size (value);
+    }
+    dsh_call_changes_t changes = {
+        call->new_arguments? zchunk_data (call->new_arguments): NULL,
+        call->new_arguments? zchunk_size (call->new_arguments): 0,
+        stamps, stamp_count, call->change_agent, call->new_agent
+    };
+    zframe_t *body = dsh_proto_splice_call (zframe_data (call->body), zframe_size (call->body), &changes,
+                                            DSH_MAX_MESSAGE_DEFAULT, error, error_size);
+    free (stamps);
+    return body;
+}
+
 //  Sends the call down; returns false (and answers it) if it cannot go.
 static bool
 s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
@@ -190,9 +227,21 @@ s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
     bool writable = self->inline_mode || (zsock_events (self->downstream) & ZMQ_POLLOUT) != 0;
     zframe_t *body = NULL;
     zframe_t *tool = NULL;
+    char error [256] = "";
     if (writable) {
-        if (call->rewrite)
-            body = s_encode_json (call->rewrite);
+        if (s_changed (call)) {
+            if (!(body = s_splice (call, error, sizeof (error)))) {
+                //  Over the limit, or a change that is not msgpack: the call
+                //  cannot go on as the stage wants it, and must not go on as
+                //  it was
+                s_decode (call);
+                char text [320];
+                snprintf (text, sizeof (text), "Error: stage \"%s\" cannot pass the call on: %s", self->name, error);
+                zframe_t *failure = dsh_proto_error_result (call->head.call_id, DSH_E_BAD_REQUEST, text);
+                s_send_up (self, call, &failure);
+                return false;
+            }
+        }
         else
         if (call->watch)
             //  The decoded call points into the body, and on_result may read it
@@ -786,8 +835,8 @@ const char *
 dsh_stage_call_agent (dsh_stage_call_t *call)
 {
     s_decode (call);
-    if (call->rewrite)
-        return json_string_value (json_object_get (call->rewrite, "agent"));
+    if (call->change_agent)
+        return call->new_agent;
     return call->head.agent;
 }
 
@@ -829,52 +878,52 @@ json_t *
 dsh_stage_call_json (dsh_stage_call_t *call)
 {
     s_decode (call);
-    if (call->rewrite)
-        return json_deep_copy (call->rewrite);
     return call->doc? dsh_json_from_msgpack (dsh_doc_root (call->doc)): NULL;
 }
 
-//  The body as JSON, for rewriting: made once, from the first rewrite on.
-static json_t *
-s_rewrite (dsh_stage_call_t *call)
+//  A JSON value as msgpack bytes, in a chunk; NULL if it cannot be packed.
+static zchunk_t *
+s_msgpack_of (json_t *value)
 {
-    s_decode (call);
-    if (!call->rewrite) {
-        call->rewrite = call->doc? dsh_json_from_msgpack (dsh_doc_root (call->doc)): NULL;
-        if (!call->rewrite)
-            call->rewrite = json_object ();
-    }
-    return call->rewrite;
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    zchunk_t *chunk = NULL;
+    if (dsh_json_to_msgpack (&packer.pk, value) == 0)
+        chunk = zchunk_new (packer.sbuf.data, packer.sbuf.size);
+    dsh_packer_release (&packer);
+    return chunk;
 }
 
 void
 dsh_stage_call_set_arguments (dsh_stage_call_t *call, json_t *arguments)
 {
-    json_object_set_new (s_rewrite (call), "arguments", arguments? arguments: json_object ());
+    if (!arguments)
+        arguments = json_object ();
+    zchunk_destroy (&call->new_arguments);
+    call->new_arguments = s_msgpack_of (arguments);
+    json_decref (arguments);
 }
 
 void
 dsh_stage_call_set_agent (dsh_stage_call_t *call, const char *agent)
 {
-    if (agent)
-        json_object_set_new (s_rewrite (call), "agent", json_string (agent));
-    else
-        json_object_del (s_rewrite (call), "agent");
+    zstr_free (&call->new_agent);
+    call->change_agent = true;
+    call->new_agent = agent? strdup (agent): NULL;
 }
 
 void
 dsh_stage_call_set_meta (dsh_stage_call_t *call, const char *key, json_t *value)
 {
-    json_t *body = s_rewrite (call);
-    json_t *meta = json_object_get (body, "meta");
-    if (!json_is_object (meta)) {
-        meta = json_object ();
-        json_object_set_new (body, "meta", meta);
+    if (!call->stamps) {
+        call->stamps = zhashx_new ();
+        zhashx_set_destructor (call->stamps, (zhashx_destructor_fn *) zchunk_destroy);
     }
-    if (value)
-        json_object_set_new (meta, key, value);
-    else
-        json_object_del (meta, key);
+    //  An empty chunk stands for a removal
+    zchunk_t *packed = value? s_msgpack_of (value): zchunk_new (NULL, 0);
+    json_decref (value);
+    if (packed)
+        zhashx_update (call->stamps, key, packed);
 }
 
 void

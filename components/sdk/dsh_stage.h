@@ -226,12 +226,14 @@ int64_t
 bool
     dsh_stage_call_annotation (dsh_stage_call_t *call, const char *hint, bool fallback);
 
-//  The whole CALL body as JSON (caller owns).
+//  The whole CALL body as it came to this stage, as JSON (caller owns), for
+//  the edges (a hook process's input): not for rewriting.
 json_t *
     dsh_stage_call_json (dsh_stage_call_t *call);
 
-//  Rewrite the arguments (JSON, taken). The body is re-encoded once, when
-//  the call is passed.
+//  Rewrite the arguments (JSON, taken): an explicit rewrite, which every
+//  later stage and the tool see. Spliced into the body when the call is
+//  passed; every other byte of the body stays the caller's.
 void
     dsh_stage_call_set_arguments (dsh_stage_call_t *call, json_t *arguments);
 
@@ -239,7 +241,10 @@ void
 void
     dsh_stage_call_set_agent (dsh_stage_call_t *call, const char *agent);
 
-//  Set one meta entry (JSON value, taken); NULL value removes it.
+//  Set one meta entry (JSON value, taken); NULL value removes it. Spliced
+//  into meta when the call is passed (other meta entries keep their bytes);
+//  it counts against the message limit, and a call it would take over the
+//  limit is answered BAD_REQUEST instead of being passed.
 void
     dsh_stage_call_set_meta (dsh_stage_call_t *call, const char *key, json_t *value);
 
