@@ -495,13 +495,7 @@ s_control_answer (dsh_chain_t *self, zmsg_t **envelope_p, zchunk_t *id, bool ok,
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    uint32_t extra = 0;
-    for (uint32_t index = 0; reply && index < reply->via.map.size; index++) {
-        const msgpack_object *key = &reply->via.map.ptr [index].key;
-        if (!dsh_str_eq (key, "id") && !dsh_str_eq (key, "ok") && !dsh_str_eq (key, "message"))
-            extra++;
-    }
-    msgpack_pack_map (&packer.pk, 1 + (message != NULL) + (id != NULL) + extra);
+    dsh_packer_map_begin (&packer);
     if (id) {
         dsh_pack_cstr (&packer.pk, "id");
         dsh_packer_raw (&packer, zchunk_data (id), zchunk_size (id));
@@ -520,6 +514,7 @@ s_control_answer (dsh_chain_t *self, zmsg_t **envelope_p, zchunk_t *id, bool ok,
         msgpack_pack_false (&packer.pk);
     if (message)
         dsh_packer_kv_str (&packer, "message", message);
+    dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     self->host.control_reply (self->host.arg, envelope_p, &body);

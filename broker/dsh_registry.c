@@ -638,10 +638,12 @@ s_pack_id (msgpack_packer *pk, const msgpack_object *id)
     }
 }
 
-//  Replies to a request with a body packed by the caller: {id?, ...}.
+//  Replies to a request with a body the caller packed into a map it began
+//  with dsh_packer_map_begin: {id?, ...}.
 static void
 s_reply_packed (self_t *self, s_request_t *request, const char *command, dsh_packer_t *packer)
 {
+    dsh_packer_map_end (packer);
     zframe_t *body = dsh_packer_frame (packer);
     dsh_packer_release (packer);
     zmsg_t *envelope = s_route_zmsg (request->parts);
@@ -758,7 +760,7 @@ s_handle_hello (self_t *self, s_request_t *request)
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     msgpack_packer *pk = &packer.pk;
-    msgpack_pack_map (pk, 9 + (request->id != NULL) + slot);
+    dsh_packer_map_begin (&packer);
     if (slot) {
         dsh_pack_cstr (pk, "stage");
         msgpack_pack_map (pk, 2);
@@ -789,7 +791,7 @@ s_handle_ping (self_t *self, s_request_t *request)
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     msgpack_packer *pk = &packer.pk;
-    msgpack_pack_map (pk, 6 + (request->id != NULL));
+    dsh_packer_map_begin (&packer);
     s_pack_id (pk, request->id);
     dsh_packer_kv_str (&packer, "broker", self->broker_id);
     dsh_pack_cstr (pk, "uptimeMs");
@@ -810,7 +812,7 @@ s_handle_chain (self_t *self, s_request_t *request)
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 1 + (request->id != NULL));
+    dsh_packer_map_begin (&packer);
     s_pack_id (&packer.pk, request->id);
     dsh_pack_cstr (&packer.pk, "stages");
     dsh_chain_pack (self->chain, &packer.pk);
@@ -822,7 +824,7 @@ s_handle_list (self_t *self, s_request_t *request)
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 2 + (request->id != NULL));
+    dsh_packer_map_begin (&packer);
     s_pack_id (&packer.pk, request->id);
     dsh_pack_cstr (&packer.pk, "seq");
     msgpack_pack_uint64 (&packer.pk, dsh_catalog_seq (self->catalog));
@@ -836,7 +838,7 @@ s_handle_snapshot (self_t *self, s_request_t *request)
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 4 + (request->id != NULL));
+    dsh_packer_map_begin (&packer);
     s_pack_id (&packer.pk, request->id);
     dsh_pack_cstr (&packer.pk, "seq");
     msgpack_pack_uint64 (&packer.pk, dsh_catalog_seq (self->catalog));
@@ -854,7 +856,7 @@ s_handle_get (self_t *self, s_request_t *request)
     if (entry) {
         dsh_packer_t packer;
         dsh_packer_init (&packer);
-        msgpack_pack_map (&packer.pk, 2 + (request->id != NULL));
+        dsh_packer_map_begin (&packer);
         s_pack_id (&packer.pk, request->id);
         dsh_pack_cstr (&packer.pk, "tool");
         dsh_packer_raw (&packer, zchunk_data (entry), zchunk_size (entry));
@@ -1136,10 +1138,11 @@ s_handle_announce (self_t *self, dsh_presence_t *presence)
         zsys_warning ("dsh-broker: refused from component %s: %s", refusal->component, refusal->reason);
         dsh_packer_t packer;
         dsh_packer_init (&packer);
-        msgpack_pack_map (&packer.pk, 1 + (refusal->name != NULL));
+        dsh_packer_map_begin (&packer);
         if (refusal->name)
             dsh_packer_kv_str (&packer, "tool", refusal->name);
         dsh_packer_kv_str (&packer, "reason", refusal->reason);
+        dsh_packer_map_end (&packer);
         zframe_t *body = dsh_packer_frame (&packer);
         dsh_packer_release (&packer);
         s_send_work (self, refusal->component, DSH_REFUSED, NULL, &body);
