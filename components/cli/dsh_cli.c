@@ -1176,7 +1176,7 @@ s_approver_receive (approver_t *self)
         if (!self->terminal)
             s_approver_print ("resolved", body);
         if (s_approver_find (self, id))
-            zlistx_delete (self->open, NULL);
+            zlistx_delete (self->open, zlistx_cursor (self->open));
         if (self->terminal)
             s_terminal_resolved (self, id, json_string_value (json_object_get (body, "outcome")));
     }

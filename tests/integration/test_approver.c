@@ -6,7 +6,8 @@
     and `dsh approver`. An approver that exits, or is killed -9, is noticed:
     an ask afterwards is refused at once with `requires approval`, an ask
     it left open ends within a second or two, and `dsh pending` forgets it.
-    A request larger than 64 KiB still reaches the approver. On a terminal
+    A request larger than 64 KiB still reaches the approver; `y` answers
+    the latest request still open. On a terminal
     (a pseudo-terminal here) the approver shows the request and asks y/N.
     =========================================================================
 */
@@ -346,6 +347,50 @@ test_large_request_reaches_the_approver (void **state)
     s_refused_at_once (self);
 }
 
+//  Two requests open; the newer is decided elsewhere: `y` then answers the
+//  older, the latest still open (the approver must forget the one that
+//  closed, not another).
+static void
+test_y_answers_the_latest_still_open (void **state)
+{
+    rig_t *self = (rig_t *) *state;
+    int in [2];
+    assert_int_equal (pipe2 (in, O_CLOEXEC), 0);
+    dsh_testproc_t *approver = s_approver_start (self, NULL, in [0]);
+    close (in [0]);
+    char *older = NULL;
+    json_t *pending = s_ask_until_pending (self, approver, "older", "x", &older);
+    json_decref (pending);
+    char *newer = strdup (s_write (self, "newer", "x"));
+    char *line = dsh_testproc_wait_line (approver, "\"pending\"", 5000);
+    assert_non_null (line);
+    pending = json_loads (line, 0, NULL);
+    zstr_free (&line);
+    assert_string_equal (json_string_value (json_object_get (pending, "callId")), newer);
+    char *output = NULL;
+    const char *id = json_string_value (json_object_get (pending, "id"));
+    assert_int_equal (dsh_testkit_cli (self->endpoint, (const char *[]) { "deny", id, NULL }, CLI_WAIT_MS, &output), 0);
+    zstr_free (&output);
+    dsh_reply_t *reply = s_result (self, newer, 5000);
+    assert_string_equal (dsh_reply_text (reply), "Error: tool \"write_file\" was rejected by the approver");
+    dsh_reply_destroy (&reply);
+    line = dsh_testproc_wait_line (approver, "\"resolved\"", 5000);
+    assert_non_null (line);
+    assert_non_null (strstr (line, id));
+    zstr_free (&line);
+    json_decref (pending);
+
+    assert_int_equal (write (in [1], "y\n", 2), 2);
+    reply = s_result (self, older, 5000);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+    zstr_free (&older);
+    zstr_free (&newer);
+    close (in [1]);
+    assert_int_equal (dsh_testproc_wait (approver, 5000), 0);
+    dsh_testproc_destroy (&approver);
+}
+
 //  ---------------------------------------------------------------------
 //  On a terminal
 
@@ -483,6 +528,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_approver_killed_with_a_request_open, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_approver_killed_after_answering, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_large_request_reaches_the_approver, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_y_answers_the_latest_still_open, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_terminal_asks_y_or_n, s_setup, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
