@@ -882,11 +882,19 @@ s_approver_send (approver_t *self, const char *command, json_t *body)
     return rc;
 }
 
+//  Sends DECIDE; on a terminal, waits for its outcome before showing the
+//  next request (unless it could not be sent: then there is none to wait for).
 static void
 s_approver_decide (approver_t *self, const char *id, const char *outcome)
 {
     json_t *body = json_pack ("{s:s, s:s}", "id", id, "outcome", outcome);
-    s_approver_send (self, "DECIDE", body);
+    char *decided = strdup (id);
+    if (s_approver_send (self, "DECIDE", body) == 0 && self->terminal) {
+        zstr_free (&self->decided);
+        self->decided = decided;
+        decided = NULL;
+    }
+    zstr_free (&decided);
     json_decref (body);
 }
 
@@ -1065,7 +1073,6 @@ s_terminal_prompt (approver_t *self)
                 self->auto_outcome);
         fflush (stdout);
         free (safe_tool);
-        self->decided = strdup (id);
         s_approver_decide (self, id, self->auto_outcome);
         return;
     }
@@ -1230,10 +1237,6 @@ s_approver_command (approver_t *self, char *line)
         id = (char *) s_request_id (request);
     }
     bool allow = yes || (named && streq (verb, "allow"));
-    if (self->terminal) {
-        zstr_free (&self->decided);
-        self->decided = strdup (id);
-    }
     s_approver_decide (self, id, allow? "allow": "deny");
 }
 
