@@ -3,7 +3,8 @@
 
     Queries the registry, calls tools and watches changes, shows and steers
     the execution chain (plan mode, approvals), printing JSON on stdout and
-    one-line errors on stderr, so that scripts and tests can use it. Exit codes: 0 done, 1 the broker answered with an error (or the tool
+    one-line errors on stderr, so that scripts and tests can use it (only
+    `dsh approver` on a terminal talks to a person instead). Exit codes: 0 done, 1 the broker answered with an error (or the tool
     result has isError), 2 bad usage or bad JSON arguments, 3 no reply from
     the broker in time, 130 a call interrupted (Ctrl-C) whose cancel got no
     answer. Every wait is bounded by a timeout.
@@ -37,7 +38,11 @@
 #define CANCEL_WAIT_MS      2000        //  after Ctrl-C, how long call waits for the answer
 #define APPROVER_HELLO_MS   1000        //  the stage forgets an approver silent for 3 s
 #define APPROVER_POLL_MS    250
-#define APPROVALS_MAX_BYTES (64 * 1024) //  the stage drops anything larger
+#define APPROVER_STAGE_SILENT_MS 3000   //  the stage heartbeats every 0.5 s
+//  A PENDING carries the call's arguments whole, so it is as large as a
+//  call (the broker's max_message_bytes, 16 MiB by default): a smaller
+//  limit would cut the link on every large request and hide it for good
+#define APPROVER_MAX_MESSAGE (4 * DSH_MAX_MESSAGE_DEFAULT)
 #define STDIN_LINE_MAX      1024
 
 #define JSON_DOCUMENT       (JSON_INDENT (2) | JSON_PRESERVE_ORDER)
@@ -114,7 +119,8 @@ static const command_t s_commands [] = {
     { "approver", "approver [--stage NAME] [--auto allow|deny]",
       "be an approver: print each request and its resolution as a JSON line; decide from stdin\n"
       "(\"allow ID\", \"deny ID\", \"y\" or \"n\" for the latest request) or, with --auto, answer\n"
-      "every request alike; runs until interrupted or stdin ends", "stage auto", 0, 0, s_approver },
+      "every request alike; on a terminal, show each request readably and ask y/N for it;\n"
+      "runs until interrupted or stdin ends", "stage auto", 0, 0, s_approver },
 };
 
 #define COMMAND_COUNT (sizeof (s_commands) / sizeof (s_commands [0]))
@@ -828,11 +834,29 @@ s_pending (options_t *options)
 
 //  ---------------------------------------------------------------------
 //  The approver: a DEALER on a permission stage's approvals socket
+//
+//  Not on a terminal, it prints every request and outcome as a JSON line
+//  (scripts and tests read them) and takes decisions from stdin. On a
+//  terminal (stdin and stdout both), it shows one request at a time, oldest
+//  first, readably, and asks y/N for it.
+
+static void
+s_json_release (json_t **json_p)
+{
+    json_decref (*json_p);
+    *json_p = NULL;
+}
 
 typedef struct {
     zsock_t *dealer;
     const char *auto_outcome;   //  "allow", "deny", or NULL: decisions come from stdin
-    zlistx_t *open;             //  ids of requests seen and not yet resolved, oldest first
+    bool terminal;              //  readable requests and a y/N prompt
+    zlistx_t *open;             //  PENDING bodies (json_t) not yet resolved, oldest first
+    char *decided;              //  terminal: the id just decided, until its RESOLVED comes
+    char *shown;                //  terminal: the id whose details are on screen
+    bool prompting;             //  terminal: a prompt is on screen, its answer not yet typed
+    int64_t stage_heard;        //  last HEARTBEAT from the stage; 0 = none yet
+    bool stage_silent;          //  said so on stderr
     char line [STDIN_LINE_MAX]; //  stdin read so far, not yet a whole line
     size_t line_size;
     bool line_too_long;         //  dropping the rest of an overlong line
@@ -858,11 +882,19 @@ s_approver_send (approver_t *self, const char *command, json_t *body)
     return rc;
 }
 
+//  Sends DECIDE; on a terminal, waits for its outcome before showing the
+//  next request (unless it could not be sent: then there is none to wait for).
 static void
 s_approver_decide (approver_t *self, const char *id, const char *outcome)
 {
     json_t *body = json_pack ("{s:s, s:s}", "id", id, "outcome", outcome);
-    s_approver_send (self, "DECIDE", body);
+    char *decided = strdup (id);
+    if (s_approver_send (self, "DECIDE", body) == 0 && self->terminal) {
+        zstr_free (&self->decided);
+        self->decided = decided;
+        decided = NULL;
+    }
+    zstr_free (&decided);
     json_decref (body);
 }
 
@@ -874,6 +906,223 @@ s_approver_print (const char *event, json_t *body)
     json_object_update_missing (line, body);
     s_print (line, JSON_LINE);
     json_decref (line);
+}
+
+static const char *
+s_request_id (json_t *request)
+{
+    return json_string_value (json_object_get (request, "id"));
+}
+
+//  The open request with this id, made the list's cursor; NULL if none.
+static json_t *
+s_approver_find (approver_t *self, const char *id)
+{
+    for (json_t *request = (json_t *) zlistx_first (self->open); request;
+         request = (json_t *) zlistx_next (self->open))
+        if (streq (s_request_id (request), id))
+            return request;
+    return NULL;
+}
+
+//  --- The terminal view ---------------------------------------------------
+
+#define TERMINAL_STRING_MAX 1000    //  longer argument strings are shortened on screen
+
+//  Text as a terminal may show it: whatever could move the cursor, recolour
+//  the screen or reorder what is read (C0 and C1 controls, DEL, Unicode
+//  bidirectional controls) becomes a visible \uXXXX, so a request cannot
+//  disguise itself. keep_newlines lets a pretty-printed block keep its lines.
+static char *
+s_terminal_text (const char *text, bool keep_newlines)
+{
+    size_t size = strlen (text);
+    char *safe = (char *) malloc (size * 6 + 1);
+    assert (safe);
+    char *out = safe;
+    const unsigned char *in = (const unsigned char *) text;
+    for (size_t index = 0; index < size; ) {
+        unsigned int code = in [index];
+        size_t length = 1;
+        bool escape = code < 0x20 || code == 0x7f;
+        if (code == 0xc2 && index + 1 < size && in [index + 1] >= 0x80 && in [index + 1] <= 0x9f) {
+            code = in [index + 1];
+            length = 2;
+            escape = true;
+        }
+        else
+        if (code == 0xe2 && index + 2 < size
+        &&  (in [index + 1] & 0xc0) == 0x80 && (in [index + 2] & 0xc0) == 0x80) {
+            unsigned int candidate = 0x2000u | ((in [index + 1] & 0x3fu) << 6) | (in [index + 2] & 0x3fu);
+            if (candidate == 0x200e || candidate == 0x200f || (candidate >= 0x202a && candidate <= 0x202e)
+            ||  (candidate >= 0x2066 && candidate <= 0x2069)) {
+                code = candidate;
+                length = 3;
+                escape = true;
+            }
+        }
+        if (keep_newlines && code == '\n')
+            escape = false;
+        if (escape)
+            out += sprintf (out, "\\u%04x", code);
+        else {
+            memcpy (out, in + index, length);
+            out += length;
+        }
+        index += length;
+    }
+    *out = 0;
+    return safe;
+}
+
+//  A copy of value with every string longer than TERMINAL_STRING_MAX bytes
+//  cut (at a character boundary) and marked. Sets *shortened if any was.
+static json_t *
+s_terminal_shorten (json_t *value, bool *shortened)
+{
+    if (json_is_string (value) && json_string_length (value) > TERMINAL_STRING_MAX) {
+        const char *text = json_string_value (value);
+        size_t cut = TERMINAL_STRING_MAX;
+        while (cut > 0 && ((unsigned char) text [cut] & 0xc0) == 0x80)
+            cut--;
+        char *head = zsys_sprintf ("%.*s... [%zu more bytes]", (int) cut, text, json_string_length (value) - cut);
+        json_t *copy = json_string (head);
+        zstr_free (&head);
+        *shortened = true;
+        return copy;
+    }
+    if (json_is_object (value)) {
+        json_t *copy = json_object ();
+        const char *key;
+        json_t *member;
+        json_object_foreach (value, key, member)
+            json_object_set_new (copy, key, s_terminal_shorten (member, shortened));
+        return copy;
+    }
+    if (json_is_array (value)) {
+        json_t *copy = json_array ();
+        size_t index;
+        json_t *member;
+        json_array_foreach (value, index, member)
+            json_array_append_new (copy, s_terminal_shorten (member, shortened));
+        return copy;
+    }
+    return json_incref (value);
+}
+
+//  One labelled line; value shown as the terminal may.
+static void
+s_terminal_field (const char *label, const char *value)
+{
+    char *safe = s_terminal_text (value, false);
+    printf ("  %-10s %s\n", label, safe);
+    free (safe);
+}
+
+//  Starts a line of our own even if a prompt is waiting for its answer.
+static void
+s_terminal_break (approver_t *self)
+{
+    if (self->prompting)
+        putchar ('\n');
+    self->prompting = false;
+}
+
+//  Shows the oldest open request (once) and asks for it; nothing while a
+//  decision awaits its outcome, or nothing is open.
+static void
+s_terminal_prompt (approver_t *self)
+{
+    json_t *request = (json_t *) zlistx_first (self->open);
+    if (self->decided || !request || self->prompting)
+        return;
+    const char *id = s_request_id (request);
+    const char *tool = json_string_value (json_object_get (request, "tool"));
+    const char *agent = json_string_value (json_object_get (request, "agent"));
+    char *safe_tool = s_terminal_text (tool? tool: "?", false);
+    if (!self->shown || !streq (self->shown, id)) {
+        zstr_free (&self->shown);
+        self->shown = strdup (id);
+        printf ("\nrequest %s\n", id);
+        s_terminal_field ("tool", tool? tool: "?");
+        if (agent)
+            s_terminal_field ("agent", agent);
+        const char *call_id = json_string_value (json_object_get (request, "callId"));
+        if (call_id)
+            s_terminal_field ("call", call_id);
+        bool shortened = false;
+        json_t *arguments = s_terminal_shorten (json_object_get (request, "arguments"), &shortened);
+        char *pretty = json_dumps (arguments, JSON_INDENT (2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+        json_decref (arguments);
+        char *safe = s_terminal_text (pretty? pretty: "null", true);
+        printf ("  arguments\n");
+        for (char *line = safe, *next; line; line = next) {
+            next = strchr (line, '\n');
+            if (next)
+                *next++ = 0;
+            printf ("    %s\n", line);
+        }
+        if (shortened)
+            printf ("  (long strings shortened here; `dsh pending` shows them whole)\n");
+        free (safe);
+        free (pretty);
+    }
+    size_t waiting = zlistx_size (self->open) - 1;
+    if (self->auto_outcome) {
+        printf ("-> %s (--auto %s)\n", streq (self->auto_outcome, "allow")? "allowing": "denying",
+                self->auto_outcome);
+        fflush (stdout);
+        free (safe_tool);
+        s_approver_decide (self, id, self->auto_outcome);
+        return;
+    }
+    if (waiting)
+        printf ("(%zu more waiting) ", waiting);
+    if (agent) {
+        char *safe_agent = s_terminal_text (agent, false);
+        printf ("Allow %s for %s? [y/N] ", safe_tool, safe_agent);
+        free (safe_agent);
+    }
+    else
+        printf ("Allow %s? [y/N] ", safe_tool);
+    fflush (stdout);
+    free (safe_tool);
+    self->prompting = true;
+}
+
+static const char *
+s_terminal_outcome (const char *outcome)
+{
+    if (streq (outcome, "allowed"))
+        return "allowed";
+    if (streq (outcome, "rejected"))
+        return "rejected";
+    if (streq (outcome, "cancelled"))
+        return "cancelled by the caller";
+    if (streq (outcome, "unavailable"))
+        return "closed: no decision in time, or no approver left";
+    return outcome;
+}
+
+//  --- Messages and input ----------------------------------------------------
+
+//  A request closed, by us or anyone: say so on a terminal if we showed it
+//  or decided it, and show the next.
+static void
+s_terminal_resolved (approver_t *self, const char *id, const char *outcome)
+{
+    bool ours = self->decided && streq (self->decided, id);
+    bool on_screen = self->shown && streq (self->shown, id);
+    if (ours || on_screen) {
+        s_terminal_break (self);
+        printf ("-> %s %s%s\n", id, s_terminal_outcome (outcome? outcome: "?"),
+                ours? "": " (decided elsewhere)");
+    }
+    if (ours)
+        zstr_free (&self->decided);
+    if (on_screen)
+        zstr_free (&self->shown);
+    s_terminal_prompt (self);
 }
 
 //  Handles one message from the stage.
@@ -901,51 +1150,93 @@ s_approver_receive (approver_t *self)
         return;
     }
     const char *id = json_string_value (json_object_get (body, "id"));
+    if (streq (command, "HEARTBEAT")) {
+        if (self->stage_silent)
+            fprintf (stderr, "dsh: the stage is back\n");
+        self->stage_heard = zclock_mono ();
+        self->stage_silent = false;
+    }
+    else
     if (streq (command, "PENDING") && id) {
-        s_approver_print ("pending", body);
-        if (self->auto_outcome)
-            s_approver_decide (self, id, self->auto_outcome);
-        else
-        if (!zlistx_find (self->open, (void *) id))
-            zlistx_add_end (self->open, (void *) id);
+        bool known = s_approver_find (self, id) != NULL;
+        if (!known)
+            zlistx_add_end (self->open, json_incref (body));
+        if (!self->terminal) {
+            s_approver_print ("pending", body);
+            if (self->auto_outcome)
+                s_approver_decide (self, id, self->auto_outcome);
+        }
+        else {
+            if (!known && self->prompting) {
+                //  Another request while one is asked for: say so, ask again
+                s_terminal_break (self);
+                const char *tool = json_string_value (json_object_get (body, "tool"));
+                char *safe_tool = s_terminal_text (tool? tool: "?", false);
+                printf ("(request %s for %s is waiting too)\n", id, safe_tool);
+                free (safe_tool);
+            }
+            s_terminal_prompt (self);
+        }
     }
     else
     if (streq (command, "RESOLVED") && id) {
-        s_approver_print ("resolved", body);
-        if (zlistx_find (self->open, (void *) id))
-            zlistx_delete (self->open, NULL);
+        if (!self->terminal)
+            s_approver_print ("resolved", body);
+        if (s_approver_find (self, id))
+            zlistx_delete (self->open, zlistx_cursor (self->open));
+        if (self->terminal)
+            s_terminal_resolved (self, id, json_string_value (json_object_get (body, "outcome")));
     }
     else
     if (streq (command, DSH_ERROR)) {
         const char *message = json_string_value (json_object_get (body, "message"));
+        if (self->terminal)
+            s_terminal_break (self);
         fprintf (stderr, "dsh: the stage says: %s\n", message? message: "error");
+        //  A decision the stage refused leaves nothing to wait for
+        zstr_free (&self->decided);
+        if (self->terminal)
+            s_terminal_prompt (self);
     }
     json_decref (body);
 }
 
-//  Acts on one line from stdin: "allow ID", "deny ID", "y", "n".
+//  Acts on one line from stdin: "allow ID", "deny ID", "y", "n"; on a
+//  terminal also "yes", "no" and an empty line (no) for the request shown.
 static void
 s_approver_command (approver_t *self, char *line)
 {
+    self->prompting = false;
     char *verb = strtok (line, " \t\r");
     char *id = verb? strtok (NULL, " \t\r"): NULL;
     char *extra = id? strtok (NULL, " \t\r"): NULL;
-    if (!verb)
+    bool yes = verb && (streq (verb, "y") || streq (verb, "Y") || (self->terminal && streq (verb, "yes")));
+    bool no = !verb? self->terminal: streq (verb, "n") || streq (verb, "N") || (self->terminal && streq (verb, "no"));
+    bool named = verb && (streq (verb, "allow") || streq (verb, "deny"));
+    if (!verb && !no)
         return;                         //  an empty line
-    bool latest = streq (verb, "y") || streq (verb, "n");
-    bool named = streq (verb, "allow") || streq (verb, "deny");
-    if ((latest && id) || (named && (!id || extra)) || (!latest && !named)) {
-        fprintf (stderr, "dsh: say \"allow ID\", \"deny ID\", \"y\" or \"n\"\n");
+    if (((yes || no) && id) || (named && (!id || extra)) || (!yes && !no && !named)) {
+        if (self->terminal && zlistx_size (self->open) == 0)
+            fprintf (stderr, "dsh: no request is pending\n");
+        else
+            fprintf (stderr, self->terminal? "dsh: answer y or n (or \"allow ID\", \"deny ID\")\n"
+                                           : "dsh: say \"allow ID\", \"deny ID\", \"y\" or \"n\"\n");
+        if (self->terminal)
+            s_terminal_prompt (self);
         return;
     }
-    if (latest) {
-        id = (char *) zlistx_last (self->open);
-        if (!id) {
-            fprintf (stderr, "dsh: no request is pending\n");
+    if (yes || no) {
+        //  On a terminal the answer is for the request shown; in a pipe,
+        //  for the latest
+        json_t *request = (json_t *) (self->terminal? zlistx_first (self->open): zlistx_last (self->open));
+        if (!request || (self->terminal && self->decided)) {
+            if (!request && verb)
+                fprintf (stderr, "dsh: no request is pending\n");
             return;
         }
+        id = (char *) s_request_id (request);
     }
-    bool allow = streq (verb, "y") || streq (verb, "allow");
+    bool allow = yes || (named && streq (verb, "allow"));
     s_approver_decide (self, id, allow? "allow": "deny");
 }
 
@@ -979,6 +1270,21 @@ s_approver_stdin (approver_t *self)
     }
 }
 
+//  The stage heartbeats; say on stderr when it falls silent (a broker
+//  restarted binds a new approvals port: this approver reaches nobody).
+static void
+s_approver_check_stage (approver_t *self)
+{
+    if (self->stage_heard && !self->stage_silent
+    &&  zclock_mono () - self->stage_heard > APPROVER_STAGE_SILENT_MS) {
+        self->stage_silent = true;
+        if (self->terminal)
+            s_terminal_break (self);
+        fprintf (stderr, "dsh: the stage has been silent for %d s; is the broker still running?\n",
+                 APPROVER_STAGE_SILENT_MS / 1000);
+    }
+}
+
 static int
 s_approver (options_t *options)
 {
@@ -994,11 +1300,15 @@ s_approver (options_t *options)
         fprintf (stderr, "dsh: stage \"%s\" has no approvals endpoint\n", stage);
         return EXIT_TOOL_ERROR;
     }
-    approver_t self = { .auto_outcome = options->auto_outcome };
+    approver_t self = {
+        .auto_outcome = options->auto_outcome,
+        .terminal = isatty (STDIN_FILENO) && isatty (STDOUT_FILENO)
+    };
     self.dealer = zsock_new (ZMQ_DEALER);
     assert (self.dealer);
-    dsh_sock_limit (self.dealer, APPROVALS_MAX_BYTES, 1000);
-    //  Give a decision made just before stdin ends the time to leave
+    dsh_sock_limit (self.dealer, APPROVER_MAX_MESSAGE, 1000);
+    //  Give a decision made just before stdin ends, and the goodbye, the
+    //  time to leave
     zsock_set_linger (self.dealer, 1000);
     if (zsock_connect (self.dealer, "%s", endpoint)) {
         fprintf (stderr, "dsh: cannot connect to the approvals socket at %s\n", endpoint);
@@ -1008,9 +1318,9 @@ s_approver (options_t *options)
     }
     zstr_free (&endpoint);
     self.open = zlistx_new ();
-    zlistx_set_duplicator (self.open, (czmq_duplicator *) strdup);
-    zlistx_set_destructor (self.open, (czmq_destructor *) zstr_free);
-    zlistx_set_comparator (self.open, (czmq_comparator *) strcmp);
+    zlistx_set_destructor (self.open, (czmq_destructor *) s_json_release);
+    if (self.terminal)
+        printf ("Waiting for requests to approve (stage \"%s\"); Ctrl-C or Ctrl-D ends.\n", stage);
 
     //  zpoller takes no file descriptors, so stdin needs zmq_poll
     zmq_pollitem_t items [] = {
@@ -1026,6 +1336,7 @@ s_approver (options_t *options)
             s_approver_send (&self, "APPROVER", hello);
             next_hello = now + APPROVER_HELLO_MS;
         }
+        s_approver_check_stage (&self);
         int64_t wait_ms = next_hello - now;
         if (wait_ms > APPROVER_POLL_MS)
             wait_ms = APPROVER_POLL_MS;
@@ -1040,8 +1351,14 @@ s_approver (options_t *options)
         if (rc > 0 && item_count > 1 && (items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
             s_approver_stdin (&self);
     }
+    //  Leaving on purpose: the stage stops counting on us now, not 3 s later
+    s_approver_send (&self, "GOODBYE", hello);
+    if (self.terminal)
+        s_terminal_break (&self);
     json_decref (hello);
     zlistx_destroy (&self.open);
+    zstr_free (&self.decided);
+    zstr_free (&self.shown);
     zsock_destroy (&self.dealer);
     return exit_code;
 }

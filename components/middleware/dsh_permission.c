@@ -2,12 +2,22 @@
     dsh_permission - the permission middleware: allow, deny or ask a human
 
     The policy (rules, default) is plain data with a pure decide, so unit
-    tests need no sockets. The stage around it keeps the approvers it has
-    heard from lately and the asks still open, each holding a deferred call
-    and a timer for approval_timeout_ms.
+    tests need no sockets; so is the rule for when an ask closes. The stage
+    around it keeps the approvers it has heard from lately and the asks
+    still open, each holding a deferred call and a timer that closes it
+    before the call's deadline and within approval_timeout_ms.
+
+    An approver counts as present only while it can be reached: the
+    approvals ROUTER is mandatory, so a send to an approver whose
+    connection is gone fails at once (EHOSTUNREACH) and the approver is
+    dropped. The stage probes every approver with HEARTBEAT twice a second,
+    drops one silent for 3 s (a host that vanished closes no connection),
+    and drops one that says GOODBYE. When the last approver goes, every
+    open ask is closed: nobody is left to answer it.
     =========================================================================
 */
 
+#include <errno.h>
 #include <fnmatch.h>
 
 #include "dsh_permission.h"
@@ -15,11 +25,16 @@
 #include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_settings.h"
+#include "dsh_sock.h"
 
 #define APPROVAL_TIMEOUT_DEFAULT_MS 120000
-#define APPROVER_HEARTBEAT_MS       1000
-#define APPROVER_EXPIRY_MS          3000
+#define APPROVER_PROBE_MS           500         //  HEARTBEAT to approvers, and expiry
+#define APPROVER_EXPIRY_MS          3000        //  approvers say APPROVER every 1 s
 #define APPROVALS_MAX_MESSAGE       (64 * 1024)
+//  An ask closes this much before the call's deadline (at most a quarter
+//  of the time left), so that the caller hears why before the broker's
+//  TIMEOUT
+#define DEADLINE_MARGIN_MS          250
 
 //  --- The policy ----------------------------------------------------------
 
@@ -259,6 +274,25 @@ dsh_approval_outcome_name (dsh_approval_outcome_t outcome)
     return "unavailable";
 }
 
+int64_t
+dsh_permission_ask_closes_at (int64_t now, int64_t deadline, int timeout_ms, bool *by_deadline)
+{
+    assert (by_deadline);
+    int64_t closes_at = now + (timeout_ms > 0? timeout_ms: 0);
+    *by_deadline = false;
+    if (deadline) {
+        int64_t left = deadline - now;
+        int64_t margin = left / 4 < DEADLINE_MARGIN_MS? left / 4: DEADLINE_MARGIN_MS;
+        if (margin < 0)
+            margin = 0;
+        if (deadline - margin <= closes_at) {
+            closes_at = deadline - margin;
+            *by_deadline = true;
+        }
+    }
+    return closes_at;
+}
+
 //  --- The stage -----------------------------------------------------------
 
 typedef struct {
@@ -273,6 +307,7 @@ typedef struct {
 typedef struct {
     zframe_t *identity;
     int64_t last_heard;         //  zclock_mono
+    bool gone;                  //  unreachable or silent: s_approvers_sweep forgets it
 } s_approver_t;
 
 typedef struct {
@@ -281,6 +316,7 @@ typedef struct {
     char *tool;
     json_t *summary;            //  {id, callId, tool, agent?, arguments}
     int timer_id;               //  -1 once fired
+    bool by_deadline;           //  the timer is the call's deadline, not approval_timeout_ms
     void *owner;                //  the self_t, for the timer
 } s_request_t;
 
@@ -330,8 +366,10 @@ s_on_destroy (void *arg)
     s_self_destroy (&self);
 }
 
-//  Send one message COMMAND BODY to the approver at identity.
-static void
+//  Send one message COMMAND BODY to the approver at identity, never
+//  blocking. Returns 0, or -1 with errno: EHOSTUNREACH if the approver's
+//  connection is gone, EAGAIN if it has stopped reading.
+static int
 s_send (self_t *self, zframe_t *identity, const char *command, const json_t *body)
 {
     zmsg_t *envelope = zmsg_new ();
@@ -339,27 +377,55 @@ s_send (self_t *self, zframe_t *identity, const char *command, const json_t *bod
     zmsg_t *msg = dsh_proto_message (&envelope, command);
     dsh_packer_t packer;
     dsh_packer_init (&packer);
+    int rc = -1;
     if (dsh_json_to_msgpack (&packer.pk, body) == 0) {
         zframe_t *frame = dsh_packer_frame (&packer);
         zmsg_append (msg, &frame);
-        zmsg_send (&msg, self->approvals);
+        rc = dsh_sock_send (self->approvals, &msg);
     }
+    else
+        errno = EINVAL;
+    int saved_errno = errno;
     dsh_packer_release (&packer);
     zmsg_destroy (&msg);
+    errno = saved_errno;
+    return rc;
 }
 
+//  Forget the approvers marked gone (not during a walk over them).
 static void
+s_approvers_sweep (self_t *self)
+{
+    zlistx_t *keys = zhashx_keys (self->approvers);
+    assert (keys);
+    for (const char *key = (const char *) zlistx_first (keys); key; key = (const char *) zlistx_next (keys))
+        if (((s_approver_t *) zhashx_lookup (self->approvers, key))->gone)
+            zhashx_delete (self->approvers, key);
+    zlistx_destroy (&keys);
+}
+
+//  Send to every approver; forget those whose connection is gone. Returns
+//  how many took the message.
+static size_t
 s_broadcast (self_t *self, const char *command, const json_t *body)
 {
+    size_t reached = 0;
     for (s_approver_t *approver = (s_approver_t *) zhashx_first (self->approvers); approver;
-         approver = (s_approver_t *) zhashx_next (self->approvers))
-        s_send (self, approver->identity, command, body);
+         approver = (s_approver_t *) zhashx_next (self->approvers)) {
+        if (s_send (self, approver->identity, command, body) == 0)
+            reached++;
+        else
+        if (errno == EHOSTUNREACH)
+            approver->gone = true;
+    }
+    s_approvers_sweep (self);
+    return reached;
 }
 
 //  Finish an open ask: resume or answer its call, tell the approvers, and
-//  forget it.
+//  forget it. why says, for UNAVAILABLE, why nobody decided.
 static void
-s_request_resolve (self_t *self, s_request_t *request, dsh_approval_outcome_t outcome)
+s_request_resolve (self_t *self, s_request_t *request, dsh_approval_outcome_t outcome, const char *why)
 {
     if (request->timer_id != -1)
         zloop_timer_end (dsh_stage_loop (self->stage), request->timer_id);
@@ -376,8 +442,8 @@ s_request_resolve (self_t *self, s_request_t *request, dsh_approval_outcome_t ou
         dsh_stage_call_answer_error (request->call, DSH_E_CANCELLED, "tool \"%s\" was cancelled while awaiting approval",
                                      request->tool);
     else
-        dsh_stage_call_answer_error (request->call, DSH_E_DENIED,
-                                     "tool \"%s\" requires approval (approval unavailable)", request->tool);
+        dsh_stage_call_answer_error (request->call, DSH_E_DENIED, "tool \"%s\" requires approval (%s)",
+                                     request->tool, why? why: "approval unavailable");
     dsh_stage_resume (self->stage, request->call, verdict);
 
     json_t *resolved = json_pack ("{s:s, s:s}", "id", request->id,
@@ -387,12 +453,16 @@ s_request_resolve (self_t *self, s_request_t *request, dsh_approval_outcome_t ou
     zhashx_delete (self->pending, request->id);
 }
 
+//  With no approver left, nobody can answer the asks still open: close
+//  them now rather than at their deadlines.
 static void
-s_resolve_all (self_t *self, dsh_approval_outcome_t outcome)
+s_close_abandoned (self_t *self)
 {
+    if (zhashx_size (self->approvers) > 0)
+        return;
     s_request_t *request;
     while ((request = (s_request_t *) zhashx_first (self->pending)))
-        s_request_resolve (self, request, outcome);
+        s_request_resolve (self, request, DSH_APPROVAL_UNAVAILABLE, "every approver went away before deciding");
 }
 
 //  Decide an open ask as an approver would. Returns the outcome, or -1 if
@@ -404,35 +474,36 @@ s_decide (self_t *self, const char *id, bool allow)
     if (!request)
         return -1;
     dsh_approval_outcome_t outcome = allow? DSH_APPROVAL_ALLOWED: DSH_APPROVAL_REJECTED;
-    s_request_resolve (self, request, outcome);
+    s_request_resolve (self, request, outcome, NULL);
     return (int) outcome;
 }
 
-//  Forget approvers not heard from lately; if the last one went while asks
-//  were open, nobody can answer them.
+//  Forget approvers not heard from lately: a host that vanished closes no
+//  connection, so only its silence tells.
 static void
 s_approvers_expire (self_t *self)
 {
     int64_t now = zclock_mono ();
-    zlistx_t *gone = zlistx_new ();
-    assert (gone);
     for (s_approver_t *approver = (s_approver_t *) zhashx_first (self->approvers); approver;
          approver = (s_approver_t *) zhashx_next (self->approvers))
         if (now - approver->last_heard > APPROVER_EXPIRY_MS)
-            zlistx_add_end (gone, (void *) zhashx_cursor (self->approvers));
-    for (const char *key = (const char *) zlistx_first (gone); key; key = (const char *) zlistx_next (gone))
-        zhashx_delete (self->approvers, key);
-    zlistx_destroy (&gone);
-    if (zhashx_size (self->approvers) == 0 && zhashx_size (self->pending) > 0)
-        s_resolve_all (self, DSH_APPROVAL_UNAVAILABLE);
+            approver->gone = true;
+    s_approvers_sweep (self);
 }
 
+//  Expire the silent, probe the rest (the send tells whether each is still
+//  connected), and close asks nobody is left to answer.
 static int
-s_expiry_timer (zloop_t *loop, int timer_id, void *arg)
+s_probe_timer (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
-    s_approvers_expire ((self_t *) arg);
+    self_t *self = (self_t *) arg;
+    s_approvers_expire (self);
+    json_t *empty = json_object ();
+    s_broadcast (self, "HEARTBEAT", empty);
+    json_decref (empty);
+    s_close_abandoned (self);
     return 0;
 }
 
@@ -498,6 +569,12 @@ s_handle_approvals (zloop_t *loop, zsock_t *reader, void *arg)
     s_approver_t *approver = (s_approver_t *) zhashx_lookup (self->approvers, key);
     if (rc)
         s_send_error (self, identity, reason);
+    else
+    if (streq (command, "GOODBYE")) {
+        //  A clean exit is known at once, not 3 s later
+        zhashx_delete (self->approvers, key);
+        s_close_abandoned (self);
+    }
     else {
         bool fresh = !approver;
         if (fresh) {
@@ -533,10 +610,17 @@ s_request_timer (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     s_request_t *request = (s_request_t *) arg;
+    self_t *self = (self_t *) request->owner;
     //  A one-shot timer is gone once it fired: ending it again could end
     //  another timer that reused its id
     request->timer_id = -1;
-    s_request_resolve ((self_t *) request->owner, request, DSH_APPROVAL_UNAVAILABLE);
+    char why [96];
+    if (request->by_deadline)
+        snprintf (why, sizeof (why), "no decision came before the call's deadline");
+    else
+        snprintf (why, sizeof (why), "no decision within %d ms",
+                  dsh_permission_policy_approval_timeout_ms (self->policy));
+    s_request_resolve (self, request, DSH_APPROVAL_UNAVAILABLE, why);
     return 0;
 }
 
@@ -558,9 +642,10 @@ s_request_id (self_t *self)
     }
 }
 
-//  Hold the call and put it to the approvers.
-static void
-s_request_open (self_t *self, dsh_stage_call_t *call)
+//  Put the call to the approvers and hold it until closes_at. Returns
+//  false, holding nothing, if no approver took the request.
+static bool
+s_request_open (self_t *self, dsh_stage_call_t *call, int64_t closes_at, bool by_deadline)
 {
     s_request_t *request = (s_request_t *) zmalloc (sizeof (s_request_t));
     assert (request);
@@ -568,6 +653,8 @@ s_request_open (self_t *self, dsh_stage_call_t *call)
     request->id = s_request_id (self);
     request->call = call;
     request->tool = strdup (dsh_stage_call_name (call));
+    request->timer_id = -1;
+    request->by_deadline = by_deadline;
     const msgpack_object *arguments = dsh_stage_call_arguments (call);
     json_t *arguments_json = arguments? dsh_json_from_msgpack (arguments): NULL;
     //  json_string refuses text that is not UTF-8: such a field is left out
@@ -581,11 +668,15 @@ s_request_open (self_t *self, dsh_stage_call_t *call)
     if (agent)
         json_object_set_new (request->summary, "agent", json_string (agent));
     json_object_set_new (request->summary, "arguments", arguments_json? arguments_json: json_null ());
-    request->timer_id = zloop_timer (dsh_stage_loop (self->stage),
-                                     (size_t) dsh_permission_policy_approval_timeout_ms (self->policy), 1,
+    if (s_broadcast (self, "PENDING", request->summary) == 0) {
+        s_request_destroy (&request);
+        return false;
+    }
+    int64_t delay = closes_at - zclock_mono ();
+    request->timer_id = zloop_timer (dsh_stage_loop (self->stage), (size_t) (delay > 0? delay: 0), 1,
                                      s_request_timer, request);
     zhashx_insert (self->pending, request->id, request);
-    s_broadcast (self, "PENDING", request->summary);
+    return true;
 }
 
 static dsh_stage_verdict_t
@@ -602,12 +693,25 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
         dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" is denied by policy", tool);
         return DSH_STAGE_ANSWER;
     }
+    int64_t now = zclock_mono ();
+    bool by_deadline = false;
+    int64_t closes_at = dsh_permission_ask_closes_at (now, dsh_stage_call_deadline (call),
+                                                      dsh_permission_policy_approval_timeout_ms (self->policy),
+                                                      &by_deadline);
+    if (closes_at <= now) {
+        dsh_stage_call_answer_error (call, DSH_E_DENIED,
+                                     "tool \"%s\" requires approval (no decision came before the call's deadline)",
+                                     tool);
+        return DSH_STAGE_ANSWER;
+    }
     s_approvers_expire (self);
-    if (zhashx_size (self->approvers) == 0) {
+    if (zhashx_size (self->approvers) == 0 || !s_request_open (self, call, closes_at, by_deadline)) {
+        //  Sending found every approver gone: asks already open are as
+        //  lost as this one
+        s_close_abandoned (self);
         dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" requires approval", tool);
         return DSH_STAGE_ANSWER;
     }
-    s_request_open (self, call);
     return DSH_STAGE_DEFER;
 }
 
@@ -668,7 +772,7 @@ s_on_cancel (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     self_t *self = (self_t *) arg;
     for (s_request_t *request = zhashx_first (self->pending); request; request = zhashx_next (self->pending))
         if (request->call == call) {
-            s_request_resolve (self, request, DSH_APPROVAL_CANCELLED);
+            s_request_resolve (self, request, DSH_APPROVAL_CANCELLED, NULL);
             break;
         }
 }
@@ -681,7 +785,7 @@ s_on_init (dsh_stage_t *stage, void *arg)
     zloop_t *loop = dsh_stage_loop (stage);
     if (zloop_reader (loop, self->approvals, s_handle_approvals, self))
         zsys_error ("%s: cannot read the approvals socket", dsh_stage_name (stage));
-    zloop_timer (loop, APPROVER_HEARTBEAT_MS, 0, s_expiry_timer, self);
+    zloop_timer (loop, APPROVER_PROBE_MS, 0, s_probe_timer, self);
 }
 
 int
@@ -712,6 +816,9 @@ dsh_permission_setup (zconfig_t *settings, const dsh_middleware_context_t *conte
     assert (self->approvals);
     zsock_set_linger (self->approvals, 0);
     zsock_set_maxmsgsize (self->approvals, APPROVALS_MAX_MESSAGE);
+    //  A send to an approver that is gone fails instead of vanishing: that
+    //  is how a killed approver is noticed without waiting for its silence
+    zsock_set_router_mandatory (self->approvals, 1);
     if (zsock_bind (self->approvals, "%s", approvals) == -1) {
         snprintf (error, error_size, "approvals: cannot bind \"%s\": %s", approvals, zmq_strerror (zmq_errno ()));
         s_self_destroy (&self);

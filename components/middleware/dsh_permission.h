@@ -16,12 +16,15 @@
         approval_timeout_ms = 120000        how long an ask waits
 
     deny answers DENIED `tool "X" is denied by policy`. ask holds the call
-    (no thread, no other call waits) and sends it to every live approver;
+    (no thread, no other call waits) and sends it to every approver present;
     the first decision wins: allowed -> the call goes on; rejected ->
-    DENIED `tool "X" was rejected by the approver`. With no live approver
-    the call is DENIED `tool "X" requires approval` at once; if none decides
-    within approval_timeout_ms, or every approver leaves, it is DENIED
-    `tool "X" requires approval (approval unavailable)`.
+    DENIED `tool "X" was rejected by the approver`. With no approver
+    present (none connected, or none the request could be sent to) the
+    call is DENIED `tool "X" requires approval` at once. An open ask is
+    DENIED `tool "X" requires approval (<why>)` when nobody decides: every
+    approver went away, no decision within approval_timeout_ms, or none
+    came before the call's deadline (it closes a little before it, so the
+    caller hears why instead of a TIMEOUT).
 
     Approvers (`dsh approver`) speak on a DEALER connected to the approvals
     ROUTER, frames "" "DSH1" COMMAND BODY (msgpack map):
@@ -29,11 +32,15 @@
         approver -> stage   APPROVER {}                 hello; heartbeat every
                                                         1 s; silent 3 s = gone
                             DECIDE {id, outcome}        outcome "allow" | "deny"
+                            GOODBYE {}                  leaving: gone at once
         stage -> approver   PENDING {id, callId, tool, agent?, arguments}
                                                         on ask, and every request
                                                         still open on hello
                             RESOLVED {id, outcome}      allowed | rejected |
                                                         unavailable | cancelled
+                            HEARTBEAT {}                every 0.5 s; a probe: an
+                                                        approver whose connection
+                                                        is gone is dropped at once
                             ERROR {code, message}       a DECIDE for no open
                                                         request, a bad message
 
@@ -115,6 +122,13 @@ const char *
 //  "allowed", "rejected", "cancelled" or "unavailable".
 const char *
     dsh_approval_outcome_name (dsh_approval_outcome_t outcome);
+
+//  When an ask opened at now closes if nobody decides (times on
+//  zclock_mono's clock): timeout_ms after now, or a little before the
+//  call's deadline (0: unknown), whichever comes first; *by_deadline says
+//  which. A time <= now means there is no time left to ask.
+int64_t
+    dsh_permission_ask_closes_at (int64_t now, int64_t deadline, int timeout_ms, bool *by_deadline);
 
 //  Set up a permission stage (see dsh_middleware_setup).
 int

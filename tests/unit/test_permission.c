@@ -1,7 +1,8 @@
 /*  =========================================================================
     test_permission - dsh_permission: rules from ZPL, deny > ask > allow,
-    globs on tool and agent, the default action, and the stage's control
-    commands that need no call (approvals, pending, approve/deny unknown)
+    globs on tool and agent, the default action, when an ask closes (its
+    timeout or the call's deadline), and the stage's control commands that
+    need no call (approvals, pending, approve/deny unknown)
     =========================================================================
 */
 
@@ -199,6 +200,51 @@ test_names (void **state)
     assert_string_equal (dsh_approval_outcome_name (DSH_APPROVAL_UNAVAILABLE), "unavailable");
 }
 
+//  An ask closes within approval_timeout_ms, and a little before the
+//  call's deadline when that comes first, so that the caller hears why
+//  before the broker's TIMEOUT.
+static void
+test_ask_closes_before_deadline (void **state)
+{
+    (void) state;
+    const int64_t now = 1000000;
+    bool by_deadline = true;
+
+    //  No deadline known: the stage's own timeout alone
+    assert_int_equal (dsh_permission_ask_closes_at (now, 0, 120000, &by_deadline), now + 120000);
+    assert_false (by_deadline);
+
+    //  A deadline past the timeout changes nothing
+    assert_int_equal (dsh_permission_ask_closes_at (now, now + 600000, 120000, &by_deadline), now + 120000);
+    assert_false (by_deadline);
+
+    //  A nearer deadline wins, with a margin before it: never at or after it
+    int64_t closes = dsh_permission_ask_closes_at (now, now + 60000, 120000, &by_deadline);
+    assert_true (by_deadline);
+    assert_true (closes < now + 60000);
+    assert_true (closes >= now + 60000 - 250);
+
+    //  A short deadline keeps most of its time for the human
+    closes = dsh_permission_ask_closes_at (now, now + 400, 120000, &by_deadline);
+    assert_true (by_deadline);
+    assert_true (closes < now + 400);
+    assert_true (closes >= now + 300);
+
+    //  Just past the timeout, the margin included: the timeout; just
+    //  before: the deadline, never later than the timeout
+    assert_int_equal (dsh_permission_ask_closes_at (now, now + 5300, 5000, &by_deadline), now + 5000);
+    assert_false (by_deadline);
+    closes = dsh_permission_ask_closes_at (now, now + 5100, 5000, &by_deadline);
+    assert_true (by_deadline);
+    assert_true (closes <= now + 5000 && closes < now + 5100);
+
+    //  A deadline already here or gone leaves no time to ask
+    assert_true (dsh_permission_ask_closes_at (now, now, 120000, &by_deadline) <= now);
+    assert_true (by_deadline);
+    assert_true (dsh_permission_ask_closes_at (now, now - 5000, 120000, &by_deadline) <= now);
+    assert_true (by_deadline);
+}
+
 static void
 test_setup_and_control (void **state)
 {
@@ -282,6 +328,7 @@ main (void)
         cmocka_unit_test (test_globs_on_tool_and_agent),
         cmocka_unit_test (test_default_action),
         cmocka_unit_test (test_names),
+        cmocka_unit_test (test_ask_closes_before_deadline),
         cmocka_unit_test (test_setup_and_control),
         cmocka_unit_test (test_setup_refuses_bad_rules),
     };
