@@ -45,6 +45,7 @@ typedef struct {
     char endpoint [256];
     char root [64];
     int calls;                      //  for unique callIds
+    int timeout_ms;                 //  of every write_file call
 } rig_t;
 
 //  The broker with deploy/dsh-broker.cfg, and dsh-fs serving a fresh
@@ -80,6 +81,7 @@ s_setup (void **state)
     assert_int_equal (dsh_testkit_wait_tools (self->endpoint, "write_file", 1, 5000), 0);
     self->client = dsh_client_new (self->endpoint);
     assert_non_null (self->client);
+    self->timeout_ms = 30000;
     *state = self;
     return 0;
 }
@@ -99,8 +101,9 @@ s_teardown (void **state)
     return 0;
 }
 
-//  Sends write_file {path: scratch/<name>.txt, content} with a 30 s
-//  timeout; returns its callId (static until the next call).
+//  Sends write_file {path: scratch/<name>.txt, content} with the rig's
+//  timeout (30 s unless a test says otherwise); returns its callId (static
+//  until the next call).
 static const char *
 s_write (rig_t *self, const char *name, const char *content)
 {
@@ -117,7 +120,7 @@ s_write (rig_t *self, const char *name, const char *content)
     assert_int_equal (dsh_json_text_to_msgpack (text, &body, error, sizeof (error)), 0);
     free (text);
     assert_non_null (dsh_client_call_send (self->client, call_id, "write_file", body.data, body.size,
-                                           NULL, NULL, 0, 30000));
+                                           NULL, NULL, 0, (uint64_t) self->timeout_ms));
     msgpack_sbuffer_destroy (&body);
     return call_id;
 }
@@ -252,6 +255,35 @@ test_approver_that_exits (void **state)
     s_refused_at_once (self);
     s_refused_at_once (self);
     assert_int_equal (s_pending_count (self), 0);
+}
+
+//  Nobody decides: the ask ends a little before the call's own deadline,
+//  with a reason that says so, not as the broker's TIMEOUT.
+static void
+test_ask_ends_before_the_deadline (void **state)
+{
+    rig_t *self = (rig_t *) *state;
+    int in [2];
+    assert_int_equal (pipe2 (in, O_CLOEXEC), 0);
+    dsh_testproc_t *approver = s_approver_start (self, NULL, in [0]);
+    close (in [0]);
+    self->timeout_ms = 2500;
+    char *call_id = NULL;
+    json_t *pending = s_ask_until_pending (self, approver, "undecided", "x", &call_id);
+    int64_t seen = zclock_mono ();
+    json_decref (pending);
+    dsh_reply_t *reply = s_result (self, call_id, 6000);
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_DENIED);
+    assert_string_equal (dsh_reply_text (reply),
+                         "Error: tool \"write_file\" requires approval (no decision came before the call's deadline)");
+    //  Before the deadline the call was sent with (it was held for less)
+    assert_true (zclock_mono () - seen < 2500);
+    dsh_reply_destroy (&reply);
+    zstr_free (&call_id);
+    assert_int_equal (s_pending_count (self), 0);
+    close (in [1]);
+    assert_int_equal (dsh_testproc_wait (approver, 5000), 0);
+    dsh_testproc_destroy (&approver);
 }
 
 //  Killed -9 while a request is open: no goodbye. The held call ends
@@ -525,6 +557,7 @@ main (void)
     zsys_init ();
     const struct CMUnitTest tests [] = {
         cmocka_unit_test_setup_teardown (test_approver_that_exits, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_ask_ends_before_the_deadline, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_approver_killed_with_a_request_open, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_approver_killed_after_answering, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_large_request_reaches_the_approver, s_setup, s_teardown),
