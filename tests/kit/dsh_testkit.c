@@ -168,9 +168,15 @@ dsh_testkit_broker (int heartbeat_ms, const char *const *extra, char *endpoint, 
 {
     char heartbeat [16];
     snprintf (heartbeat, sizeof (heartbeat), "%d", heartbeat_ms);
-    const char *argv [32] = { "broker/dsh-broker", "--endpoint", "tcp://127.0.0.1:*",
-                              "--heartbeat-ms", heartbeat };
-    size_t argc = 5;
+    //  Every socket on a random port of czmq's dynamic range ("!"): "*" takes
+    //  the lowest free port, so a test's broker would often get the ports a
+    //  broker that just stopped had, and that broker's components, still
+    //  reconnecting, would join the wrong swarm; front port +1..+3 could be
+    //  another test's ports too
+    const char *argv [32] = { "broker/dsh-broker", "--endpoint", "tcp://127.0.0.1:!",
+                              "--announce", "tcp://127.0.0.1:!", "--work", "tcp://127.0.0.1:!",
+                              "--events", "tcp://127.0.0.1:!", "--heartbeat-ms", heartbeat };
+    size_t argc = 11;
     for (size_t index = 0; extra && extra [index] && argc < 31; index++)
         argv [argc++] = extra [index];
     argv [argc] = NULL;
