@@ -422,18 +422,17 @@ dsh_result_is_error (dsh_result_t *self)
     return self->is_error;
 }
 
-zframe_t *
-dsh_result_encode (dsh_result_t *self)
+//  Packs the RESULT body through pk, whatever pk writes to.
+static void
+s_result_pack (dsh_result_t *self, msgpack_packer *pk)
 {
-    assert (self);
-    dsh_packer_t packer;
-    dsh_packer_init (&packer);
-    msgpack_packer *pk = &packer.pk;
     msgpack_pack_map (pk, 3 + (self->error_code != NULL) + (self->structured != NULL));
-    dsh_packer_kv_str (&packer, "callId", self->call_id);
+    dsh_pack_cstr (pk, "callId");
+    dsh_pack_cstr (pk, self->call_id);
     dsh_pack_cstr (pk, "content");
     msgpack_pack_array (pk, self->block_count);
-    dsh_packer_raw (&packer, self->blocks.sbuf.data, self->blocks.sbuf.size);
+    if (self->blocks.sbuf.size)
+        pk->callback (pk->data, self->blocks.sbuf.data, self->blocks.sbuf.size);
     dsh_pack_cstr (pk, "isError");
     if (self->is_error)
         msgpack_pack_true (pk);
@@ -442,14 +441,64 @@ dsh_result_encode (dsh_result_t *self)
     if (self->error_code) {
         dsh_pack_cstr (pk, "error");
         msgpack_pack_map (pk, 2);
-        dsh_packer_kv_str (&packer, "name", dsh_proto_error_name (self->error_code));
-        dsh_packer_kv_str (&packer, "code", self->error_code);
+        dsh_pack_cstr (pk, "name");
+        dsh_pack_cstr (pk, dsh_proto_error_name (self->error_code));
+        dsh_pack_cstr (pk, "code");
+        dsh_pack_cstr (pk, self->error_code);
     }
     if (self->structured) {
         dsh_pack_cstr (pk, "structuredContent");
-        dsh_packer_raw (&packer, zchunk_data (self->structured), zchunk_size (self->structured));
+        pk->callback (pk->data, (const char *) zchunk_data (self->structured), zchunk_size (self->structured));
     }
+}
+
+zframe_t *
+dsh_result_encode (dsh_result_t *self)
+{
+    assert (self);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    s_result_pack (self, &packer.pk);
     zframe_t *frame = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     return frame;
+}
+
+//  Packer writers for dsh_result_encode_msg: one counts, one copies.
+static int
+s_count_bytes (void *data, const char *buf, size_t len)
+{
+    (void) buf;
+    *(size_t *) data += len;
+    return 0;
+}
+
+static int
+s_copy_bytes (void *data, const char *buf, size_t len)
+{
+    byte **cursor = (byte **) data;
+    if (len)
+        memcpy (*cursor, buf, len);
+    *cursor += len;
+    return 0;
+}
+
+int
+dsh_result_encode_msg (dsh_result_t *self, zmq_msg_t *msg)
+{
+    assert (self);
+    assert (msg);
+    //  Packing twice, once to measure and once into the message, is cheaper
+    //  than growing a buffer and copying it into a frame
+    size_t size = 0;
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &size, s_count_bytes);
+    s_result_pack (self, &pk);
+    if (zmq_msg_init_size (msg, size))
+        return -1;
+    byte *cursor = (byte *) zmq_msg_data (msg);
+    msgpack_packer_init (&pk, &cursor, s_copy_bytes);
+    s_result_pack (self, &pk);
+    assert (cursor == (byte *) zmq_msg_data (msg) + size);
+    return 0;
 }

@@ -233,7 +233,7 @@ test_arguments_not_a_map (void **state)
 // ---------------------------------------------------------------------------
 //  Results
 
-//  A result encoded and decoded; checked against the protocol's rules.
+//  A result encoded (both ways) and decoded; checked against the protocol's rules.
 typedef struct {
     zframe_t *frame;
     dsh_doc_t *doc;
@@ -246,6 +246,12 @@ s_encode (dsh_result_t *result)
 {
     s_encoded_t encoded;
     encoded.frame = dsh_result_encode (result);
+    //  Packed straight into a message, the bytes are the same
+    zmq_msg_t msg;
+    assert_int_equal (dsh_result_encode_msg (result, &msg), 0);
+    assert_int_equal (zmq_msg_size (&msg), zframe_size (encoded.frame));
+    assert_memory_equal (zmq_msg_data (&msg), zframe_data (encoded.frame), zframe_size (encoded.frame));
+    zmq_msg_close (&msg);
     char error [256] = "";
     encoded.doc = dsh_doc_new (zframe_data (encoded.frame), zframe_size (encoded.frame), error, sizeof error);
     if (!encoded.doc)
