@@ -607,12 +607,22 @@ s_tools_changed (self_t *self)
         self->announce_timer = zloop_timer (self->loop, S_ANNOUNCE_DELAY_MS, 1, s_announce_due, self);
 }
 
-//  Adds a tool from its entry (msgpack); returns 0 or -1 with a reason.
+//  What dsh_provider_add hands the actor, by pointer on the pipe. It lives
+//  on the caller's stack: the caller waits for the answer.
+typedef struct {
+    const void *entry;              //  msgpack of the wire tool entry
+    size_t entry_size;
+    const dsh_param_t *params;      //  typed tools: the spec; else NULL
+    bool typed;
+    dsh_handler_fn *handler;
+    void *arg;
+} s_add_t;
+
+//  Adds a tool; returns 0 or -1 with a reason.
 static int
-s_add_tool (self_t *self, zframe_t *entry, const dsh_param_t *params, bool typed,
-            dsh_handler_fn *handler, void *arg, char *error, size_t error_size)
+s_add_tool (self_t *self, const s_add_t *add, char *error, size_t error_size)
 {
-    dsh_doc_t *doc = dsh_doc_new (zframe_data (entry), zframe_size (entry), error, error_size);
+    dsh_doc_t *doc = dsh_doc_new (add->entry, add->entry_size, error, error_size);
     if (!doc)
         return -1;
     int rc = dsh_proto_check_tool (dsh_doc_root (doc), error, error_size);
@@ -625,11 +635,11 @@ s_add_tool (self_t *self, zframe_t *entry, const dsh_param_t *params, bool typed
         s_tool_t *tool = (s_tool_t *) zmalloc (sizeof (s_tool_t));
         assert (tool);
         tool->name = strdup (name);
-        tool->entry = zchunk_new (zframe_data (entry), zframe_size (entry));
-        tool->params = params;
-        tool->typed = typed;
-        tool->handler = handler;
-        tool->arg = arg;
+        tool->entry = zchunk_new (add->entry, add->entry_size);
+        tool->params = add->params;
+        tool->typed = add->typed;
+        tool->handler = add->handler;
+        tool->arg = add->arg;
         zlistx_add_end (self->tools, tool);
         s_tools_changed (self);
     }
@@ -637,57 +647,32 @@ s_add_tool (self_t *self, zframe_t *entry, const dsh_param_t *params, bool typed
     return rc;
 }
 
-//  Pointers cross the pipe as frames of their own bytes (same process).
-static void *
-s_pop_pointer (zmsg_t *msg)
-{
-    void *pointer = NULL;
-    zframe_t *frame = zmsg_pop (msg);
-    if (frame && zframe_size (frame) == sizeof (pointer))
-        memcpy (&pointer, zframe_data (frame), sizeof (pointer));
-    zframe_destroy (&frame);
-    return pointer;
-}
-
-static void
-s_add_pointer (zmsg_t *msg, const void *pointer)
-{
-    zmsg_addmem (msg, &pointer, sizeof (pointer));
-}
-
+//  The pipe speaks pictures, "sp": a command and, for ADD and REMOVE, a
+//  pointer to the caller's argument (an s_add_t, a tool name), valid while
+//  the caller waits for the answer.
 static int
 s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
     self_t *self = (self_t *) arg;
     char *command = NULL;
-    zframe_t *entry = NULL;
-    void *params = NULL, *handler = NULL, *handler_arg = NULL;
-    int typed = 0;
-    char *name = NULL;
-    zmsg_t *request = zmsg_recv (reader);
-    if (!request)
-        return -1;
-    command = zmsg_popstr (request);
+    void *argument = NULL;
+    if (zsock_recv (reader, "sp", &command, &argument) || !command) {
+        zstr_free (&command);
+        return -1;              //  interrupted
+    }
     int rc = 0;
-    if (!command || streq (command, "$TERM"))
+    if (streq (command, "$TERM"))
         rc = -1;
     else
-    if (streq (command, "ADD")) {
-        entry = zmsg_pop (request);
-        params = s_pop_pointer (request);
-        typed = (int) (intptr_t) s_pop_pointer (request);
-        handler = s_pop_pointer (request);
-        handler_arg = s_pop_pointer (request);
+    if (streq (command, "ADD") && argument) {
         char error [256] = "";
-        int status = s_add_tool (self, entry, (const dsh_param_t *) params, typed != 0,
-                                 (dsh_handler_fn *) handler, handler_arg, error, sizeof (error));
-        zstr_sendx (self->pipe, status? "ERROR": "OK", error, NULL);
+        int status = s_add_tool (self, (const s_add_t *) argument, error, sizeof (error));
+        zsock_send (self->pipe, "ss", status? "ERROR": "OK", error);
     }
     else
-    if (streq (command, "REMOVE")) {
-        name = zmsg_popstr (request);
-        s_tool_t *tool = name? s_tool_find (self, name): NULL;
+    if (streq (command, "REMOVE") && argument) {
+        s_tool_t *tool = s_tool_find (self, (const char *) argument);
         if (tool) {
             zlistx_delete (self->tools, zlistx_cursor (self->tools));
             s_tools_changed (self);
@@ -700,16 +685,13 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
     else
     if (streq (command, "REFUSAL")) {
         char *refusal = (char *) zlistx_first (self->refusals);
-        zstr_send (self->pipe, refusal? refusal: "");
+        zsock_send (self->pipe, "s", refusal? refusal: "");
         if (refusal)
             zlistx_delete (self->refusals, zlistx_cursor (self->refusals));
     }
     else
         zsys_error ("dsh_provider: invalid pipe command \"%s\"", command);
-    zframe_destroy (&entry);
-    zstr_free (&name);
     zstr_free (&command);
-    zmsg_destroy (&request);
     return rc;
 }
 
@@ -843,19 +825,11 @@ dsh_provider_id (dsh_provider_t *self)
 }
 
 static int
-s_send_add (dsh_provider_t *self, const void *entry, size_t size, const dsh_param_t *params,
-            bool typed, dsh_handler_fn *handler, void *arg)
+s_send_add (dsh_provider_t *self, const s_add_t *add)
 {
-    zmsg_t *msg = zmsg_new ();
-    zmsg_addstr (msg, "ADD");
-    zmsg_addmem (msg, entry, size);
-    s_add_pointer (msg, params);
-    s_add_pointer (msg, (void *) (intptr_t) typed);
-    s_add_pointer (msg, (void *) handler);
-    s_add_pointer (msg, arg);
-    zmsg_send (&msg, self->actor);
+    zsock_send (self->actor, "sp", "ADD", add);
     char *status = NULL, *reason = NULL;
-    zstr_recvx (self->actor, &status, &reason, NULL);
+    zsock_recv (self->actor, "ss", &status, &reason);
     int rc = status && streq (status, "OK")? 0: -1;
     if (rc)
         zsys_error ("%s: cannot add tool: %s", self->id, reason? reason: "no reply");
@@ -876,8 +850,10 @@ dsh_provider_add (dsh_provider_t *self, const dsh_tooldef_t *def, dsh_handler_fn
     msgpack_packer pk;
     msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
     int rc = entry? dsh_json_to_msgpack (&pk, entry): -1;
-    if (rc == 0)
-        rc = s_send_add (self, sbuf.data, sbuf.size, def->params, true, handler, arg);
+    if (rc == 0) {
+        s_add_t add = { sbuf.data, sbuf.size, def->params, true, handler, arg };
+        rc = s_send_add (self, &add);
+    }
     msgpack_sbuffer_destroy (&sbuf);
     json_decref (entry);
     return rc;
@@ -894,8 +870,10 @@ dsh_provider_add_raw (dsh_provider_t *self, const char *tool_json, dsh_handler_f
     int rc = dsh_json_text_to_msgpack (tool_json, &sbuf, error, sizeof (error));
     if (rc)
         zsys_error ("%s: cannot add raw tool: %s", self->id, error);
-    else
-        rc = s_send_add (self, sbuf.data, sbuf.size, NULL, false, handler, arg);
+    else {
+        s_add_t add = { sbuf.data, sbuf.size, NULL, false, handler, arg };
+        rc = s_send_add (self, &add);
+    }
     msgpack_sbuffer_destroy (&sbuf);
     return rc;
 }
@@ -905,7 +883,7 @@ dsh_provider_remove (dsh_provider_t *self, const char *name)
 {
     assert (self);
     assert (name);
-    zstr_sendx (self->actor, "REMOVE", name, NULL);
+    zsock_send (self->actor, "sp", "REMOVE", name);
     return zsock_wait (self->actor) == 0? 0: -1;
 }
 
@@ -915,7 +893,7 @@ dsh_provider_wait_ready (dsh_provider_t *self, int timeout_ms)
     assert (self);
     int64_t give_up = zclock_mono () + timeout_ms;
     while (true) {
-        zstr_send (self->actor, "READY");
+        zsock_send (self->actor, "s", "READY");
         if (zsock_wait (self->actor) == 0)
             return 0;
         if (zclock_mono () >= give_up)
@@ -930,8 +908,9 @@ dsh_provider_refusal (dsh_provider_t *self, int timeout_ms)
     assert (self);
     int64_t give_up = zclock_mono () + timeout_ms;
     while (true) {
-        zstr_send (self->actor, "REFUSAL");
-        char *refusal = zstr_recv (self->actor);
+        zsock_send (self->actor, "s", "REFUSAL");
+        char *refusal = NULL;
+        zsock_recv (self->actor, "s", &refusal);
         if (refusal && *refusal)
             return refusal;
         zstr_free (&refusal);
