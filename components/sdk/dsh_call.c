@@ -3,7 +3,9 @@
 
     The result packs each content block as it is added, into one buffer,
     and counts them; encoding writes the array header and appends the
-    buffer, so no block is packed twice.
+    buffer, so no block is packed twice. The buffer starts inside the
+    result, so a small result (one short text, the common case) allocates
+    no buffer at all; msgpack's own sbuffer would start at 8 KiB.
     =========================================================================
 */
 
@@ -25,13 +27,19 @@ struct _dsh_call_t {
     void *context;
 };
 
+#define S_INLINE_BLOCKS 256     //  bytes of blocks kept inside the result
+
 struct _dsh_result_t {
     char *call_id;
-    dsh_packer_t blocks;        //  packed content blocks, back to back
+    msgpack_packer pk;          //  packs into blocks
+    char *blocks;               //  packed content blocks, back to back
+    size_t blocks_size;
+    size_t blocks_alloc;
     size_t block_count;
     zchunk_t *structured;       //  msgpack of structuredContent, or NULL
     bool is_error;
     char *error_code;
+    char inline_blocks [S_INLINE_BLOCKS];   //  blocks, while they fit
 };
 
 dsh_call_t *
@@ -231,13 +239,39 @@ dsh_call_finish (dsh_call_t *self)
         self->hooks.finish (self->context);
 }
 
+//  The blocks' packer writer: appends, moving to the heap when they outgrow
+//  the inline buffer.
+static int
+s_blocks_write (void *data, const char *buf, size_t len)
+{
+    dsh_result_t *self = (dsh_result_t *) data;
+    if (len > self->blocks_alloc - self->blocks_size) {
+        size_t alloc = self->blocks_alloc * 2;
+        while (alloc - self->blocks_size < len)
+            alloc *= 2;
+        bool is_inline = self->blocks == self->inline_blocks;
+        char *blocks = (char *) realloc (is_inline? NULL: self->blocks, alloc);
+        assert (blocks);
+        if (is_inline)
+            memcpy (blocks, self->inline_blocks, self->blocks_size);
+        self->blocks = blocks;
+        self->blocks_alloc = alloc;
+    }
+    if (len)
+        memcpy (self->blocks + self->blocks_size, buf, len);
+    self->blocks_size += len;
+    return 0;
+}
+
 dsh_result_t *
 dsh_result_new (const char *call_id)
 {
     dsh_result_t *self = (dsh_result_t *) zmalloc (sizeof (dsh_result_t));
     assert (self);
     self->call_id = strdup (call_id? call_id: "");
-    dsh_packer_init (&self->blocks);
+    self->blocks = self->inline_blocks;
+    self->blocks_alloc = sizeof (self->inline_blocks);
+    msgpack_packer_init (&self->pk, self, s_blocks_write);
     return self;
 }
 
@@ -248,12 +282,20 @@ dsh_result_destroy (dsh_result_t **self_p)
     if (*self_p) {
         dsh_result_t *self = *self_p;
         zstr_free (&self->call_id);
-        dsh_packer_release (&self->blocks);
+        if (self->blocks != self->inline_blocks)
+            free (self->blocks);
         zchunk_destroy (&self->structured);
         zstr_free (&self->error_code);
         free (self);
         *self_p = NULL;
     }
+}
+
+static void
+s_pack_kv (msgpack_packer *pk, const char *key, const char *value)
+{
+    dsh_pack_cstr (pk, key);
+    dsh_pack_cstr (pk, value);
 }
 
 static void
@@ -267,9 +309,9 @@ void
 dsh_result_text_n (dsh_result_t *self, const char *text, size_t size)
 {
     assert (self);
-    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_packer *pk = &self->pk;
     msgpack_pack_map (pk, 2);
-    dsh_packer_kv_str (&self->blocks, "type", "text");
+    s_pack_kv (&self->pk, "type", "text");
     dsh_pack_cstr (pk, "text");
     s_pack_str_n (pk, text, size);
     self->block_count++;
@@ -315,11 +357,11 @@ s_media (dsh_result_t *self, const char *type, const char *mime_type, const void
 {
     assert (self);
     assert (mime_type);
-    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_packer *pk = &self->pk;
     msgpack_pack_map (pk, 3);
-    dsh_packer_kv_str (&self->blocks, "type", type);
+    s_pack_kv (&self->pk, "type", type);
     s_pack_base64 (pk, "data", data, size);
-    dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
+    s_pack_kv (&self->pk, "mimeType", mime_type);
     self->block_count++;
 }
 
@@ -341,15 +383,15 @@ dsh_result_resource_link (dsh_result_t *self, const char *uri, const char *name,
 {
     assert (self);
     assert (uri && name);
-    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_packer *pk = &self->pk;
     msgpack_pack_map (pk, 3 + (mime_type != NULL) + (description != NULL));
-    dsh_packer_kv_str (&self->blocks, "type", "resource_link");
-    dsh_packer_kv_str (&self->blocks, "uri", uri);
-    dsh_packer_kv_str (&self->blocks, "name", name);
+    s_pack_kv (&self->pk, "type", "resource_link");
+    s_pack_kv (&self->pk, "uri", uri);
+    s_pack_kv (&self->pk, "name", name);
     if (mime_type)
-        dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
+        s_pack_kv (&self->pk, "mimeType", mime_type);
     if (description)
-        dsh_packer_kv_str (&self->blocks, "description", description);
+        s_pack_kv (&self->pk, "description", description);
     self->block_count++;
 }
 
@@ -358,14 +400,14 @@ dsh_result_resource_link (dsh_result_t *self, const char *uri, const char *name,
 static void
 s_resource_head (dsh_result_t *self, const char *uri, const char *mime_type)
 {
-    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_packer *pk = &self->pk;
     msgpack_pack_map (pk, 2);
-    dsh_packer_kv_str (&self->blocks, "type", "resource");
+    s_pack_kv (&self->pk, "type", "resource");
     dsh_pack_cstr (pk, "resource");
     msgpack_pack_map (pk, 2 + (mime_type != NULL));
-    dsh_packer_kv_str (&self->blocks, "uri", uri);
+    s_pack_kv (&self->pk, "uri", uri);
     if (mime_type)
-        dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
+        s_pack_kv (&self->pk, "mimeType", mime_type);
     self->block_count++;
 }
 
@@ -375,7 +417,7 @@ dsh_result_resource_text (dsh_result_t *self, const char *uri, const char *mime_
     assert (self);
     assert (uri && text);
     s_resource_head (self, uri, mime_type);
-    dsh_packer_kv_str (&self->blocks, "text", text);
+    s_pack_kv (&self->pk, "text", text);
 }
 
 void
@@ -385,7 +427,7 @@ dsh_result_resource_blob (dsh_result_t *self, const char *uri, const char *mime_
     assert (self);
     assert (uri);
     s_resource_head (self, uri, mime_type);
-    s_pack_base64 (&self->blocks.pk, "blob", data, size);
+    s_pack_base64 (&self->pk, "blob", data, size);
 }
 
 void
@@ -405,7 +447,7 @@ dsh_result_error (dsh_result_t *self, const char *code, const char *format, ...)
     char *message = zsys_vprintf (format, args);
     va_end (args);
     //  An error result says one thing: what went wrong
-    self->blocks.sbuf.size = 0;
+    self->blocks_size = 0;
     self->block_count = 0;
     zchunk_destroy (&self->structured);
     dsh_result_textf (self, "Error: %s", message? message: "");
@@ -431,8 +473,8 @@ s_result_pack (dsh_result_t *self, msgpack_packer *pk)
     dsh_pack_cstr (pk, self->call_id);
     dsh_pack_cstr (pk, "content");
     msgpack_pack_array (pk, self->block_count);
-    if (self->blocks.sbuf.size)
-        pk->callback (pk->data, self->blocks.sbuf.data, self->blocks.sbuf.size);
+    if (self->blocks_size)
+        pk->callback (pk->data, self->blocks, self->blocks_size);
     dsh_pack_cstr (pk, "isError");
     if (self->is_error)
         msgpack_pack_true (pk);

@@ -453,6 +453,46 @@ test_base64_sizes (void **state)
 }
 
 static void
+test_result_grows (void **state)
+{
+    (void) state;
+    //  Blocks start inside the result and move to the heap as they grow:
+    //  every one of them survives each move, in order
+    dsh_result_t *result = dsh_result_new ("c-grow");
+    char text [200];
+    for (int index = 0; index < 100; index++) {
+        snprintf (text, sizeof text, "%03d:", index);
+        memset (text + 4, 'a' + index % 26, sizeof text - 5);
+        text [sizeof text - 1] = 0;
+        dsh_result_text (result, text);
+        if (index == 0 || index == 1 || index == 99) {
+            s_encoded_t encoded = s_encode (result);
+            assert_int_equal (encoded.content->via.array.size, index + 1);
+            s_encoded_destroy (&encoded);
+        }
+    }
+    dsh_result_text (result, "");
+    s_encoded_t encoded = s_encode (result);
+    assert_int_equal (encoded.content->via.array.size, 101);
+    for (int index = 0; index < 100; index++) {
+        snprintf (text, sizeof text, "%03d:", index);
+        memset (text + 4, 'a' + index % 26, sizeof text - 5);
+        text [sizeof text - 1] = 0;
+        s_assert_str (dsh_map_get (s_block (&encoded, (uint32_t) index), "text"), text);
+    }
+    s_assert_str (dsh_map_get (s_block (&encoded, 100), "text"), "");
+    s_encoded_destroy (&encoded);
+
+    //  An error result starts its blocks over, wherever they live
+    dsh_result_error (result, NULL, "gone");
+    encoded = s_encode (result);
+    assert_int_equal (encoded.content->via.array.size, 1);
+    s_assert_str (dsh_map_get (s_block (&encoded, 0), "text"), "Error: gone");
+    s_encoded_destroy (&encoded);
+    dsh_result_destroy (&result);
+}
+
+static void
 test_result_structured (void **state)
 {
     (void) state;
@@ -545,6 +585,7 @@ main (void)
         cmocka_unit_test (test_result_empty),
         cmocka_unit_test (test_result_blocks),
         cmocka_unit_test (test_base64_sizes),
+        cmocka_unit_test (test_result_grows),
         cmocka_unit_test (test_result_structured),
         cmocka_unit_test (test_result_error),
     };
