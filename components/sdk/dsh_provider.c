@@ -241,7 +241,10 @@ s_job_run (void *arg)
     s_job_t *job = (s_job_t *) arg;
     if (dsh_call_cancelled (job->call))
         return true;            //  answered already: the handler need not run
-    char *violations = job->typed? dsh_params_check (job->params, dsh_call_arguments (job->call)): NULL;
+    //  Counting first builds no list and no text for the calls that pass
+    const msgpack_object *arguments = dsh_call_arguments (job->call);
+    char *violations = job->typed && dsh_params_validate (job->params, arguments, NULL)?
+        dsh_params_check (job->params, arguments): NULL;
     if (violations) {
         //  The check's text is already the whole message, "Error: ..."
         dsh_result_error (job->result, DSH_E_INVALID_ARGS, "%s", violations + strlen ("Error: "));
