@@ -490,6 +490,22 @@ test_result_grows (void **state)
     s_assert_str (dsh_map_get (s_block (&encoded, 0), "text"), "Error: gone");
     s_encoded_destroy (&encoded);
     dsh_result_destroy (&result);
+
+    //  A callId and an error code too long for the encoder's stack space
+    char long_id [1000];
+    memset (long_id, 'i', sizeof long_id - 1);
+    long_id [sizeof long_id - 1] = 0;
+    char long_code [500];
+    memset (long_code, 'C', sizeof long_code - 1);
+    long_code [sizeof long_code - 1] = 0;
+    result = dsh_result_new (long_id);
+    dsh_result_error (result, long_code, "long");
+    dsh_result_structured (result, "\x81\xa1k\x01", 4);
+    encoded = s_encode (result);
+    s_assert_str (dsh_map_get (encoded.root, "callId"), long_id);
+    s_assert_str (dsh_map_get (dsh_map_get (encoded.root, "error"), "code"), long_code);
+    s_encoded_destroy (&encoded);
+    dsh_result_destroy (&result);
 }
 
 static void
