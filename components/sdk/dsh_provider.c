@@ -143,6 +143,8 @@ s_job_destroy (s_job_t **self_p)
 static void
 s_job_encode (s_job_t *self)
 {
+    if (self->is_encoded)
+        return;                 //  a handler that finished and also returned
     if (dsh_result_encode_msg (self->result, &self->encoded) == 0)
         self->is_encoded = true;
     else {
