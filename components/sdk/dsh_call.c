@@ -3,7 +3,9 @@
 
     The result packs each content block as it is added, into one buffer,
     and counts them; encoding writes the array header and appends the
-    buffer, so no block is packed twice.
+    buffer, so no block is packed twice. The buffer starts inside the
+    result, so a small result (one short text, the common case) allocates
+    no buffer at all; msgpack's own sbuffer would start at 8 KiB.
     =========================================================================
 */
 
@@ -25,13 +27,19 @@ struct _dsh_call_t {
     void *context;
 };
 
+#define S_INLINE_BLOCKS 256     //  bytes of blocks kept inside the result
+
 struct _dsh_result_t {
     char *call_id;
-    dsh_packer_t blocks;        //  packed content blocks, back to back
+    msgpack_packer pk;          //  packs into blocks
+    char *blocks;               //  packed content blocks, back to back
+    size_t blocks_size;
+    size_t blocks_alloc;
     size_t block_count;
     zchunk_t *structured;       //  msgpack of structuredContent, or NULL
     bool is_error;
     char *error_code;
+    char inline_blocks [S_INLINE_BLOCKS];   //  blocks, while they fit
 };
 
 dsh_call_t *
@@ -231,13 +239,39 @@ dsh_call_finish (dsh_call_t *self)
         self->hooks.finish (self->context);
 }
 
+//  The blocks' packer writer: appends, moving to the heap when they outgrow
+//  the inline buffer.
+static int
+s_blocks_write (void *data, const char *buf, size_t len)
+{
+    dsh_result_t *self = (dsh_result_t *) data;
+    if (len > self->blocks_alloc - self->blocks_size) {
+        size_t alloc = self->blocks_alloc * 2;
+        while (alloc - self->blocks_size < len)
+            alloc *= 2;
+        bool is_inline = self->blocks == self->inline_blocks;
+        char *blocks = (char *) realloc (is_inline? NULL: self->blocks, alloc);
+        assert (blocks);
+        if (is_inline)
+            memcpy (blocks, self->inline_blocks, self->blocks_size);
+        self->blocks = blocks;
+        self->blocks_alloc = alloc;
+    }
+    if (len)
+        memcpy (self->blocks + self->blocks_size, buf, len);
+    self->blocks_size += len;
+    return 0;
+}
+
 dsh_result_t *
 dsh_result_new (const char *call_id)
 {
     dsh_result_t *self = (dsh_result_t *) zmalloc (sizeof (dsh_result_t));
     assert (self);
     self->call_id = strdup (call_id? call_id: "");
-    dsh_packer_init (&self->blocks);
+    self->blocks = self->inline_blocks;
+    self->blocks_alloc = sizeof (self->inline_blocks);
+    msgpack_packer_init (&self->pk, self, s_blocks_write);
     return self;
 }
 
@@ -248,12 +282,20 @@ dsh_result_destroy (dsh_result_t **self_p)
     if (*self_p) {
         dsh_result_t *self = *self_p;
         zstr_free (&self->call_id);
-        dsh_packer_release (&self->blocks);
+        if (self->blocks != self->inline_blocks)
+            free (self->blocks);
         zchunk_destroy (&self->structured);
         zstr_free (&self->error_code);
         free (self);
         *self_p = NULL;
     }
+}
+
+static void
+s_pack_kv (msgpack_packer *pk, const char *key, const char *value)
+{
+    dsh_pack_cstr (pk, key);
+    dsh_pack_cstr (pk, value);
 }
 
 static void
@@ -267,9 +309,9 @@ void
 dsh_result_text_n (dsh_result_t *self, const char *text, size_t size)
 {
     assert (self);
-    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_packer *pk = &self->pk;
     msgpack_pack_map (pk, 2);
-    dsh_packer_kv_str (&self->blocks, "type", "text");
+    s_pack_kv (&self->pk, "type", "text");
     dsh_pack_cstr (pk, "text");
     s_pack_str_n (pk, text, size);
     self->block_count++;
@@ -315,11 +357,11 @@ s_media (dsh_result_t *self, const char *type, const char *mime_type, const void
 {
     assert (self);
     assert (mime_type);
-    msgpack_packer *pk = &self->blocks.pk;
+    msgpack_packer *pk = &self->pk;
     msgpack_pack_map (pk, 3);
-    dsh_packer_kv_str (&self->blocks, "type", type);
+    s_pack_kv (&self->pk, "type", type);
     s_pack_base64 (pk, "data", data, size);
-    dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
+    s_pack_kv (&self->pk, "mimeType", mime_type);
     self->block_count++;
 }
 
@@ -341,39 +383,32 @@ dsh_result_resource_link (dsh_result_t *self, const char *uri, const char *name,
 {
     assert (self);
     assert (uri && name);
-    dsh_packer_map_begin (&self->blocks);
-    dsh_packer_kv_str (&self->blocks, "type", "resource_link");
-    dsh_packer_kv_str (&self->blocks, "uri", uri);
-    dsh_packer_kv_str (&self->blocks, "name", name);
+    msgpack_packer *pk = &self->pk;
+    msgpack_pack_map (pk, 3 + (mime_type != NULL) + (description != NULL));
+    s_pack_kv (&self->pk, "type", "resource_link");
+    s_pack_kv (&self->pk, "uri", uri);
+    s_pack_kv (&self->pk, "name", name);
     if (mime_type)
-        dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
+        s_pack_kv (&self->pk, "mimeType", mime_type);
     if (description)
-        dsh_packer_kv_str (&self->blocks, "description", description);
-    dsh_packer_map_end (&self->blocks);
+        s_pack_kv (&self->pk, "description", description);
     self->block_count++;
 }
 
-//  Opens {type:"resource", resource:{uri, mimeType?, ...}}, leaving the
-//  inner map's content entry for the caller, who closes both with
-//  s_resource_end.
+//  Packs {type:"resource", resource:{uri, mimeType?, ...}}, leaving the
+//  last entry of the inner map for the caller.
 static void
-s_resource_begin (dsh_result_t *self, const char *uri, const char *mime_type)
+s_resource_head (dsh_result_t *self, const char *uri, const char *mime_type)
 {
-    dsh_packer_map_begin (&self->blocks);
-    dsh_packer_kv_str (&self->blocks, "type", "resource");
-    dsh_pack_cstr (&self->blocks.pk, "resource");
-    dsh_packer_map_begin (&self->blocks);
-    dsh_packer_kv_str (&self->blocks, "uri", uri);
+    msgpack_packer *pk = &self->pk;
+    msgpack_pack_map (pk, 2);
+    s_pack_kv (&self->pk, "type", "resource");
+    dsh_pack_cstr (pk, "resource");
+    msgpack_pack_map (pk, 2 + (mime_type != NULL));
+    s_pack_kv (&self->pk, "uri", uri);
     if (mime_type)
-        dsh_packer_kv_str (&self->blocks, "mimeType", mime_type);
+        s_pack_kv (&self->pk, "mimeType", mime_type);
     self->block_count++;
-}
-
-static void
-s_resource_end (dsh_result_t *self)
-{
-    dsh_packer_map_end (&self->blocks);
-    dsh_packer_map_end (&self->blocks);
 }
 
 void
@@ -381,9 +416,8 @@ dsh_result_resource_text (dsh_result_t *self, const char *uri, const char *mime_
 {
     assert (self);
     assert (uri && text);
-    s_resource_begin (self, uri, mime_type);
-    dsh_packer_kv_str (&self->blocks, "text", text);
-    s_resource_end (self);
+    s_resource_head (self, uri, mime_type);
+    s_pack_kv (&self->pk, "text", text);
 }
 
 void
@@ -392,9 +426,8 @@ dsh_result_resource_blob (dsh_result_t *self, const char *uri, const char *mime_
 {
     assert (self);
     assert (uri);
-    s_resource_begin (self, uri, mime_type);
-    s_pack_base64 (&self->blocks.pk, "blob", data, size);
-    s_resource_end (self);
+    s_resource_head (self, uri, mime_type);
+    s_pack_base64 (&self->pk, "blob", data, size);
 }
 
 void
@@ -414,7 +447,7 @@ dsh_result_error (dsh_result_t *self, const char *code, const char *format, ...)
     char *message = zsys_vprintf (format, args);
     va_end (args);
     //  An error result says one thing: what went wrong
-    self->blocks.sbuf.size = 0;
+    self->blocks_size = 0;
     self->block_count = 0;
     zchunk_destroy (&self->structured);
     dsh_result_textf (self, "Error: %s", message? message: "");
@@ -431,18 +464,17 @@ dsh_result_is_error (dsh_result_t *self)
     return self->is_error;
 }
 
-zframe_t *
-dsh_result_encode (dsh_result_t *self)
+//  Packs the RESULT body through pk, whatever pk writes to.
+static void
+s_result_pack (dsh_result_t *self, msgpack_packer *pk)
 {
-    assert (self);
-    dsh_packer_t packer;
-    dsh_packer_init (&packer);
-    msgpack_packer *pk = &packer.pk;
-    dsh_packer_map_begin (&packer);
-    dsh_packer_kv_str (&packer, "callId", self->call_id);
+    msgpack_pack_map (pk, 3 + (self->error_code != NULL) + (self->structured != NULL));
+    dsh_pack_cstr (pk, "callId");
+    dsh_pack_cstr (pk, self->call_id);
     dsh_pack_cstr (pk, "content");
     msgpack_pack_array (pk, self->block_count);
-    dsh_packer_raw (&packer, self->blocks.sbuf.data, self->blocks.sbuf.size);
+    if (self->blocks_size)
+        pk->callback (pk->data, self->blocks, self->blocks_size);
     dsh_pack_cstr (pk, "isError");
     if (self->is_error)
         msgpack_pack_true (pk);
@@ -451,15 +483,64 @@ dsh_result_encode (dsh_result_t *self)
     if (self->error_code) {
         dsh_pack_cstr (pk, "error");
         msgpack_pack_map (pk, 2);
-        dsh_packer_kv_str (&packer, "name", dsh_proto_error_name (self->error_code));
-        dsh_packer_kv_str (&packer, "code", self->error_code);
+        dsh_pack_cstr (pk, "name");
+        dsh_pack_cstr (pk, dsh_proto_error_name (self->error_code));
+        dsh_pack_cstr (pk, "code");
+        dsh_pack_cstr (pk, self->error_code);
     }
     if (self->structured) {
         dsh_pack_cstr (pk, "structuredContent");
-        dsh_packer_raw (&packer, zchunk_data (self->structured), zchunk_size (self->structured));
+        pk->callback (pk->data, (const char *) zchunk_data (self->structured), zchunk_size (self->structured));
     }
-    dsh_packer_map_end (&packer);
+}
+
+zframe_t *
+dsh_result_encode (dsh_result_t *self)
+{
+    assert (self);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    s_result_pack (self, &packer.pk);
     zframe_t *frame = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     return frame;
+}
+
+//  Packer writers for dsh_result_encode_msg: one counts, one copies.
+static int
+s_count_bytes (void *data, const char *buf, size_t len)
+{
+    (void) buf;
+    *(size_t *) data += len;
+    return 0;
+}
+
+static int
+s_copy_bytes (void *data, const char *buf, size_t len)
+{
+    byte **cursor = (byte **) data;
+    if (len)
+        memcpy (*cursor, buf, len);
+    *cursor += len;
+    return 0;
+}
+
+int
+dsh_result_encode_msg (dsh_result_t *self, zmq_msg_t *msg)
+{
+    assert (self);
+    assert (msg);
+    //  Packing twice, once to measure and once into the message, is cheaper
+    //  than growing a buffer and copying it into a frame
+    size_t size = 0;
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &size, s_count_bytes);
+    s_result_pack (self, &pk);
+    if (zmq_msg_init_size (msg, size))
+        return -1;
+    byte *cursor = (byte *) zmq_msg_data (msg);
+    msgpack_packer_init (&pk, &cursor, s_copy_bytes);
+    s_result_pack (self, &pk);
+    assert (cursor == (byte *) zmq_msg_data (msg) + size);
+    return 0;
 }

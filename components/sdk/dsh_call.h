@@ -184,6 +184,12 @@ bool
 zframe_t *
     dsh_result_encode (dsh_result_t *self);
 
+//  The same body, packed straight into msg (an uninitialised zmq_msg_t),
+//  with no buffer to grow and no copy. Returns 0, or -1 if msg cannot be
+//  allocated.
+int
+    dsh_result_encode_msg (dsh_result_t *self, zmq_msg_t *msg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,12 @@
     client puts in every query body ("id") and by callId for calls; a
     blocking helper keeps the replies it was not waiting for in a stash that
     dsh_client_recv drains first, so mixing both styles loses nothing.
+
+    The call path moves bytes rather than copying them: a CALL goes out as
+    parts (a head that lives inside its zmq_msg_t and the codec's body
+    frame, uncopied); a reply is received as parts, and its body stays in
+    the zmq_msg_t it arrived in, which its document points into. A reply
+    waiting already is taken without a poll.
     =========================================================================
 */
 
@@ -30,7 +36,8 @@ struct _dsh_client_t {
 
 struct _dsh_reply_t {
     char command [DSH_COMMAND_MAX + 1];
-    zframe_t *body;
+    zmq_msg_t body;             //  the body's bytes; doc points into them
+    zframe_t *frame;            //  a copy of them, made for dsh_reply_frame
     dsh_doc_t *doc;
     const char *call_id;
     const char *code;
@@ -45,7 +52,8 @@ dsh_reply_destroy (dsh_reply_t **self_p)
     if (*self_p) {
         dsh_reply_t *self = *self_p;
         dsh_doc_destroy (&self->doc);
-        zframe_destroy (&self->body);
+        zmq_msg_close (&self->body);
+        zframe_destroy (&self->frame);
         free (self);
         *self_p = NULL;
     }
@@ -73,7 +81,7 @@ dsh_client_new (const char *broker)
     self->cancelled = zhashx_new ();
     self->open_calls = zhashx_new ();
     zuuid_t *uuid = zuuid_new ();
-    self->prefix = zsys_sprintf ("%.8s", zuuid_str (uuid));
+    self->prefix = zsys_sprintf ("call-%.8s-", zuuid_str (uuid));
     zuuid_destroy (&uuid);
     return self;
 }
@@ -109,12 +117,32 @@ dsh_client_sock (dsh_client_t *self)
     return self->dealer;
 }
 
+//  Sends "" "DSH1" command body; takes the body.
 static int
 s_send (dsh_client_t *self, const char *command, zframe_t **body_p)
 {
-    zmsg_t *msg = dsh_proto_message (NULL, command);
-    zmsg_append (msg, body_p);
-    return dsh_sock_send (self->dealer, &msg);
+    zmq_msg_t parts [4];
+    dsh_sock_head (parts, command);
+    dsh_sock_part_frame (&parts [3], body_p);
+    return dsh_sock_send_parts (self->dealer, parts, 4);
+}
+
+//  Writes "call-<prefix>-<sequence>" into call_id: the one id made per call,
+//  so without a printf.
+static void
+s_make_call_id (dsh_client_t *self)
+{
+    char digits [20];
+    size_t count = 0;
+    uint64_t number = ++self->sequence;
+    do {
+        digits [count++] = (char) ('0' + number % 10);
+        number /= 10;
+    } while (number);
+    char *end = stpcpy (self->call_id, self->prefix);
+    while (count)
+        *end++ = digits [--count];
+    *end = 0;
 }
 
 const char *
@@ -127,83 +155,99 @@ dsh_client_call_send (dsh_client_t *self, const char *call_id, const char *name,
     if (call_id)
         snprintf (self->call_id, sizeof (self->call_id), "%s", call_id);
     else
-        snprintf (self->call_id, sizeof (self->call_id), "call-%s-%" PRIu64, self->prefix, ++self->sequence);
+        s_make_call_id (self);
     zframe_t *body = dsh_proto_encode_call (self->call_id, name, args, args_size, agent,
                                             meta, meta_size, timeout_ms > 0? (uint64_t) timeout_ms: 0);
     if (s_send (self, DSH_CALL, &body))
         return NULL;
-    zhashx_update (self->open_calls, self->call_id, (void *) 1);
+    //  An id already open stays so: one lookup, not update's two
+    zhashx_insert (self->open_calls, self->call_id, (void *) 1);
     return self->call_id;
 }
 
-//  Decodes one received message into a reply; NULL if it is malformed.
+//  A reply decoded from a command and its body (takes the body's content);
+//  NULL if it is malformed.
 static dsh_reply_t *
-s_reply_decode (zmsg_t *msg)
+s_reply_new (const char *command, zmq_msg_t *body)
 {
-    zmsg_t *envelope = NULL;
-    char command [DSH_COMMAND_MAX + 1];
     char error [256];
-    dsh_reply_t *self = NULL;
-    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
-    &&  zmsg_size (msg) == 1) {
-        self = (dsh_reply_t *) zmalloc (sizeof (dsh_reply_t));
-        assert (self);
-        snprintf (self->command, sizeof (self->command), "%s", command);
-        self->body = zmsg_pop (msg);
-        self->doc = dsh_proto_decode_body (self->body, error, sizeof (error));
-        if (!self->doc)
-            dsh_reply_destroy (&self);
+    dsh_reply_t *self = (dsh_reply_t *) zmalloc (sizeof (dsh_reply_t));
+    assert (self);
+    assert (strlen (command) < sizeof (self->command));
+    strcpy (self->command, command);
+    //  The reply takes the body before decoding: a short body lives inside
+    //  its zmq_msg_t, and the document will point into it
+    zmq_msg_init (&self->body);
+    zmq_msg_move (&self->body, body);
+    self->doc = dsh_doc_new (zmq_msg_data (&self->body), zmq_msg_size (&self->body), error, sizeof (error));
+    if (self->doc && dsh_doc_root (self->doc)->type != MSGPACK_OBJECT_MAP) {
+        dsh_doc_destroy (&self->doc);
+        snprintf (error, sizeof (error), "body is not a map");
     }
-    if (!self)
+    if (!self->doc) {
         zsys_warning ("dsh_client: malformed reply ignored: %s", error);
-    else {
-        const msgpack_object *root = dsh_doc_root (self->doc);
-        if (streq (self->command, DSH_PROGRESS))
-            self->call_id = dsh_doc_strdup (self->doc, dsh_map_get (root, "callId"));
-        else
-        if (streq (self->command, DSH_RESULT)) {
-            if (dsh_proto_check_result (root, error, sizeof (error))) {
-                zsys_warning ("dsh_client: malformed result ignored: %s", error);
-                dsh_reply_destroy (&self);
-                zmsg_destroy (&envelope);
-                return NULL;
-            }
-            self->call_id = dsh_doc_strdup (self->doc, dsh_map_get (root, "callId"));
-            const msgpack_object *is_error = dsh_map_get (root, "isError");
-            self->is_error = is_error->via.boolean;
-            self->code = dsh_doc_strdup (self->doc, dsh_map_get (dsh_map_get (root, "error"), "code"));
-            const msgpack_object *content = dsh_map_get (root, "content");
-            for (uint32_t index = 0; index < content->via.array.size && !self->text; index++) {
-                const msgpack_object *block = &content->via.array.ptr [index];
-                if (dsh_str_eq (dsh_map_get (block, "type"), "text"))
-                    self->text = dsh_doc_strdup (self->doc, dsh_map_get (block, "text"));
-            }
+        dsh_reply_destroy (&self);
+        return NULL;
+    }
+    const msgpack_object *root = dsh_doc_root (self->doc);
+    if (streq (self->command, DSH_PROGRESS))
+        self->call_id = dsh_doc_strdup (self->doc, dsh_map_get (root, "callId"));
+    else
+    if (streq (self->command, DSH_RESULT)) {
+        if (dsh_proto_check_result (root, error, sizeof (error))) {
+            zsys_warning ("dsh_client: malformed result ignored: %s", error);
+            dsh_reply_destroy (&self);
+            return NULL;
         }
-        else
-        if (streq (self->command, DSH_CONTROL)) {
-            const msgpack_object *ok = dsh_map_get (root, "ok");
-            self->is_error = !(ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean);
-            self->text = dsh_doc_strdup (self->doc, dsh_map_get (root, "message"));
+        //  The check has vouched for isError and content; one pass finds
+        //  them and the rest, first key winning as in dsh_map_get
+        const msgpack_object *call_id = NULL, *is_error = NULL, *error_map = NULL, *content = NULL;
+        for (uint32_t index = 0; index < root->via.map.size; index++) {
+            const msgpack_object_kv *entry = &root->via.map.ptr [index];
+            if (!call_id && dsh_str_eq (&entry->key, "callId"))
+                call_id = &entry->val;
+            else
+            if (!is_error && dsh_str_eq (&entry->key, "isError"))
+                is_error = &entry->val;
+            else
+            if (!error_map && dsh_str_eq (&entry->key, "error"))
+                error_map = &entry->val;
+            else
+            if (!content && dsh_str_eq (&entry->key, "content"))
+                content = &entry->val;
         }
-        else
-        if (streq (self->command, DSH_ERROR)) {
-            self->is_error = true;
-            self->code = dsh_doc_strdup (self->doc, dsh_map_get (root, "code"));
-            self->text = dsh_doc_strdup (self->doc, dsh_map_get (root, "message"));
+        self->call_id = dsh_doc_strdup (self->doc, call_id);
+        self->is_error = is_error->via.boolean;
+        self->code = dsh_doc_strdup (self->doc, dsh_map_get (error_map, "code"));
+        for (uint32_t index = 0; index < content->via.array.size && !self->text; index++) {
+            const msgpack_object *block = &content->via.array.ptr [index];
+            if (dsh_str_eq (dsh_map_get (block, "type"), "text"))
+                self->text = dsh_doc_strdup (self->doc, dsh_map_get (block, "text"));
         }
     }
-    zmsg_destroy (&envelope);
+    else
+    if (streq (self->command, DSH_CONTROL)) {
+        const msgpack_object *ok = dsh_map_get (root, "ok");
+        self->is_error = !(ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean);
+        self->text = dsh_doc_strdup (self->doc, dsh_map_get (root, "message"));
+    }
+    else
+    if (streq (self->command, DSH_ERROR)) {
+        self->is_error = true;
+        self->code = dsh_doc_strdup (self->doc, dsh_map_get (root, "code"));
+        self->text = dsh_doc_strdup (self->doc, dsh_map_get (root, "message"));
+    }
     return self;
 }
 
-//  A new reply decoded from a body frame under command.
+//  A new reply decoded from a body frame under command; takes the frame.
 static dsh_reply_t *
 s_reply_from (const char *command, zframe_t **body_p)
 {
-    zmsg_t *msg = dsh_proto_message (NULL, command);
-    zmsg_append (msg, body_p);
-    dsh_reply_t *reply = s_reply_decode (msg);
-    zmsg_destroy (&msg);
+    zmq_msg_t body;
+    dsh_sock_part_frame (&body, body_p);
+    dsh_reply_t *reply = s_reply_new (command, &body);
+    zmq_msg_close (&body);
     return reply;
 }
 
@@ -214,7 +258,9 @@ s_reply_from (const char *command, zframe_t **body_p)
 static dsh_reply_t *
 s_filter_cancelled (dsh_client_t *self, dsh_reply_t *reply)
 {
-    const char *state = reply->call_id? (const char *) zhashx_lookup (self->cancelled, reply->call_id): NULL;
+    //  Most clients never cancel: then there is nothing to look up
+    const char *state = reply->call_id && zhashx_size (self->cancelled)?
+        (const char *) zhashx_lookup (self->cancelled, reply->call_id): NULL;
     if (!state)
         return reply;
     bool from_broker = streq (reply->command, DSH_RESULT) && reply->code && streq (reply->code, DSH_E_CANCELLED);
@@ -257,29 +303,58 @@ dsh_client_cancel (dsh_client_t *self, const char *call_id)
     return 0;
 }
 
+//  Takes one message waiting on the socket, if any, as a reply to deliver.
+//  Returns 0 with *reply_p set, or NULL if the message was dropped
+//  (malformed, or not to be delivered); -1 if nothing was waiting.
+static int
+s_take_one (dsh_client_t *self, dsh_reply_t **reply_p)
+{
+    *reply_p = NULL;
+    dsh_sock_msg_t msg;
+    char error [256];
+    int rc = dsh_sock_recv_msg (self->dealer, &msg, error, sizeof (error));
+    if (rc && !*error)
+        return -1;              //  nothing waiting; errno says why
+    dsh_reply_t *reply = NULL;
+    if (rc == 0 && msg.count - msg.body != 1)
+        snprintf (error, sizeof (error), "%s with %zu body frames", msg.command, msg.count - msg.body);
+    else
+    if (rc == 0)
+        reply = s_reply_new (msg.command, &msg.part [msg.body]);
+    if (*error)
+        zsys_warning ("dsh_client: malformed reply ignored: %s", error);
+    dsh_sock_msg_close (&msg);
+    if (reply)
+        reply = s_filter_cancelled (self, reply);
+    if (reply && reply->call_id && streq (reply->command, DSH_RESULT))
+        zhashx_delete (self->open_calls, reply->call_id);
+    *reply_p = reply;
+    return 0;
+}
+
 //  Receives one reply from the socket, waiting at most timeout_ms.
 static dsh_reply_t *
 s_recv_socket (dsh_client_t *self, int timeout_ms)
 {
-    int64_t give_up = zclock_mono () + timeout_ms;
+    int64_t give_up = 0;
     while (true) {
-        int64_t left = give_up - zclock_mono ();
-        zmq_pollitem_t item = { zsock_resolve (self->dealer), 0, ZMQ_POLLIN, 0 };
-        int rc = zmq_poll (&item, 1, left > 0? (long) left: 0);
-        if (rc <= 0)
+        //  A reply that is waiting already needs no poll
+        dsh_reply_t *reply;
+        if (s_take_one (self, &reply) == 0) {
+            if (reply)
+                return reply;
+            continue;
+        }
+        if (errno != EAGAIN)
             return NULL;
-        zmsg_t *msg = zmsg_recv (self->dealer);
-        if (!msg)
-            return NULL;
-        dsh_reply_t *reply = s_reply_decode (msg);
-        zmsg_destroy (&msg);
-        if (reply)
-            reply = s_filter_cancelled (self, reply);
-        if (reply && reply->call_id && streq (reply->command, DSH_RESULT))
-            zhashx_delete (self->open_calls, reply->call_id);
-        if (reply)
-            return reply;
+        int64_t now = zclock_mono ();
+        if (!give_up)
+            give_up = now + timeout_ms;
+        int64_t left = give_up - now;
         if (left <= 0)
+            return NULL;
+        zmq_pollitem_t item = { zsock_resolve (self->dealer), 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll (&item, 1, (long) left) <= 0)
             return NULL;
     }
 }
@@ -567,7 +642,9 @@ zframe_t *
 dsh_reply_frame (dsh_reply_t *self)
 {
     assert (self);
-    return self->body;
+    if (!self->frame)
+        self->frame = zframe_new (zmq_msg_data (&self->body), zmq_msg_size (&self->body));
+    return self->frame;
 }
 
 json_t *

@@ -1,9 +1,14 @@
 /*  =========================================================================
     dsh_pool - a bounded pool of worker threads for tool handlers
 
-    A mutex guards two lists (waiting, finished); a condition variable wakes
-    workers; a pipe carries one byte per finished job to wake the owner's
-    poll loop.
+    A mutex guards two queues (waiting, finished); a condition variable
+    wakes workers; a pipe wakes the owner's poll loop. The queues are rings
+    of pointers that grow by doubling and never shrink, so handing a job
+    over allocates nothing once the pool has warmed up. The pipe holds one
+    byte exactly while finished jobs wait: it is written when the finished
+    queue stops being empty and read when it becomes empty again, both under
+    the mutex, so a busy pool costs one write and one read per batch of
+    finished jobs, not per job.
     =========================================================================
 */
 
@@ -13,19 +18,69 @@
 #include <fcntl.h>
 #include <pthread.h>
 
+//  A first-in first-out ring of pointers.
+typedef struct {
+    void **items;
+    size_t capacity;
+    size_t head;                //  index of the oldest item
+    size_t count;
+} s_ring_t;
+
 struct _dsh_pool_t {
     pthread_mutex_t mutex;
     pthread_cond_t wake;
-    zlistx_t *waiting;
-    zlistx_t *finished;
+    s_ring_t waiting;
+    s_ring_t finished;
     size_t queue_limit;
     size_t running;
     bool stopping;
     dsh_pool_job_fn *run;
-    int wakeup [2];             //  pipe: workers write, owner reads
+    int wakeup [2];             //  pipe: a byte while finished is not empty
     pthread_t *threads;
     size_t thread_count;
 };
+
+static void
+s_ring_push (s_ring_t *ring, void *item)
+{
+    if (ring->count == ring->capacity) {
+        size_t capacity = ring->capacity? ring->capacity * 2: 64;
+        void **items = (void **) malloc (capacity * sizeof (void *));
+        assert (items);
+        //  Unwrap into the new array, oldest first
+        for (size_t index = 0; index < ring->count; index++)
+            items [index] = ring->items [(ring->head + index) % ring->capacity];
+        free (ring->items);
+        ring->items = items;
+        ring->capacity = capacity;
+        ring->head = 0;
+    }
+    ring->items [(ring->head + ring->count) % ring->capacity] = item;
+    ring->count++;
+}
+
+static void *
+s_ring_pop (s_ring_t *ring)
+{
+    if (ring->count == 0)
+        return NULL;
+    void *item = ring->items [ring->head];
+    ring->head = (ring->head + 1) % ring->capacity;
+    ring->count--;
+    return item;
+}
+
+//  Hands item to the owner; call with the mutex held.
+static void
+s_finish (dsh_pool_t *self, void *item)
+{
+    s_ring_push (&self->finished, item);
+    if (self->finished.count == 1) {
+        char byte = 1;
+        if (write (self->wakeup [1], &byte, 1) < 0)
+            zsys_error ("dsh_pool: cannot signal a finished job: %s", strerror (errno));
+    }
+}
 
 static void *
 s_worker (void *arg)
@@ -33,21 +88,18 @@ s_worker (void *arg)
     dsh_pool_t *self = (dsh_pool_t *) arg;
     pthread_mutex_lock (&self->mutex);
     while (true) {
-        while (!self->stopping && zlistx_size (self->waiting) == 0)
+        while (!self->stopping && self->waiting.count == 0)
             pthread_cond_wait (&self->wake, &self->mutex);
         if (self->stopping)
             break;
-        void *job = zlistx_first (self->waiting);
-        zlistx_delete (self->waiting, zlistx_cursor (self->waiting));
+        void *job = s_ring_pop (&self->waiting);
         self->running++;
         pthread_mutex_unlock (&self->mutex);
         bool done = self->run (job);
         pthread_mutex_lock (&self->mutex);
         self->running--;
-        pthread_mutex_unlock (&self->mutex);
         if (done)
-            dsh_pool_post (self, job);
-        pthread_mutex_lock (&self->mutex);
+            s_finish (self, job);
     }
     pthread_mutex_unlock (&self->mutex);
     return NULL;
@@ -62,13 +114,11 @@ dsh_pool_new (size_t workers, size_t queue_limit, dsh_pool_job_fn *run)
     assert (self);
     pthread_mutex_init (&self->mutex, NULL);
     pthread_cond_init (&self->wake, NULL);
-    self->waiting = zlistx_new ();
-    self->finished = zlistx_new ();
     self->queue_limit = queue_limit;
     self->run = run;
     if (pipe2 (self->wakeup, O_NONBLOCK | O_CLOEXEC)) {
-        zlistx_destroy (&self->waiting);
-        zlistx_destroy (&self->finished);
+        pthread_cond_destroy (&self->wake);
+        pthread_mutex_destroy (&self->mutex);
         free (self);
         return NULL;
     }
@@ -117,17 +167,17 @@ dsh_pool_destroy (dsh_pool_t **self_p, int grace_ms, dsh_pool_discard_fn *discar
             left_behind = true;
         }
     }
+    //  A worker left behind may still hand its job in, so the queues are
+    //  emptied under the mutex
+    pthread_mutex_lock (&self->mutex);
     void *job;
-    while ((job = zlistx_first (self->waiting))) {
-        zlistx_delete (self->waiting, zlistx_cursor (self->waiting));
+    while ((job = s_ring_pop (&self->waiting)))
         if (discard)
             discard (job);
-    }
-    while ((job = zlistx_first (self->finished))) {
-        zlistx_delete (self->finished, zlistx_cursor (self->finished));
+    while ((job = s_ring_pop (&self->finished)))
         if (discard)
             discard (job);
-    }
+    pthread_mutex_unlock (&self->mutex);
     if (left_behind) {
         //  A handler still runs and will touch the pool when it returns;
         //  the process is going away, so its few bytes stay with it.
@@ -136,8 +186,8 @@ dsh_pool_destroy (dsh_pool_t **self_p, int grace_ms, dsh_pool_discard_fn *discar
     }
     close (self->wakeup [0]);
     close (self->wakeup [1]);
-    zlistx_destroy (&self->waiting);
-    zlistx_destroy (&self->finished);
+    free (self->waiting.items);
+    free (self->finished.items);
     free (self->threads);
     pthread_cond_destroy (&self->wake);
     pthread_mutex_destroy (&self->mutex);
@@ -151,8 +201,8 @@ dsh_pool_submit (dsh_pool_t *self, void *job)
     assert (job);
     pthread_mutex_lock (&self->mutex);
     int rc = -1;
-    if (zlistx_size (self->waiting) < self->queue_limit) {
-        zlistx_add_end (self->waiting, job);
+    if (self->waiting.count < self->queue_limit) {
+        s_ring_push (&self->waiting, job);
         pthread_cond_signal (&self->wake);
         rc = 0;
     }
@@ -166,25 +216,22 @@ dsh_pool_post (dsh_pool_t *self, void *item)
     assert (self);
     assert (item);
     pthread_mutex_lock (&self->mutex);
-    zlistx_add_end (self->finished, item);
+    s_finish (self, item);
     pthread_mutex_unlock (&self->mutex);
-    char byte = 1;
-    //  A full pipe already wakes the owner; the byte is only a nudge
-    if (write (self->wakeup [1], &byte, 1) < 0 && errno != EAGAIN)
-        zsys_error ("dsh_pool: cannot signal a finished job: %s", strerror (errno));
 }
 
 void *
 dsh_pool_done (dsh_pool_t *self)
 {
     assert (self);
-    char bytes [64];
-    while (read (self->wakeup [0], bytes, sizeof (bytes)) > 0)
-        ;
     pthread_mutex_lock (&self->mutex);
-    void *job = zlistx_first (self->finished);
-    if (job)
-        zlistx_delete (self->finished, zlistx_cursor (self->finished));
+    void *job = s_ring_pop (&self->finished);
+    if (self->finished.count == 0) {
+        //  Taking the last one (or finding none) takes the wakeup byte
+        char bytes [8];
+        if (read (self->wakeup [0], bytes, sizeof (bytes)) < 0 && errno != EAGAIN)
+            zsys_error ("dsh_pool: cannot read the wakeup pipe: %s", strerror (errno));
+    }
     pthread_mutex_unlock (&self->mutex);
     return job;
 }
@@ -201,7 +248,7 @@ dsh_pool_busy (dsh_pool_t *self)
 {
     assert (self);
     pthread_mutex_lock (&self->mutex);
-    size_t busy = zlistx_size (self->waiting) + self->running;
+    size_t busy = self->waiting.count + self->running;
     pthread_mutex_unlock (&self->mutex);
     return busy;
 }

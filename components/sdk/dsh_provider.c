@@ -8,6 +8,11 @@
     tool, and hands the decoded call to a worker; the worker validates the
     arguments (typed tools), runs the handler and encodes the result; the
     loop sends it back. See PROTOCOL.md, "Component lifecycle".
+
+    On the call path nothing is copied that can be moved: the CALL body
+    stays in the zmq_msg_t it arrived in (the call's strings point into
+    it), the result is packed straight into the zmq_msg_t that is sent, and
+    calls are found by their broker token as a 64-bit key.
     =========================================================================
 */
 
@@ -25,6 +30,7 @@
 #define S_DEFAULT_QUEUE_LIMIT   1024    //  calls waiting for a worker
 #define S_ANNOUNCE_DELAY_MS     10      //  changes within this go in one ANNOUNCE
 #define S_SHUTDOWN_GRACE_MS     1000
+#define S_BATCH                 64      //  messages handled per wakeup, at most
 
 struct _dsh_provider_t {
     zactor_t *actor;
@@ -50,8 +56,9 @@ enum { S_WITH_WORKER = 0, S_DEFERRED, S_FINISHED };
 //  One call on its way through a worker.
 typedef struct {
     s_kind_t kind;
-    byte token [8];                 //  the broker's token for the call
-    zframe_t *body;                 //  keeps the call's strings alive
+    uint64_t token;                 //  the broker's token for the call (its
+                                    //  8 bytes as they came), key in running
+    zmq_msg_t body;                 //  the CALL body: the call points into it
     dsh_call_t *call;
     dsh_result_t *result;           //  lives until the call is finished
     const dsh_param_t *params;
@@ -60,13 +67,14 @@ typedef struct {
     void *arg;
     dsh_pool_t *pool;
     atomic_int holder;              //  S_WITH_WORKER, S_DEFERRED, S_FINISHED
-    zframe_t *encoded;              //  the RESULT body, once finished
+    zmq_msg_t encoded;              //  the RESULT body, once finished
+    bool is_encoded;
 } s_job_t;
 
 //  A progress report of a running call, on its way to the broker.
 typedef struct {
     s_kind_t kind;
-    byte token [8];
+    uint64_t token;
     zframe_t *body;
 } s_note_t;
 
@@ -88,7 +96,7 @@ typedef struct {
     bool ready;                     //  the broker asked for our tools
     zlistx_t *refusals;             //  char *, "tool: reason"
     dsh_pool_t *pool;
-    zhashx_t *running;              //  token hex -> s_job_t *, queued, running or deferred
+    zhashx_t *running;              //  &token -> s_job_t *, queued, running or deferred
 } self_t;
 
 static void
@@ -103,6 +111,20 @@ s_tool_destroy (s_tool_t **self_p)
     }
 }
 
+static s_job_t *
+s_job_new (uint64_t token, zmq_msg_t *body)
+{
+    s_job_t *self = (s_job_t *) zmalloc (sizeof (s_job_t));
+    assert (self);
+    self->kind = S_JOB;
+    self->token = token;
+    zmq_msg_init (&self->body);
+    zmq_msg_move (&self->body, body);
+    zmq_msg_init (&self->encoded);
+    atomic_init (&self->holder, S_WITH_WORKER);
+    return self;
+}
+
 static void
 s_job_destroy (s_job_t **self_p)
 {
@@ -110,11 +132,44 @@ s_job_destroy (s_job_t **self_p)
         s_job_t *self = *self_p;
         dsh_call_destroy (&self->call);
         dsh_result_destroy (&self->result);
-        zframe_destroy (&self->body);
-        zframe_destroy (&self->encoded);
+        zmq_msg_close (&self->body);
+        zmq_msg_close (&self->encoded);
         free (self);
         *self_p = NULL;
     }
+}
+
+//  Packs the job's result into encoded; from whichever thread finishes it.
+static void
+s_job_encode (s_job_t *self)
+{
+    if (self->is_encoded)
+        return;                 //  a handler that finished and also returned
+    if (dsh_result_encode_msg (self->result, &self->encoded) == 0)
+        self->is_encoded = true;
+    else {
+        zmq_msg_init (&self->encoded);
+        zsys_error ("dsh_provider: cannot allocate the result of call %s", dsh_call_id (self->call));
+    }
+}
+
+//  The running table's key is the job's token: 64 bits, no string.
+static size_t
+s_token_hash (const void *key)
+{
+    uint64_t token;
+    memcpy (&token, key, sizeof (token));
+    //  Fibonacci hashing spreads sequential and random tokens alike
+    return (size_t) ((token * 0x9E3779B97F4A7C15ull) >> 17);
+}
+
+static int
+s_token_compare (const void *key1, const void *key2)
+{
+    uint64_t token1, token2;
+    memcpy (&token1, key1, sizeof (token1));
+    memcpy (&token2, key2, sizeof (token2));
+    return token1 < token2? -1: token1 > token2? 1: 0;
 }
 
 static void
@@ -163,7 +218,7 @@ s_job_progress (void *context, double progress, double total, const char *messag
     s_note_t *note = (s_note_t *) zmalloc (sizeof (s_note_t));
     assert (note);
     note->kind = S_NOTE;
-    memcpy (note->token, job->token, sizeof (note->token));
+    note->token = job->token;
     note->body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     dsh_pool_post (job->pool, note);
@@ -174,7 +229,7 @@ static void
 s_job_finish (void *context)
 {
     s_job_t *job = (s_job_t *) context;
-    job->encoded = dsh_result_encode (job->result);
+    s_job_encode (job);
     //  If the worker still has the job, it hands it back when its handler
     //  returns; if the worker let go (deferred), handing it back is ours
     if (atomic_exchange (&job->holder, S_FINISHED) == S_DEFERRED)
@@ -189,7 +244,10 @@ s_job_run (void *arg)
     s_job_t *job = (s_job_t *) arg;
     if (dsh_call_cancelled (job->call))
         return true;            //  answered already: the handler need not run
-    char *violations = job->typed? dsh_params_check (job->params, dsh_call_arguments (job->call)): NULL;
+    //  Counting first builds no list and no text for the calls that pass
+    const msgpack_object *arguments = dsh_call_arguments (job->call);
+    char *violations = job->typed && dsh_params_validate (job->params, arguments, NULL)?
+        dsh_params_check (job->params, arguments): NULL;
     if (violations) {
         //  The check's text is already the whole message, "Error: ..."
         dsh_result_error (job->result, DSH_E_INVALID_ARGS, "%s", violations + strlen ("Error: "));
@@ -204,7 +262,7 @@ s_job_run (void *arg)
         if (rc != 0 && !dsh_result_is_error (job->result))
             dsh_result_error (job->result, NULL, "handler failed");
     }
-    job->encoded = dsh_result_encode (job->result);
+    s_job_encode (job);
     return true;
 }
 
@@ -251,21 +309,28 @@ s_send_hello (zsock_t *sock, const char *id)
     dsh_sock_send (sock, &msg);
 }
 
-//  Sends a RESULT or PROGRESS for a call; takes the body.
+//  Sends a RESULT or PROGRESS for a call: "" "DSH1" command token body.
+//  Takes the body's content.
 static void
-s_send_work (self_t *self, const char *command, const byte *token, zframe_t **body_p)
+s_send_work (self_t *self, const char *command, uint64_t token, zmq_msg_t *body)
 {
-    zmsg_t *msg = dsh_proto_message (NULL, command);
-    zmsg_addmem (msg, token, 8);
-    zmsg_append (msg, body_p);
-    if (dsh_sock_send (self->work, &msg))
+    zmq_msg_t parts [5];
+    dsh_sock_head (parts, command);
+    dsh_sock_part_mem (&parts [3], &token, sizeof (token));
+    zmq_msg_init (&parts [4]);
+    zmq_msg_move (&parts [4], body);
+    if (dsh_sock_send_parts (self->work, parts, 5))
         zsys_warning ("%s: a %s could not be sent: %s", self->id, command, zmq_strerror (errno));
 }
 
+//  The same with a body from the codec; takes the frame.
 static void
-s_token_key (const byte *token, char key [17])
+s_send_work_frame (self_t *self, const char *command, uint64_t token, zframe_t **body_p)
 {
-    dsh_proto_hex (token, 8, key);
+    zmq_msg_t body;
+    dsh_sock_part_frame (&body, body_p);
+    s_send_work (self, command, token, &body);
+    zmq_msg_close (&body);
 }
 
 //  ---------------------------------------------------------------------
@@ -374,75 +439,69 @@ s_tool_find (self_t *self, const char *name)
 }
 
 static void
-s_handle_call (self_t *self, zmsg_t *msg)
+s_handle_call (self_t *self, dsh_sock_msg_t *msg)
 {
-    zframe_t *token = zmsg_pop (msg);
-    zframe_t *body = zmsg_pop (msg);
-    if (!token || zframe_size (token) != 8 || !body) {
+    if (msg->count - msg->body < 2 || zmq_msg_size (&msg->part [msg->body]) != 8) {
         zsys_warning ("%s: CALL without token and body", self->id);
-        zframe_destroy (&token);
-        zframe_destroy (&body);
         return;
     }
+    uint64_t token;
+    memcpy (&token, zmq_msg_data (&msg->part [msg->body]), sizeof (token));
+    //  The job takes the body first: the call's strings point into it, and
+    //  a short body lives inside its zmq_msg_t, which must not move again
+    s_job_t *job = s_job_new (token, &msg->part [msg->body + 1]);
     char error [256];
-    dsh_call_t *call = dsh_call_new (zframe_data (body), zframe_size (body), error, sizeof (error));
-    s_tool_t *tool = call? s_tool_find (self, dsh_call_name (call)): NULL;
+    job->call = dsh_call_new (zmq_msg_data (&job->body), zmq_msg_size (&job->body), error, sizeof (error));
+    s_tool_t *tool = job->call? s_tool_find (self, dsh_call_name (job->call)): NULL;
     zframe_t *reply = NULL;
-    if (!call)
+    if (!job->call)
         reply = dsh_proto_error_result (NULL, DSH_E_BAD_REQUEST, error);
     else
     if (!tool) {
         char text [DSH_NAME_MAX + 64];
-        snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", dsh_call_name (call));
-        reply = dsh_proto_error_result (dsh_call_id (call), DSH_E_UNKNOWN_TOOL, text);
+        snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", dsh_call_name (job->call));
+        reply = dsh_proto_error_result (dsh_call_id (job->call), DSH_E_UNKNOWN_TOOL, text);
     }
     if (reply) {
-        s_send_work (self, DSH_RESULT, zframe_data (token), &reply);
-        dsh_call_destroy (&call);
-        zframe_destroy (&body);
-        zframe_destroy (&token);
+        s_send_work_frame (self, DSH_RESULT, token, &reply);
+        s_job_destroy (&job);
         return;
     }
-    s_job_t *job = (s_job_t *) zmalloc (sizeof (s_job_t));
-    assert (job);
-    job->kind = S_JOB;
-    memcpy (job->token, zframe_data (token), 8);
-    zframe_destroy (&token);
-    job->body = body;
-    job->call = call;
-    job->result = dsh_result_new (dsh_call_id (call));
+    job->result = dsh_result_new (dsh_call_id (job->call));
     job->params = tool->params;
     job->typed = tool->typed;
     job->handler = tool->handler;
     job->arg = tool->arg;
     job->pool = self->pool;
-    atomic_init (&job->holder, S_WITH_WORKER);
     dsh_call_hooks_t hooks = { s_job_progress, s_job_finish };
-    dsh_call_set_hooks (call, &hooks, job);
-    if (dsh_pool_submit (self->pool, job)) {
-        char text [128];
-        snprintf (text, sizeof (text), "Error: component \"%.64s\" is overloaded", self->id);
-        reply = dsh_proto_error_result (dsh_call_id (call), DSH_E_OVERLOADED, text);
-        s_send_work (self, DSH_RESULT, job->token, &reply);
+    dsh_call_set_hooks (job->call, &hooks, job);
+    //  In the table before a worker can have it; the token is the key
+    if (zhashx_insert (self->running, &job->token, job)) {
+        //  The broker never reuses a token while its call is open
+        zsys_warning ("%s: a CALL repeats a running call's token; dropped", self->id);
         s_job_destroy (&job);
         return;
     }
-    char key [17];
-    s_token_key (job->token, key);
-    zhashx_insert (self->running, key, job);
+    if (dsh_pool_submit (self->pool, job)) {
+        zhashx_delete (self->running, &job->token);
+        char text [128];
+        snprintf (text, sizeof (text), "Error: component \"%.64s\" is overloaded", self->id);
+        reply = dsh_proto_error_result (dsh_call_id (job->call), DSH_E_OVERLOADED, text);
+        s_send_work_frame (self, DSH_RESULT, token, &reply);
+        s_job_destroy (&job);
+    }
 }
 
 //  The broker answered a call already (deadline, or the caller cancelled):
 //  tell its handler, and send nothing for it.
 static void
-s_handle_cancel (self_t *self, zmsg_t *msg)
+s_handle_cancel (self_t *self, dsh_sock_msg_t *msg)
 {
-    zframe_t *token = zmsg_first (msg);
-    if (!token || zframe_size (token) != 8)
+    if (msg->count == msg->body || zmq_msg_size (&msg->part [msg->body]) != 8)
         return;
-    char key [17];
-    s_token_key (zframe_data (token), key);
-    s_job_t *job = (s_job_t *) zhashx_lookup (self->running, key);
+    uint64_t token;
+    memcpy (&token, zmq_msg_data (&msg->part [msg->body]), sizeof (token));
+    s_job_t *job = (s_job_t *) zhashx_lookup (self->running, &token);
     if (job)
         dsh_call_cancel (job->call);
 }
@@ -457,18 +516,70 @@ s_pool_done (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     while ((done = dsh_pool_done (self->pool))) {
         if (*(s_kind_t *) done == S_NOTE) {
             s_note_t *note = (s_note_t *) done;
-            s_send_work (self, DSH_PROGRESS, note->token, &note->body);
+            s_send_work_frame (self, DSH_PROGRESS, note->token, &note->body);
             s_note_destroy (&note);
             continue;
         }
         s_job_t *job = (s_job_t *) done;
-        char key [17];
-        s_token_key (job->token, key);
-        zhashx_delete (self->running, key);
-        if (!dsh_call_cancelled (job->call) && job->encoded)
+        zhashx_delete (self->running, &job->token);
+        if (!dsh_call_cancelled (job->call) && job->is_encoded)
             s_send_work (self, DSH_RESULT, job->token, &job->encoded);
         s_job_destroy (&job);
     }
+    return 0;
+}
+
+static void
+s_handle_refused (self_t *self, dsh_sock_msg_t *msg)
+{
+    //  Rare: the codec's own checks on a frame copy, which the document
+    //  points into
+    char error [256];
+    zframe_t *body = msg->body < msg->count?
+        zframe_new (zmq_msg_data (&msg->part [msg->body]), zmq_msg_size (&msg->part [msg->body])): NULL;
+    dsh_doc_t *doc = dsh_proto_decode_body (body, error, sizeof (error));
+    if (doc) {
+        const msgpack_object *root = dsh_doc_root (doc);
+        const char *tool = dsh_doc_strdup (doc, dsh_map_get (root, "tool"));
+        const char *reason = dsh_doc_strdup (doc, dsh_map_get (root, "reason"));
+        char *refusal = zsys_sprintf ("%s: %s", tool? tool: "(unnamed)", reason? reason: "refused");
+        zsys_warning ("%s: the broker refused %s", self->id, refusal);
+        if (zlistx_size (self->refusals) < 1000)
+            zlistx_add_end (self->refusals, refusal);
+        else
+            zstr_free (&refusal);
+        dsh_doc_destroy (&doc);
+    }
+    zframe_destroy (&body);
+}
+
+static int
+s_work_recv_one (zsock_t *reader, void *arg)
+{
+    self_t *self = (self_t *) arg;
+    dsh_sock_msg_t msg;
+    char error [256];
+    if (dsh_sock_recv_msg (reader, &msg, error, sizeof (error))) {
+        if (*error)
+            zsys_warning ("%s: malformed message from the broker: %s", self->id, error);
+    }
+    else
+    if (streq (msg.command, DSH_CALL))
+        s_handle_call (self, &msg);
+    else
+    if (streq (msg.command, DSH_CANCEL))
+        s_handle_cancel (self, &msg);
+    else
+    if (streq (msg.command, DSH_SYNC)) {
+        s_publish (self, DSH_ANNOUNCE, true);
+        self->ready = true;
+    }
+    else
+    if (streq (msg.command, DSH_REFUSED))
+        s_handle_refused (self, &msg);
+    else
+        zsys_warning ("%s: unknown command \"%s\" from the broker", self->id, msg.command);
+    dsh_sock_msg_close (&msg);
     return 0;
 }
 
@@ -476,47 +587,7 @@ static int
 s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
-    self_t *self = (self_t *) arg;
-    zmsg_t *msg = zmsg_recv (reader);
-    if (!msg)
-        return 0;
-    zmsg_t *envelope = NULL;
-    char command [DSH_COMMAND_MAX + 1];
-    char error [256];
-    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)))
-        zsys_warning ("%s: malformed message from the broker: %s", self->id, error);
-    else
-    if (streq (command, DSH_CALL))
-        s_handle_call (self, msg);
-    else
-    if (streq (command, DSH_SYNC)) {
-        s_publish (self, DSH_ANNOUNCE, true);
-        self->ready = true;
-    }
-    else
-    if (streq (command, DSH_REFUSED)) {
-        dsh_doc_t *doc = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error));
-        if (doc) {
-            const msgpack_object *root = dsh_doc_root (doc);
-            const char *tool = dsh_doc_strdup (doc, dsh_map_get (root, "tool"));
-            const char *reason = dsh_doc_strdup (doc, dsh_map_get (root, "reason"));
-            char *refusal = zsys_sprintf ("%s: %s", tool? tool: "(unnamed)", reason? reason: "refused");
-            zsys_warning ("%s: the broker refused %s", self->id, refusal);
-            if (zlistx_size (self->refusals) < 1000)
-                zlistx_add_end (self->refusals, refusal);
-            else
-                zstr_free (&refusal);
-            dsh_doc_destroy (&doc);
-        }
-    }
-    else
-    if (streq (command, DSH_CANCEL))
-        s_handle_cancel (self, msg);
-    else
-        zsys_warning ("%s: unknown command \"%s\" from the broker", self->id, command);
-    zmsg_destroy (&envelope);
-    zmsg_destroy (&msg);
-    return 0;
+    return dsh_sock_drain (reader, S_BATCH, s_work_recv_one, arg);
 }
 
 //  ---------------------------------------------------------------------
@@ -544,12 +615,22 @@ s_tools_changed (self_t *self)
         self->announce_timer = zloop_timer (self->loop, S_ANNOUNCE_DELAY_MS, 1, s_announce_due, self);
 }
 
-//  Adds a tool from its entry (msgpack); returns 0 or -1 with a reason.
+//  What dsh_provider_add hands the actor, by pointer on the pipe. It lives
+//  on the caller's stack: the caller waits for the answer.
+typedef struct {
+    const void *entry;              //  msgpack of the wire tool entry
+    size_t entry_size;
+    const dsh_param_t *params;      //  typed tools: the spec; else NULL
+    bool typed;
+    dsh_handler_fn *handler;
+    void *arg;
+} s_add_t;
+
+//  Adds a tool; returns 0 or -1 with a reason.
 static int
-s_add_tool (self_t *self, zframe_t *entry, const dsh_param_t *params, bool typed,
-            dsh_handler_fn *handler, void *arg, char *error, size_t error_size)
+s_add_tool (self_t *self, const s_add_t *add, char *error, size_t error_size)
 {
-    dsh_doc_t *doc = dsh_doc_new (zframe_data (entry), zframe_size (entry), error, error_size);
+    dsh_doc_t *doc = dsh_doc_new (add->entry, add->entry_size, error, error_size);
     if (!doc)
         return -1;
     int rc = dsh_proto_check_tool (dsh_doc_root (doc), error, error_size);
@@ -562,11 +643,11 @@ s_add_tool (self_t *self, zframe_t *entry, const dsh_param_t *params, bool typed
         s_tool_t *tool = (s_tool_t *) zmalloc (sizeof (s_tool_t));
         assert (tool);
         tool->name = strdup (name);
-        tool->entry = zchunk_new (zframe_data (entry), zframe_size (entry));
-        tool->params = params;
-        tool->typed = typed;
-        tool->handler = handler;
-        tool->arg = arg;
+        tool->entry = zchunk_new (add->entry, add->entry_size);
+        tool->params = add->params;
+        tool->typed = add->typed;
+        tool->handler = add->handler;
+        tool->arg = add->arg;
         zlistx_add_end (self->tools, tool);
         s_tools_changed (self);
     }
@@ -574,57 +655,32 @@ s_add_tool (self_t *self, zframe_t *entry, const dsh_param_t *params, bool typed
     return rc;
 }
 
-//  Pointers cross the pipe as frames of their own bytes (same process).
-static void *
-s_pop_pointer (zmsg_t *msg)
-{
-    void *pointer = NULL;
-    zframe_t *frame = zmsg_pop (msg);
-    if (frame && zframe_size (frame) == sizeof (pointer))
-        memcpy (&pointer, zframe_data (frame), sizeof (pointer));
-    zframe_destroy (&frame);
-    return pointer;
-}
-
-static void
-s_add_pointer (zmsg_t *msg, const void *pointer)
-{
-    zmsg_addmem (msg, &pointer, sizeof (pointer));
-}
-
+//  The pipe speaks pictures, "sp": a command and, for ADD and REMOVE, a
+//  pointer to the caller's argument (an s_add_t, a tool name), valid while
+//  the caller waits for the answer.
 static int
 s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
     self_t *self = (self_t *) arg;
     char *command = NULL;
-    zframe_t *entry = NULL;
-    void *params = NULL, *handler = NULL, *handler_arg = NULL;
-    int typed = 0;
-    char *name = NULL;
-    zmsg_t *request = zmsg_recv (reader);
-    if (!request)
-        return -1;
-    command = zmsg_popstr (request);
+    void *argument = NULL;
+    if (zsock_recv (reader, "sp", &command, &argument) || !command) {
+        zstr_free (&command);
+        return -1;              //  interrupted
+    }
     int rc = 0;
-    if (!command || streq (command, "$TERM"))
+    if (streq (command, "$TERM"))
         rc = -1;
     else
-    if (streq (command, "ADD")) {
-        entry = zmsg_pop (request);
-        params = s_pop_pointer (request);
-        typed = (int) (intptr_t) s_pop_pointer (request);
-        handler = s_pop_pointer (request);
-        handler_arg = s_pop_pointer (request);
+    if (streq (command, "ADD") && argument) {
         char error [256] = "";
-        int status = s_add_tool (self, entry, (const dsh_param_t *) params, typed != 0,
-                                 (dsh_handler_fn *) handler, handler_arg, error, sizeof (error));
-        zstr_sendx (self->pipe, status? "ERROR": "OK", error, NULL);
+        int status = s_add_tool (self, (const s_add_t *) argument, error, sizeof (error));
+        zsock_send (self->pipe, "ss", status? "ERROR": "OK", error);
     }
     else
-    if (streq (command, "REMOVE")) {
-        name = zmsg_popstr (request);
-        s_tool_t *tool = name? s_tool_find (self, name): NULL;
+    if (streq (command, "REMOVE") && argument) {
+        s_tool_t *tool = s_tool_find (self, (const char *) argument);
         if (tool) {
             zlistx_delete (self->tools, zlistx_cursor (self->tools));
             s_tools_changed (self);
@@ -637,16 +693,13 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
     else
     if (streq (command, "REFUSAL")) {
         char *refusal = (char *) zlistx_first (self->refusals);
-        zstr_send (self->pipe, refusal? refusal: "");
+        zsock_send (self->pipe, "s", refusal? refusal: "");
         if (refusal)
             zlistx_delete (self->refusals, zlistx_cursor (self->refusals));
     }
     else
         zsys_error ("dsh_provider: invalid pipe command \"%s\"", command);
-    zframe_destroy (&entry);
-    zstr_free (&name);
     zstr_free (&command);
-    zmsg_destroy (&request);
     return rc;
 }
 
@@ -669,6 +722,11 @@ s_provider_actor (zsock_t *pipe, void *args)
     self->generation = (uint64_t) zclock_time ();
     self->pool = dsh_pool_new (settings->workers, settings->queue_limit, s_job_run);
     self->running = zhashx_new ();
+    zhashx_set_key_hasher (self->running, s_token_hash);
+    zhashx_set_key_comparator (self->running, s_token_compare);
+    //  Keys are the jobs' own token fields: nothing to copy or free
+    zhashx_set_key_duplicator (self->running, NULL);
+    zhashx_set_key_destructor (self->running, NULL);
     assert (self->pool);
     self->front = zsock_new (ZMQ_DEALER);
     dsh_sock_limit (self->front, DSH_MAX_MESSAGE_DEFAULT, 100);
@@ -775,19 +833,11 @@ dsh_provider_id (dsh_provider_t *self)
 }
 
 static int
-s_send_add (dsh_provider_t *self, const void *entry, size_t size, const dsh_param_t *params,
-            bool typed, dsh_handler_fn *handler, void *arg)
+s_send_add (dsh_provider_t *self, const s_add_t *add)
 {
-    zmsg_t *msg = zmsg_new ();
-    zmsg_addstr (msg, "ADD");
-    zmsg_addmem (msg, entry, size);
-    s_add_pointer (msg, params);
-    s_add_pointer (msg, (void *) (intptr_t) typed);
-    s_add_pointer (msg, (void *) handler);
-    s_add_pointer (msg, arg);
-    zmsg_send (&msg, self->actor);
+    zsock_send (self->actor, "sp", "ADD", add);
     char *status = NULL, *reason = NULL;
-    zstr_recvx (self->actor, &status, &reason, NULL);
+    zsock_recv (self->actor, "ss", &status, &reason);
     int rc = status && streq (status, "OK")? 0: -1;
     if (rc)
         zsys_error ("%s: cannot add tool: %s", self->id, reason? reason: "no reply");
@@ -808,8 +858,10 @@ dsh_provider_add (dsh_provider_t *self, const dsh_tooldef_t *def, dsh_handler_fn
     msgpack_packer pk;
     msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
     int rc = entry? dsh_json_to_msgpack (&pk, entry): -1;
-    if (rc == 0)
-        rc = s_send_add (self, sbuf.data, sbuf.size, def->params, true, handler, arg);
+    if (rc == 0) {
+        s_add_t add = { sbuf.data, sbuf.size, def->params, true, handler, arg };
+        rc = s_send_add (self, &add);
+    }
     msgpack_sbuffer_destroy (&sbuf);
     json_decref (entry);
     return rc;
@@ -826,8 +878,10 @@ dsh_provider_add_raw (dsh_provider_t *self, const char *tool_json, dsh_handler_f
     int rc = dsh_json_text_to_msgpack (tool_json, &sbuf, error, sizeof (error));
     if (rc)
         zsys_error ("%s: cannot add raw tool: %s", self->id, error);
-    else
-        rc = s_send_add (self, sbuf.data, sbuf.size, NULL, false, handler, arg);
+    else {
+        s_add_t add = { sbuf.data, sbuf.size, NULL, false, handler, arg };
+        rc = s_send_add (self, &add);
+    }
     msgpack_sbuffer_destroy (&sbuf);
     return rc;
 }
@@ -837,7 +891,7 @@ dsh_provider_remove (dsh_provider_t *self, const char *name)
 {
     assert (self);
     assert (name);
-    zstr_sendx (self->actor, "REMOVE", name, NULL);
+    zsock_send (self->actor, "sp", "REMOVE", name);
     return zsock_wait (self->actor) == 0? 0: -1;
 }
 
@@ -847,7 +901,7 @@ dsh_provider_wait_ready (dsh_provider_t *self, int timeout_ms)
     assert (self);
     int64_t give_up = zclock_mono () + timeout_ms;
     while (true) {
-        zstr_send (self->actor, "READY");
+        zsock_send (self->actor, "s", "READY");
         if (zsock_wait (self->actor) == 0)
             return 0;
         if (zclock_mono () >= give_up)
@@ -862,8 +916,9 @@ dsh_provider_refusal (dsh_provider_t *self, int timeout_ms)
     assert (self);
     int64_t give_up = zclock_mono () + timeout_ms;
     while (true) {
-        zstr_send (self->actor, "REFUSAL");
-        char *refusal = zstr_recv (self->actor);
+        zsock_send (self->actor, "s", "REFUSAL");
+        char *refusal = NULL;
+        zsock_recv (self->actor, "s", &refusal);
         if (refusal && *refusal)
             return refusal;
         zstr_free (&refusal);

@@ -5,6 +5,8 @@
 
 #include "dsh_sock.h"
 
+#include <ctype.h>
+
 int
 dsh_sock_send (zsock_t *sock, zmsg_t **msg_p)
 {
@@ -77,4 +79,167 @@ dsh_sock_resolve (const char *advertised, const char *front)
                                  host + host_size);
     }
     return strdup (advertised);
+}
+
+int
+dsh_sock_drain (zsock_t *reader, int batch, dsh_sock_handler_fn *handler, void *arg)
+{
+    assert (reader);
+    assert (handler);
+    //  ZMQ_EVENTS, not a receive that may fail: the handler owns the receive
+    for (int count = 0; count < batch && (zsock_events (reader) & ZMQ_POLLIN); count++)
+        if (handler (reader, arg))
+            return -1;
+    return 0;
+}
+
+void
+dsh_sock_msg_close (dsh_sock_msg_t *msg)
+{
+    assert (msg);
+    for (size_t index = 0; index < msg->count; index++)
+        zmq_msg_close (&msg->part [index]);
+    msg->count = 0;
+}
+
+//  Finds the dsh/1 head in msg's parts; 0 or -1 with a reason.
+static int
+s_split (dsh_sock_msg_t *msg, char *error, size_t error_size)
+{
+    size_t delimiter = 0;
+    while (delimiter < msg->count && zmq_msg_size (&msg->part [delimiter]) != 0)
+        delimiter++;
+    if (delimiter == msg->count) {
+        snprintf (error, error_size, "no empty delimiter frame");
+        return -1;
+    }
+    msg->envelope = delimiter;
+    msg->body = delimiter + 1;
+    zmq_msg_t *protocol = delimiter + 1 < msg->count? &msg->part [delimiter + 1]: NULL;
+    if (!protocol || zmq_msg_size (protocol) != strlen (DSH_PROTOCOL)
+    ||  memcmp (zmq_msg_data (protocol), DSH_PROTOCOL, strlen (DSH_PROTOCOL)) != 0) {
+        snprintf (error, error_size, "protocol frame is not \"%s\"", DSH_PROTOCOL);
+        return -1;
+    }
+    msg->body = delimiter + 2;
+    zmq_msg_t *verb = delimiter + 2 < msg->count? &msg->part [delimiter + 2]: NULL;
+    size_t size = verb? zmq_msg_size (verb): 0;
+    if (size == 0 || size > DSH_COMMAND_MAX) {
+        snprintf (error, error_size, "missing or oversized command frame");
+        return -1;
+    }
+    msg->body = delimiter + 3;
+    memcpy (msg->command, zmq_msg_data (verb), size);
+    msg->command [size] = 0;
+    for (size_t index = 0; index < size; index++)
+        if (!isupper ((unsigned char) msg->command [index])) {
+            snprintf (error, error_size, "command frame is not an upper-case word");
+            return -1;
+        }
+    return 0;
+}
+
+int
+dsh_sock_recv_msg (zsock_t *sock, dsh_sock_msg_t *msg, char *error, size_t error_size)
+{
+    assert (sock);
+    assert (msg);
+    assert (error && error_size > 0);
+    msg->count = 0;
+    msg->envelope = 0;
+    msg->body = 0;
+    msg->command [0] = 0;
+    error [0] = 0;
+    void *handle = zsock_resolve (sock);
+    bool oversized = false;
+    bool more = true;
+    while (more) {
+        zmq_msg_t spare;
+        zmq_msg_t *part = msg->count < DSH_SOCK_PARTS_MAX? &msg->part [msg->count]: &spare;
+        zmq_msg_init (part);
+        //  A message arrives whole: only its first part can find nothing
+        if (zmq_msg_recv (part, handle, ZMQ_DONTWAIT) < 0) {
+            int saved_errno = errno;
+            zmq_msg_close (part);
+            dsh_sock_msg_close (msg);
+            errno = saved_errno;
+            return -1;
+        }
+        more = zmq_msg_more (part);
+        if (part == &spare) {
+            oversized = true;
+            zmq_msg_close (part);
+        }
+        else
+            msg->count++;
+    }
+    if (oversized) {
+        dsh_sock_msg_close (msg);
+        snprintf (error, error_size, "more than %d frames", DSH_SOCK_PARTS_MAX);
+        return -1;
+    }
+    return s_split (msg, error, error_size);
+}
+
+void
+dsh_sock_part_mem (zmq_msg_t *part, const void *data, size_t size)
+{
+    assert (part);
+    int rc = zmq_msg_init_size (part, size);
+    assert (rc == 0);
+    if (size)
+        memcpy (zmq_msg_data (part), data, size);
+}
+
+void
+dsh_sock_head (zmq_msg_t *parts, const char *command)
+{
+    assert (parts);
+    assert (command);
+    zmq_msg_init (&parts [0]);
+    dsh_sock_part_mem (&parts [1], DSH_PROTOCOL, strlen (DSH_PROTOCOL));
+    dsh_sock_part_mem (&parts [2], command, strlen (command));
+}
+
+static void
+s_frame_free (void *data, void *hint)
+{
+    (void) data;
+    zframe_t *frame = (zframe_t *) hint;
+    zframe_destroy (&frame);
+}
+
+void
+dsh_sock_part_frame (zmq_msg_t *part, zframe_t **frame_p)
+{
+    assert (part);
+    assert (frame_p && *frame_p);
+    zframe_t *frame = *frame_p;
+    *frame_p = NULL;
+    //  libzmq may free from its I/O thread; a frame has no thread affinity
+    int rc = zmq_msg_init_data (part, zframe_data (frame), zframe_size (frame), s_frame_free, frame);
+    assert (rc == 0);
+}
+
+int
+dsh_sock_send_parts (zsock_t *sock, zmq_msg_t *parts, size_t count)
+{
+    assert (sock);
+    assert (parts && count > 0);
+    void *handle = zsock_resolve (sock);
+    //  As dsh_sock_send: only the first part can be refused, which loses nothing
+    size_t index = 0;
+    int rc = 0;
+    for (; index < count; index++) {
+        int flags = ZMQ_DONTWAIT | (index + 1 < count? ZMQ_SNDMORE: 0);
+        if (zmq_msg_send (&parts [index], handle, flags) < 0) {
+            rc = -1;
+            break;
+        }
+    }
+    int saved_errno = errno;
+    for (; index < count; index++)
+        zmq_msg_close (&parts [index]);
+    errno = saved_errno;
+    return rc;
 }

@@ -5,6 +5,13 @@
     handles, it never stalls a loop); every socket that faces the network
     has a frame size limit; an endpoint the broker advertises with a
     wildcard host means the host the caller reached the broker on.
+
+    Hot paths move libzmq parts instead of building a zframe_t and a zmsg_t
+    per frame: dsh_sock_recv_msg takes one message into a dsh_sock_msg_t
+    (parts on the caller's stack, the dsh/1 head split in place), and
+    dsh_sock_send_parts sends parts whose content moves into libzmq.
+    dsh_sock_drain handles what waits on a busy socket without a poll per
+    message.
     =========================================================================
 */
 
@@ -12,6 +19,8 @@
 #define DSH_SOCK_H_INCLUDED
 
 #include <czmq.h>
+
+#include "dsh_proto.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,6 +42,65 @@ void
 //  Caller frees the result.
 char *
     dsh_sock_resolve (const char *advertised, const char *front);
+
+//  Handles one message waiting on reader. Returns 0, or -1 to stop (a zloop
+//  reader's -1: the loop ends).
+typedef int (dsh_sock_handler_fn) (zsock_t *reader, void *arg);
+
+//  Call handler while reader has a message waiting, at most batch times, so
+//  a busy socket costs one poll per batch yet other sockets get their turn.
+//  Returns 0, or -1 as soon as a handler does.
+int
+    dsh_sock_drain (zsock_t *reader, int batch, dsh_sock_handler_fn *handler, void *arg);
+
+//  The most parts a received message may have (envelope frames included).
+//  dsh/1 messages have at most 5 of their own; the rest leaves room for
+//  ROUTER hops.
+#define DSH_SOCK_PARTS_MAX 16
+
+//  One received message: [envelope...] "" "DSH1" COMMAND rest..., split in
+//  place. part [body .. count) are the frames after the command.
+typedef struct {
+    zmq_msg_t part [DSH_SOCK_PARTS_MAX];
+    size_t count;                   //  parts held
+    size_t envelope;                //  routing parts before the delimiter
+    size_t body;                    //  index of the first part after the command
+    char command [DSH_COMMAND_MAX + 1];
+} dsh_sock_msg_t;
+
+//  Receive one whole message without waiting and split its dsh/1 head (the
+//  rules of dsh_proto_split). Returns 0, or -1 either because nothing was
+//  waiting (errno set, error empty, msg holds nothing) or because the
+//  message is malformed (a reason in error; msg still holds its parts, and
+//  body is non-zero if a delimiter was found, so a reply can be routed
+//  along the envelope). A message of more than DSH_SOCK_PARTS_MAX parts is
+//  read whole and dropped. Close msg after either.
+int
+    dsh_sock_recv_msg (zsock_t *sock, dsh_sock_msg_t *msg, char *error, size_t error_size);
+
+//  Close every part msg holds; safe twice.
+void
+    dsh_sock_msg_close (dsh_sock_msg_t *msg);
+
+//  Fill parts [0..3) with the head of a message a DEALER sends: "" "DSH1"
+//  command (copied: short parts live inside the zmq_msg_t, no allocation).
+void
+    dsh_sock_head (zmq_msg_t *parts, const char *command);
+
+//  Fill part with a copy of size bytes of data.
+void
+    dsh_sock_part_mem (zmq_msg_t *part, const void *data, size_t size);
+
+//  Fill part with frame's bytes, uncopied: libzmq frees the frame when it
+//  is done with them. Takes the frame.
+void
+    dsh_sock_part_frame (zmq_msg_t *part, zframe_t **frame_p);
+
+//  Send parts [0..count) as one message without blocking. Each part's
+//  content moves into libzmq and every part is left closed, sent or not.
+//  Returns 0, or -1 with errno as dsh_sock_send.
+int
+    dsh_sock_send_parts (zsock_t *sock, zmq_msg_t *parts, size_t count);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,7 @@
 //  taken, or events in between are missed until the next one shows the
 //  gap; a SUB cannot see when that has happened, so it is given a moment.
 #define SUBSCRIBE_SETTLE_MS 200
+#define BATCH               64      //  messages handled per wakeup, at most
 
 struct _dsh_watcher_t {
     zactor_t *actor;
@@ -197,12 +198,13 @@ s_handle_snapshot (self_t *self, zframe_t *body, dsh_doc_t *doc)
     s_deliver_notices (self);
 }
 
-static void
-s_handle_front (self_t *self)
+static int
+s_handle_front (zsock_t *reader, void *arg)
 {
-    zmsg_t *msg = zmsg_recv (self->front_sock);
+    self_t *self = (self_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return;
+        return 0;
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256] = "";
@@ -231,14 +233,16 @@ s_handle_front (self_t *self)
     dsh_doc_destroy (&doc);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
+    return 0;
 }
 
-static void
-s_handle_events (self_t *self)
+static int
+s_handle_events (zsock_t *reader, void *arg)
 {
-    zmsg_t *msg = zmsg_recv (self->events);
+    self_t *self = (self_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return;
+        return 0;
     char error [256];
     if (zmsg_size (msg) != 2)
         zsys_warning ("dsh_watcher: event with %zu frames ignored", zmsg_size (msg));
@@ -254,6 +258,7 @@ s_handle_events (self_t *self)
         s_deliver_notices (self);
     }
     zmsg_destroy (&msg);
+    return 0;
 }
 
 static void
@@ -336,10 +341,12 @@ s_watcher_actor (zsock_t *pipe, void *args)
             s_handle_pipe (self);
         else
         if (which && which == self->front_sock)
-            s_handle_front (self);
+            dsh_sock_drain (self->front_sock, BATCH, s_handle_front, self);
         else
         if (which && which == self->events)
-            s_handle_events (self);
+            //  A burst of changes (a component announcing many tools) is
+            //  taken a batch per wakeup, not a poll per event
+            dsh_sock_drain (self->events, BATCH, s_handle_events, self);
     }
     s_self_destroy (&self);
 }

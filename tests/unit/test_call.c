@@ -233,7 +233,7 @@ test_arguments_not_a_map (void **state)
 // ---------------------------------------------------------------------------
 //  Results
 
-//  A result encoded and decoded; checked against the protocol's rules.
+//  A result encoded (both ways) and decoded; checked against the protocol's rules.
 typedef struct {
     zframe_t *frame;
     dsh_doc_t *doc;
@@ -246,6 +246,12 @@ s_encode (dsh_result_t *result)
 {
     s_encoded_t encoded;
     encoded.frame = dsh_result_encode (result);
+    //  Packed straight into a message, the bytes are the same
+    zmq_msg_t msg;
+    assert_int_equal (dsh_result_encode_msg (result, &msg), 0);
+    assert_int_equal (zmq_msg_size (&msg), zframe_size (encoded.frame));
+    assert_memory_equal (zmq_msg_data (&msg), zframe_data (encoded.frame), zframe_size (encoded.frame));
+    zmq_msg_close (&msg);
     char error [256] = "";
     encoded.doc = dsh_doc_new (zframe_data (encoded.frame), zframe_size (encoded.frame), error, sizeof error);
     if (!encoded.doc)
@@ -447,6 +453,62 @@ test_base64_sizes (void **state)
 }
 
 static void
+test_result_grows (void **state)
+{
+    (void) state;
+    //  Blocks start inside the result and move to the heap as they grow:
+    //  every one of them survives each move, in order
+    dsh_result_t *result = dsh_result_new ("c-grow");
+    char text [200];
+    for (int index = 0; index < 100; index++) {
+        snprintf (text, sizeof text, "%03d:", index);
+        memset (text + 4, 'a' + index % 26, sizeof text - 5);
+        text [sizeof text - 1] = 0;
+        dsh_result_text (result, text);
+        if (index == 0 || index == 1 || index == 99) {
+            s_encoded_t encoded = s_encode (result);
+            assert_int_equal (encoded.content->via.array.size, index + 1);
+            s_encoded_destroy (&encoded);
+        }
+    }
+    dsh_result_text (result, "");
+    s_encoded_t encoded = s_encode (result);
+    assert_int_equal (encoded.content->via.array.size, 101);
+    for (int index = 0; index < 100; index++) {
+        snprintf (text, sizeof text, "%03d:", index);
+        memset (text + 4, 'a' + index % 26, sizeof text - 5);
+        text [sizeof text - 1] = 0;
+        s_assert_str (dsh_map_get (s_block (&encoded, (uint32_t) index), "text"), text);
+    }
+    s_assert_str (dsh_map_get (s_block (&encoded, 100), "text"), "");
+    s_encoded_destroy (&encoded);
+
+    //  An error result starts its blocks over, wherever they live
+    dsh_result_error (result, NULL, "gone");
+    encoded = s_encode (result);
+    assert_int_equal (encoded.content->via.array.size, 1);
+    s_assert_str (dsh_map_get (s_block (&encoded, 0), "text"), "Error: gone");
+    s_encoded_destroy (&encoded);
+    dsh_result_destroy (&result);
+
+    //  A callId and an error code too long for the encoder's stack space
+    char long_id [1000];
+    memset (long_id, 'i', sizeof long_id - 1);
+    long_id [sizeof long_id - 1] = 0;
+    char long_code [500];
+    memset (long_code, 'C', sizeof long_code - 1);
+    long_code [sizeof long_code - 1] = 0;
+    result = dsh_result_new (long_id);
+    dsh_result_error (result, long_code, "long");
+    dsh_result_structured (result, "\x81\xa1k\x01", 4);
+    encoded = s_encode (result);
+    s_assert_str (dsh_map_get (encoded.root, "callId"), long_id);
+    s_assert_str (dsh_map_get (dsh_map_get (encoded.root, "error"), "code"), long_code);
+    s_encoded_destroy (&encoded);
+    dsh_result_destroy (&result);
+}
+
+static void
 test_result_structured (void **state)
 {
     (void) state;
@@ -539,6 +601,7 @@ main (void)
         cmocka_unit_test (test_result_empty),
         cmocka_unit_test (test_result_blocks),
         cmocka_unit_test (test_base64_sizes),
+        cmocka_unit_test (test_result_grows),
         cmocka_unit_test (test_result_structured),
         cmocka_unit_test (test_result_error),
     };

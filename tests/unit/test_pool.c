@@ -1,6 +1,7 @@
 /*  =========================================================================
-    test_pool - dsh_pool: every job comes back once, workers run jobs side
-    by side, the queue limit refuses, destroy discards what is left and does
+    test_pool - dsh_pool: every job comes back once, the wakeup fd is
+    readable exactly while finished jobs wait, workers run jobs side by
+    side, the queue limit refuses, destroy discards what is left and does
     not wait past its grace for a handler that never returns
 
     No assertion depends on how fast anything runs: waits are on conditions,
@@ -202,6 +203,49 @@ test_all_come_back (void **state)
         assert_int_equal (jobs [index].discards, 0);
 }
 
+//  True if fd is readable right now.
+static bool
+s_fd_readable (int fd)
+{
+    struct pollfd item = { .fd = fd, .events = POLLIN };
+    return poll (&item, 1, 0) == 1;
+}
+
+static void
+test_wakeup_fd (void **state)
+{
+    (void) state;
+    //  The fd is readable exactly while finished jobs wait: one wakeup for
+    //  any number of them, gone with the last one taken
+    dsh_pool_t *pool = dsh_pool_new (1, 10, s_run);
+    int fd = dsh_pool_fd (pool);
+    assert_false (s_fd_readable (fd));
+    job_t items [3];
+    memset (items, 0, sizeof items);
+    for (int index = 0; index < 3; index++)
+        dsh_pool_post (pool, &items [index]);
+    assert_true (s_fd_readable (fd));
+    assert_ptr_equal (dsh_pool_done (pool), &items [0]);
+    assert_true (s_fd_readable (fd));
+    assert_ptr_equal (dsh_pool_done (pool), &items [1]);
+    assert_ptr_equal (dsh_pool_done (pool), &items [2]);
+    assert_false (s_fd_readable (fd));
+    assert_null (dsh_pool_done (pool));
+    assert_false (s_fd_readable (fd));
+
+    //  Again, past the ring's first size, in order
+    job_t many [200];
+    memset (many, 0, sizeof many);
+    for (int index = 0; index < 200; index++)
+        dsh_pool_post (pool, &many [index]);
+    for (int index = 0; index < 200; index++) {
+        assert_true (s_fd_readable (fd));
+        assert_ptr_equal (dsh_pool_done (pool), &many [index]);
+    }
+    assert_false (s_fd_readable (fd));
+    dsh_pool_destroy (&pool, 1000, NULL);
+}
+
 static void
 test_concurrent (void **state)
 {
@@ -343,6 +387,7 @@ main (void)
 {
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_all_come_back),
+        cmocka_unit_test (test_wakeup_fd),
         cmocka_unit_test (test_concurrent),
         cmocka_unit_test (test_queue_limit),
         cmocka_unit_test (test_destroy_discards),

@@ -1,0 +1,536 @@
+/*  =========================================================================
+    test_provider - dsh_provider against a fake broker on inproc sockets
+
+    The test plays the broker's part frame by frame: it answers HELLO with a
+    WELCOME, sends CALLs with tokens on the work socket and reads what comes
+    back, so the provider's call path is checked alone: the RESULT carries
+    the CALL's token, refusals (unknown tool, bad body, bad arguments) and
+    OVERLOADED are answered at once, progress comes before the result, a
+    deferred call is finished from another thread, a cancelled call gets no
+    RESULT, and malformed messages change nothing. Tools are added and
+    removed through the actor pipe.
+
+    Every wait has a timeout, so a broken provider fails instead of hanging.
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsh_json.h"
+#include "dsh_proto.h"
+#include "dsh_provider.h"
+
+#define WAIT_MS 5000                //  how long anything may take before the test fails
+
+//  ---------------------------------------------------------------------
+//  Tools
+
+static const dsh_param_t s_echo_params [] = {
+    { .name = "message", .type = DSH_TYPE_STRING, .required = true },
+    { .name = NULL }
+};
+
+static const dsh_tooldef_t s_echo_def = {
+    .name = "echo", .description = "Return the message", .params = s_echo_params
+};
+
+static const dsh_param_t s_no_params [] = { { .name = NULL } };
+
+static const dsh_tooldef_t s_progress_def = {
+    .name = "progress", .description = "Report progress, then finish", .params = s_no_params
+};
+
+static const dsh_tooldef_t s_hold_def = {
+    .name = "hold", .description = "Run until cancelled", .params = s_no_params
+};
+
+static const dsh_tooldef_t s_defer_def = {
+    .name = "defer", .description = "Finish later, from another thread", .params = s_no_params
+};
+
+static atomic_int s_holds_started;
+static atomic_int s_cancels_seen;
+
+static int
+s_echo (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    dsh_result_text (result, dsh_call_string (call, "message", ""));
+    return 0;
+}
+
+static int
+s_progress (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    dsh_call_progress (call, 1, 2, "half way");
+    dsh_result_text (result, "done");
+    return 0;
+}
+
+//  Waits on the call's cancel fd (at most WAIT_MS).
+static int
+s_hold (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    s_holds_started++;
+    struct pollfd item = { .fd = dsh_call_cancel_fd (call), .events = POLLIN };
+    poll (&item, 1, WAIT_MS);
+    if (dsh_call_cancelled (call))
+        s_cancels_seen++;
+    dsh_result_text (result, "held");
+    return 0;
+}
+
+typedef struct {
+    dsh_call_t *call;
+    dsh_result_t *result;
+} s_deferred_t;
+
+static void *
+s_finish_later (void *arg)
+{
+    s_deferred_t *deferred = (s_deferred_t *) arg;
+    zclock_sleep (50);
+    dsh_result_text (deferred->result, "finished later");
+    dsh_call_finish (deferred->call);
+    free (deferred);
+    return NULL;
+}
+
+static int
+s_defer (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) arg;
+    s_deferred_t *deferred = (s_deferred_t *) malloc (sizeof (s_deferred_t));
+    deferred->call = call;
+    deferred->result = result;
+    pthread_t thread;
+    if (pthread_create (&thread, NULL, s_finish_later, deferred))
+        return -1;
+    pthread_detach (thread);
+    return DSH_HANDLER_DEFER;
+}
+
+//  ---------------------------------------------------------------------
+//  The fake broker
+
+typedef struct {
+    zsock_t *front;                 //  ROUTER, where the provider says HELLO
+    zsock_t *work;                  //  ROUTER, calls and results
+    zsock_t *announce;              //  SUB, the provider's announcements
+    zframe_t *routing_id;           //  the provider's work DEALER
+    dsh_provider_t *provider;
+} s_broker_t;
+
+//  The next message on sock, or a failure after WAIT_MS.
+static zmsg_t *
+s_recv (zsock_t *sock)
+{
+    zpoller_t *poller = zpoller_new (sock, NULL);
+    void *which = zpoller_wait (poller, WAIT_MS);
+    zpoller_destroy (&poller);
+    if (which != sock)
+        fail_msg ("nothing received in %d ms", WAIT_MS);
+    zmsg_t *msg = zmsg_recv (sock);
+    assert_non_null (msg);
+    return msg;
+}
+
+//  True if sock has a message within timeout_ms.
+static bool
+s_readable (zsock_t *sock, int timeout_ms)
+{
+    zpoller_t *poller = zpoller_new (sock, NULL);
+    void *which = zpoller_wait (poller, timeout_ms);
+    zpoller_destroy (&poller);
+    return which == sock;
+}
+
+//  Checks [routing id] "" "DSH1" command, and pops them off.
+static void
+s_expect_head (zmsg_t *msg, const char *command, zframe_t **routing_id_p)
+{
+    zframe_t *routing_id = zmsg_pop (msg);
+    assert_non_null (routing_id);
+    zframe_t *frame = zmsg_pop (msg);
+    assert_int_equal (zframe_size (frame), 0);
+    zframe_destroy (&frame);
+    char *protocol = zmsg_popstr (msg);
+    char *verb = zmsg_popstr (msg);
+    assert_string_equal (protocol, DSH_PROTOCOL);
+    assert_string_equal (verb, command);
+    zstr_free (&protocol);
+    zstr_free (&verb);
+    if (routing_id_p)
+        *routing_id_p = routing_id;
+    else
+        zframe_destroy (&routing_id);
+}
+
+//  A message [routing id] "" "DSH1" command.
+static zmsg_t *
+s_head (zframe_t *routing_id, const char *command)
+{
+    zmsg_t *msg = zmsg_new ();
+    zmsg_append (msg, &(zframe_t *) { zframe_dup (routing_id) });
+    zmsg_addmem (msg, "", 0);
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, command);
+    return msg;
+}
+
+static void
+s_broker_start (s_broker_t *self, size_t workers, size_t queue_limit)
+{
+    memset (self, 0, sizeof (*self));
+    s_holds_started = 0;
+    s_cancels_seen = 0;
+    //  Fresh endpoints per test: libzmq releases a closed socket's inproc
+    //  name in the background
+    static int instance = 0;
+    instance++;
+    char front [64], work [64], announce [64];
+    snprintf (front, sizeof front, "inproc://test-provider-front-%d", instance);
+    snprintf (work, sizeof work, "inproc://test-provider-work-%d", instance);
+    snprintf (announce, sizeof announce, "inproc://test-provider-announce-%d", instance);
+    self->front = zsock_new_router (front);
+    self->work = zsock_new_router (work);
+    self->announce = zsock_new_sub (announce, "");
+    assert_non_null (self->front);
+    assert_non_null (self->work);
+    assert_non_null (self->announce);
+    dsh_provider_options_t options = { front, "test-provider", workers, queue_limit };
+    self->provider = dsh_provider_new_options (&options);
+    assert_non_null (self->provider);
+    assert_int_equal (dsh_provider_add (self->provider, &s_echo_def, s_echo, NULL), 0);
+    assert_int_equal (dsh_provider_add (self->provider, &s_progress_def, s_progress, NULL), 0);
+    assert_int_equal (dsh_provider_add (self->provider, &s_hold_def, s_hold, NULL), 0);
+    assert_int_equal (dsh_provider_add (self->provider, &s_defer_def, s_defer, NULL), 0);
+
+    //  HELLO on the front: tell it where everything is
+    zframe_t *routing_id = NULL;
+    zmsg_t *msg = s_recv (self->front);
+    s_expect_head (msg, DSH_HELLO, &routing_id);
+    zmsg_destroy (&msg);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 4);
+    dsh_packer_kv_str (&packer, "announce", announce);
+    dsh_packer_kv_str (&packer, "work", work);
+    dsh_pack_cstr (&packer.pk, "heartbeatMs");
+    msgpack_pack_uint32 (&packer.pk, 1000);
+    dsh_pack_cstr (&packer.pk, "protocol");
+    msgpack_pack_uint32 (&packer.pk, DSH_PROTOCOL_VERSION);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    msg = s_head (routing_id, DSH_WELCOME);
+    zmsg_append (msg, &body);
+    assert_int_equal (zmsg_send (&msg, self->front), 0);
+    zframe_destroy (&routing_id);
+
+    //  HELLO on the work socket names the component
+    msg = s_recv (self->work);
+    s_expect_head (msg, DSH_HELLO, &self->routing_id);
+    zmsg_destroy (&msg);
+}
+
+static void
+s_broker_stop (s_broker_t *self)
+{
+    dsh_provider_destroy (&self->provider);
+    zframe_destroy (&self->routing_id);
+    zsock_destroy (&self->front);
+    zsock_destroy (&self->work);
+    zsock_destroy (&self->announce);
+}
+
+//  Sends CALL token body, the body packed from the arguments' JSON.
+static void
+s_call (s_broker_t *self, uint64_t token, const char *call_id, const char *name, const char *args_json)
+{
+    msgpack_sbuffer args;
+    char error [256];
+    assert_int_equal (dsh_json_text_to_msgpack (args_json, &args, error, sizeof error), 0);
+    zframe_t *body = dsh_proto_encode_call (call_id, name, args.data, args.size, NULL, NULL, 0, 0);
+    msgpack_sbuffer_destroy (&args);
+    zmsg_t *msg = s_head (self->routing_id, DSH_CALL);
+    zmsg_addmem (msg, &token, sizeof (token));
+    zmsg_append (msg, &body);
+    assert_int_equal (zmsg_send (&msg, self->work), 0);
+}
+
+static void
+s_cancel (s_broker_t *self, uint64_t token)
+{
+    zmsg_t *msg = s_head (self->routing_id, DSH_CANCEL);
+    zmsg_addmem (msg, &token, sizeof (token));
+    assert_int_equal (zmsg_send (&msg, self->work), 0);
+}
+
+//  What came back for one call.
+typedef struct {
+    zframe_t *body;
+    dsh_doc_t *doc;
+    const msgpack_object *root;
+} s_reply_t;
+
+static void
+s_reply_destroy (s_reply_t *reply)
+{
+    dsh_doc_destroy (&reply->doc);
+    zframe_destroy (&reply->body);
+}
+
+//  Receives command token body from the work socket and checks the token.
+static s_reply_t
+s_expect (s_broker_t *self, const char *command, uint64_t token)
+{
+    zmsg_t *msg = s_recv (self->work);
+    s_expect_head (msg, command, NULL);
+    assert_int_equal (zmsg_size (msg), 2);
+    zframe_t *token_frame = zmsg_pop (msg);
+    assert_int_equal (zframe_size (token_frame), sizeof (token));
+    assert_memory_equal (zframe_data (token_frame), &token, sizeof (token));
+    zframe_destroy (&token_frame);
+    s_reply_t reply;
+    reply.body = zmsg_pop (msg);
+    zmsg_destroy (&msg);
+    char error [256] = "";
+    reply.doc = dsh_proto_decode_body (reply.body, error, sizeof error);
+    if (!reply.doc)
+        fail_msg ("%s body does not decode: %s", command, error);
+    reply.root = dsh_doc_root (reply.doc);
+    if (streq (command, DSH_RESULT) && dsh_proto_check_result (reply.root, error, sizeof error))
+        fail_msg ("RESULT is not valid: %s", error);
+    return reply;
+}
+
+static void
+s_assert_str (const msgpack_object *obj, const char *text)
+{
+    assert_non_null (obj);
+    assert_int_equal (obj->type, MSGPACK_OBJECT_STR);
+    if (obj->via.str.size != strlen (text) || memcmp (obj->via.str.ptr, text, strlen (text)))
+        fail_msg ("\"%.*s\" is not \"%s\"", (int) obj->via.str.size, obj->via.str.ptr, text);
+}
+
+//  Checks a RESULT's callId, first text, and error code (NULL: success).
+static void
+s_assert_result (s_reply_t *reply, const char *call_id, const char *text, const char *code)
+{
+    s_assert_str (dsh_map_get (reply->root, "callId"), call_id);
+    const msgpack_object *content = dsh_map_get (reply->root, "content");
+    assert_true (content->via.array.size >= 1);
+    s_assert_str (dsh_map_get (&content->via.array.ptr [0], "text"), text);
+    assert_int_equal (dsh_map_get (reply->root, "isError")->via.boolean, code != NULL);
+    if (code)
+        s_assert_str (dsh_map_get (dsh_map_get (reply->root, "error"), "code"), code);
+}
+
+//  ---------------------------------------------------------------------
+//  Tests
+
+static void
+test_calls (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    s_broker_start (&broker, 2, 16);
+
+    //  A typed tool, answered under the CALL's token
+    s_call (&broker, 0x0102030405060708ull, "c-1", "echo", "{\"message\": \"hello\"}");
+    s_reply_t reply = s_expect (&broker, DSH_RESULT, 0x0102030405060708ull);
+    s_assert_result (&reply, "c-1", "hello", NULL);
+    s_reply_destroy (&reply);
+
+    //  Refusals come at once, with the reasons a caller reads
+    s_call (&broker, 2, "c-2", "nope", "{}");
+    reply = s_expect (&broker, DSH_RESULT, 2);
+    s_assert_result (&reply, "c-2", "Error: unknown tool \"nope\"", DSH_E_UNKNOWN_TOOL);
+    s_reply_destroy (&reply);
+
+    s_call (&broker, 3, "c-3", "echo", "{\"message\": 42}");
+    reply = s_expect (&broker, DSH_RESULT, 3);
+    s_assert_result (&reply, "c-3", "Error: invalid arguments: \"message\" must be a string", DSH_E_INVALID_ARGS);
+    s_reply_destroy (&reply);
+
+    zmsg_t *msg = s_head (broker.routing_id, DSH_CALL);
+    uint64_t token = 4;
+    zmsg_addmem (msg, &token, sizeof (token));
+    zmsg_addstr (msg, "not msgpack of a map");
+    assert_int_equal (zmsg_send (&msg, broker.work), 0);
+    reply = s_expect (&broker, DSH_RESULT, 4);
+    assert_int_equal (dsh_map_get (reply.root, "isError")->via.boolean, true);
+    s_assert_str (dsh_map_get (dsh_map_get (reply.root, "error"), "code"), DSH_E_BAD_REQUEST);
+    s_reply_destroy (&reply);
+
+    //  Progress first, then the result
+    s_call (&broker, 5, "c-5", "progress", "{}");
+    reply = s_expect (&broker, DSH_PROGRESS, 5);
+    s_assert_str (dsh_map_get (reply.root, "callId"), "c-5");
+    s_assert_str (dsh_map_get (reply.root, "message"), "half way");
+    s_reply_destroy (&reply);
+    reply = s_expect (&broker, DSH_RESULT, 5);
+    s_assert_result (&reply, "c-5", "done", NULL);
+    s_reply_destroy (&reply);
+
+    //  A deferred call, finished from another thread
+    s_call (&broker, 6, "c-6", "defer", "{}");
+    reply = s_expect (&broker, DSH_RESULT, 6);
+    s_assert_result (&reply, "c-6", "finished later", NULL);
+    s_reply_destroy (&reply);
+
+    //  A long body (not one that fits inside a zmq_msg_t) comes back whole
+    char long_json [8300];
+    char *end = stpcpy (long_json, "{\"message\": \"");
+    memset (end, 'x', 8192);
+    strcpy (end + 8192, "\"}");
+    s_call (&broker, 7, "c-7", "echo", long_json);
+    reply = s_expect (&broker, DSH_RESULT, 7);
+    const msgpack_object *text = dsh_map_get (&dsh_map_get (reply.root, "content")->via.array.ptr [0], "text");
+    assert_int_equal (text->via.str.size, 8192);
+    s_reply_destroy (&reply);
+
+    s_broker_stop (&broker);
+}
+
+static void
+test_malformed (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    s_broker_start (&broker, 1, 16);
+
+    //  None of these gets an answer, and none stops the provider
+    const char *frames [][4] = {
+        { "DSH1", "CALL", NULL },                   //  no delimiter
+        { "", "DSH2", "CALL", NULL },               //  another protocol
+        { "", "DSH1", "call", NULL },               //  not a command
+        { "", "DSH1", "CALL", "short" },            //  a token of 5 bytes, no body
+        { "", "DSH1", "CANCEL", NULL },             //  cancel without a token
+        { "", "DSH1", "BOGUS", NULL },              //  unknown command
+    };
+    for (size_t index = 0; index < sizeof frames / sizeof frames [0]; index++) {
+        zmsg_t *msg = zmsg_new ();
+        zmsg_append (msg, &(zframe_t *) { zframe_dup (broker.routing_id) });
+        for (size_t part = 0; part < 4 && frames [index][part]; part++)
+            zmsg_addstr (msg, frames [index][part]);
+        assert_int_equal (zmsg_send (&msg, broker.work), 0);
+    }
+    //  More frames than any dsh message has
+    zmsg_t *msg = s_head (broker.routing_id, DSH_CALL);
+    for (int index = 0; index < 30; index++)
+        zmsg_addstr (msg, "x");
+    assert_int_equal (zmsg_send (&msg, broker.work), 0);
+    //  A CALL with a token and no body
+    msg = s_head (broker.routing_id, DSH_CALL);
+    uint64_t token = 99;
+    zmsg_addmem (msg, &token, sizeof (token));
+    assert_int_equal (zmsg_send (&msg, broker.work), 0);
+
+    //  The next good call is answered, and it is the only thing that is
+    s_call (&broker, 100, "c-100", "echo", "{\"message\": \"still here\"}");
+    s_reply_t reply = s_expect (&broker, DSH_RESULT, 100);
+    s_assert_result (&reply, "c-100", "still here", NULL);
+    s_reply_destroy (&reply);
+    assert_false (s_readable (broker.work, 200));
+
+    s_broker_stop (&broker);
+}
+
+static void
+test_cancel_and_overload (void **state)
+{
+    (void) state;
+    //  One worker and room for one waiting call
+    s_broker_t broker;
+    s_broker_start (&broker, 1, 1);
+    s_call (&broker, 1, "running", "hold", "{}");
+    int64_t give_up = zclock_mono () + WAIT_MS;
+    while (s_holds_started < 1 && zclock_mono () < give_up)
+        zclock_sleep (5);
+    assert_int_equal (s_holds_started, 1);
+    //  The worker is busy: a second waits, a third finds the queue full
+    //  and is answered at once
+    s_call (&broker, 2, "queued", "hold", "{}");
+    s_call (&broker, 1000, "refused", "hold", "{}");
+    s_reply_t reply = s_expect (&broker, DSH_RESULT, 1000);
+    s_assert_result (&reply, "refused", "Error: component \"test-provider\" is overloaded", DSH_E_OVERLOADED);
+    s_reply_destroy (&reply);
+
+    //  Cancelled calls are told, and answered by nobody here: the broker
+    //  has answered them already
+    s_cancel (&broker, 1);
+    s_cancel (&broker, 2);
+    s_cancel (&broker, 12345);              //  no such call: nothing happens
+    give_up = zclock_mono () + WAIT_MS;
+    while (s_cancels_seen < 1 && zclock_mono () < give_up)
+        zclock_sleep (10);
+    //  The queued one is skipped if its cancel came first, or sees it
+    assert_true (s_cancels_seen >= 1);
+    assert_false (s_readable (broker.work, 300));
+    assert_int_equal (s_cancels_seen, s_holds_started);
+
+    //  And the worker is free again
+    s_call (&broker, 2000, "after", "echo", "{\"message\": \"free\"}");
+    reply = s_expect (&broker, DSH_RESULT, 2000);
+    s_assert_result (&reply, "after", "free", NULL);
+    s_reply_destroy (&reply);
+    s_broker_stop (&broker);
+}
+
+static void
+test_tools (void **state)
+{
+    (void) state;
+    //  Adding and removing go through the actor pipe; no broker needed
+    dsh_provider_t *provider = dsh_provider_new ("inproc://test-provider-nobody", "lonely", 1);
+    assert_non_null (provider);
+    assert_string_equal (dsh_provider_id (provider), "lonely");
+    assert_int_equal (dsh_provider_add (provider, &s_echo_def, s_echo, NULL), 0);
+    assert_int_equal (dsh_provider_add (provider, &s_echo_def, s_echo, NULL), -1);
+    assert_int_equal (dsh_provider_add_raw (provider,
+        "{\"name\": \"raw\", \"description\": \"d\", \"parameters\": {\"type\": \"object\"}}", s_echo, NULL), 0);
+    assert_int_equal (dsh_provider_add_raw (provider, "{\"name\": \"bad name!\"}", s_echo, NULL), -1);
+    assert_int_equal (dsh_provider_add_raw (provider, "not json", s_echo, NULL), -1);
+    assert_int_equal (dsh_provider_remove (provider, "echo"), 0);
+    assert_int_equal (dsh_provider_remove (provider, "echo"), -1);
+    assert_int_equal (dsh_provider_remove (provider, "never"), -1);
+    assert_int_equal (dsh_provider_add (provider, &s_echo_def, s_echo, NULL), 0);
+
+    //  No broker: not ready, nothing refused, both within their timeouts
+    int64_t started = zclock_mono ();
+    assert_int_equal (dsh_provider_wait_ready (provider, 100), -1);
+    assert_null (dsh_provider_refusal (provider, 50));
+    assert_true (zclock_mono () - started < WAIT_MS);
+
+    dsh_provider_destroy (&provider);
+    assert_null (provider);
+    dsh_provider_destroy (&provider);
+    assert_null (dsh_provider_new (NULL, "bad id", 1));
+}
+
+int
+main (void)
+{
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_calls),
+        cmocka_unit_test (test_malformed),
+        cmocka_unit_test (test_cancel_and_overload),
+        cmocka_unit_test (test_tools),
+    };
+    int rc = cmocka_run_group_tests (tests, NULL, NULL);
+    zsys_shutdown ();
+    return rc;
+}
