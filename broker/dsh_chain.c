@@ -600,13 +600,14 @@ dsh_chain_control (dsh_chain_t *self, zmsg_t **envelope_p, zframe_t **body_p)
 //  External slots
 
 //  feed: [token] "" DSH1 (RESULT|CONTROL) body, from stage slot->index.
-static void
-s_feed_recv_one (s_slot_t *slot, zsock_t *reader)
+static int
+s_feed_recv_one (zsock_t *reader, void *arg)
 {
+    s_slot_t *slot = (s_slot_t *) arg;
     dsh_chain_t *self = slot->chain;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return;
+        return 0;
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256];
@@ -640,28 +641,26 @@ s_feed_recv_one (s_slot_t *slot, zsock_t *reader)
     }
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
+    return 0;
 }
 
 static int
 s_feed_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
-    //  Drain a busy socket without a poll per message, yet give the others
-    //  their turn
-    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
-        s_feed_recv_one ((s_slot_t *) arg, reader);
-    return 0;
+    return dsh_sock_drain (reader, S_BATCH, s_feed_recv_one, arg);
 }
 
 //  drain: [stage id] [feed id] [token] "" DSH1 CALL body tool [budget],
 //  passed on by stage slot->index.
-static void
-s_drain_recv_one (s_slot_t *slot, zsock_t *reader)
+static int
+s_drain_recv_one (zsock_t *reader, void *arg)
 {
+    s_slot_t *slot = (s_slot_t *) arg;
     dsh_chain_t *self = slot->chain;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return;
+        return 0;
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256];
@@ -691,15 +690,14 @@ s_drain_recv_one (s_slot_t *slot, zsock_t *reader)
         zsys_warning ("dsh-broker: stage %s sent something that is not a call of the chain", slot->name);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
+    return 0;
 }
 
 static int
 s_drain_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
-    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
-        s_drain_recv_one ((s_slot_t *) arg, reader);
-    return 0;
+    return dsh_sock_drain (reader, S_BATCH, s_drain_recv_one, arg);
 }
 
 //  Control commands an external stage never answered.

@@ -29,8 +29,6 @@
 
 //  Messages taken from one socket per wakeup, at most
 #define S_BATCH 64
-//  Frames a request may have; more are read and dropped
-#define S_PARTS_MAX (DSH_ROUTE_MAX + 8)
 
 typedef struct {
     zsock_t *pipe;
@@ -60,18 +58,9 @@ typedef struct {
     uint64_t bad_messages;      //  malformed input, from anyone
 } self_t;
 
-//  One message as received: its frames, and where its envelope ends.
-typedef struct {
-    zmq_msg_t part [S_PARTS_MAX];
-    size_t count;
-    bool truncated;             //  it had more frames than we keep
-    size_t delimiter;           //  index of the empty frame, or count if none
-} s_parts_t;
-
 //  A FRONT request, split.
 typedef struct {
-    s_parts_t *parts;
-    const char *command;        //  NUL-terminated copy
+    dsh_sock_msg_t *parts;
     zmq_msg_t *body;
     dsh_doc_t *doc;
     const msgpack_object *root;
@@ -85,101 +74,14 @@ static int s_reply_route (void *arg, zmq_msg_t *route, size_t route_size, zmq_ms
 //  ---------------------------------------------------------------------
 //  Frames
 
-static void
-s_parts_close (s_parts_t *parts)
-{
-    for (size_t index = 0; index < parts->count; index++)
-        zmq_msg_close (&parts->part [index]);
-    parts->count = 0;
-}
-
-//  Receives one message without waiting. Returns 0, or -1 if there is none.
-static int
-s_parts_recv (s_parts_t *parts, zsock_t *sock)
-{
-    void *handle = zsock_resolve (sock);
-    parts->count = 0;
-    parts->truncated = false;
-    int more = 1;
-    while (more) {
-        zmq_msg_t scratch;
-        zmq_msg_t *part = parts->count < S_PARTS_MAX? &parts->part [parts->count]: &scratch;
-        zmq_msg_init (part);
-        if (zmq_msg_recv (part, handle, parts->count? 0: ZMQ_DONTWAIT) == -1) {
-            zmq_msg_close (part);
-            s_parts_close (parts);
-            return -1;
-        }
-        more = zmq_msg_more (part);
-        if (part == &scratch) {
-            zmq_msg_close (part);
-            parts->truncated = true;
-        }
-        else
-            parts->count++;
-    }
-    parts->delimiter = parts->count;
-    for (size_t index = 0; index < parts->count; index++)
-        if (zmq_msg_size (&parts->part [index]) == 0) {
-            parts->delimiter = index;
-            break;
-        }
-    return 0;
-}
-
-static bool
-s_part_is (zmq_msg_t *part, const char *text)
-{
-    size_t size = strlen (text);
-    return zmq_msg_size (part) == size && memcmp (zmq_msg_data (part), text, size) == 0;
-}
-
-//  A constant frame: libzmq neither copies nor frees it.
-static void
-s_part_const (zmq_msg_t *part, const char *text)
-{
-    zmq_msg_init_data (part, (void *) text, strlen (text), NULL, NULL);
-}
-
-static void
-s_part_bytes (zmq_msg_t *part, const void *data, size_t size)
-{
-    zmq_msg_init_size (part, size);
-    if (size)
-        memcpy (zmq_msg_data (part), data, size);
-}
-
-//  Sends count parts without blocking; takes them all, sent or not.
-//  Returns 0, or -1 with errno (EHOSTUNREACH, EAGAIN) if the first frame
-//  was refused, which is the only frame libzmq can refuse.
-static int
-s_parts_send (zsock_t *sock, zmq_msg_t *parts, size_t count)
-{
-    void *handle = zsock_resolve (sock);
-    int rc = 0;
-    int saved_errno = 0;
-    size_t index;
-    for (index = 0; index < count; index++) {
-        int flags = ZMQ_DONTWAIT | (index + 1 < count? ZMQ_SNDMORE: 0);
-        if (zmq_msg_send (&parts [index], handle, flags) == -1) {
-            saved_errno = errno;
-            rc = -1;
-            break;
-        }
-    }
-    for (; index < count; index++)
-        zmq_msg_close (&parts [index]);
-    errno = saved_errno;
-    return rc;
-}
-
 //  The route of a request (the frames before the delimiter) as a zmsg, for
 //  the replies that are not on the hot path.
 static zmsg_t *
-s_route_zmsg (s_parts_t *parts)
+s_route_zmsg (dsh_sock_msg_t *parts)
 {
     zmsg_t *envelope = zmsg_new ();
-    size_t frames = parts->delimiter < parts->count? parts->delimiter: (parts->count? 1: 0);
+    //  With no delimiter the only route we trust is the peer's own identity
+    size_t frames = parts->body? parts->envelope: (parts->count? 1: 0);
     for (size_t index = 0; index < frames; index++)
         zmsg_addmem (envelope, zmq_msg_data (&parts->part [index]), zmq_msg_size (&parts->part [index]));
     return envelope;
@@ -189,28 +91,6 @@ static zframe_t *
 s_frame_from_part (zmq_msg_t *part)
 {
     return zframe_new (zmq_msg_data (part), zmq_msg_size (part));
-}
-
-static void
-s_free_frame (void *data, void *hint)
-{
-    (void) data;
-    zframe_t *frame = (zframe_t *) hint;
-    zframe_destroy (&frame);
-}
-
-//  A frame's bytes as a part, without copying them.
-static void
-s_part_from_frame (zmq_msg_t *part, zframe_t **frame_p)
-{
-    zframe_t *frame = *frame_p;
-    *frame_p = NULL;
-    if (zframe_size (frame) <= 32) {
-        s_part_bytes (part, zframe_data (frame), zframe_size (frame));
-        zframe_destroy (&frame);
-    }
-    else
-        zmq_msg_init_data (part, zframe_data (frame), zframe_size (frame), s_free_frame, frame);
 }
 
 //  ---------------------------------------------------------------------
@@ -344,12 +224,11 @@ s_send_route (self_t *self, zmq_msg_t *route, size_t route_size, bool move, cons
         else
             zmq_msg_copy (&parts [count++], &route [index]);
     }
-    zmq_msg_init (&parts [count++]);
-    s_part_const (&parts [count++], DSH_PROTOCOL);
-    s_part_const (&parts [count++], command);
+    dsh_sock_head (&parts [count], command);
+    count += 3;
     zmq_msg_init (&parts [count]);
     zmq_msg_move (&parts [count++], body);
-    int rc = s_parts_send (self->front, parts, count);
+    int rc = dsh_sock_send_parts (self->front, parts, count);
     if (rc) {
         self->dropped_replies++;
         if (self->verbose)
@@ -386,7 +265,7 @@ s_answer_error (self_t *self, dsh_record_t **record_p, const char *code, const c
 {
     zframe_t *frame = dsh_proto_error_result ((*record_p)->call_id, code, text);
     zmq_msg_t body;
-    s_part_from_frame (&body, &frame);
+    dsh_sock_part_frame (&body, &frame);
     s_answer (self, record_p, &body);
 }
 
@@ -396,18 +275,17 @@ s_send_work (self_t *self, const char *component, const char *command, const uin
 {
     zmq_msg_t parts [6];
     size_t count = 0;
-    s_part_bytes (&parts [count++], component, strlen (component));
-    zmq_msg_init (&parts [count++]);
-    s_part_const (&parts [count++], DSH_PROTOCOL);
-    s_part_const (&parts [count++], command);
+    dsh_sock_part_mem (&parts [count++], component, strlen (component));
+    dsh_sock_head (&parts [count], command);
+    count += 3;
     if (token) {
         byte data [8];
         for (int index = 0; index < 8; index++)
             data [index] = (byte) (*token >> (56 - 8 * index));
-        s_part_bytes (&parts [count++], data, sizeof (data));
+        dsh_sock_part_mem (&parts [count++], data, sizeof (data));
     }
-    s_part_from_frame (&parts [count++], body_p);
-    return s_parts_send (self->work, parts, count);
+    dsh_sock_part_frame (&parts [count++], body_p);
+    return dsh_sock_send_parts (self->work, parts, count);
 }
 
 static void
@@ -479,14 +357,12 @@ static int
 s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *body)
 {
     zmq_msg_t parts [6];
-    s_part_bytes (&parts [0], component, strlen (component));
-    zmq_msg_init (&parts [1]);
-    s_part_const (&parts [2], DSH_PROTOCOL);
-    s_part_const (&parts [3], DSH_CALL);
+    dsh_sock_part_mem (&parts [0], component, strlen (component));
+    dsh_sock_head (&parts [1], DSH_CALL);
     byte data [8];
     for (int index = 0; index < 8; index++)
         data [index] = (byte) (token >> (56 - 8 * index));
-    s_part_bytes (&parts [4], data, sizeof (data));
+    dsh_sock_part_mem (&parts [4], data, sizeof (data));
     void *handle = zsock_resolve (self->work);
     //  libzmq takes or refuses a multipart message at its first frame
     if (zmq_msg_send (&parts [0], handle, ZMQ_SNDMORE | ZMQ_DONTWAIT) == -1) {
@@ -498,7 +374,7 @@ s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *bod
     }
     zmq_msg_init (&parts [5]);
     zmq_msg_move (&parts [5], body);
-    return s_parts_send (self->work, parts + 1, 5);
+    return dsh_sock_send_parts (self->work, parts + 1, 5);
 }
 
 //  Sends a decided call to a provider of its tool, or answers it at once.
@@ -562,7 +438,7 @@ static void
 s_chain_dispatch (void *arg, dsh_record_t *record, zframe_t **body_p)
 {
     zmq_msg_t body;
-    s_part_from_frame (&body, body_p);
+    dsh_sock_part_frame (&body, body_p);
     s_dispatch ((self_t *) arg, record, &body);
 }
 
@@ -663,8 +539,8 @@ s_refuse_call (self_t *self, s_request_t *request, const char *call_id, const ch
 {
     zframe_t *frame = dsh_proto_error_result (call_id, code, text);
     zmq_msg_t body;
-    s_part_from_frame (&body, &frame);
-    s_send_route (self, request->parts->part, request->parts->delimiter, false, DSH_RESULT, &body);
+    dsh_sock_part_frame (&body, &frame);
+    s_send_route (self, request->parts->part, request->parts->envelope, false, DSH_RESULT, &body);
 }
 
 static void
@@ -680,10 +556,10 @@ s_handle_call (self_t *self, s_request_t *request)
             s_request_error (self, request, DSH_E_BAD_REQUEST, error);
         return;
     }
-    if (request->parts->delimiter > DSH_ROUTE_MAX) {
+    if (request->parts->envelope > DSH_ROUTE_MAX) {
         self->bad_messages++;
         snprintf (error, sizeof (error), "the envelope has %zu frames, more than %d",
-                  request->parts->delimiter, DSH_ROUTE_MAX);
+                  request->parts->envelope, DSH_ROUTE_MAX);
         s_refuse_call (self, request, head.call_id, DSH_E_BAD_REQUEST, error);
         return;
     }
@@ -700,7 +576,7 @@ s_handle_call (self_t *self, s_request_t *request)
     //  The call is decided here, once: this name is what the stages see and
     //  what is dispatched, and the deadline holds from now on, wherever the
     //  call is
-    dsh_record_t *record = dsh_inflight_open (self->inflight, request->parts->part, request->parts->delimiter,
+    dsh_record_t *record = dsh_inflight_open (self->inflight, request->parts->part, request->parts->envelope,
                                               head.call_id, head.name, zclock_mono () + (int64_t) timeout_ms);
     //  The head points into the body; done with it before the body moves
     dsh_doc_destroy (&request->doc);
@@ -732,7 +608,7 @@ s_handle_cancel (self_t *self, s_request_t *request)
     }
     dsh_chain_settle (self->chain);
     dsh_record_t *record = dsh_inflight_find_caller (self->inflight, request->parts->part,
-                                                     request->parts->delimiter, call_id);
+                                                     request->parts->envelope, call_id);
     if (record) {
         s_release (self, record, "cancelled");
         dsh_inflight_answer_error (self->inflight, &record, DSH_E_CANCELLED, "Error: the call was cancelled");
@@ -893,10 +769,10 @@ static const struct {
 };
 
 static s_front_fn *
-s_front_lookup (zmq_msg_t *command)
+s_front_lookup (const char *command)
 {
     for (size_t index = 0; index < sizeof (s_front_commands) / sizeof (s_front_commands [0]); index++)
-        if (s_part_is (command, s_front_commands [index].command))
+        if (streq (command, s_front_commands [index].command))
             return s_front_commands [index].handler;
     return NULL;
 }
@@ -904,7 +780,7 @@ s_front_lookup (zmq_msg_t *command)
 //  Refuses a request that could not be read: ERROR along its route, or,
 //  with no delimiter, to the peer's own identity, the one route we trust.
 static void
-s_front_refuse (self_t *self, s_parts_t *parts, const char *message)
+s_front_refuse (self_t *self, dsh_sock_msg_t *parts, const char *message)
 {
     self->bad_messages++;
     zmsg_t *envelope = s_route_zmsg (parts);
@@ -912,45 +788,20 @@ s_front_refuse (self_t *self, s_parts_t *parts, const char *message)
 }
 
 static void
-s_front_one (self_t *self, s_parts_t *parts)
+s_front_request (self_t *self, dsh_sock_msg_t *parts)
 {
     char error [300];
-    size_t delimiter = parts->delimiter;
-    if (delimiter >= parts->count) {
-        s_front_refuse (self, parts, "no empty delimiter frame");
-        return;
-    }
-    if (delimiter + 1 >= parts->count || !s_part_is (&parts->part [delimiter + 1], DSH_PROTOCOL)) {
-        snprintf (error, sizeof (error), "protocol frame is not \"%s\"", DSH_PROTOCOL);
+    size_t bodies = parts->count - parts->body;
+    if (bodies != 1) {
+        snprintf (error, sizeof (error), "%s takes one body frame, not %zu", parts->command, bodies);
         s_front_refuse (self, parts, error);
         return;
     }
-    zmq_msg_t *command_part = delimiter + 2 < parts->count? &parts->part [delimiter + 2]: NULL;
-    size_t command_size = command_part? zmq_msg_size (command_part): 0;
-    if (command_size == 0 || command_size > DSH_COMMAND_MAX) {
-        s_front_refuse (self, parts, "missing or oversized command frame");
-        return;
-    }
-    char command [DSH_COMMAND_MAX + 1];
-    memcpy (command, zmq_msg_data (command_part), command_size);
-    command [command_size] = 0;
-    for (size_t index = 0; index < command_size; index++)
-        if (!isupper ((unsigned char) command [index])) {
-            s_front_refuse (self, parts, "command frame is not an upper-case word");
-            return;
-        }
-    size_t bodies = parts->count - delimiter - 3;
-    if (bodies != 1 || parts->truncated) {
-        snprintf (error, sizeof (error), "%s takes one body frame, not %zu", command,
-                  parts->truncated? S_PARTS_MAX: bodies);
-        s_front_refuse (self, parts, error);
-        return;
-    }
-    s_request_t request = { parts, command, &parts->part [delimiter + 3], NULL, NULL, NULL };
+    s_request_t request = { parts, &parts->part [parts->body], NULL, NULL, NULL };
     char reason [256];
     request.doc = dsh_doc_new (zmq_msg_data (request.body), zmq_msg_size (request.body), reason, sizeof (reason));
     if (!request.doc || dsh_doc_root (request.doc)->type != MSGPACK_OBJECT_MAP) {
-        snprintf (error, sizeof (error), "malformed %s body: %s", command,
+        snprintf (error, sizeof (error), "malformed %s body: %s", parts->command,
                   request.doc? "the body is not a map": reason);
         s_front_refuse (self, parts, error);
         dsh_doc_destroy (&request.doc);
@@ -958,30 +809,40 @@ s_front_one (self_t *self, s_parts_t *parts)
     }
     request.root = dsh_doc_root (request.doc);
     request.id = dsh_map_get (request.root, "id");
-    s_front_fn *handler = s_front_lookup (command_part);
+    s_front_fn *handler = s_front_lookup (parts->command);
     if (handler)
         handler (self, &request);
     else {
         self->bad_messages++;
-        snprintf (error, sizeof (error), "unknown command \"%s\"", command);
+        snprintf (error, sizeof (error), "unknown command \"%s\"", parts->command);
         s_request_error (self, &request, DSH_E_BAD_REQUEST, error);
     }
     dsh_doc_destroy (&request.doc);
 }
 
 static int
+s_front_one (zsock_t *reader, void *arg)
+{
+    self_t *self = (self_t *) arg;
+    dsh_sock_msg_t parts;
+    char error [256];
+    if (dsh_sock_recv_msg (reader, &parts, error, sizeof (error)) == 0)
+        s_front_request (self, &parts);
+    else
+    if (*error && parts.count)
+        s_front_refuse (self, &parts, error);
+    else
+    if (*error)
+        self->bad_messages++;
+    dsh_sock_msg_close (&parts);
+    return 0;
+}
+
+static int
 s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
-    self_t *self = (self_t *) arg;
-    //  Drain a busy socket without a poll per message, yet give the other
-    //  sockets their turn
-    s_parts_t parts;
-    for (int count = 0; count < S_BATCH && s_parts_recv (&parts, reader) == 0; count++) {
-        s_front_one (self, &parts);
-        s_parts_close (&parts);
-    }
-    return 0;
+    return dsh_sock_drain (reader, S_BATCH, s_front_one, arg);
 }
 
 //  ---------------------------------------------------------------------
@@ -1071,54 +932,61 @@ s_handle_progress (self_t *self, const char *component, zmq_msg_t *token_part, z
 }
 
 static void
-s_work_one (self_t *self, s_parts_t *parts)
+s_work_message (self_t *self, dsh_sock_msg_t *parts)
 {
     //  [component] "" DSH1 command (token body)
-    if (parts->delimiter != 1 || parts->count < 4 || parts->truncated
-    ||  !s_part_is (&parts->part [2], DSH_PROTOCOL)
-    ||  zmq_msg_size (&parts->part [0]) > DSH_ID_MAX) {
+    if (parts->envelope != 1 || zmq_msg_size (&parts->part [0]) > DSH_ID_MAX) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed message on the work socket: want [component] \"\" \"%s\" command ...",
-                      DSH_PROTOCOL);
+        zsys_warning ("dsh-broker: malformed message on the work socket: the envelope is not one component id");
         return;
     }
     char component [DSH_ID_MAX + 1];
     snprintf (component, sizeof (component), "%.*s", (int) zmq_msg_size (&parts->part [0]),
               (const char *) zmq_msg_data (&parts->part [0]));
     dsh_catalog_seen (self->catalog, component, zclock_mono ());
-    zmq_msg_t *command = &parts->part [3];
-    if ((s_part_is (command, DSH_RESULT) || s_part_is (command, DSH_PROGRESS)) && parts->count != 6) {
+    const char *command = parts->command;
+    bool reply = streq (command, DSH_RESULT) || streq (command, DSH_PROGRESS);
+    if (reply && parts->count != parts->body + 2) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed message from %s: want token and body frames", component);
+        zsys_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
     }
     else
-    if (s_part_is (command, DSH_RESULT))
-        s_handle_result (self, component, &parts->part [4], &parts->part [5]);
+    if (streq (command, DSH_RESULT))
+        s_handle_result (self, component, &parts->part [parts->body], &parts->part [parts->body + 1]);
     else
-    if (s_part_is (command, DSH_PROGRESS))
-        s_handle_progress (self, component, &parts->part [4], &parts->part [5]);
+    if (streq (command, DSH_PROGRESS))
+        s_handle_progress (self, component, &parts->part [parts->body], &parts->part [parts->body + 1]);
     else
-    if (s_part_is (command, DSH_HELLO))
+    if (streq (command, DSH_HELLO))
         s_send_sync (self, component);
     else {
         self->bad_messages++;
-        int size = (int) (zmq_msg_size (command) < DSH_COMMAND_MAX? zmq_msg_size (command): DSH_COMMAND_MAX);
-        zsys_warning ("dsh-broker: unknown command \"%.*s\" from component %s",
-                      size, (const char *) zmq_msg_data (command), component);
+        zsys_warning ("dsh-broker: unknown command \"%s\" from component %s", command, component);
     }
+}
+
+static int
+s_work_one (zsock_t *reader, void *arg)
+{
+    self_t *self = (self_t *) arg;
+    dsh_sock_msg_t parts;
+    char error [256];
+    if (dsh_sock_recv_msg (reader, &parts, error, sizeof (error)) == 0)
+        s_work_message (self, &parts);
+    else
+    if (*error) {
+        self->bad_messages++;
+        zsys_warning ("dsh-broker: malformed message on the work socket: %s", error);
+    }
+    dsh_sock_msg_close (&parts);
+    return 0;
 }
 
 static int
 s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
-    self_t *self = (self_t *) arg;
-    s_parts_t parts;
-    for (int count = 0; count < S_BATCH && s_parts_recv (&parts, reader) == 0; count++) {
-        s_work_one (self, &parts);
-        s_parts_close (&parts);
-    }
-    return 0;
+    return dsh_sock_drain (reader, S_BATCH, s_work_one, arg);
 }
 
 //  ---------------------------------------------------------------------
@@ -1151,12 +1019,13 @@ s_handle_announce (self_t *self, dsh_presence_t *presence)
     zlistx_destroy (&events);
 }
 
-static void
-s_announce_one (self_t *self, zsock_t *reader)
+static int
+s_announce_one (zsock_t *reader, void *arg)
 {
+    self_t *self = (self_t *) arg;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
-        return;
+        return 0;
     char error [256] = "";
     zframe_t *protocol = zmsg_pop (msg);
     char *command = zmsg_popstr (msg);
@@ -1198,17 +1067,14 @@ s_announce_one (self_t *self, zsock_t *reader)
     zframe_destroy (&body);
     zstr_free (&command);
     zmsg_destroy (&msg);
+    return 0;
 }
 
 static int
 s_announce_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
-    //  Drain a busy socket without a poll per message, yet give the other
-    //  sockets their turn
-    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
-        s_announce_one ((self_t *) arg, reader);
-    return 0;
+    return dsh_sock_drain (reader, S_BATCH, s_announce_one, arg);
 }
 
 //  ---------------------------------------------------------------------

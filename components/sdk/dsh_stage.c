@@ -425,9 +425,8 @@ s_handle_cancel (dsh_stage_t *self, zmsg_t *envelope)
 }
 
 static int
-s_upstream_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
+s_upstream_recv_one (zsock_t *reader, void *arg)
 {
-    (void) loop;
     dsh_stage_t *self = (dsh_stage_t *) arg;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
@@ -458,9 +457,8 @@ s_upstream_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
 static int
 s_upstream_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
-    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
-        s_upstream_recv_one (loop, reader, arg);
-    return 0;
+    (void) loop;
+    return dsh_sock_drain (reader, S_BATCH, s_upstream_recv_one, arg);
 }
 
 static void
@@ -492,9 +490,8 @@ s_take_result (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **result_p)
 }
 
 static int
-s_downstream_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
+s_downstream_recv_one (zsock_t *reader, void *arg)
 {
-    (void) loop;
     dsh_stage_t *self = (dsh_stage_t *) arg;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
@@ -534,9 +531,8 @@ s_downstream_recv_one (zloop_t *loop, zsock_t *reader, void *arg)
 static int
 s_downstream_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
-    for (int count = 0; count < S_BATCH && (zsock_events (reader) & ZMQ_POLLIN); count++)
-        s_downstream_recv_one (loop, reader, arg);
-    return 0;
+    (void) loop;
+    return dsh_sock_drain (reader, S_BATCH, s_downstream_recv_one, arg);
 }
 
 static int
