@@ -1,7 +1,7 @@
 /*  =========================================================================
     dsh-bench - what a dsh call costs, next to the raw ZeroMQ floor
 
-        dsh-bench [--quick] [--json]
+        dsh-bench [--quick] [--json] [--only PARTS]
         dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S]
                   [--calls N]
 
@@ -19,6 +19,8 @@
     memory, and fan-out of one change event to 100 subscribers. Every dsh
     figure is printed with its ratio to the raw floor of the same run.
     --quick does it all with small counts (scale: 10 x 100) in a few seconds.
+    --only runs some parts (raw, dsh, pass3, scale), e.g. --only scale to
+    look at the broker's memory run after run.
     --drive only loads an existing broker's echo tool, for profiling (and
     for tests/mcp/bench.mjs); with --inflight 1 it also prints p50/p99.
 
@@ -44,11 +46,15 @@
 #define S_PASS3         2
 #define S_PAYLOADS      2
 #define S_SUBSCRIBERS   100
+#define S_PART_SCALE    S_VARIANTS
+#define S_PARTS         (S_VARIANTS + 1)
 //  Longest wait for any one reply before a run counts as failed.
 #define S_REPLY_WAIT_MS 5000
 
 static const char *s_variant_names [S_VARIANTS] = { "raw floor", "dsh (empty chain)", "dsh (3 pass stages)" };
 static const char *s_variant_keys [S_VARIANTS] = { "raw", "dsh", "dsh_pass3" };
+//  What --only takes: the variants, then the scale run.
+static const char *s_part_names [S_PARTS] = { "raw", "dsh", "pass3", "scale" };
 static const size_t s_payloads [S_PAYLOADS] = { 64, 4096 };
 static const int s_inflights [] = { 1, 16, 64 };
 #define S_INFLIGHTS     (sizeof (s_inflights) / sizeof (s_inflights [0]))
@@ -81,6 +87,7 @@ typedef struct {
 
 typedef struct {
     s_plan_t plan;
+    bool run [S_PARTS];         //  which parts this run measures
     s_row_t rows [S_ROWS_MAX];
     size_t row_count;
     json_t *scale;              //  scale figures, by name
@@ -1009,14 +1016,43 @@ s_drive (const char *endpoint, int inflight, size_t payload_bytes, int seconds, 
     return rc;
 }
 
+//  Which parts --only names (all when only is NULL). Returns 0, or -1 if
+//  it names something else or nothing.
+static int
+s_parse_only (const char *only, bool run [S_PARTS])
+{
+    for (int part = 0; part < S_PARTS; part++)
+        run [part] = only == NULL;
+    if (!only)
+        return 0;
+    char *list = strdup (only);
+    char *cursor = list;
+    char *name;
+    int rc = 0, named = 0;
+    while (rc == 0 && (name = strsep (&cursor, ","))) {
+        int part = 0;
+        while (part < S_PARTS && !streq (name, s_part_names [part]))
+            part++;
+        if (part == S_PARTS)
+            rc = -1;
+        else {
+            run [part] = true;
+            named++;
+        }
+    }
+    free (list);
+    return rc == 0 && named > 0? 0: -1;
+}
+
 static void
 s_usage (FILE *out)
 {
     fprintf (out,
-        "usage: dsh-bench [--quick] [--json]\n"
+        "usage: dsh-bench [--quick] [--json] [--only PARTS]\n"
         "       dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S] [--calls N]\n"
         "  --quick        small counts, scale 10 x 100 tools (a few seconds)\n"
         "  --json         print the results as JSON instead of a table\n"
+        "  --only PARTS   run only these, comma-separated: raw, dsh, pass3, scale\n"
         "  --drive EP     only load EP's echo tool (for profiling a broker or component);\n"
         "                 with --inflight 1 also print latency p50/p99\n"
         "  --calls N      with --drive: stop after N calls (default: only --seconds)\n");
@@ -1027,13 +1063,15 @@ main (int argc, char *argv [])
 {
     bool quick = false, as_json = false;
     const char *drive = NULL;
+    const char *only = NULL;
     int inflight = 64, seconds = 5, calls = 0;
     long payload = 64;
     static struct option options [] = {
         { "quick", no_argument, NULL, 'q' }, { "json", no_argument, NULL, 'j' },
         { "drive", required_argument, NULL, 'd' }, { "inflight", required_argument, NULL, 'i' },
         { "payload", required_argument, NULL, 'p' }, { "seconds", required_argument, NULL, 's' },
-        { "calls", required_argument, NULL, 'c' }, { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
+        { "calls", required_argument, NULL, 'c' }, { "only", required_argument, NULL, 'o' },
+        { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     int option;
     while ((option = getopt_long (argc, argv, "h", options, NULL)) != -1)
@@ -1045,11 +1083,13 @@ main (int argc, char *argv [])
             case 'p': payload = atol (optarg); break;
             case 's': seconds = atoi (optarg); break;
             case 'c': calls = atoi (optarg); break;
+            case 'o': only = optarg; break;
             case 'h': s_usage (stdout); return 0;
             default: s_usage (stderr); return 2;
         }
+    bool run [S_PARTS];
     if (optind < argc || inflight < 1 || inflight > 10000 || seconds < 1 || payload < 1
-    ||  calls < 0) {
+    ||  calls < 0 || s_parse_only (only, run)) {
         s_usage (stderr);
         return 2;
     }
@@ -1065,31 +1105,39 @@ main (int argc, char *argv [])
     assert (self);
     self->sane = true;
     self->scale = json_object ();
+    memcpy (self->run, run, sizeof (run));
     self->plan = quick?
         (s_plan_t) { true, 100, 300, 300, 3000, 120, 10, 100, 5, 3 }:
         (s_plan_t) { false, 2000, 5000, 3000, 300000, 2000, 100, 100, 20, 15 };
-    for (int variant = 0; variant < S_VARIANTS && !zsys_interrupted; variant++)
+    bool any_variant = false;
+    for (int variant = 0; variant < S_VARIANTS && !zsys_interrupted; variant++) {
+        if (!self->run [variant])
+            continue;
+        any_variant = true;
         if (variant == S_RAW)
             s_bench_raw (self);
         else
             s_bench_dsh (self, variant);
-    if (!zsys_interrupted)
+    }
+    if (self->run [S_PART_SCALE] && !zsys_interrupted)
         s_bench_scale (self);
 
-    //  Sanity: every figure there and positive
+    //  Sanity: every figure of what ran there and positive
     for (size_t index = 0; index < self->row_count; index++)
         for (int variant = 0; variant < S_VARIANTS; variant++)
-            if (!(self->rows [index].value [variant] > 0) || !isfinite (self->rows [index].value [variant])) {
+            if (self->run [variant]
+            &&  (!(self->rows [index].value [variant] > 0) || !isfinite (self->rows [index].value [variant]))) {
                 char label [80];
                 s_fail (self, "%s: %s missing", s_variant_names [variant],
                         s_figure_label (&self->rows [index], label, sizeof (label)));
             }
     size_t expected_rows = S_PAYLOADS * 2 + S_PAYLOADS * S_INFLIGHTS * 2;
-    if (self->row_count != expected_rows)
+    if (any_variant && self->row_count != expected_rows)
         s_fail (self, "%zu call figures instead of %zu", self->row_count, expected_rows);
     const char *scale_keys [] = { "listed_ms", "list_p50_ms", "snapshot_p50_ms", "broker_rss_kib",
                                   "fanout_all_p50_ms" };
-    for (size_t index = 0; index < sizeof (scale_keys) / sizeof (scale_keys [0]); index++)
+    for (size_t index = 0; self->run [S_PART_SCALE] && index < sizeof (scale_keys) / sizeof (scale_keys [0]);
+         index++)
         if (!(s_scale_number (self, scale_keys [index]) > 0))
             s_fail (self, "scale: %s missing", scale_keys [index]);
 
