@@ -620,12 +620,20 @@ static int
 s_fan_out (dsh_provider_t *provider, zmq_pollitem_t *items, zsock_t **subs, const char *name,
            int64_t *first, int64_t *last)
 {
-    //  Nothing stale may count as an arrival
-    for (int index = 0; index < S_SUBSCRIBERS; index++) {
-        zmsg_t *msg;
-        while ((msg = zmsg_recv_nowait (subs [index])))
-            zmsg_destroy (&msg);
-    }
+    //  Nothing stale may count as an arrival. Until the subscribers have
+    //  been quiet for a moment the broker may still hold a backlog for
+    //  them (they did not read while the swarm joined); a PUB that drops
+    //  for a full subscriber would drop the probe too
+    int64_t give_up = zclock_usecs () + 10 * 1000000LL;
+    int ready;
+    while ((ready = zmq_poll (items, S_SUBSCRIBERS, 100)) > 0 && zclock_usecs () < give_up)
+        for (int index = 0; index < S_SUBSCRIBERS; index++) {
+            zmsg_t *msg;
+            while ((msg = zmsg_recv_nowait (subs [index])))
+                zmsg_destroy (&msg);
+        }
+    if (ready != 0)
+        return -1;
     char entry [256];
     snprintf (entry, sizeof (entry), "{\"name\":\"%s\",\"description\":\"fan-out probe\","
               "\"parameters\":{\"type\":\"object\"}}", name);
