@@ -104,7 +104,7 @@ typedef struct {
     size_t row_count;
     json_t *scale;              //  scale figures, by name
     json_t *nats;               //  how NATS was run, or why not
-    bool nats_dropped;          //  NATS was skipped: its figures are 0
+    bool nats_dropped;          //  no NATS figures: not run, or skipped
     bool sane;                  //  false as soon as any figure is missing or insane
     char failures [1024];
 } s_bench_t;
@@ -542,6 +542,7 @@ s_bench_raw (s_bench_t *self)
 static void
 s_bench_nats (s_bench_t *self)
 {
+    self->nats_dropped = false;
     char reason [512];
     dsh_bench_nats_t *nats = dsh_bench_nats_new (5000, reason, sizeof (reason));
     if (!nats) {
@@ -550,6 +551,7 @@ s_bench_nats (s_bench_t *self)
     }
     pid_t server = dsh_bench_nats_server_pid (nats);
     json_object_set_new (self->nats, "status", json_string ("measured"));
+    json_object_del (self->nats, "reason");
     json_object_set_new (self->nats, "server_version", json_string (dsh_bench_nats_server_version (nats)));
     json_object_set_new (self->nats, "client_version", json_string (dsh_bench_nats_client_version ()));
     json_object_set_new (self->nats, "server_rss_idle_kib", json_integer (s_proc_status_kib (server, "VmRSS")));
@@ -1348,8 +1350,9 @@ main (int argc, char *argv [])
     self->sane = true;
     self->scale = json_object ();
     memcpy (self->run, run, sizeof (run));
-    self->nats = json_pack ("{s:s, s:s}", "status", "not run", "reason", "not among --only's parts");
-    self->nats_dropped = !run [S_NATS];
+    self->nats = json_pack ("{s:s, s:s}", "status", "not run", "reason",
+                            run [S_NATS]? "interrupted before it ran": "not among --only's parts");
+    self->nats_dropped = true;
     self->plan = quick?
         (s_plan_t) { true, 100, 300, 300, 3000, 120, 10, 100, 5, 3 }:
         (s_plan_t) { false, 2000, 5000, 3000, 300000, 2000, 100, 100, 20, 15 };
