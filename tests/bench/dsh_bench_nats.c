@@ -124,9 +124,10 @@ s_spawn_server (int port, int log_fd)
             //  Debian installs it in /usr/sbin, which a user's PATH may lack
             execv ("/usr/sbin/nats-server", argv);
         }
-        const char *text = "cannot run nats-server (not installed? DSH_BENCH_NATS_SERVER names another)\n";
-        if (write (STDERR_FILENO, text, strlen (text)) < 0)
-            _exit (127);
+        //  Into the log, where the bench finds the reason
+        static const char text [] = "cannot run nats-server (not installed? DSH_BENCH_NATS_SERVER names another)\n";
+        ssize_t written = write (STDERR_FILENO, text, sizeof (text) - 1);
+        (void) written;
         _exit (127);
     }
     return pid;
@@ -153,7 +154,7 @@ s_stop_server (dsh_bench_nats_t *self)
 }
 
 //  Starts a server on a free port and connects to it within give_up.
-//  Returns 0, or -1 with a reason (the server is then stopped).
+//  Returns 0, or -1 with a reason; the caller stops what was started.
 static int
 s_start (dsh_bench_nats_t *self, int64_t give_up, char *reason, size_t reason_size)
 {
