@@ -3,9 +3,12 @@
 #  Idempotent and quiet when everything is there already.
 set -euo pipefail
 
+#  nats-server and libnats-dev are only for dsh-bench's NATS column (the
+#  peer it is measured against); dsh itself never links or runs them
 packages=(gcc pkg-config meson ninja-build python3
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
-          valgrind)
+          valgrind
+          nats-server libnats-dev)
 
 #  The MCP tests run real MCP software from npm; a node of 18 or later that
 #  is already here (any vendor) will do
