@@ -32,22 +32,6 @@ struct _dsh_inflight_t {
 //  ---------------------------------------------------------------------
 //  Index hashing
 
-static size_t
-s_token_hash (const void *key)
-{
-    //  Tokens are random already; fold the high half in for 32-bit size_t
-    uint64_t token = *(const uint64_t *) key;
-    return (size_t) (token ^ (token >> 32));
-}
-
-static int
-s_token_compare (const void *a, const void *b)
-{
-    uint64_t left = *(const uint64_t *) a;
-    uint64_t right = *(const uint64_t *) b;
-    return left < right? -1: left > right? 1: 0;
-}
-
 //  FNV-1a over bytes, continued from hash.
 static size_t
 s_fnv (size_t hash, const void *data, size_t size)
@@ -136,10 +120,7 @@ dsh_inflight_new (dsh_inflight_reply_fn *reply, void *arg)
     self->reply = reply;
     self->reply_arg = arg;
     self->tokens = zhashx_new ();
-    zhashx_set_key_hasher (self->tokens, s_token_hash);
-    zhashx_set_key_comparator (self->tokens, s_token_compare);
-    zhashx_set_key_duplicator (self->tokens, NULL);
-    zhashx_set_key_destructor (self->tokens, NULL);
+    dsh_proto_token_keys (self->tokens);
     self->callers = zhashx_new ();
     zhashx_set_key_hasher (self->callers, s_caller_hash);
     zhashx_set_key_comparator (self->callers, s_caller_compare);

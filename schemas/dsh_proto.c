@@ -235,6 +235,34 @@ dsh_proto_hex (const void *data, size_t size, char *text)
     *text = 0;
 }
 
+static size_t
+s_token_hash (const void *key)
+{
+    uint64_t token;
+    memcpy (&token, key, sizeof (token));
+    //  Fibonacci hashing spreads sequential and random tokens alike
+    return (size_t) ((token * 0x9E3779B97F4A7C15ull) >> 17);
+}
+
+static int
+s_token_compare (const void *key1, const void *key2)
+{
+    uint64_t token1, token2;
+    memcpy (&token1, key1, sizeof (token1));
+    memcpy (&token2, key2, sizeof (token2));
+    return token1 < token2? -1: token1 > token2? 1: 0;
+}
+
+void
+dsh_proto_token_keys (zhashx_t *hash)
+{
+    assert (hash);
+    zhashx_set_key_hasher (hash, s_token_hash);
+    zhashx_set_key_comparator (hash, s_token_compare);
+    zhashx_set_key_duplicator (hash, NULL);
+    zhashx_set_key_destructor (hash, NULL);
+}
+
 void
 dsh_proto_token_hex (uint64_t token, char *text)
 {

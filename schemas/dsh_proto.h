@@ -169,6 +169,12 @@ zmsg_t *
 void
     dsh_proto_hex (const void *data, size_t size, char *text);
 
+//  Make hash key on 64-bit tokens: each key is a pointer to a uint64_t the
+//  item itself holds (so the table neither copies nor frees keys), hashed
+//  and compared as the integer it is, not as a string.
+void
+    dsh_proto_token_keys (zhashx_t *hash);
+
 //  The 16 hex digits of a 64-bit token and a NUL, into text [17].
 void
     dsh_proto_token_hex (uint64_t token, char *text);

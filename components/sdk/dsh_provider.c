@@ -154,24 +154,6 @@ s_job_encode (s_job_t *self)
 }
 
 //  The running table's key is the job's token: 64 bits, no string.
-static size_t
-s_token_hash (const void *key)
-{
-    uint64_t token;
-    memcpy (&token, key, sizeof (token));
-    //  Fibonacci hashing spreads sequential and random tokens alike
-    return (size_t) ((token * 0x9E3779B97F4A7C15ull) >> 17);
-}
-
-static int
-s_token_compare (const void *key1, const void *key2)
-{
-    uint64_t token1, token2;
-    memcpy (&token1, key1, sizeof (token1));
-    memcpy (&token2, key2, sizeof (token2));
-    return token1 < token2? -1: token1 > token2? 1: 0;
-}
-
 static void
 s_note_destroy (s_note_t **self_p)
 {
@@ -722,11 +704,8 @@ s_provider_actor (zsock_t *pipe, void *args)
     self->generation = (uint64_t) zclock_time ();
     self->pool = dsh_pool_new (settings->workers, settings->queue_limit, s_job_run);
     self->running = zhashx_new ();
-    zhashx_set_key_hasher (self->running, s_token_hash);
-    zhashx_set_key_comparator (self->running, s_token_compare);
     //  Keys are the jobs' own token fields: nothing to copy or free
-    zhashx_set_key_duplicator (self->running, NULL);
-    zhashx_set_key_destructor (self->running, NULL);
+    dsh_proto_token_keys (self->running);
     assert (self->pool);
     self->front = zsock_new (ZMQ_DEALER);
     dsh_sock_limit (self->front, DSH_MAX_MESSAGE_DEFAULT, 100);

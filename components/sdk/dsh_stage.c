@@ -3,9 +3,10 @@
 
     The actor holds the upstream ROUTER, the downstream DEALER and a table
     of the calls it still has business with: deferred ones, and passed ones
-    whose result it watches. The table's key is the chain token, the first
-    envelope frame after the ROUTER's own identity (PROTOCOL.md, "The
-    execution chain"); a result whose call is not in the table goes up
+    whose result it watches. The table's key is the chain token, as an
+    integer: the first envelope frame after the ROUTER's own identity on
+    sockets (PROTOCOL.md, "The execution chain"), or the host's token when
+    the stage runs inline. A result whose call is not in the table goes up
     frame for frame, untouched.
     =========================================================================
 */
@@ -38,8 +39,7 @@ struct _dsh_stage_t {
 
 struct _dsh_stage_call_t {
     dsh_stage_t *stage;
-    char key [2 * 32 + 1];      //  chain token, hex
-    uint64_t token;             //  inline: the host's token for the call
+    uint64_t token;             //  the chain's token for the call: its key
     zmsg_t *envelope;           //  on sockets: everything before the empty delimiter
     zframe_t *body;
     zframe_t *tool;
@@ -88,16 +88,19 @@ s_call_destroy (dsh_stage_call_t **self_p)
     }
 }
 
-//  The chain token of an envelope (its second frame), as hex; false if the
-//  envelope has none.
+//  The chain token of an envelope (its second frame, 8 bytes); false if
+//  the envelope has none.
 static bool
-s_envelope_key (zmsg_t *envelope, char *key, size_t size)
+s_envelope_token (zmsg_t *envelope, uint64_t *token)
 {
     zframe_t *frame = zmsg_first (envelope);
     frame = frame? zmsg_next (envelope): NULL;
-    if (!frame || zframe_size (frame) == 0 || zframe_size (frame) * 2 + 1 > size)
+    if (!frame || zframe_size (frame) != 8)
         return false;
-    dsh_proto_hex (zframe_data (frame), zframe_size (frame), key);
+    uint64_t value = 0;
+    for (size_t index = 0; index < 8; index++)
+        value = (value << 8) | zframe_data (frame) [index];
+    *token = value;
     return true;
 }
 
@@ -281,7 +284,7 @@ s_decide (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict
 {
     if (call->cancelled) {
         //  Answered already, upstream: nothing goes anywhere
-        zhashx_delete (self->calls, call->key);
+        zhashx_delete (self->calls, &call->token);
         s_call_destroy (&call);
         return;
     }
@@ -297,11 +300,11 @@ s_decide (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict
     else
         keep = s_pass (self, call) && call->watch;
     if (keep) {
-        if (!zhashx_lookup (self->calls, call->key))
-            zhashx_insert (self->calls, call->key, call);
+        if (!zhashx_lookup (self->calls, &call->token))
+            zhashx_insert (self->calls, &call->token, call);
     }
     else {
-        zhashx_delete (self->calls, call->key);
+        zhashx_delete (self->calls, &call->token);
         s_call_destroy (&call);
     }
 }
@@ -329,7 +332,8 @@ s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
     if (budget_ms && budget_ms < INT32_MAX)
         call->deadline_ms = zclock_mono () + (int64_t) budget_ms;
     char error [256] = "";
-    if (!s_envelope_key (call->envelope, call->key, sizeof (call->key)))
+    bool tokened = s_envelope_token (call->envelope, &call->token);
+    if (!tokened)
         snprintf (error, sizeof (error), "no chain token in the envelope");
     else
     if (!call->body || !call->tool || (budget && zframe_size (budget) != 8) || zmsg_size (msg))
@@ -337,14 +341,14 @@ s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
     zframe_destroy (&budget);
     if (*error) {
         zsys_warning ("stage %s: bad CALL: %s", self->name, error);
-        if (*call->key) {
+        if (tokened) {
             zframe_t *failure = dsh_proto_error_result (NULL, DSH_E_BAD_REQUEST, error);
             s_send_up (self, call, &failure);
         }
         s_call_destroy (&call);
         return;
     }
-    if (zhashx_lookup (self->calls, call->key)) {
+    if (zhashx_lookup (self->calls, &call->token)) {
         zsys_warning ("stage %s: a second call with one chain token; dropped", self->name);
         s_call_destroy (&call);
         return;
@@ -396,11 +400,11 @@ s_handle_control (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
     zframe_destroy (&frame);
 }
 
-//  The call under key was answered without this stage: let go of it.
+//  The call with token was answered without this stage: let go of it.
 static void
-s_cancel (dsh_stage_t *self, const char *key)
+s_cancel (dsh_stage_t *self, uint64_t token)
 {
-    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (self->calls, key);
+    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (self->calls, &token);
     if (!call || call->cancelled)
         return;
     if (call->deferred) {
@@ -410,7 +414,7 @@ s_cancel (dsh_stage_t *self, const char *key)
     }
     else {
         //  Passed and watched: its result will never come back
-        zhashx_delete (self->calls, call->key);
+        zhashx_delete (self->calls, &call->token);
         s_call_destroy (&call);
     }
 }
@@ -419,9 +423,9 @@ s_cancel (dsh_stage_t *self, const char *key)
 static void
 s_handle_cancel (dsh_stage_t *self, zmsg_t *envelope)
 {
-    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
-    if (s_envelope_key (envelope, key, sizeof (key)))
-        s_cancel (self, key);
+    uint64_t token;
+    if (s_envelope_token (envelope, &token))
+        s_cancel (self, token);
 }
 
 static int
@@ -472,7 +476,7 @@ s_finish_result (dsh_stage_t *self, dsh_stage_call_t *call)
         call->result = NULL;
     }
     s_send_up (self, call, &body);
-    zhashx_delete (self->calls, call->key);
+    zhashx_delete (self->calls, &call->token);
     s_call_destroy (&call);
 }
 
@@ -499,12 +503,12 @@ s_downstream_recv_one (zsock_t *reader, void *arg)
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256];
-    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
+    uint64_t token;
     dsh_stage_call_t *call = NULL;
     if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
     &&  streq (command, DSH_RESULT) && zmsg_size (msg) == 1
-    &&  s_envelope_key (envelope, key, sizeof (key)))
-        call = (dsh_stage_call_t *) zhashx_lookup (self->calls, key);
+    &&  s_envelope_token (envelope, &token))
+        call = (dsh_stage_call_t *) zhashx_lookup (self->calls, &token);
     if (call && call->watch && !call->deferred && !call->result) {
         zframe_t *result = zmsg_pop (msg);
         s_take_result (self, call, &result);
@@ -559,6 +563,7 @@ s_stage_actor (zsock_t *pipe, void *args)
     dsh_stage_t *self = start->stage;
     self->pipe = pipe;
     self->calls = zhashx_new ();
+    dsh_proto_token_keys (self->calls);
     self->upstream = zsock_new (ZMQ_ROUTER);
     self->downstream = zsock_new (ZMQ_DEALER);
     dsh_sock_limit (self->upstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
@@ -717,6 +722,7 @@ dsh_stage_start_inline (dsh_stage_t *self, zloop_t *loop, const dsh_stage_host_t
     self->host = *host;
     self->loop = loop;
     self->calls = zhashx_new ();
+    dsh_proto_token_keys (self->calls);
     if (self->callbacks.on_init)
         self->callbacks.on_init (self, self->arg);
     return 0;
@@ -731,12 +737,11 @@ dsh_stage_inline_call (dsh_stage_t *self, uint64_t token, zframe_t **body_p, zfr
     assert (call);
     call->stage = self;
     call->token = token;
-    dsh_proto_token_hex (token, call->key);
     call->body = *body_p;
     *body_p = NULL;
     call->tool = tool? zframe_dup (tool): zframe_new_empty ();
     call->deadline_ms = deadline_ms;
-    if (zhashx_lookup (self->calls, call->key)) {
+    if (zhashx_lookup (self->calls, &call->token)) {
         zsys_warning ("stage %s: a second call with one token; dropped", self->name);
         s_call_destroy (&call);
         return;
@@ -748,9 +753,7 @@ bool
 dsh_stage_inline_result (dsh_stage_t *self, uint64_t token, zframe_t **body_p)
 {
     assert (self && self->inline_mode);
-    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
-    dsh_proto_token_hex (token, key);
-    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (self->calls, key);
+    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (self->calls, &token);
     if (!call || !call->watch || call->deferred || call->result)
         return false;
     s_take_result (self, call, body_p);
@@ -761,9 +764,7 @@ void
 dsh_stage_inline_cancel (dsh_stage_t *self, uint64_t token)
 {
     assert (self && self->inline_mode);
-    char key [sizeof (((dsh_stage_call_t *) 0)->key)];
-    dsh_proto_token_hex (token, key);
-    s_cancel (self, key);
+    s_cancel (self, token);
 }
 
 zframe_t *

@@ -498,14 +498,26 @@ s_frame_json (zframe_t *frame)
     return json;
 }
 
+//  A chain token is 8 bytes: the test's names, padded with '_'.
+static void
+s_token8 (const char *token, char padded [9])
+{
+    snprintf (padded, 9, "%-8.8s", token);
+    for (size_t index = 0; index < 8; index++)
+        if (padded [index] == ' ')
+            padded [index] = '_';
+}
+
 //  Sends a call for tool down the feed, with chain token token.
 static void
 s_call (hub_t *hub, const char *token, const char *tool, const char *arguments)
 {
+    char padded [9];
+    s_token8 (token, padded);
     char *body = zsys_sprintf ("{\"callId\": \"%s\", \"name\": \"%s\", \"arguments\": %s, \"agent\": \"agent-7\"}",
                                token, tool, arguments);
     zmsg_t *msg = zmsg_new ();
-    zmsg_addstr (msg, token);
+    zmsg_addmem (msg, padded, 8);
     zmsg_addstr (msg, "");
     zmsg_addstr (msg, DSH_PROTOCOL);
     zmsg_addstr (msg, DSH_CALL);
@@ -532,8 +544,10 @@ s_answer (hub_t *hub, const char *token, int timeout_ms)
     zmsg_t *msg = s_recv (hub->feed, timeout_ms);
     assert_non_null (msg);
     assert_int_equal (zmsg_size (msg), 5);
+    char padded [9];
+    s_token8 (token, padded);
     char *first = zmsg_popstr (msg);
-    assert_string_equal (first, token);
+    assert_string_equal (first, padded);
     zstr_free (&first);
     zframe_t *body = zmsg_last (msg);
     json_t *result = s_frame_json (body);
