@@ -131,7 +131,9 @@ dsh_component_serve (const dsh_component_options_t *self, const dsh_component_to
         zsys_init ();
         //  stdout carries only the start line, for whoever launched us
         zsys_set_logstream (stderr);
-        dsh_provider_options_t settings = { self->broker, self->id, self->workers, self->queue };
+        //  Held until every tool is in, so the broker's first view of this
+        //  component (its JOINED event) has all of them
+        dsh_provider_options_t settings = { self->broker, self->id, self->workers, self->queue, true };
         provider = dsh_provider_new_options (&settings);
         if (!provider) {
             fprintf (stderr, "%s: cannot start the provider\n", self->program);
@@ -144,6 +146,7 @@ dsh_component_serve (const dsh_component_options_t *self, const dsh_component_to
             status = 1;
         }
     if (status == 0) {
+        dsh_provider_start (provider);
         if (dsh_provider_wait_ready (provider, 3000) != 0)
             fprintf (stderr, "%s: no answer from the broker yet; still trying\n", self->program);
         printf ("%s: component %s serving ", self->program, dsh_provider_id (provider));

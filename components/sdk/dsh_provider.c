@@ -91,6 +91,7 @@ typedef struct {
     int heartbeat_ms;
     int heartbeat_timer;
     int discovery_timer;
+    bool held;                      //  discovery waits for START
     int announce_timer;             //  a coalesced ANNOUNCE is due, or 0
     int max_message_bytes;
     bool ready;                     //  the broker asked for our tools
@@ -637,6 +638,14 @@ s_add_tool (self_t *self, const s_add_t *add, char *error, size_t error_size)
     return rc;
 }
 
+//  Asks the broker for the endpoints, and again until it answers.
+static void
+s_start_discovery (self_t *self)
+{
+    s_send_hello (self->front, NULL);
+    self->discovery_timer = zloop_timer (self->loop, S_DISCOVERY_RETRY_MS, 0, s_discover, self);
+}
+
 //  The pipe speaks pictures, "sp": a command and, for ADD and REMOVE, a
 //  pointer to the caller's argument (an s_add_t, a tool name), valid while
 //  the caller waits for the answer.
@@ -668,6 +677,14 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
             s_tools_changed (self);
         }
         zsock_signal (self->pipe, tool? 0: 1);
+    }
+    else
+    if (streq (command, "START")) {
+        if (self->held) {
+            self->held = false;
+            s_start_discovery (self);
+        }
+        zsock_signal (self->pipe, 0);
     }
     else
     if (streq (command, "READY"))
@@ -718,8 +735,9 @@ s_provider_actor (zsock_t *pipe, void *args)
     zloop_reader (self->loop, self->front, s_front_recv, self);
     zmq_pollitem_t pool_item = { NULL, dsh_pool_fd (self->pool), ZMQ_POLLIN, 0 };
     zloop_poller (self->loop, &pool_item, s_pool_done, self);
-    s_send_hello (self->front, NULL);
-    self->discovery_timer = zloop_timer (self->loop, S_DISCOVERY_RETRY_MS, 0, s_discover, self);
+    self->held = settings->held;
+    if (!self->held)
+        s_start_discovery (self);
     zloop_start (self->loop);
 
     s_publish (self, DSH_WITHDRAW, false);
@@ -757,7 +775,7 @@ s_provider_actor (zsock_t *pipe, void *args)
 dsh_provider_t *
 dsh_provider_new (const char *broker, const char *id, size_t workers)
 {
-    dsh_provider_options_t options = { broker, id, workers, 0 };
+    dsh_provider_options_t options = { broker, id, workers, 0, false };
     return dsh_provider_new_options (&options);
 }
 
@@ -785,10 +803,19 @@ dsh_provider_new_options (const dsh_provider_options_t *options)
     dsh_provider_options_t settings = {
         broker, self->id,
         options->workers? options->workers: S_DEFAULT_WORKERS,
-        options->queue_limit? options->queue_limit: S_DEFAULT_QUEUE_LIMIT
+        options->queue_limit? options->queue_limit: S_DEFAULT_QUEUE_LIMIT,
+        options->held
     };
     self->actor = zactor_new (s_provider_actor, &settings);
     return self;
+}
+
+void
+dsh_provider_start (dsh_provider_t *self)
+{
+    assert (self);
+    zsock_send (self->actor, "s", "START");
+    zsock_wait (self->actor);
 }
 
 void

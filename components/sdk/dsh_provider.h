@@ -38,6 +38,8 @@ typedef struct {
     size_t workers;             //  handler threads (0: 4)
     size_t queue_limit;         //  calls waiting for a worker before new ones
                                 //  are answered OVERLOADED (0: 1024)
+    bool held;                  //  find the broker only on dsh_provider_start,
+                                //  so a program's first ANNOUNCE has all its tools
 } dsh_provider_options_t;
 
 //  Start a provider with default options but these. NULL if the arguments
@@ -48,6 +50,11 @@ dsh_provider_t *
 //  Start a provider with options. NULL if they are bad.
 dsh_provider_t *
     dsh_provider_new_options (const dsh_provider_options_t *options);
+
+//  Start finding the broker, for a provider made held (without, it has
+//  started already and this does nothing).
+void
+    dsh_provider_start (dsh_provider_t *self);
 
 //  Withdraw every tool, stop, and destroy; safe twice.
 void

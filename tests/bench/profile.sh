@@ -85,7 +85,10 @@ fail () {
 start () {
     local name="$1"
     shift
-    "$@" >"$out/$name.log" 2>&1 &
+    #  Emptied here, not by the background shell: wait_line must never read
+    #  a log an earlier run left in the same directory
+    : >"$out/$name.log"
+    "$@" >>"$out/$name.log" 2>&1 &
     started=$!
     pids+=("$started")
 }

@@ -210,13 +210,18 @@ s_broker_start (s_broker_t *self, size_t workers, size_t queue_limit)
     assert_non_null (self->front);
     assert_non_null (self->work);
     assert_non_null (self->announce);
-    dsh_provider_options_t options = { front, "test-provider", workers, queue_limit };
+    //  Held: it looks for the broker only once every tool is in
+    dsh_provider_options_t options = { front, "test-provider", workers, queue_limit, true };
     self->provider = dsh_provider_new_options (&options);
     assert_non_null (self->provider);
     assert_int_equal (dsh_provider_add (self->provider, &s_echo_def, s_echo, NULL), 0);
     assert_int_equal (dsh_provider_add (self->provider, &s_progress_def, s_progress, NULL), 0);
     assert_int_equal (dsh_provider_add (self->provider, &s_hold_def, s_hold, NULL), 0);
     assert_int_equal (dsh_provider_add (self->provider, &s_defer_def, s_defer, NULL), 0);
+    zpoller_t *poller = zpoller_new (self->front, NULL);
+    assert_null (zpoller_wait (poller, 100));
+    zpoller_destroy (&poller);
+    dsh_provider_start (self->provider);
 
     //  HELLO on the front: tell it where everything is
     zframe_t *routing_id = NULL;
