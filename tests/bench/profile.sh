@@ -9,6 +9,8 @@
 #  in its own layout, alone under callgrind, the others native:
 #
 #    broker             client -> dsh-broker (empty chain) -> dsh-demo
+#    broker+3 built-in  the same through three built-in pass stages, which
+#                       run inline in the broker's thread
 #    broker+1 external  the same, the chain one external stage, attached by
 #                       a native dsh-stage --kind pass
 #    pass stage         that dsh-stage, under callgrind
@@ -159,6 +161,11 @@ measure_server () {
 
 pass_config="$out/pass1.cfg"
 printf 'chain\n    stage\n        name = "p1"\n        kind = "external"\n' >"$pass_config"
+inline_config="$out/pass3.cfg"
+printf 'chain\n' >"$inline_config"
+for stage_name in p1 p2 p3; do
+    printf '    stage\n        name = "%s"\n        kind = "pass"\n' "$stage_name" >>"$inline_config"
+done
 demo () {
     local name="$1" wrap=()
     [ "${2:-}" = callgrind ] && wrap=("${callgrind[@]}" "--callgrind-out-file=$out/$name.%p.cg")
@@ -180,6 +187,12 @@ echo "profile.sh: broker (empty chain)" >&2
 start_broker broker "" callgrind
 demo demo-for-broker
 measure_server "broker (empty chain)" broker "$broker_pid"
+stop_all
+
+echo "profile.sh: broker with three built-in pass stages" >&2
+start_broker broker-inline "$inline_config" callgrind
+demo demo-for-broker-inline
+measure_server "broker (3 built-in pass stages)" broker-inline "$broker_pid"
 stop_all
 
 echo "profile.sh: broker with one external stage" >&2
