@@ -522,8 +522,16 @@ s_pack_id (msgpack_packer *pk, const msgpack_object *id)
     }
 }
 
-//  Replies to a request with a body the caller packed into a map it began
-//  with dsh_packer_map_begin: {id?, ...}.
+//  Begins a reply to a request: a map, with the request's id if it had one.
+static void
+s_reply_begin (dsh_packer_t *packer, s_request_t *request)
+{
+    dsh_packer_init (packer);
+    dsh_packer_map_begin (packer);
+    s_pack_id (&packer->pk, request->id);
+}
+
+//  Ends the reply s_reply_begin began, and sends it.
 static void
 s_reply_packed (self_t *self, s_request_t *request, const char *command, dsh_packer_t *packer)
 {
@@ -642,16 +650,14 @@ s_handle_hello (self_t *self, s_request_t *request)
     const char *feed = NULL, *drain = NULL;
     bool slot = stage && dsh_chain_slot (self->chain, stage, &feed, &drain) == 0;
     dsh_packer_t packer;
-    dsh_packer_init (&packer);
+    s_reply_begin (&packer, request);
     msgpack_packer *pk = &packer.pk;
-    dsh_packer_map_begin (&packer);
     if (slot) {
         dsh_pack_cstr (pk, "stage");
         msgpack_pack_map (pk, 2);
         dsh_packer_kv_str (&packer, "feed", feed);
         dsh_packer_kv_str (&packer, "drain", drain);
     }
-    s_pack_id (pk, request->id);
     dsh_pack_cstr (pk, "protocol");
     msgpack_pack_uint32 (pk, DSH_PROTOCOL_VERSION);
     dsh_packer_kv_str (&packer, "broker", self->broker_id);
@@ -673,10 +679,8 @@ static void
 s_handle_ping (self_t *self, s_request_t *request)
 {
     dsh_packer_t packer;
-    dsh_packer_init (&packer);
+    s_reply_begin (&packer, request);
     msgpack_packer *pk = &packer.pk;
-    dsh_packer_map_begin (&packer);
-    s_pack_id (pk, request->id);
     dsh_packer_kv_str (&packer, "broker", self->broker_id);
     dsh_pack_cstr (pk, "uptimeMs");
     msgpack_pack_uint64 (pk, (uint64_t) (zclock_time () - self->started_ms));
@@ -695,9 +699,7 @@ static void
 s_handle_chain (self_t *self, s_request_t *request)
 {
     dsh_packer_t packer;
-    dsh_packer_init (&packer);
-    dsh_packer_map_begin (&packer);
-    s_pack_id (&packer.pk, request->id);
+    s_reply_begin (&packer, request);
     dsh_pack_cstr (&packer.pk, "stages");
     dsh_chain_pack (self->chain, &packer.pk);
     s_reply_packed (self, request, DSH_CHAIN, &packer);
@@ -707,9 +709,7 @@ static void
 s_handle_list (self_t *self, s_request_t *request)
 {
     dsh_packer_t packer;
-    dsh_packer_init (&packer);
-    dsh_packer_map_begin (&packer);
-    s_pack_id (&packer.pk, request->id);
+    s_reply_begin (&packer, request);
     dsh_pack_cstr (&packer.pk, "seq");
     msgpack_pack_uint64 (&packer.pk, dsh_catalog_seq (self->catalog));
     dsh_pack_cstr (&packer.pk, "tools");
@@ -721,9 +721,7 @@ static void
 s_handle_snapshot (self_t *self, s_request_t *request)
 {
     dsh_packer_t packer;
-    dsh_packer_init (&packer);
-    dsh_packer_map_begin (&packer);
-    s_pack_id (&packer.pk, request->id);
+    s_reply_begin (&packer, request);
     dsh_pack_cstr (&packer.pk, "seq");
     msgpack_pack_uint64 (&packer.pk, dsh_catalog_seq (self->catalog));
     dsh_pack_cstr (&packer.pk, "epoch");
@@ -739,9 +737,7 @@ s_handle_get (self_t *self, s_request_t *request)
     zchunk_t *entry = name? dsh_catalog_tool (self->catalog, name): NULL;
     if (entry) {
         dsh_packer_t packer;
-        dsh_packer_init (&packer);
-        dsh_packer_map_begin (&packer);
-        s_pack_id (&packer.pk, request->id);
+        s_reply_begin (&packer, request);
         dsh_pack_cstr (&packer.pk, "tool");
         dsh_packer_raw (&packer, zchunk_data (entry), zchunk_size (entry));
         dsh_pack_cstr (&packer.pk, "providers");

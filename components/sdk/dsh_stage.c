@@ -50,8 +50,8 @@ struct _dsh_stage_call_t {
     dsh_call_head_t head;
     //  What the stage changed, spliced into the body as it is passed on:
     //  every byte it did not change stays the caller's
-    zchunk_t *new_arguments;    //  msgpack, or NULL: unchanged
-    zhashx_t *stamps;           //  meta key -> zchunk_t * msgpack (empty: remove), or NULL
+    zframe_t *new_arguments;    //  msgpack, or NULL: unchanged
+    zhashx_t *stamps;           //  meta key -> zframe_t * msgpack (empty: remove), or NULL
     bool change_agent;
     char *new_agent;            //  with change_agent; NULL removes it
     json_t *answer;
@@ -78,7 +78,7 @@ s_call_destroy (dsh_stage_call_t **self_p)
         zframe_destroy (&self->body);
         zframe_destroy (&self->tool);
         zframe_destroy (&self->result);
-        zchunk_destroy (&self->new_arguments);
+        zframe_destroy (&self->new_arguments);
         zhashx_destroy (&self->stamps);
         zstr_free (&self->new_agent);
         json_decref (self->answer);
@@ -204,15 +204,15 @@ s_splice (dsh_stage_call_t *call, char *error, size_t error_size)
     size_t stamp_count = call->stamps? zhashx_size (call->stamps): 0;
     dsh_meta_stamp_t *stamps = (dsh_meta_stamp_t *) zmalloc ((stamp_count + 1) * sizeof (dsh_meta_stamp_t));
     size_t index = 0;
-    for (zchunk_t *value = call->stamps? (zchunk_t *) zhashx_first (call->stamps): NULL; value;
-         value = (zchunk_t *) zhashx_next (call->stamps), index++) {
+    for (zframe_t *value = call->stamps? (zframe_t *) zhashx_first (call->stamps): NULL; value;
+         value = (zframe_t *) zhashx_next (call->stamps), index++) {
         stamps [index].key = (const char *) zhashx_cursor (call->stamps);
-        stamps [index].value = zchunk_size (value)? zchunk_data (value): NULL;
-        stamps [index].value_size = zchunk_size (value);
+        stamps [index].value = zframe_size (value)? zframe_data (value): NULL;
+        stamps [index].value_size = zframe_size (value);
     }
     dsh_call_changes_t changes = {
-        call->new_arguments? zchunk_data (call->new_arguments): NULL,
-        call->new_arguments? zchunk_size (call->new_arguments): 0,
+        call->new_arguments? zframe_data (call->new_arguments): NULL,
+        call->new_arguments? zframe_size (call->new_arguments): 0,
         stamps, stamp_count, call->change_agent, call->new_agent
     };
     zframe_t *body = dsh_proto_splice_call (zframe_data (call->body), zframe_size (call->body), &changes,
@@ -878,26 +878,13 @@ dsh_stage_call_json (dsh_stage_call_t *call)
     return call->doc? dsh_json_from_msgpack (dsh_doc_root (call->doc)): NULL;
 }
 
-//  A JSON value as msgpack bytes, in a chunk; NULL if it cannot be packed.
-static zchunk_t *
-s_msgpack_of (json_t *value)
-{
-    dsh_packer_t packer;
-    dsh_packer_init (&packer);
-    zchunk_t *chunk = NULL;
-    if (dsh_json_to_msgpack (&packer.pk, value) == 0)
-        chunk = zchunk_new (packer.sbuf.data, packer.sbuf.size);
-    dsh_packer_release (&packer);
-    return chunk;
-}
-
 void
 dsh_stage_call_set_arguments (dsh_stage_call_t *call, json_t *arguments)
 {
     if (!arguments)
         arguments = json_object ();
-    zchunk_destroy (&call->new_arguments);
-    call->new_arguments = s_msgpack_of (arguments);
+    zframe_destroy (&call->new_arguments);
+    call->new_arguments = s_encode_json (arguments);
     json_decref (arguments);
 }
 
@@ -914,10 +901,10 @@ dsh_stage_call_set_meta (dsh_stage_call_t *call, const char *key, json_t *value)
 {
     if (!call->stamps) {
         call->stamps = zhashx_new ();
-        zhashx_set_destructor (call->stamps, (zhashx_destructor_fn *) zchunk_destroy);
+        zhashx_set_destructor (call->stamps, (zhashx_destructor_fn *) zframe_destroy);
     }
-    //  An empty chunk stands for a removal
-    zchunk_t *packed = value? s_msgpack_of (value): zchunk_new (NULL, 0);
+    //  An empty frame stands for a removal
+    zframe_t *packed = value? s_encode_json (value): zframe_new_empty ();
     json_decref (value);
     if (packed)
         zhashx_update (call->stamps, key, packed);
