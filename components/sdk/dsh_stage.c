@@ -407,7 +407,9 @@ s_cancel (dsh_stage_t *self, uint64_t token)
     dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (self->calls, &token);
     if (!call || call->cancelled)
         return;
-    if (call->deferred) {
+    if (call->deferred || call->result_deferred) {
+        //  The stage still holds it (a request or a result it is working
+        //  on): it stays until the stage resumes it, which then sends nothing
         call->cancelled = true;
         if (self->callbacks.on_cancel)
             self->callbacks.on_cancel (self, call, self->arg);
@@ -468,6 +470,12 @@ s_upstream_recv (zloop_t *loop, zsock_t *reader, void *arg)
 static void
 s_finish_result (dsh_stage_t *self, dsh_stage_call_t *call)
 {
+    if (call->cancelled) {
+        //  Answered already, without this stage
+        zhashx_delete (self->calls, &call->token);
+        s_call_destroy (&call);
+        return;
+    }
     zframe_t *body = NULL;
     if (call->new_result)
         body = s_result_body (call, call->new_result);

@@ -69,9 +69,9 @@ typedef json_t *(dsh_stage_control_fn) (dsh_stage_t *stage, const char *command,
 //  readers and timers to dsh_stage_loop.
 typedef void (dsh_stage_init_fn) (dsh_stage_t *stage, void *arg);
 
-//  A call this stage deferred was cancelled by its caller (the broker has
-//  answered it): let go of it. Resuming it afterwards is allowed and does
-//  nothing.
+//  A call this stage holds (deferred, or its result held) was answered
+//  without it (cancelled by its caller, or past its deadline): let go of
+//  it. Resuming it (or its result) afterwards is allowed and sends nothing.
 typedef void (dsh_stage_cancel_fn) (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg);
 
 //  The callbacks of a stage; any but on_request may be NULL.

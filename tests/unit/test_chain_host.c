@@ -77,8 +77,9 @@ s_hold_cancel (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 static void
 s_holdup_result (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 {
-    (void) stage;
     (void) arg;
+    s_parked = call;
+    s_parked_stage = stage;
     dsh_stage_call_defer_result (call);
 }
 
@@ -356,6 +357,28 @@ test_timeout_on_the_way_up (void **state)
 }
 
 static void
+test_deadline_while_result_held (void **state)
+{
+    (void) state;
+    s_fixture_t *fixture = s_fixture ("    stage\n        name = \"u\"\n        kind = \"holdup\"\n");
+    s_enter (fixture, "echo", "echo", zclock_mono () + 5000);
+    dsh_record_t *record = s_host.record;
+    s_tool_answers (fixture, "tool");
+    assert_non_null (s_parked);
+    //  The broker answers TIMEOUT while the stage holds the result (a post
+    //  hook still running): the stage is told, and when it finishes later
+    //  nothing more goes up
+    dsh_chain_release (fixture->chain, record);
+    dsh_inflight_answer_error (fixture->inflight, &record, DSH_E_TIMEOUT, "Error: deadline");
+    assert_int_equal (s_host.answers, 1);
+    assert_int_equal (dsh_stage_resume_result (s_parked_stage, s_parked), 0);
+    dsh_chain_settle (fixture->chain);
+    assert_int_equal (s_host.answers, 1);
+    assert_string_equal (s_host.code, DSH_E_TIMEOUT);
+    s_fixture_destroy (&fixture);
+}
+
+static void
 test_cancel_while_deferred (void **state)
 {
     (void) state;
@@ -436,6 +459,7 @@ main (void)
         cmocka_unit_test (test_hold_never_outlives_deadline),
         cmocka_unit_test (test_timeout_on_the_way_up),
         cmocka_unit_test (test_cancel_while_deferred),
+        cmocka_unit_test (test_deadline_while_result_held),
         cmocka_unit_test (test_resumed_from_own_handler),
         cmocka_unit_test (test_external_stage_not_there),
         cmocka_unit_test (test_body_must_be_the_call_decided),
