@@ -709,6 +709,8 @@ s_provider_actor (zsock_t *pipe, void *args)
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     assert (self);
     self->pipe = pipe;
+    //  settings live on the caller's stack only until we signal: read it all now
+    self->held = settings->held;
     self->id = strdup (settings->id);
     self->broker = strdup (settings->broker);
     self->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
@@ -735,7 +737,6 @@ s_provider_actor (zsock_t *pipe, void *args)
     zloop_reader (self->loop, self->front, s_front_recv, self);
     zmq_pollitem_t pool_item = { NULL, dsh_pool_fd (self->pool), ZMQ_POLLIN, 0 };
     zloop_poller (self->loop, &pool_item, s_pool_done, self);
-    self->held = settings->held;
     if (!self->held)
         s_start_discovery (self);
     zloop_start (self->loop);
