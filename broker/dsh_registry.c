@@ -223,7 +223,8 @@ s_reply_error (self_t *self, zmsg_t **envelope_p, const msgpack_object *id,
 static int
 s_send_route (self_t *self, zmq_msg_t *route, size_t route_size, bool move, const char *command, zmq_msg_t *body)
 {
-    zmq_msg_t parts [DSH_ROUTE_MAX + 4];
+    zmq_msg_t parts [DSH_SOCK_PARTS_MAX + 4];
+    assert (route_size <= DSH_SOCK_PARTS_MAX);
     size_t count = 0;
     for (size_t index = 0; index < route_size; index++) {
         zmq_msg_init (&parts [count]);

@@ -454,6 +454,51 @@ test_arguments_byte_for_byte (void **state)
     s_bed_destroy (&bed);
 }
 
+//  ---------------------------------------------------------------------
+//  A CALL behind more routing frames than a record keeps is refused along
+//  the route it came by, and the broker goes on serving
+
+static void
+test_deep_envelope (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed ("");
+    zframe_t *call = dsh_proto_encode_call ("deep-1", "echo", "\x80", 1, NULL, NULL, 0, 1000);
+    zmsg_t *msg = zmsg_new ();
+    //  With the broker's identity frame, 10 routing frames: more than a
+    //  record keeps (8), well within what a message may have (16)
+    for (int index = 0; index < 9; index++)
+        zmsg_addstrf (msg, "hop-%d", index);
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, DSH_CALL);
+    zmsg_append (msg, &call);
+    assert_int_equal (zmsg_send (&msg, bed->client), 0);
+    zpoller_t *poller = zpoller_new (bed->client, NULL);
+    assert_non_null (zpoller_wait (poller, 5000));
+    zpoller_destroy (&poller);
+    zmsg_t *reply = zmsg_recv (bed->client);
+    //  The hops come back first, then the head and the RESULT
+    assert_int_equal (zmsg_size (reply), 9 + 4);
+    zframe_t *body = zmsg_last (reply);
+    char error [256];
+    dsh_doc_t *doc = dsh_proto_decode_body (body, error, sizeof (error));
+    assert_non_null (doc);
+    assert_string_equal (s_code (doc), DSH_E_BAD_REQUEST);
+    assert_non_null (strstr (s_text (doc), "the envelope has 10 frames"));
+    dsh_doc_destroy (&doc);
+    zmsg_destroy (&reply);
+
+    //  Still serving
+    s_send (bed->client, DSH_PING, "\x80", 1);
+    char command [DSH_COMMAND_MAX + 1];
+    doc = s_recv (bed->client, command, &body, 5000);
+    assert_string_equal (command, DSH_PONG);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    s_bed_destroy (&bed);
+}
+
 int
 main (void)
 {
@@ -463,6 +508,7 @@ main (void)
         cmocka_unit_test (test_stage_held_past_deadline),
         cmocka_unit_test (test_stamp_over_limit),
         cmocka_unit_test (test_arguments_byte_for_byte),
+        cmocka_unit_test (test_deep_envelope),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
