@@ -332,7 +332,16 @@ dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t gener
         const msgpack_object *entry = &tools->via.array.ptr [index];
         char error [256 + DSH_NAME_MAX];
         if (dsh_proto_check_tool (entry, error, sizeof (error))) {
-            s_refuse (refusals, component, NULL, error);
+            //  The component is told which tool, whenever its name is readable
+            const msgpack_object *readable = dsh_map_get (entry, "name");
+            char name [DSH_NAME_MAX + 1];
+            bool named = readable && readable->type == MSGPACK_OBJECT_STR
+                      && dsh_proto_valid_name (readable->via.str.ptr, readable->via.str.size);
+            if (named) {
+                memcpy (name, readable->via.str.ptr, readable->via.str.size);
+                name [readable->via.str.size] = 0;
+            }
+            s_refuse (refusals, component, named? name: NULL, error);
             continue;
         }
         const msgpack_object *name_obj = dsh_map_get (entry, "name");

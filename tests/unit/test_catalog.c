@@ -434,6 +434,12 @@ test_invalid_entry_refused (void **state)
     assert_string_equal (refusal->component, "a");
     assert_non_null (strstr (refusal->reason, "tool \"bad\""));
     assert_non_null (strstr (refusal->reason, "parameters"));
+    //  REFUSED names the tool whenever its name is readable; not otherwise
+    assert_string_equal (refusal->name, "bad");
+    refusal = zlistx_next (s_refusals);
+    assert_null (refusal->name);
+    refusal = zlistx_next (s_refusals);
+    assert_null (refusal->name);
     assert_int_equal (zlistx_size (s_events), 2);
     s_assert_event (0, DSH_EV_REGISTERED, "a", "t2");
     s_assert_event (1, DSH_EV_JOINED, "a", NULL);
