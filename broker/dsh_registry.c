@@ -109,11 +109,13 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
         return NULL;
     }
     dsh_sock_limit (sock, self->max_message_bytes, queue_limit);
-    if (type == ZMQ_ROUTER) {
+    if (type == ZMQ_ROUTER)
+        //  No handover: a second connection under an id that is connected
+        //  already is refused by libzmq, so the first comer keeps its route
+        //  while it lives (one started by mistake cannot take it, and could
+        //  not give it back when it died); a component that restarts gets
+        //  its id back once its old connection is gone
         zsock_set_router_mandatory (sock, 1);
-        //  A component that restarts under the same id takes its route over
-        zsock_set_router_handover (sock, 1);
-    }
     if (type == ZMQ_SUB)
         zsock_set_subscribe (sock, "");
     if (zsock_bind (sock, "%s", endpoint) == -1) {

@@ -499,6 +499,76 @@ test_deep_envelope (void **state)
     s_bed_destroy (&bed);
 }
 
+//  ---------------------------------------------------------------------
+//  A second connection under a live component's id (started by mistake, or
+//  a rogue) does not take the component's route, and its going changes
+//  nothing
+
+static void
+s_echo_ok (s_bed_t *bed, const char *call_id)
+{
+    zframe_t *call = dsh_proto_encode_call (call_id, "echo", "\x81\xa7message\xa2hi", 12, NULL, NULL, 0, 2000);
+    s_send (bed->client, DSH_CALL, zframe_data (call), zframe_size (call));
+    zframe_destroy (&call);
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_recv (bed->client, command, &body, 5000);
+    assert_string_equal (command, DSH_RESULT);
+    if (*s_code (doc))
+        fail_msg ("%s: %s", call_id, s_text (doc));
+    assert_string_equal (s_text (doc), "hi");
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+}
+
+static void
+test_duplicate_id_keeps_no_route (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed ("");
+    dsh_testproc_t *demo = dsh_testkit_component ("components/demo/dsh-demo", bed->endpoint, "demo", NULL);
+    assert_non_null (demo);
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "echo", 1, 5000), 0);
+    s_send (bed->client, DSH_HELLO, "\x80", 1);
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_recv (bed->client, command, &body, 5000);
+    char *work = dsh_sock_resolve (dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "work")), bed->endpoint);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+
+    //  The same routing id as the live component, and a HELLO on WORK
+    zsock_t *rogue = zsock_new (ZMQ_DEALER);
+    zsock_set_identity (rogue, "demo");
+    assert_int_equal (zsock_connect (rogue, "%s", work), 0);
+    zstr_free (&work);
+    zmsg_t *hello = zmsg_new ();
+    zmsg_addmem (hello, NULL, 0);
+    zmsg_addstr (hello, DSH_PROTOCOL);
+    zmsg_addstr (hello, DSH_HELLO);
+    zmsg_addmem (hello, "\x80", 1);
+    zmsg_send (&hello, rogue);
+    zclock_sleep (300);
+    char call_id [32];
+    for (int index = 0; index < 10; index++) {
+        snprintf (call_id, sizeof (call_id), "while-%d", index);
+        s_echo_ok (bed, call_id);
+    }
+    zpoller_t *poller = zpoller_new (rogue, NULL);
+    assert_null (zpoller_wait (poller, 100));
+    zpoller_destroy (&poller);
+
+    //  It goes, as a process killed -9 would: the real one stays routable
+    zsock_destroy (&rogue);
+    zclock_sleep (300);
+    for (int index = 0; index < 5; index++) {
+        snprintf (call_id, sizeof (call_id), "after-%d", index);
+        s_echo_ok (bed, call_id);
+    }
+    dsh_testproc_destroy (&demo);
+    s_bed_destroy (&bed);
+}
+
 int
 main (void)
 {
@@ -509,6 +579,7 @@ main (void)
         cmocka_unit_test (test_stamp_over_limit),
         cmocka_unit_test (test_arguments_byte_for_byte),
         cmocka_unit_test (test_deep_envelope),
+        cmocka_unit_test (test_duplicate_id_keeps_no_route),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
