@@ -109,13 +109,19 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
         return NULL;
     }
     dsh_sock_limit (sock, self->max_message_bytes, queue_limit);
-    if (type == ZMQ_ROUTER)
+    if (type == ZMQ_ROUTER) {
         //  No handover: a second connection under an id that is connected
         //  already is refused by libzmq, so the first comer keeps its route
         //  while it lives (one started by mistake cannot take it, and could
         //  not give it back when it died); a component that restarts gets
         //  its id back once its old connection is gone
         zsock_set_router_mandatory (sock, 1);
+        //  ... and a connection whose peer vanished without a word (a host
+        //  that crashed, a cut link) is gone within the liveness window, not
+        //  when TCP gives up: libzmq pings every peer and drops the silent
+        zsock_set_heartbeat_ivl (sock, self->heartbeat_ms);
+        zsock_set_heartbeat_timeout (sock, self->heartbeat_ms * self->liveness);
+    }
     if (type == ZMQ_SUB)
         zsock_set_subscribe (sock, "");
     if (zsock_bind (sock, "%s", endpoint) == -1) {
