@@ -14,6 +14,7 @@
 */
 
 #include "dsh_inflight.h"
+#include "dsh_sock.h"
 
 #include <sys/random.h>
 
@@ -242,9 +243,7 @@ dsh_inflight_answer_frame (dsh_inflight_t *self, dsh_record_t **record_p, zframe
 {
     assert (body_p && *body_p);
     zmq_msg_t body;
-    zmq_msg_init_size (&body, zframe_size (*body_p));
-    memcpy (zmq_msg_data (&body), zframe_data (*body_p), zframe_size (*body_p));
-    zframe_destroy (body_p);
+    dsh_sock_part_frame (&body, body_p);
     dsh_inflight_answer (self, record_p, &body);
 }
 
