@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "dsh.h"
+#include "dsh_json.h"
 #include "dsh_testkit.h"
 
 //  ---------------------------------------------------------------------
@@ -345,15 +346,11 @@ s_raw_announce (s_raw_component_t *component)
     msgpack_sbuffer_destroy (&sbuf);
 }
 
+//  Finds the component side with HELLO on FRONT, connects the hand-made
+//  component "raw" and announces until its tool is listed.
 static void
-test_arguments_byte_for_byte (void **state)
+s_raw_component_start (s_bed_t *bed, s_raw_component_t *component)
 {
-    (void) state;
-    char *config = s_main_config ();
-    s_bed_t *bed = s_bed (config);
-    zstr_free (&config);
-
-    //  Where the component side is: HELLO on FRONT
     s_send (bed->client, DSH_HELLO, "\x80", 1);
     char command [DSH_COMMAND_MAX + 1];
     zframe_t *body = NULL;
@@ -363,20 +360,84 @@ test_arguments_byte_for_byte (void **state)
     char *work = dsh_sock_resolve (dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "work")), bed->endpoint);
     dsh_doc_destroy (&doc);
     zframe_destroy (&body);
-    s_raw_component_t component;
-    component.announce = zsock_new (ZMQ_PUB);
-    assert_int_equal (zsock_connect (component.announce, "%s", announce), 0);
-    component.work = zsock_new (ZMQ_DEALER);
-    zsock_set_identity (component.work, "raw");
-    assert_int_equal (zsock_connect (component.work, "%s", work), 0);
+    component->announce = zsock_new (ZMQ_PUB);
+    assert_int_equal (zsock_connect (component->announce, "%s", announce), 0);
+    component->work = zsock_new (ZMQ_DEALER);
+    zsock_set_identity (component->work, "raw");
+    assert_int_equal (zsock_connect (component->work, "%s", work), 0);
     zstr_free (&announce);
     zstr_free (&work);
     int listed = -1;
     for (int attempt = 0; attempt < 25 && listed; attempt++) {
-        s_raw_announce (&component);
+        s_raw_announce (component);
         listed = dsh_testkit_wait_tools (bed->endpoint, "rawcheck", 1, 200);
     }
     assert_int_equal (listed, 0);
+}
+
+static void
+s_raw_component_stop (s_raw_component_t *component)
+{
+    zsock_destroy (&component->announce);
+    zsock_destroy (&component->work);
+}
+
+//  The next CALL the raw component receives, as [token, body]; fails the
+//  test after 5 s.
+static zmsg_t *
+s_raw_take_call (s_raw_component_t *component)
+{
+    zpoller_t *poller = zpoller_new (component->work, NULL);
+    zmsg_t *received = NULL;
+    while (!received && zpoller_wait (poller, 5000) == component->work) {
+        zmsg_t *msg = zmsg_recv (component->work);
+        zframe_t *frame = zmsg_first (msg);
+        frame = zmsg_next (msg);
+        frame = zmsg_next (msg);
+        if (frame && zframe_streq (frame, DSH_CALL))
+            received = msg;
+        else
+            zmsg_destroy (&msg);
+    }
+    zpoller_destroy (&poller);
+    assert_non_null (received);
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256];
+    assert_int_equal (dsh_proto_split (received, &envelope, command, sizeof (command), error, sizeof (error)), 0);
+    zmsg_destroy (&envelope);
+    return received;
+}
+
+//  The raw component sends command token body (JSON) on WORK.
+static void
+s_raw_send (s_raw_component_t *component, const char *command, zframe_t *token, const char *json)
+{
+    msgpack_sbuffer sbuf;
+    char error [128];
+    assert_int_equal (dsh_json_text_to_msgpack (json, &sbuf, error, sizeof (error)), 0);
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, command);
+    zmsg_addmem (msg, zframe_data (token), zframe_size (token));
+    zmsg_addmem (msg, sbuf.data, sbuf.size);
+    zmsg_send (&msg, component->work);
+    msgpack_sbuffer_destroy (&sbuf);
+}
+
+static void
+test_arguments_byte_for_byte (void **state)
+{
+    (void) state;
+    char *config = s_main_config ();
+    s_bed_t *bed = s_bed (config);
+    zstr_free (&config);
+    s_raw_component_t component;
+    s_raw_component_start (bed, &component);
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = NULL;
 
     //  bin, ext, float32, a string that is not UTF-8 and an integer key
     msgpack_sbuffer arguments;
@@ -404,23 +465,8 @@ test_arguments_byte_for_byte (void **state)
 
     //  The component receives it: the caller's argument bytes, all of them,
     //  in order, and the sandbox stamp beside them
-    zpoller_t *poller = zpoller_new (component.work, NULL);
-    zmsg_t *received = NULL;
-    while (!received && zpoller_wait (poller, 5000) == component.work) {
-        zmsg_t *msg = zmsg_recv (component.work);
-        zframe_t *frame = zmsg_first (msg);
-        frame = zmsg_next (msg);
-        frame = zmsg_next (msg);
-        if (frame && zframe_streq (frame, DSH_CALL))
-            received = msg;
-        else
-            zmsg_destroy (&msg);
-    }
-    zpoller_destroy (&poller);
-    assert_non_null (received);
-    zmsg_t *envelope = NULL;
+    zmsg_t *received = s_raw_take_call (&component);
     char error [256];
-    assert_int_equal (dsh_proto_split (received, &envelope, command, sizeof (command), error, sizeof (error)), 0);
     zframe_t *token = zmsg_pop (received);
     zframe_t *call_body = zmsg_pop (received);
     assert_non_null (memmem (zframe_data (call_body), zframe_size (call_body), arguments.data, arguments.size));
@@ -447,10 +493,52 @@ test_arguments_byte_for_byte (void **state)
     zframe_destroy (&body);
 
     zframe_destroy (&call_body);
-    zmsg_destroy (&envelope);
     zmsg_destroy (&received);
-    zsock_destroy (&component.announce);
-    zsock_destroy (&component.work);
+    s_raw_component_stop (&component);
+    s_bed_destroy (&bed);
+}
+
+//  ---------------------------------------------------------------------
+//  PROGRESS is checked like a RESULT: its own call's callId, a number
+
+static void
+test_progress_is_checked (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed ("");
+    s_raw_component_t component;
+    s_raw_component_start (bed, &component);
+    zframe_t *call = dsh_proto_encode_call ("p-1", "rawcheck", "\x80", 1, NULL, NULL, 0, 5000);
+    s_send (bed->client, DSH_CALL, zframe_data (call), zframe_size (call));
+    zframe_destroy (&call);
+    zmsg_t *received = s_raw_take_call (&component);
+    zframe_t *token = zmsg_first (received);
+
+    //  Another call's callId, none at all, a progress that is not a number:
+    //  dropped; then a good one, and the result
+    s_raw_send (&component, DSH_PROGRESS, token, "{\"callId\": \"someone-else\", \"progress\": 1}");
+    s_raw_send (&component, DSH_PROGRESS, token, "{\"progress\": 1}");
+    s_raw_send (&component, DSH_PROGRESS, token, "{\"callId\": \"p-1\", \"progress\": \"x\"}");
+    s_raw_send (&component, DSH_PROGRESS, token, "{\"callId\": \"p-1\", \"progress\": 0.5, \"total\": 1}");
+    s_raw_send (&component, DSH_RESULT, token,
+                "{\"callId\": \"p-1\", \"content\": [{\"type\": \"text\", \"text\": \"done\"}], \"isError\": false}");
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_recv (bed->client, command, &body, 5000);
+    assert_string_equal (command, DSH_PROGRESS);
+    const msgpack_object *progress = dsh_map_get (dsh_doc_root (doc), "progress");
+    assert_non_null (progress);
+    assert_true (progress->type == MSGPACK_OBJECT_FLOAT64 && progress->via.f64 == 0.5);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    doc = s_recv (bed->client, command, &body, 5000);
+    assert_string_equal (command, DSH_RESULT);
+    assert_string_equal (s_text (doc), "done");
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+
+    zmsg_destroy (&received);
+    s_raw_component_stop (&component);
     s_bed_destroy (&bed);
 }
 
@@ -578,6 +666,7 @@ main (void)
         cmocka_unit_test (test_stage_held_past_deadline),
         cmocka_unit_test (test_stamp_over_limit),
         cmocka_unit_test (test_arguments_byte_for_byte),
+        cmocka_unit_test (test_progress_is_checked),
         cmocka_unit_test (test_deep_envelope),
         cmocka_unit_test (test_duplicate_id_keeps_no_route),
     };
