@@ -315,29 +315,11 @@ static void
 s_raw_announce (s_raw_component_t *component)
 {
     msgpack_sbuffer sbuf;
-    msgpack_sbuffer_init (&sbuf);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
-    msgpack_pack_map (&pk, 3);
-    s_pack_str (&pk, "component");
-    s_pack_str (&pk, "raw");
-    s_pack_str (&pk, "generation");
-    msgpack_pack_uint32 (&pk, 1);
-    s_pack_str (&pk, "tools");
-    msgpack_pack_array (&pk, 1);
-    msgpack_pack_map (&pk, 4);
-    s_pack_str (&pk, "name");
-    s_pack_str (&pk, "rawcheck");
-    s_pack_str (&pk, "description");
-    s_pack_str (&pk, "returns nothing, keeps the bytes");
-    s_pack_str (&pk, "parameters");
-    msgpack_pack_map (&pk, 1);
-    s_pack_str (&pk, "type");
-    s_pack_str (&pk, "object");
-    s_pack_str (&pk, "annotations");
-    msgpack_pack_map (&pk, 1);
-    s_pack_str (&pk, "readOnlyHint");
-    msgpack_pack_true (&pk);
+    char error [128];
+    assert_int_equal (dsh_json_text_to_msgpack (
+        "{\"component\": \"raw\", \"generation\": 1, \"tools\": [{\"name\": \"rawcheck\","
+        " \"description\": \"returns nothing, keeps the bytes\", \"parameters\": {\"type\": \"object\"},"
+        " \"annotations\": {\"readOnlyHint\": true}}]}", &sbuf, error, sizeof (error)), 0);
     zmsg_t *msg = zmsg_new ();
     zmsg_addstr (msg, DSH_PROTOCOL);
     zmsg_addstr (msg, DSH_ANNOUNCE);
