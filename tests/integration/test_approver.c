@@ -160,18 +160,7 @@ s_approver_start (rig_t *self, const char *const *extra, int stdin_fd)
     for (size_t index = 0; extra && extra [index] && argc < 15; index++)
         argv [argc++] = extra [index];
     argv [argc] = NULL;
-    //  The kit passes our stdin on: lend it the pipe for the start
-    int saved = -1;
-    if (stdin_fd >= 0) {
-        saved = dup (STDIN_FILENO);
-        assert_true (saved >= 0);
-        assert_int_equal (dup2 (stdin_fd, STDIN_FILENO), STDIN_FILENO);
-    }
-    dsh_testproc_t *approver = dsh_testproc_start (argv);
-    if (saved >= 0) {
-        dup2 (saved, STDIN_FILENO);
-        close (saved);
-    }
+    dsh_testproc_t *approver = dsh_testproc_start_input (argv, stdin_fd);
     assert_non_null (approver);
     return approver;
 }

@@ -118,6 +118,32 @@ s_code (dsh_doc_t *doc)
     return code? code: "";
 }
 
+//  The next reply must be a RESULT with error code code ("" for success)
+//  whose first text block contains text.
+static void
+s_expect_result (s_bed_t *bed, int timeout_ms, const char *code, const char *text)
+{
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_recv (bed->client, command, &body, timeout_ms);
+    assert_string_equal (command, DSH_RESULT);
+    if (!streq (s_code (doc), code) || !strstr (s_text (doc), text))
+        fail_msg ("want %s \"%s\", got %s \"%s\"", *code? code: "success", text,
+                  *s_code (doc)? s_code (doc): "success", s_text (doc));
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+}
+
+//  Calls echo {message: "hi"}; it must answer "hi".
+static void
+s_echo_ok (s_bed_t *bed, const char *call_id)
+{
+    zframe_t *call = dsh_proto_encode_call (call_id, "echo", "\x81\xa7message\xa2hi", 12, NULL, NULL, 0, 2000);
+    s_send (bed->client, DSH_CALL, zframe_data (call), zframe_size (call));
+    zframe_destroy (&call);
+    s_expect_result (bed, 5000, "", "hi");
+}
+
 static void
 s_pack_str (msgpack_packer *pk, const char *text)
 {
@@ -167,14 +193,7 @@ test_duplicate_name_keys (void **state)
     s_send (bed->client, DSH_CALL, sbuf.data, sbuf.size);
     msgpack_sbuffer_destroy (&sbuf);
 
-    char command [DSH_COMMAND_MAX + 1];
-    zframe_t *body = NULL;
-    dsh_doc_t *doc = s_recv (bed->client, command, &body, 8000);
-    assert_string_equal (command, DSH_RESULT);
-    assert_string_equal (s_code (doc), DSH_E_BAD_REQUEST);
-    assert_non_null (strstr (s_text (doc), "duplicate key \"name\""));
-    dsh_doc_destroy (&doc);
-    zframe_destroy (&body);
+    s_expect_result (bed, 8000, DSH_E_BAD_REQUEST, "duplicate key \"name\"");
     char *written = zsys_sprintf ("%s/x.txt", scratch);
     assert_false (zsys_file_exists (written));
 
@@ -217,19 +236,12 @@ test_stage_held_past_deadline (void **state)
     int64_t started = zclock_mono ();
     s_send (bed->client, DSH_CALL, zframe_data (call), zframe_size (call));
     zframe_destroy (&call);
-    char command [DSH_COMMAND_MAX + 1];
-    zframe_t *body = NULL;
-    dsh_doc_t *doc = s_recv (bed->client, command, &body, 8000);
+    s_expect_result (bed, 8000, DSH_E_TIMEOUT, "while a middleware stage held it");
     int64_t elapsed = zclock_mono () - started;
-    assert_string_equal (command, DSH_RESULT);
-    assert_string_equal (s_code (doc), DSH_E_TIMEOUT);
-    assert_non_null (strstr (s_text (doc), "while a middleware stage held it"));
     //  On time: the 1 s deadline, plus at most the broker's deadline tick and
     //  a loaded machine's scheduling, never the stage's 60 s
     assert_true (elapsed >= 950);
     assert_true (elapsed < 3000);
-    dsh_doc_destroy (&doc);
-    zframe_destroy (&body);
 
     //  The stage let go: the next call is refused by the same hook's deadline
     //  again, not queued behind the first
@@ -277,25 +289,10 @@ test_stamp_over_limit (void **state)
     assert_true (zframe_size (call) < 100000);
     s_send (bed->client, DSH_CALL, zframe_data (call), zframe_size (call));
     zframe_destroy (&call);
-    char command [DSH_COMMAND_MAX + 1];
-    zframe_t *body = NULL;
-    dsh_doc_t *doc = s_recv (bed->client, command, &body, 5000);
-    assert_string_equal (command, DSH_RESULT);
-    assert_string_equal (s_code (doc), DSH_E_BAD_REQUEST);
-    assert_non_null (strstr (s_text (doc), "100000-byte"));
-    dsh_doc_destroy (&doc);
-    zframe_destroy (&body);
+    s_expect_result (bed, 5000, DSH_E_BAD_REQUEST, "100000-byte");
 
     //  The component is still reachable
-    call = dsh_proto_encode_call ("small-1", "echo", "\x81\xa7message\xa2hi", 12, NULL, NULL, 0, 5000);
-    s_send (bed->client, DSH_CALL, zframe_data (call), zframe_size (call));
-    zframe_destroy (&call);
-    doc = s_recv (bed->client, command, &body, 5000);
-    assert_string_equal (command, DSH_RESULT);
-    assert_string_equal (s_code (doc), "");
-    assert_string_equal (s_text (doc), "hi");
-    dsh_doc_destroy (&doc);
-    zframe_destroy (&body);
+    s_echo_ok (bed, "small-1");
 
     dsh_testproc_destroy (&demo);
     s_bed_destroy (&bed);
@@ -417,9 +414,6 @@ test_arguments_byte_for_byte (void **state)
     zstr_free (&config);
     s_raw_component_t component;
     s_raw_component_start (bed, &component);
-    char command [DSH_COMMAND_MAX + 1];
-    zframe_t *body = NULL;
-    dsh_doc_t *doc = NULL;
 
     //  bin, ext, float32, a string that is not UTF-8 and an integer key
     msgpack_sbuffer arguments;
@@ -452,7 +446,7 @@ test_arguments_byte_for_byte (void **state)
     zframe_t *token = zmsg_pop (received);
     zframe_t *call_body = zmsg_pop (received);
     assert_non_null (memmem (zframe_data (call_body), zframe_size (call_body), arguments.data, arguments.size));
-    doc = dsh_proto_decode_body (call_body, error, sizeof (error));
+    dsh_doc_t *doc = dsh_proto_decode_body (call_body, error, sizeof (error));
     assert_non_null (doc);
     const msgpack_object *sandbox = dsh_map_get (dsh_map_get (dsh_doc_root (doc), "meta"), "sandbox");
     assert_non_null (sandbox);
@@ -468,11 +462,7 @@ test_arguments_byte_for_byte (void **state)
     zmsg_append (answer, &token);
     zmsg_append (answer, &result);
     zmsg_send (&answer, component.work);
-    doc = s_recv (bed->client, command, &body, 5000);
-    assert_string_equal (command, DSH_RESULT);
-    assert_string_equal (s_text (doc), "Error: seen");
-    dsh_doc_destroy (&doc);
-    zframe_destroy (&body);
+    s_expect_result (bed, 5000, DSH_E_TOOL_FAILED, "Error: seen");
 
     zframe_destroy (&call_body);
     zmsg_destroy (&received);
@@ -573,23 +563,6 @@ test_deep_envelope (void **state)
 //  A second connection under a live component's id (started by mistake, or
 //  a rogue) does not take the component's route, and its going changes
 //  nothing
-
-static void
-s_echo_ok (s_bed_t *bed, const char *call_id)
-{
-    zframe_t *call = dsh_proto_encode_call (call_id, "echo", "\x81\xa7message\xa2hi", 12, NULL, NULL, 0, 2000);
-    s_send (bed->client, DSH_CALL, zframe_data (call), zframe_size (call));
-    zframe_destroy (&call);
-    char command [DSH_COMMAND_MAX + 1];
-    zframe_t *body = NULL;
-    dsh_doc_t *doc = s_recv (bed->client, command, &body, 5000);
-    assert_string_equal (command, DSH_RESULT);
-    if (*s_code (doc))
-        fail_msg ("%s: %s", call_id, s_text (doc));
-    assert_string_equal (s_text (doc), "hi");
-    dsh_doc_destroy (&doc);
-    zframe_destroy (&body);
-}
 
 static void
 test_duplicate_id_keeps_no_route (void **state)

@@ -32,6 +32,12 @@ dsh_testkit_program (const char *relative)
 dsh_testproc_t *
 dsh_testproc_start (const char *const *argv)
 {
+    return dsh_testproc_start_input (argv, -1);
+}
+
+dsh_testproc_t *
+dsh_testproc_start_input (const char *const *argv, int stdin_fd)
+{
     int out [2];
     if (pipe2 (out, O_CLOEXEC))
         return NULL;
@@ -42,6 +48,8 @@ dsh_testproc_start (const char *const *argv)
         //  processes with it: no broker outlives the test that started it
         prctl (PR_SET_PDEATHSIG, SIGKILL);
         dup2 (out [1], STDOUT_FILENO);
+        if (stdin_fd >= 0)
+            dup2 (stdin_fd, STDIN_FILENO);
         execv (program, (char *const *) argv);
         fprintf (stderr, "testkit: cannot run %s: %s\n", program, strerror (errno));
         _exit (127);

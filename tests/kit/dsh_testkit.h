@@ -30,6 +30,10 @@ char *
 dsh_testproc_t *
     dsh_testproc_start (const char *const *argv);
 
+//  The same, with stdin_fd (if >= 0) as the process's stdin.
+dsh_testproc_t *
+    dsh_testproc_start_input (const char *const *argv, int stdin_fd);
+
 //  Kill (SIGKILL) if still running, reap, free; safe twice.
 void
     dsh_testproc_destroy (dsh_testproc_t **self_p);
