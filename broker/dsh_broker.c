@@ -7,6 +7,7 @@
 */
 
 #include "dsh_config.h"
+#include "dsh_curve.h"
 #include "dsh_middleware.h"
 #include "dsh_proto.h"
 #include "dsh_registry.h"
@@ -26,6 +27,10 @@ s_usage (FILE *out)
         "      --liveness N         missed heartbeats before a component expires (default %d)\n"
         "      --call-timeout-ms N  deadline of a call that sets none (default %d)\n"
         "      --max-message-bytes N  largest frame accepted (default %d)\n"
+        "      --cert FILE          the broker's certificate (or $DSH_CERT): turns CURVE on\n"
+        "      --allow DIR          allow-list: the public certificates that may connect\n"
+        "      --curve              CURVE on every socket (needs --cert and --allow)\n"
+        "      --insecure           listen beyond loopback without CURVE (anyone may connect)\n"
         "  -v, --verbose            log every event and refusal\n"
         "  -h, --help               this help\n",
         DSH_DEFAULT_ENDPOINT, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS,
@@ -42,6 +47,7 @@ s_flag_key (const char *flag)
         { "--heartbeat-ms", "heartbeat_ms" }, { "--liveness", "liveness" },
         { "--call-timeout-ms", "call_timeout_ms" }, { "--max-call-timeout-ms", "max_call_timeout_ms" },
         { "--max-message-bytes", "max_message_bytes" }, { "--queue-limit", "queue_limit" },
+        { "--cert", "certificate" }, { "--allow", "allow" },
     };
     for (size_t index = 0; index < sizeof (flags) / sizeof (flags [0]); index++)
         if (streq (flag, flags [index][0]))
@@ -67,6 +73,11 @@ main (int argc, char *argv [])
             dsh_config_destroy (&config);
             return 2;
         }
+    const char *certificate = getenv ("DSH_CERT");
+    if (certificate && *certificate && dsh_config_set (config, "certificate", certificate, error, sizeof (error))) {
+        fprintf (stderr, "dsh-broker: DSH_CERT: %s\n", error);
+        rc = 2;
+    }
     const char *environment = getenv ("DSH_BROKER");
     if (environment && *environment && dsh_config_set (config, "endpoint", environment, error, sizeof (error))) {
         fprintf (stderr, "dsh-broker: DSH_BROKER: %s\n", error);
@@ -83,6 +94,12 @@ main (int argc, char *argv [])
         else
         if (streq (flag, "-v") || streq (flag, "--verbose"))
             config->verbose = true;
+        else
+        if (streq (flag, "--curve"))
+            config->curve = true;
+        else
+        if (streq (flag, "--insecure"))
+            config->insecure = true;
         else
         if (streq (flag, "-c") || streq (flag, "--config"))
             index++;
@@ -104,6 +121,27 @@ main (int argc, char *argv [])
         return rc;
     }
 
+    dsh_config_derive (config);
+    if (dsh_config_secure (config, error, sizeof (error))) {
+        fprintf (stderr, "dsh-broker: %s\n", error);
+        dsh_config_destroy (&config);
+        return 2;
+    }
+    //  Under CURVE, czmq's zauth answers every handshake in this process
+    //  from the allow-list directory (reread when it changes, so a removed
+    //  certificate is refused on its next connection); the registry's and
+    //  the built-in stages' sockets serve with the broker's keypair
+    zactor_t *auth = NULL;
+    if (config->curve) {
+        auth = zactor_new (zauth, NULL);
+        if (config->verbose) {
+            zstr_sendx (auth, "VERBOSE", NULL);
+            zsock_wait (auth);
+        }
+        zstr_sendx (auth, "CURVE", config->allow, NULL);
+        zsock_wait (auth);
+        dsh_curve_set_server (config->cert);
+    }
     config->stage_kinds = dsh_middleware_kinds;
     zactor_t *registry = zactor_new (dsh_registry_actor, config);
     char *front = NULL, *announce = NULL, *work = NULL, *events = NULL;
@@ -118,6 +156,11 @@ main (int argc, char *argv [])
                 front, announce, work, events);
         printf ("dsh-broker: heartbeat %d ms, expiry after %d missed\n",
                 config->heartbeat_ms, config->liveness);
+        if (config->curve)
+            printf ("dsh-broker: CURVE on, public key %s, allow-list %s\n",
+                    zcert_public_txt (config->cert), config->allow);
+        else
+            printf ("dsh-broker: CURVE off%s\n", config->insecure? " (--insecure)": " (loopback only)");
         if (config->chain) {
             printf ("dsh-broker: chain:");
             for (zconfig_t *stage = zconfig_child (config->chain); stage; stage = zconfig_next (stage))
@@ -138,6 +181,8 @@ main (int argc, char *argv [])
     zstr_free (&work);
     zstr_free (&events);
     zactor_destroy (&registry);
+    dsh_curve_set_server (NULL);
+    zactor_destroy (&auth);
     dsh_config_destroy (&config);
     return rc;
 }

@@ -24,7 +24,7 @@ typedef struct {
     int64_t last_seen_ms;
     zlistx_t *tools;            //  char * names it provides
     size_t outstanding;         //  calls sent to it and not yet answered
-    bool unreachable;           //  a send to it failed; cleared when it is heard from
+    int64_t unreachable_ms;     //  when a send to it first failed; 0 once it speaks on WORK
 } s_component_t;
 
 struct _dsh_catalog_t {
@@ -408,8 +408,7 @@ dsh_catalog_touch (dsh_catalog_t *self, const char *component, uint64_t generati
     if (!record)
         return 1;
     record->last_seen_ms = now_ms;
-    record->unreachable = false;
-    return record->generation == generation? 0: 1;
+        return record->generation == generation? 0: 1;
 }
 
 int
@@ -440,7 +439,7 @@ dsh_catalog_seen (dsh_catalog_t *self, const char *component, int64_t now_ms)
     if (!record)
         return -1;
     record->last_seen_ms = now_ms;
-    record->unreachable = false;
+    record->unreachable_ms = 0;
     return 0;
 }
 
@@ -471,7 +470,8 @@ dsh_catalog_silent (dsh_catalog_t *self, int64_t now_ms, int64_t silence_ms)
     zlistx_t *silent = s_string_list ();
     for (s_component_t *record = zhashx_first (self->components); record;
          record = zhashx_next (self->components))
-        if (now_ms - record->last_seen_ms > silence_ms)
+        if (now_ms - record->last_seen_ms > silence_ms
+        ||  (record->unreachable_ms && now_ms - record->unreachable_ms > silence_ms))
             zlistx_add_end (silent, record->id);
     return silent;
 }
@@ -507,7 +507,7 @@ dsh_catalog_provider (dsh_catalog_t *self, const char *name, const char *except)
             continue;
         s_component_t *record = (s_component_t *) zhashx_lookup (self->components, id);
         size_t outstanding = record? record->outstanding: SIZE_MAX - 1;
-        bool reachable = record && !record->unreachable;
+        bool reachable = record && !record->unreachable_ms;
         if ((reachable && !best_reachable)
         ||  (reachable == best_reachable && outstanding < best_outstanding)) {
             best = id;
@@ -519,12 +519,12 @@ dsh_catalog_provider (dsh_catalog_t *self, const char *name, const char *except)
 }
 
 void
-dsh_catalog_unreachable (dsh_catalog_t *self, const char *component)
+dsh_catalog_unreachable (dsh_catalog_t *self, const char *component, int64_t now_ms)
 {
     assert (self);
     s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
-    if (record)
-        record->unreachable = true;
+    if (record && !record->unreachable_ms)
+        record->unreachable_ms = now_ms? now_ms: 1;
 }
 
 void

@@ -102,8 +102,10 @@ int
     dsh_catalog_remove (dsh_catalog_t *self, const char *component, const char *reason,
                         zlistx_t *events);
 
-//  Ids of components not seen since now_ms - silence_ms, in a new list of
-//  char * (caller destroys). Nothing is removed.
+//  Ids of components not seen since now_ms - silence_ms, or whose WORK
+//  route has been gone that long (heartbeats on the announce channel do not
+//  bring it back), in a new list of char * (caller destroys). Nothing is
+//  removed.
 zlistx_t *
     dsh_catalog_silent (dsh_catalog_t *self, int64_t now_ms, int64_t silence_ms);
 
@@ -122,11 +124,12 @@ bool
 const char *
     dsh_catalog_provider (dsh_catalog_t *self, const char *name, const char *except);
 
-//  Note that a component's work socket refused a send (it is not
-//  connected): providers are chosen among the others until it is heard
-//  from again.
+//  Note that a component's work socket refused a send at now_ms (it is not
+//  connected): providers are chosen among the others until it speaks on
+//  WORK again (dsh_catalog_seen), and it counts as silent once that lasts
+//  longer than the liveness window.
 void
-    dsh_catalog_unreachable (dsh_catalog_t *self, const char *component);
+    dsh_catalog_unreachable (dsh_catalog_t *self, const char *component, int64_t now_ms);
 
 //  Count a call started on (+1) or finished by (-1) a component.
 void

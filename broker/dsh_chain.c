@@ -21,6 +21,7 @@
 */
 
 #include "dsh_chain.h"
+#include "dsh_curve.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
@@ -599,13 +600,32 @@ dsh_chain_control (dsh_chain_t *self, zmsg_t **envelope_p, zframe_t **body_p)
 //  ---------------------------------------------------------------------
 //  External slots
 
+//  Receives a message from a slot, or NULL if there is none or its key is
+//  not a stage's: under CURVE only stage (and admin) keys work a slot.
+static zmsg_t *
+s_slot_recv (s_slot_t *slot, zsock_t *reader)
+{
+    zmsg_t *msg = zmsg_recv (reader);
+    dsh_identity_t peer = { NULL, NULL, NULL, NULL };
+    //  The last frame came over the wire (a ROUTER's routing id frame may
+    //  lack the connection's metadata)
+    if (msg && zmsg_last (msg))
+        dsh_identity_read_frame (&peer, zmsg_last (msg));
+    if (msg && (!zmsg_last (msg) || (dsh_identity_known (&peer) && !dsh_identity_is (&peer, DSH_ROLE_STAGE)))) {
+        zsys_warning ("dsh-broker: a key that is not a stage's (%.8s..., role %s) sent to slot %s: dropped",
+                      peer.key, peer.role? peer.role: "none", slot->name);
+        zmsg_destroy (&msg);
+    }
+    return msg;
+}
+
 //  feed: [token] "" DSH1 (RESULT|CONTROL) body, from stage slot->index.
 static int
 s_feed_recv_one (zsock_t *reader, void *arg)
 {
     s_slot_t *slot = (s_slot_t *) arg;
     dsh_chain_t *self = slot->chain;
-    zmsg_t *msg = zmsg_recv (reader);
+    zmsg_t *msg = s_slot_recv (slot, reader);
     if (!msg)
         return 0;
     zmsg_t *envelope = NULL;
@@ -658,7 +678,7 @@ s_drain_recv_one (zsock_t *reader, void *arg)
 {
     s_slot_t *slot = (s_slot_t *) arg;
     dsh_chain_t *self = slot->chain;
-    zmsg_t *msg = zmsg_recv (reader);
+    zmsg_t *msg = s_slot_recv (slot, reader);
     if (!msg)
         return 0;
     zmsg_t *envelope = NULL;
@@ -763,6 +783,9 @@ s_slot_bind (s_slot_t *slot, zconfig_t *section, const char *broker, char *error
     //  A stage that is not there must fail calls at once, not queue them
     zsock_set_immediate (slot->feed, 1);
     zsock_set_router_mandatory (slot->drain, 1);
+    //  The broker's keypair, when its main set one: CURVE on slots too
+    dsh_curve_server (slot->feed, NULL);
+    dsh_curve_server (slot->drain, NULL);
     if (zsock_bind (slot->feed, "%s", slot->feed_endpoint) == -1
     ||  zsock_bind (slot->drain, "%s", slot->drain_endpoint) == -1) {
         snprintf (error, error_size, "chain/%s: cannot bind %s / %s: %s", slot->name,

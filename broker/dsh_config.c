@@ -32,6 +32,9 @@ dsh_config_destroy (dsh_config_t **self_p)
         zstr_free (&self->announce);
         zstr_free (&self->work);
         zstr_free (&self->events);
+        zstr_free (&self->certificate);
+        zstr_free (&self->allow);
+        zcert_destroy (&self->cert);
         zconfig_destroy (&self->file);
         free (self);
         *self_p = NULL;
@@ -51,6 +54,33 @@ s_set_int (int *target, const char *key, const char *value, long min, long max,
         return -1;
     }
     *target = (int) number;
+    return 0;
+}
+
+static int
+s_set_bool (bool *target, const char *key, const char *value, char *error, size_t error_size)
+{
+    if (streq (value, "1") || streq (value, "true"))
+        *target = true;
+    else
+    if (streq (value, "0") || streq (value, "false"))
+        *target = false;
+    else {
+        snprintf (error, error_size, "%s: \"%s\" is not true or false", key, value);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+s_set_path (char **target, const char *key, const char *value, char *error, size_t error_size)
+{
+    if (!*value) {
+        snprintf (error, error_size, "%s: wants a path", key);
+        return -1;
+    }
+    zstr_free (target);
+    *target = strdup (value);
     return 0;
 }
 
@@ -95,18 +125,16 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_int (&self->max_in_flight, key, value, 1, 10000000, error, error_size);
     if (streq (key, "queue_limit"))
         return s_set_int (&self->queue_limit, key, value, 1, 10000000, error, error_size);
-    if (streq (key, "verbose")) {
-        if (streq (value, "1") || streq (value, "true"))
-            self->verbose = true;
-        else
-        if (streq (value, "0") || streq (value, "false"))
-            self->verbose = false;
-        else {
-            snprintf (error, error_size, "verbose: \"%s\" is not true or false", value);
-            return -1;
-        }
-        return 0;
-    }
+    if (streq (key, "verbose"))
+        return s_set_bool (&self->verbose, key, value, error, error_size);
+    if (streq (key, "curve"))
+        return s_set_bool (&self->curve, key, value, error, error_size);
+    if (streq (key, "certificate"))
+        return s_set_path (&self->certificate, key, value, error, error_size);
+    if (streq (key, "allow"))
+        return s_set_path (&self->allow, key, value, error, error_size);
+    if (streq (key, "insecure"))
+        return s_set_bool (&self->insecure, key, value, error, error_size);
     snprintf (error, error_size, "unknown setting \"%s\"", key);
     return -1;
 }
@@ -135,15 +163,21 @@ dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error
             self->chain = section;
             continue;
         }
-        if (!streq (zconfig_name (section), "broker")) {
+        if (!streq (zconfig_name (section), "broker") && !streq (zconfig_name (section), "security")) {
             snprintf (error, error_size, "%s: unknown section \"%s\"", path, zconfig_name (section));
             rc = -1;
             break;
         }
         for (zconfig_t *item = zconfig_child (section); item; item = zconfig_next (item)) {
             char reason [256];
-            if (dsh_config_set (self, zconfig_name (item), zconfig_value (item), reason, sizeof (reason))) {
-                snprintf (error, error_size, "%s: broker/%s", path, reason);
+            //  Each key lives in its section: no security key under broker
+            bool security_key = streq (zconfig_name (item), "curve") || streq (zconfig_name (item), "certificate")
+                             || streq (zconfig_name (item), "allow") || streq (zconfig_name (item), "insecure");
+            if (security_key != streq (zconfig_name (section), "security"))
+                snprintf (reason, sizeof (reason), "unknown setting \"%s\"", zconfig_name (item));
+            if ((security_key != streq (zconfig_name (section), "security"))
+            ||  dsh_config_set (self, zconfig_name (item), zconfig_value (item), reason, sizeof (reason))) {
+                snprintf (error, error_size, "%s: %s/%s", path, zconfig_name (section), reason);
                 rc = -1;
                 break;
             }
@@ -188,4 +222,68 @@ dsh_config_derive (dsh_config_t *self)
         self->work = s_derive (self->endpoint, 2, "work");
     if (!self->events)
         self->events = s_derive (self->endpoint, 3, "events");
+}
+
+bool
+dsh_config_loopback (const char *endpoint)
+{
+    assert (endpoint);
+    if (strncmp (endpoint, "ipc://", 6) == 0 || strncmp (endpoint, "inproc://", 9) == 0)
+        return true;
+    if (strncmp (endpoint, "tcp://", 6))
+        return false;
+    const char *host = endpoint + 6;
+    //  An interface name or a source address ("eth0;...") is not loopback
+    if (strchr (host, ';'))
+        return false;
+    return strncmp (host, "127.", 4) == 0 || strncmp (host, "localhost:", 10) == 0
+        || strncmp (host, "[::1]:", 6) == 0 || strncmp (host, "lo:", 3) == 0;
+}
+
+int
+dsh_config_secure (dsh_config_t *self, char *error, size_t error_size)
+{
+    assert (self);
+    if (self->certificate)
+        self->curve = true;
+    if (!self->curve) {
+        const char *endpoints [] = { self->endpoint, self->announce, self->work, self->events };
+        for (size_t index = 0; index < 4 && !self->insecure; index++)
+            if (endpoints [index] && !dsh_config_loopback (endpoints [index])) {
+                snprintf (error, error_size, "%s is not loopback and CURVE is off: anyone who reaches it owns "
+                          "the swarm. Set security/curve with a certificate and an allow-list (README, "
+                          "\"Securing a swarm\"), or pass --insecure", endpoints [index]);
+                return -1;
+            }
+        return 0;
+    }
+    if (!self->certificate) {
+        snprintf (error, error_size, "security/curve needs the broker's certificate (security/certificate or --cert; "
+                  "make one with `dsh keygen FILE --role admin`)");
+        return -1;
+    }
+    if (!self->allow) {
+        snprintf (error, error_size, "security/curve needs an allow-list directory of public certificates "
+                  "(security/allow or --allow)");
+        return -1;
+    }
+    int mode = zsys_file_mode (self->allow);
+    if (mode == -1 || !S_ISDIR ((mode_t) mode)) {
+        snprintf (error, error_size, "security/allow: \"%s\" is not a directory", self->allow);
+        return -1;
+    }
+    zcert_destroy (&self->cert);
+    self->cert = zsys_file_exists (self->certificate)? zcert_load (self->certificate): NULL;
+    if (!self->cert) {
+        snprintf (error, error_size, "security/certificate: \"%s\" is not a certificate `dsh keygen` wrote",
+                  self->certificate);
+        return -1;
+    }
+    if (streq (zcert_secret_txt (self->cert), "0000000000000000000000000000000000000000")) {
+        snprintf (error, error_size, "security/certificate: \"%s\" has no secret key (want %s_secret beside it)",
+                  self->certificate, self->certificate);
+        zcert_destroy (&self->cert);
+        return -1;
+    }
+    return 0;
 }

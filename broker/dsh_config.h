@@ -32,6 +32,11 @@ typedef struct {
     int queue_limit;            //  high-water mark of every socket
     int max_in_flight;          //  calls in flight before new ones are OVERLOADED
     bool verbose;
+    bool curve;                 //  security/curve: CURVE on every socket
+    char *certificate;          //  security/certificate: the broker's keypair (zcert files)
+    char *allow;                //  security/allow: directory of allowed public certificates
+    bool insecure;              //  --insecure: plain sockets beyond loopback, on purpose
+    zcert_t *cert;              //  the keypair, loaded by dsh_config_secure
     zconfig_t *chain;           //  the "chain" section of the file, or NULL
     const dsh_stage_kind_t *stage_kinds;    //  built-in stage kinds the host offers, or NULL
     zconfig_t *file;            //  the file as read, or NULL
@@ -51,9 +56,9 @@ int
     dsh_config_set (dsh_config_t *self, const char *key, const char *value,
                     char *error, size_t error_size);
 
-//  Read a ZPL file: every key under its "broker" section, and its "chain"
-//  section (checked when the chain is built). Returns 0, or -1 with a
-//  reason.
+//  Read a ZPL file: every key under its "broker" and "security" sections,
+//  and its "chain" section (checked when the chain is built). Returns 0, or
+//  -1 with a reason.
 int
     dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error_size);
 
@@ -62,6 +67,18 @@ int
 //  a suffix.
 void
     dsh_config_derive (dsh_config_t *self);
+
+//  Check the security settings and load the broker's keypair: CURVE needs a
+//  certificate with its secret and an allow-list directory; without CURVE
+//  every endpoint must be loopback (127.0.0.0/8, ::1, localhost, ipc://,
+//  inproc://) unless insecure is set. Call after dsh_config_derive.
+//  Returns 0, or -1 with a reason.
+int
+    dsh_config_secure (dsh_config_t *self, char *error, size_t error_size);
+
+//  True if endpoint can be reached only from this host.
+bool
+    dsh_config_loopback (const char *endpoint);
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@
 #include "dsh_registry.h"
 #include "dsh_catalog.h"
 #include "dsh_chain.h"
+#include "dsh_curve.h"
 #include "dsh_inflight.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -39,6 +40,11 @@ typedef struct {
     zsock_t *announce;          //  SUB: component announcements, heartbeats
     zsock_t *work;              //  ROUTER: component calls and results
     zsock_t *events;            //  PUB: change events
+    zsock_t *work_monitor;      //  PAIR: WORK's disconnections, under CURVE
+    bool curve;                 //  every socket authenticated: identities enforced
+    zcert_t *cert;              //  the broker's keypair (the config's)
+    zhashx_t *routes;           //  component id -> its WORK connection's fd + 1,
+                                //  for routes a key allowed for the id spoke on
     dsh_catalog_t *catalog;
     dsh_inflight_t *inflight;   //  every call, from FRONT to its answer
     dsh_chain_t *chain;         //  the middleware stages every call runs through
@@ -54,6 +60,7 @@ typedef struct {
     int max_message_bytes;
     size_t max_in_flight;       //  calls in the broker, at most
     char *endpoints [4];        //  front, announce, work, events as bound
+    uint64_t forbidden;         //  messages refused for their key's rights
     uint64_t calls;             //  calls routed to a component
     uint64_t late_results;      //  results for calls already answered
     uint64_t dropped_replies;   //  replies to callers that had gone
@@ -67,6 +74,7 @@ typedef struct {
     dsh_doc_t *doc;
     const msgpack_object *root;
     const msgpack_object *id;
+    dsh_identity_t peer;        //  who sent it, under CURVE
 } s_request_t;
 
 static void s_chain_dispatch (void *arg, dsh_record_t *record, zframe_t **body_p);
@@ -109,6 +117,8 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
         return NULL;
     }
     dsh_sock_limit (sock, self->max_message_bytes, queue_limit);
+    if (self->curve)
+        dsh_curve_server (sock, self->cert);
     if (type == ZMQ_ROUTER) {
         //  No handover: a second connection under an id that is connected
         //  already is refused by libzmq, so the first comer keeps its route
@@ -146,6 +156,9 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->max_call_timeout_ms = config->max_call_timeout_ms;
     self->max_message_bytes = config->max_message_bytes;
     self->max_in_flight = (size_t) config->max_in_flight;
+    self->curve = config->curve && config->cert;
+    self->cert = config->cert;
+    self->routes = zhashx_new ();
     self->catalog = dsh_catalog_new ();
     self->inflight = dsh_inflight_new (s_reply_route, self);
     zuuid_t *uuid = zuuid_new ();
@@ -169,7 +182,21 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     if (self->work)
         self->events = s_bind (self, ZMQ_PUB, config->events, 3,
                                config->queue_limit < S_EVENTS_QUEUE_LIMIT? config->queue_limit: S_EVENTS_QUEUE_LIMIT);
-    if (self->events) {
+    if (self->events && self->curve) {
+        //  A WORK connection that closes takes its route's verification
+        //  with it: a later connection under the same id must speak, with
+        //  a key allowed for the id, before a call goes to it
+        char endpoint [64];
+        snprintf (endpoint, sizeof (endpoint), "inproc://dsh-work-monitor-%p", (void *) self);
+        if (zmq_socket_monitor (zsock_resolve (self->work), endpoint, ZMQ_EVENT_DISCONNECTED) == 0) {
+            self->work_monitor = zsock_new (ZMQ_PAIR);
+            if (self->work_monitor && zsock_connect (self->work_monitor, "%s", endpoint))
+                zsock_destroy (&self->work_monitor);
+        }
+        if (!self->work_monitor)
+            self->error = zsys_sprintf ("cannot monitor the work socket: %s", zmq_strerror (zmq_errno ()));
+    }
+    if (self->events && !self->error) {
         dsh_chain_host_t host = { s_chain_dispatch, s_chain_control_reply, self };
         char error [512];
         self->chain = dsh_chain_new (config->chain, config->stage_kinds, self->endpoints [0],
@@ -189,6 +216,8 @@ s_self_destroy (self_t **self_p)
         dsh_chain_destroy (&self->chain);
         zloop_destroy (&self->loop);
         dsh_inflight_destroy (&self->inflight);
+        zsock_destroy (&self->work_monitor);
+        zhashx_destroy (&self->routes);
         zsock_destroy (&self->front);
         zsock_destroy (&self->announce);
         zsock_destroy (&self->work);
@@ -286,10 +315,24 @@ s_answer_error (self_t *self, dsh_record_t **record_p, const char *code, const c
     s_answer (self, record_p, &body);
 }
 
+//  True if a message to component may go out on WORK: always without
+//  CURVE; under CURVE only once the connection holding the id has spoken
+//  with a key allowed for it, so an id taken by another key gets nothing.
+static bool
+s_route_trusted (self_t *self, const char *component)
+{
+    return !self->curve || zhashx_lookup (self->routes, component);
+}
+
 //  Sends [component] "" DSH1 command [token] body on the work socket.
 static int
 s_send_work (self_t *self, const char *component, const char *command, const uint64_t *token, zframe_t **body_p)
 {
+    if (!s_route_trusted (self, component)) {
+        zframe_destroy (body_p);
+        errno = EHOSTUNREACH;
+        return -1;
+    }
     zmq_msg_t parts [6];
     size_t count = 0;
     dsh_sock_part_mem (&parts [count++], component, strlen (component));
@@ -373,6 +416,10 @@ s_release (self_t *self, dsh_record_t *record, const char *reason)
 static int
 s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *body)
 {
+    if (!s_route_trusted (self, component)) {
+        errno = EHOSTUNREACH;
+        return -1;
+    }
     zmq_msg_t parts [6];
     dsh_sock_part_mem (&parts [0], component, strlen (component));
     dsh_sock_head (&parts [1], DSH_CALL);
@@ -427,7 +474,7 @@ s_dispatch (self_t *self, dsh_record_t *record, zmq_msg_t *body)
     while ((rc = s_send_call (self, record->component, record->token, body)) && (send_errno = errno) == EHOSTUNREACH) {
         //  Not connected (it died, and has not expired yet): the call never
         //  left, so any other provider may take it
-        dsh_catalog_unreachable (self->catalog, record->component);
+        dsh_catalog_unreachable (self->catalog, record->component, zclock_mono ());
         const char *other = dsh_catalog_provider (self->catalog, record->tool, record->component);
         if (!other || streq (other, record->component))
             break;
@@ -568,6 +615,85 @@ s_refuse_call (self_t *self, s_request_t *request, const char *call_id, const ch
     s_send_route (self, request->parts->part, request->parts->envelope, false, DSH_RESULT, &body);
 }
 
+//  ---------------------------------------------------------------------
+//  Rights: what a key's role lets it ask on FRONT, under CURVE
+
+//  Stage control commands that need less than an admin key, and the role.
+static const struct {
+    const char *command;
+    const char *role;
+} s_control_rights [] = {
+    { "approve", DSH_ROLE_APPROVER }, { "deny", DSH_ROLE_APPROVER },
+    { "pending", DSH_ROLE_APPROVER }, { "approvals", DSH_ROLE_APPROVER },
+    { "allowed", DSH_ROLE_AGENT }, { "modes", DSH_ROLE_AGENT },
+};
+
+//  The role a request needs beyond being in the allow-list, or NULL.
+static const char *
+s_front_role (s_request_t *request, const char *command)
+{
+    if (streq (command, DSH_CALL) || streq (command, DSH_CANCEL))
+        return DSH_ROLE_AGENT;
+    if (streq (command, DSH_HELLO) && dsh_map_get (request->root, "stage"))
+        return DSH_ROLE_STAGE;
+    if (streq (command, DSH_CONTROL)) {
+        const msgpack_object *control = dsh_map_get (request->root, "command");
+        for (size_t index = 0; index < sizeof (s_control_rights) / sizeof (s_control_rights [0]); index++)
+            if (dsh_str_eq (control, s_control_rights [index].command))
+                return s_control_rights [index].role;
+        return DSH_ROLE_ADMIN;
+    }
+    return NULL;
+}
+
+//  Writes why the request's key may not make it into text and returns
+//  true, or returns false if it may.
+static bool
+s_front_forbidden (self_t *self, s_request_t *request, const char *command, char *text, size_t text_size)
+{
+    const char *role = self->curve? s_front_role (request, command): NULL;
+    if (!role || dsh_identity_is (&request->peer, role))
+        return false;
+    self->forbidden++;
+    snprintf (text, text_size, "Error: key %.8s... (role %s) may not send %s%s: it needs a%s %s key",
+              request->peer.key? request->peer.key: "?", request->peer.role? request->peer.role: "none",
+              command, streq (command, DSH_HELLO)? " for a stage slot": "",
+              streq (role, DSH_ROLE_AGENT) || streq (role, DSH_ROLE_APPROVER) || streq (role, DSH_ROLE_ADMIN)? "n": "",
+              streq (role, DSH_ROLE_ADMIN)? "admin": role);
+    return true;
+}
+
+//  Under CURVE the agent a call runs as is the key's, never the body's: a
+//  call without one gets it spliced in; a call claiming another is refused.
+//  Returns 0 with *stamped NULL (nothing to change) or a new body, or -1
+//  with text.
+static int
+s_call_agent (self_t *self, s_request_t *request, dsh_call_head_t *head, zframe_t **stamped,
+              char *text, size_t text_size)
+{
+    *stamped = NULL;
+    if (!self->curve)
+        return 0;
+    const char *agent = request->peer.agent;
+    if (head->agent && (!agent || !streq (head->agent, agent))) {
+        self->forbidden++;
+        snprintf (text, text_size, "Error: the call claims agent \"%.64s\", but key %.8s... is %s%.64s%s",
+                  head->agent, request->peer.key, agent? "agent \"": "no agent", agent? agent: "", agent? "\"": "");
+        return -1;
+    }
+    if (!agent || head->agent)
+        return 0;
+    dsh_call_changes_t changes = { .change_agent = true, .agent = agent };
+    char reason [256];
+    *stamped = dsh_proto_splice_call (zmq_msg_data (request->body), zmq_msg_size (request->body), &changes,
+                                      (size_t) self->max_message_bytes, reason, sizeof (reason));
+    if (!*stamped) {
+        snprintf (text, text_size, "%s", reason);
+        return -1;
+    }
+    return 0;
+}
+
 static void
 s_handle_call (self_t *self, s_request_t *request)
 {
@@ -588,7 +714,19 @@ s_handle_call (self_t *self, s_request_t *request)
         s_refuse_call (self, request, head.call_id, DSH_E_BAD_REQUEST, error);
         return;
     }
+    char forbidden [DSH_ID_MAX * 2 + 256];
+    zframe_t *stamped = NULL;
+    if (s_front_forbidden (self, request, DSH_CALL, forbidden, sizeof (forbidden))) {
+        s_refuse_call (self, request, head.call_id, DSH_E_FORBIDDEN, forbidden);
+        return;
+    }
+    if (s_call_agent (self, request, &head, &stamped, forbidden, sizeof (forbidden))) {
+        s_refuse_call (self, request, head.call_id,
+                       strncmp (forbidden, "Error:", 6)? DSH_E_BAD_REQUEST: DSH_E_FORBIDDEN, forbidden);
+        return;
+    }
     if (dsh_inflight_size (self->inflight) >= self->max_in_flight) {
+        zframe_destroy (&stamped);
         char text [96];
         snprintf (text, sizeof (text), "Error: the broker is overloaded (%zu calls in flight)",
                   dsh_inflight_size (self->inflight));
@@ -605,6 +743,10 @@ s_handle_call (self_t *self, s_request_t *request)
                                               head.call_id, head.name, zclock_mono () + (int64_t) timeout_ms);
     //  The head points into the body; done with it before the body moves
     dsh_doc_destroy (&request->doc);
+    if (stamped) {
+        zmq_msg_close (request->body);
+        dsh_sock_part_frame (request->body, &stamped);
+    }
     if (dsh_chain_size (self->chain)) {
         //  The waterfall runs first, even for a tool nobody serves
         zframe_t *body = s_frame_from_part (request->body);
@@ -810,7 +952,7 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
         s_front_refuse (self, parts, error);
         return;
     }
-    s_request_t request = { parts, &parts->part [parts->body], NULL, NULL, NULL };
+    s_request_t request = { parts, &parts->part [parts->body], NULL, NULL, NULL, { NULL, NULL, NULL, NULL } };
     char reason [256];
     request.doc = dsh_doc_new (zmq_msg_data (request.body), zmq_msg_size (request.body), reason, sizeof (reason));
     if (!request.doc || dsh_doc_root (request.doc)->type != MSGPACK_OBJECT_MAP) {
@@ -822,7 +964,16 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
     }
     request.root = dsh_doc_root (request.doc);
     request.id = dsh_map_get (request.root, "id");
+    //  Off a frame that came over the wire: libzmq 4.3.4 leaves the
+    //  routing id frame a ROUTER makes without metadata when it was polled
+    dsh_identity_read (&request.peer, &parts->part [parts->count - 1]);
     s_front_fn *handler = s_front_lookup (parts->command);
+    char forbidden [256];
+    if (handler && !streq (parts->command, DSH_CALL)
+    &&  s_front_forbidden (self, &request, parts->command, forbidden, sizeof (forbidden)))
+        //  CALL answers with a RESULT by callId, in its handler
+        s_request_error (self, &request, DSH_E_FORBIDDEN, forbidden + 7);
+    else
     if (handler)
         handler (self, &request);
     else {
@@ -944,6 +1095,50 @@ s_handle_progress (self_t *self, const char *component, zmq_msg_t *token_part, z
     s_send_route (self, record->route, record->route_size, false, DSH_PROGRESS, &report);
 }
 
+//  Under CURVE a WORK message (part: one of its frames from the wire)
+//  speaks for the component its routing id names only if its key may serve
+//  that id; one that may is what makes the
+//  route trusted (until its connection closes). Returns 0 if the message
+//  may be heard, -1 if it is dropped.
+static int
+s_work_claim (self_t *self, const char *component, zmq_msg_t *part)
+{
+    dsh_identity_t peer;
+    dsh_identity_read (&peer, part);
+    if (!dsh_identity_serves (&peer, component)) {
+        self->forbidden++;
+        zsys_warning ("dsh-broker: key %.8s... (role %s) may not serve component %s: its WORK message is dropped",
+                      peer.key? peer.key: "?", peer.role? peer.role: "none", component);
+        return -1;
+    }
+    int fd = zmq_msg_get (part, ZMQ_SRCFD);
+    zhashx_update (self->routes, component, (void *) (intptr_t) (fd >= 0? fd + 1: INT_MAX));
+    return 0;
+}
+
+//  A WORK connection closed: the ids it held are no longer trusted.
+static int
+s_work_monitor_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    self_t *self = (self_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
+    zframe_t *event = msg? zmsg_first (msg): NULL;
+    if (event && zframe_size (event) == 6) {
+        uint32_t fd;
+        memcpy (&fd, zframe_data (event) + 2, 4);
+        zlistx_t *gone = zlistx_new ();
+        for (void *route = zhashx_first (self->routes); route; route = zhashx_next (self->routes))
+            if ((intptr_t) route == (intptr_t) fd + 1)
+                zlistx_add_end (gone, (void *) zhashx_cursor (self->routes));
+        for (const char *component = zlistx_first (gone); component; component = zlistx_next (gone))
+            zhashx_delete (self->routes, component);
+        zlistx_destroy (&gone);
+    }
+    zmsg_destroy (&msg);
+    return 0;
+}
+
 static void
 s_work_message (self_t *self, dsh_sock_msg_t *parts)
 {
@@ -956,6 +1151,8 @@ s_work_message (self_t *self, dsh_sock_msg_t *parts)
     char component [DSH_ID_MAX + 1];
     snprintf (component, sizeof (component), "%.*s", (int) zmq_msg_size (&parts->part [0]),
               (const char *) zmq_msg_data (&parts->part [0]));
+    if (self->curve && s_work_claim (self, component, &parts->part [parts->count - 1]))
+        return;
     dsh_catalog_seen (self->catalog, component, zclock_mono ());
     const char *command = parts->command;
     bool reply = streq (command, DSH_RESULT) || streq (command, DSH_PROGRESS);
@@ -1054,9 +1251,18 @@ s_announce_one (zsock_t *reader, void *arg)
     if ((doc = dsh_proto_decode_body (body, error, sizeof (error))))
         dsh_proto_decode_presence (doc, command, &presence, error, sizeof (error));
 
+    dsh_identity_t peer;
+    if (protocol)
+        dsh_identity_read_frame (&peer, protocol);
     if (*error) {
         self->bad_messages++;
         zsys_warning ("dsh-broker: malformed message on the announce socket: %s", error);
+    }
+    else
+    if (self->curve && !dsh_identity_serves (&peer, presence.component)) {
+        self->forbidden++;
+        zsys_warning ("dsh-broker: key %.8s... (role %s) may not speak for component %s: its %s is dropped",
+                      peer.key? peer.key: "?", peer.role? peer.role: "none", presence.component, command);
     }
     else
     if (streq (command, DSH_ANNOUNCE))
@@ -1166,10 +1372,10 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
     if (streq (command, "STATS"))
         zstr_sendf (self->pipe,
                     "tools=%zu components=%zu in_flight=%zu calls=%" PRIu64 " late_results=%" PRIu64
-                    " dropped_replies=%" PRIu64 " bad_messages=%" PRIu64,
+                    " dropped_replies=%" PRIu64 " bad_messages=%" PRIu64 " forbidden=%" PRIu64,
                     dsh_catalog_tool_count (self->catalog), dsh_catalog_component_count (self->catalog),
                     dsh_inflight_size (self->inflight), self->calls, self->late_results,
-                    self->dropped_replies, self->bad_messages);
+                    self->dropped_replies, self->bad_messages, self->forbidden);
     else
         zsys_error ("dsh-broker: invalid pipe command \"%s\"", command);
     zstr_free (&command);
@@ -1195,6 +1401,8 @@ dsh_registry_actor (zsock_t *pipe, void *args)
         zloop_reader (self->loop, self->front, s_front_recv, self);
         zloop_reader (self->loop, self->announce, s_announce_recv, self);
         zloop_reader (self->loop, self->work, s_work_recv, self);
+        if (self->work_monitor)
+            zloop_reader (self->loop, self->work_monitor, s_work_monitor_recv, self);
         zloop_timer (self->loop, (size_t) self->heartbeat_ms, 0, s_expire_components, self);
         int tick_ms = self->heartbeat_ms < 50? self->heartbeat_ms: 50;
         zloop_timer (self->loop, (size_t) tick_ms, 0, s_expire_calls, self);

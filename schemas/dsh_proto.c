@@ -926,6 +926,7 @@ dsh_proto_error_name (const char *code)
         { DSH_E_DENIED,       "PermissionDeniedError" },
         { DSH_E_MIDDLEWARE_FAILED, "MiddlewareError" },
         { DSH_E_CANCELLED,    "CancelledError" },
+        { DSH_E_FORBIDDEN,    "ForbiddenError" },
     };
     for (size_t index = 0; index < sizeof (names) / sizeof (names [0]); index++)
         if (streq (code, names [index].code))

@@ -78,6 +78,7 @@ extern "C" {
 #define DSH_E_DENIED            "DENIED"
 #define DSH_E_MIDDLEWARE_FAILED "MIDDLEWARE_FAILED"
 #define DSH_E_CANCELLED         "CANCELLED"
+#define DSH_E_FORBIDDEN         "FORBIDDEN"
 
 //  Limits on untrusted input
 #define DSH_NAME_MAX            128             //  tool names, as MCP

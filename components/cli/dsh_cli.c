@@ -16,6 +16,7 @@
 #include "dsh_proto.h"
 #include "dsh_render.h"
 #include "dsh_sock.h"
+#include "dsh_curve.h"
 #include "dsh_watcher.h"
 
 #include <errno.h>
@@ -58,6 +59,11 @@ typedef struct {
     const char *stage;          //  --stage; NULL = the command's default stage
     const char *auto_outcome;   //  approver --auto: "allow" or "deny"; NULL = ask stdin
     const char *batch;          //  call --batch: a file of calls, "-" for stdin
+    const char *cert;           //  --cert, else $DSH_CERT: our CURVE keypair
+    const char *broker_cert;    //  --broker-cert, else $DSH_BROKER_CERT
+    const char *role;           //  keygen --role
+    const char *components;     //  keygen --components
+    const char *name;           //  keygen --name
     const char *args [2];       //  positional arguments
     int nargs;
 } options_t;
@@ -85,6 +91,7 @@ static int s_approve (options_t *options);
 static int s_deny (options_t *options);
 static int s_pending (options_t *options);
 static int s_approver (options_t *options);
+static int s_keygen (options_t *options);
 static json_t *s_control (options_t *options, const char *stage, const char *command, json_t *args,
                           int *exit_code);
 
@@ -121,6 +128,11 @@ static const command_t s_commands [] = {
       "(\"allow ID\", \"deny ID\", \"y\" or \"n\" for the latest request) or, with --auto, answer\n"
       "every request alike; on a terminal, show each request readably and ask y/N for it;\n"
       "runs until interrupted or stdin ends", "stage auto", 0, 0, s_approver },
+    { "keygen", "keygen PATH --role component|agent|approver|stage|admin [--components IDS] [--agent ID] [--name N]",
+      "write a CURVE keypair: PATH (public, for the broker's allow-list directory) and\n"
+      "PATH_secret (keep it private); the role, the component ids a component key may serve\n"
+      "(comma-separated patterns, e.g. \"fs-*\"), and the agent id an agent key is go into\n"
+      "its metadata, which the broker enforces", "role components agent name", 1, 1, s_keygen },
 };
 
 #define COMMAND_COUNT (sizeof (s_commands) / sizeof (s_commands [0]))
@@ -138,7 +150,7 @@ static void
 s_usage (FILE *stream, const command_t *command)
 {
     if (command) {
-        fprintf (stream, "usage: dsh [--broker ENDPOINT] [--timeout-ms N] %s\n\n%s\n",
+        fprintf (stream, "usage: dsh [--broker ENDPOINT] [--timeout-ms N] [--cert FILE --broker-cert FILE] %s\n\n%s\n",
                  command->synopsis, command->summary);
         return;
     }
@@ -149,6 +161,8 @@ s_usage (FILE *stream, const command_t *command)
              "  --broker ENDPOINT   the broker's front (default $DSH_BROKER, else %s)\n"
              "  --timeout-ms N      how long to wait for the broker (default %d; for call: the call's\n"
              "                      deadline, default %d, plus a margin)\n"
+             "  --cert FILE         our CURVE keypair, from dsh keygen (default $DSH_CERT)\n"
+             "  --broker-cert FILE  the broker's public certificate (default $DSH_BROKER_CERT)\n"
              "  -h, --help          this help\n",
              DSH_DEFAULT_ENDPOINT, QUERY_TIMEOUT_MS, DSH_DEFAULT_CALL_TIMEOUT_MS);
 }
@@ -241,6 +255,7 @@ s_parse (int argc, char *argv [], int index, const command_t *command,
         memcpy (name, arg + 2, name_size);
         name [name_size] = 0;
         bool known = streq (name, "broker") || streq (name, "timeout-ms")
+                  || streq (name, "cert") || streq (name, "broker-cert")
                   || s_takes (command, name);
         if (!known) {
             *exit_code = s_usage_error (command, "unknown option \"%s\"", arg);
@@ -301,6 +316,21 @@ s_parse (int argc, char *argv [], int index, const command_t *command,
         else
         if (streq (name, "batch"))
             options->batch = value;
+        else
+        if (streq (name, "cert"))
+            options->cert = value;
+        else
+        if (streq (name, "broker-cert"))
+            options->broker_cert = value;
+        else
+        if (streq (name, "role"))
+            options->role = value;
+        else
+        if (streq (name, "components"))
+            options->components = value;
+        else
+        if (streq (name, "name"))
+            options->name = value;
         else
         if (streq (name, "auto")) {
             if (!streq (value, "allow") && !streq (value, "deny")) {
@@ -512,7 +542,7 @@ s_call_wait (dsh_client_t *client, const char *call_id, int timeout_ms, bool *in
             give_up = zclock_mono () + CANCEL_WAIT_MS;
         }
         int64_t left = give_up - zclock_mono ();
-        if (left <= 0)
+        if (left <= 0 || dsh_client_handshake_failure (client))
             return NULL;
         //  Short waits, so that a signal is seen even if it does not
         //  interrupt the poll
@@ -613,7 +643,11 @@ s_call (options_t *options)
             exit_code = EXIT_INTERRUPTED;
         }
         else {
-            fprintf (stderr, "dsh: no reply from broker at %s in time\n", s_endpoint (options));
+            const char *failure = dsh_client_handshake_failure (client);
+            if (failure)
+                fprintf (stderr, "dsh: cannot talk to broker at %s: %s\n", s_endpoint (options), failure);
+            else
+                fprintf (stderr, "dsh: no reply from broker at %s in time\n", s_endpoint (options));
             exit_code = EXIT_NO_BROKER;
         }
     }
@@ -1310,6 +1344,7 @@ s_approver (options_t *options)
     //  Give a decision made just before stdin ends, and the goodbye, the
     //  time to leave
     zsock_set_linger (self.dealer, 1000);
+    dsh_curve_client (self.dealer);
     if (zsock_connect (self.dealer, "%s", endpoint)) {
         fprintf (stderr, "dsh: cannot connect to the approvals socket at %s\n", endpoint);
         zsock_destroy (&self.dealer);
@@ -1380,5 +1415,36 @@ main (int argc, char *argv [])
         return s_usage_error (NULL, "unknown command \"%s\"", argv [index]);
     if (s_parse (argc, argv, index + 1, command, &options, &exit_code) < 0)
         return exit_code;
+    char error [512];
+    if (command->run != s_keygen && dsh_curve_setup (options.cert, options.broker_cert, error, sizeof (error))) {
+        fprintf (stderr, "dsh: %s\n", error);
+        return EXIT_USAGE;
+    }
     return command->run (&options);
+}
+
+static int
+s_keygen (options_t *options)
+{
+    const char *path = options->args [0];
+    char error [512];
+    if (dsh_curve_keygen (path, options->role, options->components, options->agent, options->name,
+                          error, sizeof (error))) {
+        fprintf (stderr, "dsh: keygen: %s\n", error);
+        return EXIT_USAGE;
+    }
+    zcert_t *cert = zcert_load (path);
+    json_t *out = json_pack ("{s:s, s:s, s:s, s:s}", "public", path, "secret", "", "key",
+                             cert? zcert_public_txt (cert): "", "role", options->role);
+    char *secret = zsys_sprintf ("%s_secret", path);
+    json_object_set_new (out, "secret", json_string (secret));
+    if (options->components)
+        json_object_set_new (out, "components", json_string (options->components));
+    if (options->agent)
+        json_object_set_new (out, "agent", json_string (options->agent));
+    s_print (out, JSON_DOCUMENT);
+    json_decref (out);
+    zstr_free (&secret);
+    zcert_destroy (&cert);
+    return 0;
 }

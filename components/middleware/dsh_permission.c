@@ -21,6 +21,7 @@
 #include <fnmatch.h>
 
 #include "dsh_permission.h"
+#include "dsh_curve.h"
 #include "dsh_doc.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
@@ -565,6 +566,15 @@ s_handle_approvals (zloop_t *loop, zsock_t *reader, void *arg)
         return 0;
     }
     zframe_t *identity = zmsg_first (envelope);
+    dsh_identity_t peer;
+    //  Off a frame from the wire: the routing id frame may lack metadata
+    dsh_identity_read_frame (&peer, zmsg_last (msg)? zmsg_last (msg): identity);
+    if (dsh_identity_known (&peer) && !dsh_identity_is (&peer, DSH_ROLE_APPROVER)) {
+        s_send_error (self, identity, "only an approver or admin key may decide approvals");
+        zmsg_destroy (&envelope);
+        zmsg_destroy (&msg);
+        return 0;
+    }
     char *key = zframe_strhex (identity);
     s_approver_t *approver = (s_approver_t *) zhashx_lookup (self->approvers, key);
     if (rc)
@@ -819,6 +829,9 @@ dsh_permission_setup (zconfig_t *settings, const dsh_middleware_context_t *conte
     //  A send to an approver that is gone fails instead of vanishing: that
     //  is how a killed approver is noticed without waiting for its silence
     zsock_set_router_mandatory (self->approvals, 1);
+    //  Under CURVE only keys in the broker's allow-list connect, and of
+    //  those only approvers and admins are heard (s_handle_approvals)
+    dsh_curve_server (self->approvals, NULL);
     if (zsock_bind (self->approvals, "%s", approvals) == -1) {
         snprintf (error, error_size, "approvals: cannot bind \"%s\": %s", approvals, zmq_strerror (zmq_errno ()));
         s_self_destroy (&self);

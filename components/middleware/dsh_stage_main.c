@@ -12,6 +12,7 @@
 
 #include <getopt.h>
 
+#include "dsh_curve.h"
 #include "dsh_middleware.h"
 #include "dsh_proto.h"
 
@@ -27,6 +28,8 @@ s_usage (FILE *stream)
         "  --kind KIND        permission, plan, hooks, sandbox or trace (required)\n"
         "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
         "  --config FILE      a ZPL file whose root children are the stage's settings\n"
+        "  --cert FILE        this stage's CURVE keypair, role stage (default: $DSH_CERT)\n"
+        "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
         "  -h, --help         show this help\n",
         DSH_DEFAULT_ENDPOINT);
 }
@@ -72,10 +75,13 @@ main (int argc, char *argv [])
         { "name", required_argument, NULL, 'n' },
         { "kind", required_argument, NULL, 'k' },
         { "config", required_argument, NULL, 'c' },
+        { "cert", required_argument, NULL, 'C' },
+        { "broker-cert", required_argument, NULL, 'K' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
     const char *broker = NULL, *name = NULL, *kind = NULL, *config = NULL;
+    const char *cert = NULL, *broker_cert = NULL;
     opterr = 0;
     int option;
     while ((option = getopt_long (argc, argv, ":h", options, NULL)) != -1) {
@@ -84,6 +90,8 @@ main (int argc, char *argv [])
             case 'n': name = optarg; break;
             case 'k': kind = optarg; break;
             case 'c': config = optarg; break;
+            case 'C': cert = optarg; break;
+            case 'K': broker_cert = optarg; break;
             case 'h': s_usage (stdout); return 0;
             case ':':
                 return s_fail ("option %s needs a value (try --help)", argv [optind - 1]);
@@ -97,6 +105,9 @@ main (int argc, char *argv [])
         return s_fail ("unexpected argument \"%s\" (try --help)", argv [optind]);
     if (!name || !kind)
         return s_fail ("--name NAME and --kind KIND are required (try --help)");
+    char curve_error [512];
+    if (dsh_curve_setup (cert, broker_cert, curve_error, sizeof (curve_error)))
+        return s_fail ("%s", curve_error);
     if (!dsh_middleware_known (kind))
         return s_fail ("unknown kind \"%s\" (permission, plan, hooks, sandbox, trace)", kind);
     if (!broker) {

@@ -18,6 +18,7 @@
 #include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
+#include "dsh_curve.h"
 
 //  Time a blocking call waits beyond the call's own deadline, for the
 //  broker's TIMEOUT result to arrive first.
@@ -25,6 +26,7 @@
 
 struct _dsh_client_t {
     zsock_t *dealer;
+    dsh_handshake_t *handshake; //  why the broker does not answer, if it is the keys
     char *endpoint;
     zlistx_t *stash;            //  dsh_reply_t * received while waiting for another
     zhashx_t *cancelled;        //  callId -> "sent" | "answered": calls this client cancelled
@@ -72,6 +74,8 @@ dsh_client_new (const char *broker)
     self->dealer = zsock_new (ZMQ_DEALER);
     assert (self->dealer);
     dsh_sock_limit (self->dealer, DSH_MAX_MESSAGE_DEFAULT, 100000);
+    dsh_curve_client (self->dealer);
+    self->handshake = dsh_handshake_new (self->dealer);
     if (zsock_connect (self->dealer, "%s", broker)) {
         dsh_client_destroy (&self);
         return NULL;
@@ -92,6 +96,7 @@ dsh_client_destroy (dsh_client_t **self_p)
     assert (self_p);
     if (*self_p) {
         dsh_client_t *self = *self_p;
+        dsh_handshake_destroy (&self->handshake);
         zsock_destroy (&self->dealer);
         zlistx_destroy (&self->stash);
         zhashx_destroy (&self->cancelled);
@@ -371,7 +376,27 @@ dsh_client_recv (dsh_client_t *self, int timeout_ms)
     return s_recv_socket (self, timeout_ms);
 }
 
-//  Waits for the reply that match accepts, stashing the others.
+const char *
+dsh_client_handshake_failure (dsh_client_t *self)
+{
+    assert (self);
+    return self->handshake? dsh_handshake_failure (self->handshake): NULL;
+}
+
+//  Writes why no reply came within wait_ms: the handshake's failure if
+//  the keys are why, else the silence.
+static void
+s_no_reply (dsh_client_t *self, int wait_ms, char *error, size_t error_size)
+{
+    const char *failure = dsh_client_handshake_failure (self);
+    if (failure)
+        snprintf (error, error_size, "cannot talk to broker at %s: %s", self->endpoint, failure);
+    else
+        snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, wait_ms);
+}
+
+//  Waits for the reply that match accepts, stashing the others. Gives up
+//  early if the handshake with the broker failed: no reply can come.
 static dsh_reply_t *
 s_wait_for (dsh_client_t *self, bool (*match) (dsh_reply_t *, const char *), const char *key,
             int timeout_ms)
@@ -379,11 +404,11 @@ s_wait_for (dsh_client_t *self, bool (*match) (dsh_reply_t *, const char *), con
     int64_t give_up = zclock_mono () + timeout_ms;
     while (true) {
         int64_t left = give_up - zclock_mono ();
-        if (left < 0)
+        if (left < 0 || dsh_client_handshake_failure (self))
             return NULL;
-        dsh_reply_t *reply = s_recv_socket (self, (int) left);
+        dsh_reply_t *reply = s_recv_socket (self, left < 250? (int) left: 250);
         if (!reply)
-            return NULL;
+            continue;
         if (match (reply, key))
             return reply;
         if (streq (reply->command, DSH_PROGRESS) && reply->call_id && streq (reply->call_id, key))
@@ -434,7 +459,7 @@ dsh_client_call (dsh_client_t *self, const char *name, const char *args_json, co
     if (!reply) {
         //  Given up on: whatever comes for it later is a stray
         zhashx_delete (self->open_calls, waiting_for);
-        snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, wait_ms);
+        s_no_reply (self, wait_ms, error, error_size);
     }
     zstr_free (&waiting_for);
     return reply;
@@ -463,7 +488,7 @@ dsh_client_request (dsh_client_t *self, const char *command, const char *name, i
     }
     dsh_reply_t *reply = s_wait_for (self, s_match_id, id, timeout_ms);
     if (!reply)
-        snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, timeout_ms);
+        s_no_reply (self, timeout_ms, error, error_size);
     return reply;
 }
 
@@ -493,7 +518,7 @@ dsh_client_control (dsh_client_t *self, const char *stage, const char *command, 
     }
     dsh_reply_t *reply = s_wait_for (self, s_match_id, id, timeout_ms);
     if (!reply)
-        snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, timeout_ms);
+        s_no_reply (self, timeout_ms, error, error_size);
     return reply;
 }
 

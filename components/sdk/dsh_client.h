@@ -32,6 +32,11 @@ dsh_client_t *
 void
     dsh_client_destroy (dsh_client_t **self_p);
 
+//  Why the broker cannot answer this client, if its handshake failed (the
+//  key was refused, or only one side speaks CURVE), or NULL.
+const char *
+    dsh_client_handshake_failure (dsh_client_t *self);
+
 //  The front endpoint in use.
 const char *
     dsh_client_endpoint (dsh_client_t *self);

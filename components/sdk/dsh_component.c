@@ -5,6 +5,7 @@
 
 #include "dsh_component.h"
 #include "dsh_proto.h"
+#include "dsh_curve.h"
 
 #include <getopt.h>
 #include <stdarg.h>
@@ -17,6 +18,8 @@ static const struct option s_common [] = {
     { "workers", required_argument, NULL, 'w' },
     { "queue", required_argument, NULL, 'q' },
     { "prefix", required_argument, NULL, 'p' },
+    { "cert", required_argument, NULL, 'c' },
+    { "broker-cert", required_argument, NULL, 'k' },
     { "verbose", no_argument, NULL, 'v' },
     { "help", no_argument, NULL, 'h' },
 };
@@ -74,6 +77,8 @@ dsh_component_parse (dsh_component_options_t *self, int argc, char *argv [],
                 self->id = optarg;
                 break;
             case 'p': self->prefix = optarg; break;
+            case 'c': self->cert = optarg; break;
+            case 'k': self->broker_cert = optarg; break;
             case 'v': self->verbose = true; break;
             case 'h': return 1;
             case 'w':
@@ -100,6 +105,9 @@ dsh_component_parse (dsh_component_options_t *self, int argc, char *argv [],
     }
     if (optind < argc)
         return dsh_component_usage_error (self, "unexpected argument \"%s\"", argv [optind]);
+    char error [512];
+    if (dsh_curve_setup (self->cert, self->broker_cert, error, sizeof (error)))
+        return dsh_component_usage_error (self, "%s", error);
     if (!self->broker) {
         self->broker = getenv ("DSH_BROKER");
         if (!self->broker || !*self->broker)

@@ -2,7 +2,8 @@
     dsh_component - what every tool component program does around its tools
 
     A component program (dsh-demo, dsh-fs, yours) takes the same flags,
-    --broker, --id, --workers, --queue, --prefix and -v, answers bad usage
+    --broker, --id, --workers, --queue, --prefix, --cert, --broker-cert and
+    -v, answers bad usage
     the same way, and serves its typed tools the same way: find the broker,
     announce, print one start line on stdout, serve until SIGINT or SIGTERM,
     withdraw. This is that part, so a program's main is its own flags and
@@ -47,6 +48,8 @@ typedef struct {
     size_t workers;             //  --workers (0: the SDK's default)
     size_t queue;               //  --queue (0: the SDK's default)
     const char *prefix;         //  --prefix, "" for none
+    const char *cert;           //  --cert, else $DSH_CERT: this component's keypair
+    const char *broker_cert;    //  --broker-cert, else $DSH_BROKER_CERT
     bool verbose;               //  -v
 } dsh_component_options_t;
 
@@ -58,6 +61,8 @@ typedef struct {
     "  --queue N          calls that may wait for a thread before new ones are answered\n" \
     "                     OVERLOADED, 1-1000000 (default: 1024)\n" \
     "  --prefix P         prefix every tool name with P\n" \
+    "  --cert FILE        this component's CURVE keypair (default: $DSH_CERT)\n" \
+    "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n" \
     "  -v, --verbose      log every call on stderr\n" \
     "  -h, --help         show this help\n"
 

@@ -21,6 +21,7 @@
 #include "dsh_pool.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
+#include "dsh_curve.h"
 
 #include <stdatomic.h>
 
@@ -91,6 +92,10 @@ typedef struct {
     int heartbeat_ms;
     int heartbeat_timer;
     int discovery_timer;
+    dsh_handshake_t *work_handshake;    //  WORK's connections, made and failed
+    size_t work_connections;            //  handshakes on WORK said HELLO for
+    dsh_handshake_t *front_handshake;   //  why discovery gets no WELCOME
+    bool told_failure;                  //  logged the handshake failure already
     bool held;                      //  discovery waits for START
     int announce_timer;             //  a coalesced ANNOUNCE is due, or 0
     int max_message_bytes;
@@ -319,12 +324,33 @@ s_send_work_frame (self_t *self, const char *command, uint64_t token, zframe_t *
 //  ---------------------------------------------------------------------
 //  Discovery
 
+//  Logs a handshake failure once, until the handshake succeeds again.
+static void
+s_tell_failure (self_t *self, dsh_handshake_t *handshake)
+{
+    const char *failure = handshake? dsh_handshake_failure (handshake): NULL;
+    if (failure && !self->told_failure)
+        zsys_error ("%s: cannot talk to broker at %s: %s", self->id, self->broker, failure);
+    self->told_failure = failure != NULL;
+}
+
 static int
 s_heartbeat (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
     (void) timer_id;
-    s_publish ((self_t *) arg, DSH_HEARTBEAT, false);
+    self_t *self = (self_t *) arg;
+    s_publish (self, DSH_HEARTBEAT, false);
+    //  A WORK connection made again (the broker restarted, the link was
+    //  cut, or the broker dropped it) says HELLO again: under CURVE the
+    //  broker sends calls only on a connection that has spoken
+    size_t connections = dsh_handshake_successes (self->work_handshake);
+    if (connections > self->work_connections) {
+        if (self->work_connections)
+            s_send_hello (self->work, self->id);
+        self->work_connections = connections;
+    }
+    s_tell_failure (self, self->work_handshake);
     return 0;
 }
 
@@ -335,6 +361,7 @@ s_discover (zloop_t *loop, int timer_id, void *arg)
     (void) timer_id;
     self_t *self = (self_t *) arg;
     s_send_hello (self->front, NULL);
+    s_tell_failure (self, self->front_handshake);
     return 0;
 }
 
@@ -373,10 +400,13 @@ s_welcomed (self_t *self, dsh_doc_t *doc)
     dsh_sock_limit (self->announce, self->max_message_bytes, S_QUEUE_LIMIT);
     //  A clean exit's WITHDRAW must get out before the socket closes
     zsock_set_linger (self->announce, 1000);
+    dsh_curve_client (self->announce);
     zsock_connect (self->announce, "%s", announce_endpoint);
     self->work = zsock_new (ZMQ_DEALER);
     dsh_sock_limit (self->work, self->max_message_bytes, S_QUEUE_LIMIT);
     zsock_set_identity (self->work, self->id);
+    dsh_curve_client (self->work);
+    self->work_handshake = dsh_handshake_new (self->work);
     zsock_connect (self->work, "%s", work_endpoint);
     zloop_reader (self->loop, self->work, s_work_recv, self);
     s_send_hello (self->work, self->id);
@@ -728,6 +758,8 @@ s_provider_actor (zsock_t *pipe, void *args)
     assert (self->pool);
     self->front = zsock_new (ZMQ_DEALER);
     dsh_sock_limit (self->front, DSH_MAX_MESSAGE_DEFAULT, 100);
+    dsh_curve_client (self->front);
+    self->front_handshake = dsh_handshake_new (self->front);
     zsock_connect (self->front, "%s", self->broker);
     zsock_signal (pipe, 0);
 
@@ -760,6 +792,8 @@ s_provider_actor (zsock_t *pipe, void *args)
         //  must outlive it, so it stays with the process
         zsys_warning ("%s: %zu call(s) still held by handlers at exit", self->id, zhashx_size (self->running));
     zhashx_destroy (&self->running);
+    dsh_handshake_destroy (&self->front_handshake);
+    dsh_handshake_destroy (&self->work_handshake);
     zsock_destroy (&self->front);
     zsock_destroy (&self->work);
     zsock_destroy (&self->announce);

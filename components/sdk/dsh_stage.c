@@ -15,6 +15,7 @@
 #include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
+#include "dsh_curve.h"
 
 #include <stdarg.h>
 
@@ -581,6 +582,8 @@ s_stage_actor (zsock_t *pipe, void *args)
     //  have somewhere to go. The DEALER queues while its connection comes
     //  up (drain and feed belong to one broker: if it is gone, no call can
     //  reach this stage either, and the broker times out what it sent)
+    dsh_curve_client (self->upstream);
+    dsh_curve_client (self->downstream);
     int rc = zsock_connect (self->downstream, "%s", start->drain);
     if (rc == 0)
         rc = zsock_connect (self->upstream, "%s", start->feed);
@@ -672,6 +675,7 @@ dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms)
     if (!broker || !*broker)
         broker = DSH_DEFAULT_ENDPOINT;
     zsock_t *front = zsock_new (ZMQ_DEALER);
+    dsh_curve_client (front);
     zsock_connect (front, "%s", broker);
     dsh_packer_t packer;
     dsh_packer_init (&packer);

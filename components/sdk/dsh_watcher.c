@@ -24,6 +24,7 @@
 #include "dsh_watcher.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
+#include "dsh_curve.h"
 #include "dsh_view.h"
 
 #include <inttypes.h>
@@ -97,6 +98,7 @@ s_self_new (zsock_t *pipe, const char *front)
     //  answered once it appears: replies to HELLO after the first, and to
     //  SNAPSHOT once the view is synchronised, are ignored.
     dsh_sock_limit (self->front_sock, MAX_REPLY_BYTES, 1000);
+    dsh_curve_client (self->front_sock);
     if (zsock_connect (self->front_sock, "%s", front)) {
         zsys_error ("dsh_watcher: cannot connect to \"%s\"", front);
         s_self_destroy (&self);
@@ -165,6 +167,7 @@ s_handle_welcome (self_t *self, dsh_doc_t *doc)
     assert (events);
     dsh_sock_limit (events, MAX_REPLY_BYTES, EVENT_HWM);
     zsock_set_subscribe (events, "");
+    dsh_curve_client (events);
     if (zsock_connect (events, "%s", endpoint)) {
         zsys_warning ("dsh_watcher: cannot connect to events endpoint \"%s\"", endpoint);
         zsock_destroy (&events);

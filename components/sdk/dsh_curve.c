@@ -1,0 +1,380 @@
+/*  =========================================================================
+    dsh_curve - CURVE keys, and the identities they carry
+
+    Keys are czmq's: zcert loads and saves them, zauth (started by whoever
+    binds: dsh-broker's main) checks them against the allow-list directory.
+    This file only applies them to sockets and reads what zauth attached.
+    =========================================================================
+*/
+
+#include "dsh_curve.h"
+#include "dsh_proto.h"
+
+#include <fnmatch.h>
+
+//  The process's client keys. Set once at start by a program's flags or
+//  the environment; read by every SDK socket before it connects.
+static struct {
+    bool decided;               //  setup ran (or the environment was read)
+    zcert_t *cert;              //  ours, with its secret key
+    char *broker_key;           //  the broker's public key, Z85
+    zcert_t *server;            //  the certificate local servers use
+} s_curve;
+
+static const char *s_roles [] = {
+    DSH_ROLE_COMPONENT, DSH_ROLE_AGENT, DSH_ROLE_APPROVER, DSH_ROLE_STAGE, DSH_ROLE_ADMIN
+};
+
+bool
+dsh_curve_valid_role (const char *role)
+{
+    for (size_t index = 0; role && index < sizeof (s_roles) / sizeof (s_roles [0]); index++)
+        if (streq (role, s_roles [index]))
+            return true;
+    return false;
+}
+
+//  Loads a certificate; NULL with a reason. zcert_load reads path, and
+//  path_secret if it exists.
+static zcert_t *
+s_load (const char *path, bool secret, char *error, size_t error_size)
+{
+    if (!zsys_file_exists (path)) {
+        snprintf (error, error_size, "%s: no such certificate", path);
+        return NULL;
+    }
+    zcert_t *cert = zcert_load (path);
+    if (!cert) {
+        snprintf (error, error_size, "%s: not a CURVE certificate (want the files `dsh keygen` writes)", path);
+        return NULL;
+    }
+    if (secret && streq (zcert_secret_txt (cert), "0000000000000000000000000000000000000000")) {
+        snprintf (error, error_size, "%s: no secret key (want %s_secret beside it)", path, path);
+        zcert_destroy (&cert);
+        return NULL;
+    }
+    return cert;
+}
+
+int
+dsh_curve_setup (const char *cert_path, const char *broker_cert_path, char *error, size_t error_size)
+{
+    if (!cert_path || !*cert_path)
+        cert_path = getenv ("DSH_CERT");
+    if (!broker_cert_path || !*broker_cert_path)
+        broker_cert_path = getenv ("DSH_BROKER_CERT");
+    if (cert_path && !*cert_path)
+        cert_path = NULL;
+    if (broker_cert_path && !*broker_cert_path)
+        broker_cert_path = NULL;
+
+    zcert_destroy (&s_curve.cert);
+    zstr_free (&s_curve.broker_key);
+    s_curve.decided = true;
+    if (!cert_path && !broker_cert_path)
+        return 0;
+    if (!cert_path || !broker_cert_path) {
+        snprintf (error, error_size, "CURVE needs both keys: %s",
+                  cert_path? "the broker's public certificate (--broker-cert or $DSH_BROKER_CERT)"
+                           : "this party's certificate (--cert or $DSH_CERT)");
+        return -1;
+    }
+    zcert_t *broker = s_load (broker_cert_path, false, error, error_size);
+    if (!broker)
+        return -1;
+    s_curve.cert = s_load (cert_path, true, error, error_size);
+    if (s_curve.cert)
+        s_curve.broker_key = strdup (zcert_public_txt (broker));
+    zcert_destroy (&broker);
+    return s_curve.cert? 0: -1;
+}
+
+//  Reads the environment the first time a socket asks, for programs that
+//  never called setup (embedders, tests).
+static void
+s_decide (void)
+{
+    if (!s_curve.decided) {
+        char error [512];
+        if (dsh_curve_setup (NULL, NULL, error, sizeof (error)))
+            zsys_error ("dsh: %s; connecting without CURVE", error);
+    }
+}
+
+bool
+dsh_curve_on (void)
+{
+    s_decide ();
+    return s_curve.cert != NULL;
+}
+
+const char *
+dsh_curve_public_key (void)
+{
+    return dsh_curve_on ()? zcert_public_txt (s_curve.cert): NULL;
+}
+
+void
+dsh_curve_client (zsock_t *sock)
+{
+    assert (sock);
+    if (dsh_curve_on ()) {
+        zcert_apply (s_curve.cert, sock);
+        zsock_set_curve_serverkey (sock, s_curve.broker_key);
+    }
+}
+
+void
+dsh_curve_server (zsock_t *sock, zcert_t *cert)
+{
+    assert (sock);
+    if (!cert)
+        cert = s_curve.server;
+    if (cert) {
+        zcert_apply (cert, sock);
+        zsock_set_curve_server (sock, 1);
+        zsock_set_zap_domain (sock, DSH_CURVE_DOMAIN);
+    }
+}
+
+void
+dsh_curve_set_server (zcert_t *cert)
+{
+    s_curve.server = cert;
+}
+
+int
+dsh_curve_keygen (const char *path, const char *role, const char *components,
+                  const char *agent, const char *name, char *error, size_t error_size)
+{
+    assert (path);
+    if (!dsh_curve_valid_role (role)) {
+        snprintf (error, error_size, "role \"%s\" is not one of component, agent, approver, stage, admin",
+                  role? role: "");
+        return -1;
+    }
+    if (streq (role, DSH_ROLE_COMPONENT) && (!components || !*components)) {
+        snprintf (error, error_size, "a component key needs --components (the ids it may serve, e.g. \"fs-*\")");
+        return -1;
+    }
+    if (!streq (role, DSH_ROLE_COMPONENT) && components) {
+        snprintf (error, error_size, "--components is for component keys only");
+        return -1;
+    }
+    if (streq (role, DSH_ROLE_AGENT) && (!agent || !*agent)) {
+        snprintf (error, error_size, "an agent key needs --agent (the agent id it is)");
+        return -1;
+    }
+    if (agent && !dsh_proto_valid_id (agent, strlen (agent))) {
+        snprintf (error, error_size, "agent id \"%s\" is not 1-128 printable characters", agent);
+        return -1;
+    }
+    if (agent && !streq (role, DSH_ROLE_AGENT) && !streq (role, DSH_ROLE_ADMIN)) {
+        snprintf (error, error_size, "--agent is for agent and admin keys only");
+        return -1;
+    }
+    zcert_t *cert = zcert_new ();
+    if (!cert) {
+        snprintf (error, error_size, "cannot make a keypair: %s", zmq_strerror (zmq_errno ()));
+        return -1;
+    }
+    zcert_set_meta (cert, "role", "%s", role);
+    if (components)
+        zcert_set_meta (cert, "components", "%s", components);
+    if (agent)
+        zcert_set_meta (cert, "agent", "%s", agent);
+    if (name)
+        zcert_set_meta (cert, "name", "%s", name);
+    int rc = zcert_save (cert, path);
+    if (rc)
+        snprintf (error, error_size, "cannot write %s: %s", path, strerror (errno));
+    zcert_destroy (&cert);
+    return rc;
+}
+
+//  ---------------------------------------------------------------------
+//  Identities
+
+//  Fills self from a connection's metadata, as get reads it off a message
+static void
+s_identity_fill (dsh_identity_t *self, const char *(*get) (void *, const char *), void *message)
+{
+    assert (self);
+    //  zauth makes a CURVE client's User-Id its public key; a plain
+    //  connection has none
+    self->key = get (message, "User-Id");
+    bool curve = self->key != NULL;
+    self->role = curve? get (message, "role"): NULL;
+    self->agent = curve? get (message, "agent"): NULL;
+    self->components = curve? get (message, "components"): NULL;
+}
+
+static const char *
+s_msg_gets (void *message, const char *property)
+{
+    return zmq_msg_gets ((zmq_msg_t *) message, property);
+}
+
+static const char *
+s_frame_meta (void *message, const char *property)
+{
+    return zframe_meta ((zframe_t *) message, property);
+}
+
+void
+dsh_identity_read (dsh_identity_t *self, zmq_msg_t *msg)
+{
+    s_identity_fill (self, s_msg_gets, msg);
+}
+
+void
+dsh_identity_read_frame (dsh_identity_t *self, zframe_t *frame)
+{
+    s_identity_fill (self, s_frame_meta, frame);
+}
+
+bool
+dsh_identity_known (const dsh_identity_t *self)
+{
+    assert (self);
+    return self->key != NULL;
+}
+
+bool
+dsh_identity_is (const dsh_identity_t *self, const char *role)
+{
+    assert (self);
+    if (!self->role)
+        return false;
+    if (streq (self->role, DSH_ROLE_ADMIN))
+        return !streq (role, DSH_ROLE_COMPONENT);
+    return streq (self->role, role);
+}
+
+bool
+dsh_identity_serves (const dsh_identity_t *self, const char *component)
+{
+    assert (self);
+    if (!self->role || !streq (self->role, DSH_ROLE_COMPONENT) || !self->components)
+        return false;
+    //  "a, fs-*" -> "a" "fs-*": each pattern trimmed of blanks
+    const char *cursor = self->components;
+    while (*cursor) {
+        while (*cursor == ' ' || *cursor == ',')
+            cursor++;
+        size_t length = strcspn (cursor, ",");
+        while (length && cursor [length - 1] == ' ')
+            length--;
+        if (length && length <= DSH_ID_MAX) {
+            char pattern [DSH_ID_MAX + 1];
+            memcpy (pattern, cursor, length);
+            pattern [length] = 0;
+            if (fnmatch (pattern, component, 0) == 0)
+                return true;
+        }
+        cursor += strcspn (cursor, ",");
+    }
+    return false;
+}
+
+//  ---------------------------------------------------------------------
+//  Handshake watch
+
+struct _dsh_handshake_t {
+    zsock_t *monitor;           //  PAIR: libzmq's events for the socket
+    char failure [256];
+    bool failed;
+    size_t successes;           //  handshakes that succeeded, in all
+};
+
+dsh_handshake_t *
+dsh_handshake_new (zsock_t *sock)
+{
+    assert (sock);
+    static int sequence = 0;
+    dsh_handshake_t *self = (dsh_handshake_t *) zmalloc (sizeof (dsh_handshake_t));
+    assert (self);
+    char endpoint [64];
+    snprintf (endpoint, sizeof (endpoint), "inproc://dsh-handshake-%p-%d", (void *) self, ++sequence);
+    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+               | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+    if (zmq_socket_monitor (zsock_resolve (sock), endpoint, events) == 0) {
+        self->monitor = zsock_new (ZMQ_PAIR);
+        if (self->monitor && zsock_connect (self->monitor, "%s", endpoint))
+            zsock_destroy (&self->monitor);
+    }
+    return self;
+}
+
+void
+dsh_handshake_destroy (dsh_handshake_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_handshake_t *self = *self_p;
+        zsock_destroy (&self->monitor);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static void
+s_handshake_event (dsh_handshake_t *self, uint16_t event, uint32_t value)
+{
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        self->failed = false;
+        self->successes++;
+    }
+    else {
+        self->failed = true;
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+            snprintf (self->failure, sizeof (self->failure),
+                      "the broker refused this party's key (ZAP status %u): it is not in the broker's allow-list",
+                      value);
+        else
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+            snprintf (self->failure, sizeof (self->failure), "%s",
+                      dsh_curve_on ()? "the broker does not speak CURVE, and this party does (drop --cert)"
+                                     : "the broker requires CURVE: give --cert and --broker-cert "
+                                       "(or $DSH_CERT and $DSH_BROKER_CERT)");
+        else
+            snprintf (self->failure, sizeof (self->failure),
+                      "the handshake with the broker failed (%s; is --broker-cert the broker's key?)",
+                      event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL? "protocol error": "no detail");
+    }
+}
+
+//  Takes every event waiting.
+static void
+s_handshake_drain (dsh_handshake_t *self)
+{
+    while (self->monitor && zsock_events (self->monitor) & ZMQ_POLLIN) {
+        zmsg_t *msg = zmsg_recv (self->monitor);
+        zframe_t *frame = msg? zmsg_first (msg): NULL;
+        if (frame && zframe_size (frame) == 6) {
+            const byte *data = zframe_data (frame);
+            uint16_t event;
+            uint32_t value;
+            memcpy (&event, data, 2);
+            memcpy (&value, data + 2, 4);
+            s_handshake_event (self, event, value);
+        }
+        zmsg_destroy (&msg);
+    }
+}
+
+const char *
+dsh_handshake_failure (dsh_handshake_t *self)
+{
+    assert (self);
+    s_handshake_drain (self);
+    return self->failed? self->failure: NULL;
+}
+
+size_t
+dsh_handshake_successes (dsh_handshake_t *self)
+{
+    assert (self);
+    s_handshake_drain (self);
+    return self->successes;
+}

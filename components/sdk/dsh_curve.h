@@ -1,0 +1,152 @@
+/*  =========================================================================
+    dsh_curve - CURVE keys, and the identities they carry
+
+    A dsh swarm off loopback runs ZeroMQ's CURVE on every socket: the broker
+    has a keypair, every other party has its own, and the broker's allow-list
+    (a directory of public certificates, czmq's zcert format, checked by
+    czmq's zauth) says which keys may connect and, in each certificate's
+    metadata, what each key is:
+
+        role        component | agent | approver | stage | admin
+        components  for a component key: the ids it may serve, comma-
+                    separated, each a pattern (fnmatch: "fs-*")
+        agent       for an agent key: the agent id it is
+
+    libzmq attaches that metadata to every message from the connection, so
+    a receiver reads who sent a message off the message itself
+    (dsh_identity_read), and no body field can claim otherwise.
+
+    Client side, one process-wide setting applies to every socket the SDK
+    connects to a broker: the party's certificate (public and secret) and
+    the broker's public certificate, from --cert / --broker-cert or
+    $DSH_CERT / $DSH_BROKER_CERT. With neither, sockets are plain.
+    =========================================================================
+*/
+
+#ifndef DSH_CURVE_H_INCLUDED
+#define DSH_CURVE_H_INCLUDED
+
+#include <czmq.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  The ZAP domain of every dsh socket that serves CURVE
+#define DSH_CURVE_DOMAIN        "dsh"
+
+//  The roles a key may have (certificate metadata "role")
+#define DSH_ROLE_COMPONENT      "component"
+#define DSH_ROLE_AGENT          "agent"
+#define DSH_ROLE_APPROVER       "approver"
+#define DSH_ROLE_STAGE          "stage"
+#define DSH_ROLE_ADMIN          "admin"
+
+//  True if role is one of the five roles.
+bool
+    dsh_curve_valid_role (const char *role);
+
+//  Set the process's client keys: cert_path is the party's certificate as
+//  zcert_save writes it (the public file; the secret is cert_path +
+//  "_secret"), broker_cert_path the broker's public certificate. NULL for
+//  either reads $DSH_CERT / $DSH_BROKER_CERT. Neither given: CURVE off.
+//  Returns 0, or -1 with a reason (one given without the other, a file
+//  that is missing or not a certificate, a certificate with no secret key).
+int
+    dsh_curve_setup (const char *cert_path, const char *broker_cert_path,
+                     char *error, size_t error_size);
+
+//  True if the process's client sockets use CURVE (after dsh_curve_setup,
+//  or, if nothing called it, from the environment on first use).
+bool
+    dsh_curve_on (void);
+
+//  The process's public key (Z85, 40 characters), or NULL when off.
+const char *
+    dsh_curve_public_key (void);
+
+//  Make sock a CURVE client of the broker if the process has keys; call
+//  before connecting. A bad $DSH_CERT is logged once and leaves sock plain
+//  (the broker then refuses it, and the party reports the handshake).
+void
+    dsh_curve_client (zsock_t *sock);
+
+//  Make sock a CURVE server with cert (public and secret), authenticated by
+//  the process's ZAP handler (zauth) in domain DSH_CURVE_DOMAIN; call
+//  before binding. cert NULL: the process's server certificate if one was
+//  set (dsh_curve_set_server), else sock stays plain.
+void
+    dsh_curve_server (zsock_t *sock, zcert_t *cert);
+
+//  Set the certificate every dsh_curve_server (sock, NULL) uses in this
+//  process (the broker's, for the sockets its built-in stages bind). Not
+//  taken: the caller keeps it alive while sockets are made.
+void
+    dsh_curve_set_server (zcert_t *cert);
+
+//  Write a new certificate pair to path and path + "_secret", with role and
+//  the optional components (patterns) and agent id in its metadata, and
+//  name if given. Returns 0, or -1 with a reason.
+int
+    dsh_curve_keygen (const char *path, const char *role, const char *components,
+                      const char *agent, const char *name, char *error, size_t error_size);
+
+//  Who sent a message, as the broker's allow-list says. Strings point into
+//  the message's metadata and live as long as the message.
+typedef struct {
+    const char *key;            //  public key (Z85), NULL on a plain connection
+    const char *role;           //  NULL when the certificate has none
+    const char *agent;
+    const char *components;
+} dsh_identity_t;
+
+//  Read the identity of the connection msg came from.
+void
+    dsh_identity_read (dsh_identity_t *self, zmq_msg_t *msg);
+
+//  The same, from a czmq frame received on the connection.
+void
+    dsh_identity_read_frame (dsh_identity_t *self, zframe_t *frame);
+
+//  True if the connection was authenticated (CURVE).
+bool
+    dsh_identity_known (const dsh_identity_t *self);
+
+//  True if the identity has role (an admin key has every role but
+//  component: it cannot serve tools).
+bool
+    dsh_identity_is (const dsh_identity_t *self, const char *role);
+
+//  True if the identity is a component key allowed to serve component.
+bool
+    dsh_identity_serves (const dsh_identity_t *self, const char *component);
+
+//  Watches a connecting socket's handshakes (a libzmq socket monitor) to
+//  tell why a broker does not answer: its key was refused, or it does not
+//  speak the same mechanism.
+typedef struct _dsh_handshake_t dsh_handshake_t;
+
+//  Watch sock's handshakes. Call before connecting.
+dsh_handshake_t *
+    dsh_handshake_new (zsock_t *sock);
+
+//  Destroy; safe twice.
+void
+    dsh_handshake_destroy (dsh_handshake_t **self_p);
+
+//  Why the last handshake failed, in words, or NULL if none failed since the
+//  last success. Does not block.
+const char *
+    dsh_handshake_failure (dsh_handshake_t *self);
+
+//  How many handshakes have succeeded since the watch began: a number that
+//  grows after the first means the connection was made again. Does not
+//  block.
+size_t
+    dsh_handshake_successes (dsh_handshake_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
