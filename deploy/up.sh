@@ -3,7 +3,19 @@
 #  built-in defaults, with the default chain (deploy/dsh-broker.cfg) and the
 #  example components attached (dsh-demo, and dsh-fs serving a sample
 #  workspace). Ctrl-C stops everything.
+#
+#  It listens on loopback without CURVE by default: one command, no keys to
+#  hand out. With --curve it makes keys under build/keys (a broker keypair,
+#  one per component, and an admin key for you), and runs every party with
+#  CURVE: what a swarm off this host needs (README, "Securing a swarm").
 set -euo pipefail
+curve=false
+for arg in "$@"; do
+    case "$arg" in
+        --curve) curve=true ;;
+        *) echo "usage: deploy/up.sh [--curve]" >&2; exit 2 ;;
+    esac
+done
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
 ./deploy/build.sh build
@@ -19,11 +31,35 @@ stop () { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap stop EXIT
 trap 'exit 0' INT TERM
 
-build/broker/dsh-broker -c deploy/dsh-broker.cfg --endpoint "$broker" & pids+=($!)
+broker_keys=()
+demo_keys=()
+fs_keys=()
+if $curve; then
+    keys=build/keys
+    mkdir -p "$keys/allow"
+    dsh=build/components/cli/dsh
+    [ -f "$keys/broker.cert" ] || $dsh keygen "$keys/broker.cert" --role admin --name broker >/dev/null
+    [ -f "$keys/demo.cert" ] || $dsh keygen "$keys/demo.cert" --role component --components demo >/dev/null
+    [ -f "$keys/fs.cert" ] || $dsh keygen "$keys/fs.cert" --role component --components fs >/dev/null
+    [ -f "$keys/you.cert" ] || $dsh keygen "$keys/you.cert" --role admin --agent you >/dev/null
+    cp "$keys/demo.cert" "$keys/fs.cert" "$keys/you.cert" "$keys/allow/"
+    broker_keys=(--cert "$keys/broker.cert" --allow "$keys/allow")
+    demo_keys=(--cert "$keys/demo.cert" --broker-cert "$keys/broker.cert")
+    fs_keys=(--cert "$keys/fs.cert" --broker-cert "$keys/broker.cert")
+fi
+
+build/broker/dsh-broker -c deploy/dsh-broker.cfg --endpoint "$broker" "${broker_keys[@]}" & pids+=($!)
 sleep 0.3
-build/components/demo/dsh-demo --broker "$broker" --id demo & pids+=($!)
-build/components/fs/dsh-fs --broker "$broker" --id fs --root "$workspace" & pids+=($!)
+build/components/demo/dsh-demo --broker "$broker" --id demo "${demo_keys[@]}" & pids+=($!)
+build/components/fs/dsh-fs --broker "$broker" --id fs --root "$workspace" "${fs_keys[@]}" & pids+=($!)
 sleep 0.5
+if $curve; then
+    cat <<MSG
+
+CURVE is on. Your key is build/keys/you.cert (an admin, agent "you"); first run
+  export DSH_CERT=build/keys/you.cert DSH_BROKER_CERT=build/keys/broker.cert
+MSG
+fi
 cat <<MSG
 
 dsh is up. In another terminal (DSH_BROKER=$broker is the default):
