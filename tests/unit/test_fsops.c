@@ -87,8 +87,12 @@ s_remove_entry (const char *path, const struct stat *info, int type, struct FTW 
     return remove (path);
 }
 
+//  Whether the tests running now open paths by the walk rather than by
+//  openat2: main runs every test once each way.
+static bool s_walk = false;
+
 static int
-s_setup (void **state, bool walk)
+s_setup (void **state)
 {
     fixture_t *fixture = calloc (1, sizeof (fixture_t));
     assert_non_null (fixture);
@@ -118,22 +122,10 @@ s_setup (void **state, bool walk)
 
     fixture->fspath = dsh_fspath_new (fixture->root);
     assert_non_null (fixture->fspath);
-    if (walk)
+    if (s_walk)
         dsh_fspath_force_walk (fixture->fspath);
     *state = fixture;
     return 0;
-}
-
-static int
-s_setup_openat2 (void **state)
-{
-    return s_setup (state, false);
-}
-
-static int
-s_setup_walk (void **state)
-{
-    return s_setup (state, true);
 }
 
 static int
@@ -663,30 +655,28 @@ test_sandbox_workspace (void **state)
                                                error, sizeof error), 0);
 }
 
-//  Each test with a fresh tree, its paths opened by openat2 or by the walk.
-#define FSOPS_TESTS(setup) { \
-        cmocka_unit_test_setup_teardown (test_read_whole_file, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_read_lines, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_read_refusals, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_read_refuses_binary, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_read_size_cap, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_list_sorted_with_kinds, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_list_names_are_utf8, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_list_refusals, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_write_creates_and_replaces, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_write_refusals, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_write_is_atomic_for_readers, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_symlink_swap_race, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_sandbox_read_only, setup, s_teardown), \
-        cmocka_unit_test_setup_teardown (test_sandbox_workspace, setup, s_teardown), \
-    }
-
 int
 main (void)
 {
-    const struct CMUnitTest openat2_tests [] = FSOPS_TESTS (s_setup_openat2);
-    const struct CMUnitTest walk_tests [] = FSOPS_TESTS (s_setup_walk);
-    int failed = cmocka_run_group_tests_name ("openat2", openat2_tests, NULL, NULL);
-    failed += cmocka_run_group_tests_name ("walk", walk_tests, NULL, NULL);
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test_setup_teardown (test_read_whole_file, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_read_lines, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_read_refusals, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_read_refuses_binary, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_read_size_cap, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_list_sorted_with_kinds, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_list_names_are_utf8, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_list_refusals, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_write_creates_and_replaces, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_write_refusals, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_write_is_atomic_for_readers, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_symlink_swap_race, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_sandbox_read_only, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_sandbox_workspace, s_setup, s_teardown),
+    };
+    s_walk = false;
+    int failed = cmocka_run_group_tests_name ("openat2", tests, NULL, NULL);
+    s_walk = true;
+    failed += cmocka_run_group_tests_name ("walk", tests, NULL, NULL);
     return failed;
 }
