@@ -5,8 +5,10 @@
                [--prefix P] [--cert FILE --broker-cert FILE] [-v]
 
     Tools: read_file, list_directory (both read-only) and write_file. Every
-    path is taken relative to the root and refused if it leads outside it,
-    symlinks included (dsh_fspath); the operations live in dsh_fsops.
+    path is taken relative to the root and opened beneath it in one step
+    from a descriptor of the root, following no symlink (dsh_fspath), so a
+    directory swapped for a symlink mid-call cannot lead outside; the
+    operations live in dsh_fsops.
     A call stamped with a sandbox policy (meta "sandbox") is held to it
     too: read-only refuses writes, workspace-write keeps writes inside the
     workspace (reads go anywhere under the root). The
@@ -292,6 +294,9 @@ main (int argc, char *argv [])
         status = dsh_component_usage_error (&options, "--root \"%s\" is not a directory", root);
     if (status == 0) {
         s_verbose = options.verbose;
+        if (s_verbose)
+            zsys_info ("dsh-fs: serving %s, paths opened by %s", dsh_fspath_root (fspath),
+                       dsh_fspath_resolver (fspath));
         status = dsh_component_serve (&options, s_tools, TOOL_COUNT, fspath, dsh_fspath_root (fspath));
     }
     dsh_fspath_destroy (&fspath);

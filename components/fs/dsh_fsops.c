@@ -1,11 +1,12 @@
 /*  =========================================================================
     dsh_fsops - the file operations dsh-fs serves, confined to a root
 
-    dsh_fspath decides which absolute path a request names; between that
-    check and the open, someone inside the root could swap the file for a
-    symlink. So every open here refuses a final symlink (O_NOFOLLOW), and a
-    write works relative to its parent directory opened the same way.
-    Handlers run on many threads: nothing here keeps state.
+    Every open goes through dsh_fspath, which opens beneath the root in one
+    step and follows no symlink; nothing here opens a path by name. A write
+    works on its final name with the *at calls, relative to the parent
+    directory dsh_fspath opened, so the file it replaces is the one in that
+    directory whatever is renamed meanwhile. Handlers run on many threads:
+    nothing here keeps state.
     =========================================================================
 */
 
@@ -22,38 +23,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-//  How much of a request path an error echoes, as dsh_fspath does.
-//  The reason an open or a stat of an already resolved path failed.
-static void
-s_set_errno_error (int error_number, const char *shown, char *error, size_t error_size)
-{
-    switch (error_number) {
-        case ELOOP:
-            dsh_fspath_error (error, error_size, "path \"%s\" is a symlink", shown);
-            break;
-        case ENOENT:
-            dsh_fspath_error (error, error_size, "path \"%s\" does not exist", shown);
-            break;
-        case EACCES:
-        case EPERM:
-            dsh_fspath_error (error, error_size, "path \"%s\" is not accessible", shown);
-            break;
-        case ENOTDIR:
-            dsh_fspath_error (error, error_size, "path \"%s\" is not a directory", shown);
-            break;
-        case EISDIR:
-            dsh_fspath_error (error, error_size, "path \"%s\" is a directory", shown);
-            break;
-        case ENOSPC:
-        case EDQUOT:
-            dsh_fspath_error (error, error_size, "no space left for \"%s\"", shown);
-            break;
-        default:
-            dsh_fspath_error (error, error_size, "path \"%s\": %s", shown, strerror (error_number));
-            break;
-    }
-}
 
 //  jansson refuses a string that is not UTF-8; nothing else in our
 //  libraries exports that check.
@@ -97,7 +66,7 @@ s_read_all (int fd, size_t expected, size_t *size_p, const char *shown,
         if (got < 0) {
             int read_errno = errno;
             free (buffer);
-            s_set_errno_error (read_errno, shown, error, error_size);
+            dsh_fspath_errno_error (read_errno, shown, error, error_size);
             return NULL;
         }
         if (got == 0) {
@@ -118,24 +87,16 @@ dsh_fsops_read (dsh_fspath_t *fspath, const char *path, int64_t offset,
 {
     assert (fspath);
     assert (size_p);
-    char *resolved = dsh_fspath_resolve (fspath, path, true, error, error_size);
-    if (!resolved)
+    //  O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+    //  writer; the stat below refuses it before any read.
+    int fd = dsh_fspath_open (fspath, path, O_RDONLY | O_NONBLOCK | O_NOCTTY, error, error_size);
+    if (fd < 0)
         return NULL;
     char shown [DSH_FSPATH_SHOWN_MAX + 1];
     dsh_fspath_shown (path, shown, sizeof shown);
-
-    //  O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-    //  writer; the stat below refuses it before any read.
-    int fd = open (resolved, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    int open_errno = errno;
-    free (resolved);
-    if (fd < 0) {
-        s_set_errno_error (open_errno, shown, error, error_size);
-        return NULL;
-    }
     struct stat file_stat;
     if (fstat (fd, &file_stat) != 0) {
-        s_set_errno_error (errno, shown, error, error_size);
+        dsh_fspath_errno_error (errno, path, error, error_size);
         close (fd);
         return NULL;
     }
@@ -240,22 +201,12 @@ zlistx_t *
 dsh_fsops_list (dsh_fspath_t *fspath, const char *path, char *error, size_t error_size)
 {
     assert (fspath);
-    char *resolved = dsh_fspath_resolve (fspath, path, true, error, error_size);
-    if (!resolved)
+    int fd = dsh_fspath_open (fspath, path, O_RDONLY | O_DIRECTORY, error, error_size);
+    if (fd < 0)
         return NULL;
-    char shown [DSH_FSPATH_SHOWN_MAX + 1];
-    dsh_fspath_shown (path, shown, sizeof shown);
-
-    int fd = open (resolved, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int open_errno = errno;
-    free (resolved);
-    if (fd < 0) {
-        s_set_errno_error (open_errno, shown, error, error_size);
-        return NULL;
-    }
     DIR *dir = fdopendir (fd);
     if (!dir) {
-        s_set_errno_error (errno, shown, error, error_size);
+        dsh_fspath_errno_error (errno, path, error, error_size);
         close (fd);
         return NULL;
     }
@@ -268,7 +219,7 @@ dsh_fsops_list (dsh_fspath_t *fspath, const char *path, char *error, size_t erro
         struct dirent *dirent = readdir (dir);
         if (!dirent) {
             if (errno) {
-                s_set_errno_error (errno, shown, error, error_size);
+                dsh_fspath_errno_error (errno, path, error, error_size);
                 failed = true;
             }
             break;
@@ -328,36 +279,23 @@ dsh_fsops_write (dsh_fspath_t *fspath, const char *path, const void *content,
 {
     assert (fspath);
     assert (content || size == 0);
-    char *resolved = dsh_fspath_resolve (fspath, path, false, error, error_size);
-    if (!resolved)
+    char *name = NULL;
+    int dir_fd = dsh_fspath_open_parent (fspath, path, &name, error, error_size);
+    if (dir_fd < 0)
         return -1;
     char shown [DSH_FSPATH_SHOWN_MAX + 1];
     dsh_fspath_shown (path, shown, sizeof shown);
 
-    //  resolved is absolute and names a file, so it has a '/' and a name.
-    char *slash = strrchr (resolved, '/');
-    assert (slash && slash [1]);
-    const char *name = slash + 1;
-    char *parent = slash == resolved? strdup ("/"): strndup (resolved, (size_t) (slash - resolved));
-    if (!parent) {
-        free (resolved);
-        dsh_fspath_error (error, error_size, "out of memory");
-        return -1;
-    }
-    int dir_fd = open (parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int open_errno = errno;
-    free (parent);
-    if (dir_fd < 0) {
-        free (resolved);
-        s_set_errno_error (open_errno, shown, error, error_size);
-        return -1;
-    }
     //  0666 lets the umask decide a new file's mode, as any editor would;
     //  a replaced file keeps the mode it had.
     mode_t mode = 0666;
     bool replacing = false;
     struct stat target_stat;
     if (fstatat (dir_fd, name, &target_stat, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (S_ISLNK (target_stat.st_mode)) {
+            dsh_fspath_errno_error (ELOOP, path, error, error_size);
+            goto failed;
+        }
         if (S_ISDIR (target_stat.st_mode)) {
             dsh_fspath_error (error, error_size, "path \"%s\" is a directory", shown);
             goto failed;
@@ -369,8 +307,15 @@ dsh_fsops_write (dsh_fspath_t *fspath, const char *path, const void *content,
         mode = target_stat.st_mode & 07777;
         replacing = true;
     }
+    else
+    if (errno != ENOENT) {
+        dsh_fspath_errno_error (errno, path, error, error_size);
+        goto failed;
+    }
     //  A unique hidden name beside the target; O_EXCL never follows a
-    //  symlink someone planted there.
+    //  symlink someone planted there. The rename then replaces whatever
+    //  entry holds the name by then (a symlink swapped in is replaced, not
+    //  followed), in the directory we hold.
     zuuid_t *uuid = zuuid_new ();
     char temp_name [64];
     snprintf (temp_name, sizeof temp_name, ".dsh-%s.tmp", zuuid_str_canonical (uuid));
@@ -378,7 +323,7 @@ dsh_fsops_write (dsh_fspath_t *fspath, const char *path, const void *content,
     int fd = openat (dir_fd, temp_name,
                      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0) {
-        s_set_errno_error (errno, shown, error, error_size);
+        dsh_fspath_errno_error (errno, path, error, error_size);
         goto failed;
     }
     int rc = s_write_all (fd, content, size);
@@ -397,16 +342,16 @@ dsh_fsops_write (dsh_fspath_t *fspath, const char *path, const void *content,
     }
     if (rc != 0) {
         unlinkat (dir_fd, temp_name, 0);
-        s_set_errno_error (write_errno, shown, error, error_size);
+        dsh_fspath_errno_error (write_errno, path, error, error_size);
         goto failed;
     }
     close (dir_fd);
-    free (resolved);
+    free (name);
     return 0;
 
 failed:
     close (dir_fd);
-    free (resolved);
+    free (name);
     return -1;
 }
 
@@ -438,15 +383,11 @@ dsh_fsops_check_sandbox (dsh_fspath_t *fspath, const char *path, bool writing,
         dsh_fspath_error (error, error_size, "sandbox policy \"workspace-write\" names no workspace");
         return -1;
     }
-    char resolve_error [256];
-    char *resolved = dsh_fspath_resolve (fspath, path, false, resolve_error, sizeof resolve_error);
-    if (!resolved)
+    char *normal = dsh_fspath_normal (fspath, path, NULL, 0);
+    if (!normal)
         return 0;
-    char *directory = workspace [0] == '/'? strdup (workspace)
-                    : zsys_sprintf ("%s/%s", dsh_fspath_root (fspath), workspace);
-    bool within = directory && dsh_fspath_is_within (resolved, directory);
-    free (directory);
-    free (resolved);
+    bool within = dsh_fspath_is_within (fspath, normal, workspace);
+    free (normal);
     if (within)
         return 0;
     char shown [DSH_FSPATH_SHOWN_MAX + 1];

@@ -3,9 +3,9 @@
 
     Read a text file (whole, or a range of lines), list a directory, write a
     file: each on a dsh_fspath, with no sockets, so they can be tested on
-    their own. Every request path goes through dsh_fspath_resolve; the open
-    itself refuses a final symlink, so a link swapped in after the check
-    cannot lead outside. Safe to call from many threads at once.
+    their own. Every request path is opened by dsh_fspath, beneath the root
+    and through no symlink, in the same step that checks it: nothing is
+    checked by name and opened later. Safe to call from many threads at once.
     =========================================================================
 */
 
@@ -60,18 +60,20 @@ const char *
 
 //  Create or replace a regular file under the root with size bytes of
 //  content. The new content appears at once (written beside the file, then
-//  renamed over it); a replaced file keeps its permissions. Returns 0, or -1
-//  with a one-line reason in error.
+//  renamed over it, in the parent directory dsh_fspath opened); a replaced
+//  file keeps its permissions; a symlink is refused, not followed. Returns
+//  0, or -1 with a one-line reason in error.
 int
     dsh_fsops_write (dsh_fspath_t *fspath, const char *path, const void *content,
                      size_t size, char *error, size_t error_size);
 
 //  Check a request against the sandbox policy stamped on its call (NULL:
 //  none): "read-only" refuses writing, "workspace-write" refuses any path
-//  that resolves outside workspace (a relative workspace is taken under
-//  the root), "danger-full-access" or none leaves the root's confinement
-//  alone. Returns 0 if allowed (also when the path does not resolve: the
-//  operation reports that), or -1 with a one-line reason in error.
+//  whose normal form lies outside workspace (a relative workspace is taken
+//  under the root; see dsh_fspath_is_within), "danger-full-access" or none
+//  leaves the root's confinement alone. Returns 0 if allowed (also when the
+//  path is refused by the root: the operation reports that), or -1 with a
+//  one-line reason in error.
 int
     dsh_fsops_check_sandbox (dsh_fspath_t *fspath, const char *path, bool writing,
                              const char *policy, const char *workspace,

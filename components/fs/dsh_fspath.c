@@ -1,11 +1,20 @@
 /*  =========================================================================
-    dsh_fspath - confine file paths to a root directory
+    dsh_fspath - open files beneath a root directory, and nowhere else
 
-    Every answer comes from realpath, never from string surgery alone: the
-    kernel's view of symlinks and ".." is the only one that matters. A
-    lexical pass runs first only to refuse paths that climb above the root
-    before we touch the filesystem, so a caller cannot probe which files
-    exist outside it by comparing "escapes" with "does not exist".
+    Checking a path (realpath, then "is it inside?") and opening it later is
+    a race: between the two, a directory in the path can become a symlink to
+    anywhere, and O_NOFOLLOW guards only the last component. So nothing here
+    checks a name and then uses it. A request path is first put in normal
+    form as text (so ".." never reaches the kernel and cannot climb out of a
+    directory that was moved), then opened relative to the root's descriptor
+    in one of two ways, both refusing every symlink:
+
+    - openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS: the kernel walks the
+      whole path and fails if any step is a symlink or leaves the root;
+    - where the kernel or the headers lack openat2, a walk: each directory is
+      opened with openat (O_PATH | O_NOFOLLOW | O_DIRECTORY) relative to the
+      one before it, then the last component with O_NOFOLLOW. Every step
+      holds a descriptor, so renaming anything meanwhile cannot redirect it.
     =========================================================================
 */
 
@@ -13,15 +22,25 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#if defined (SYS_openat2) && __has_include (<linux/openat2.h>)
+#   include <linux/openat2.h>
+#   define DSH_HAVE_OPENAT2 1
+#endif
 
 struct _dsh_fspath_t {
     char *root;                 //  realpath of the root, no trailing '/'
+    int root_fd;                //  the root, held open: every open starts here
+    bool walk;                  //  open by the walk, not openat2
 };
 
 void
@@ -47,155 +66,174 @@ dsh_fspath_shown (const char *path, char *shown, size_t shown_size)
         snprintf (shown, shown_size, "%.*s...", (int) (shown_size - 4), path);
 }
 
-//  True if path is dir or lies beneath it; "/rootX" is not beneath "/root".
-//  Both must already be resolved.
-static bool
-s_inside (const char *path, const char *dir)
+void
+dsh_fspath_errno_error (int error_number, const char *path, char *error, size_t error_size)
 {
-    if (strcmp (dir, "/") == 0)
-        return path [0] == '/';
-    size_t dir_len = strlen (dir);
-    return strncmp (path, dir, dir_len) == 0
-        && (path [dir_len] == '\0' || path [dir_len] == '/');
-}
-
-//  Refuses paths whose ".." components climb above their starting point,
-//  counting components the way the text reads. Stricter than the kernel
-//  when a symlink precedes "..", which only ever refuses more.
-static bool
-s_climbs_out (const char *path)
-{
-    long depth = 0;
-    const char *component = path;
-    while (*component) {
-        size_t length = strcspn (component, "/");
-        if (length == 2 && strncmp (component, "..", 2) == 0) {
-            if (--depth < 0)
-                return true;
-        }
-        else
-        if (length > 0 && !(length == 1 && component [0] == '.'))
-            depth++;
-        component += length;
-        while (*component == '/')
-            component++;
-    }
-    return false;
-}
-
-//  Joins dir and name with one '/', minding a dir of "/". NULL if out of
-//  memory.
-static char *
-s_join (const char *dir, const char *name)
-{
-    char *joined = NULL;
-    const char *separator = dir [strlen (dir) - 1] == '/'? "": "/";
-    if (asprintf (&joined, "%s%s%s", dir, separator, name) < 0)
-        return NULL;
-    return joined;
-}
-
-//  The error for a realpath failure on the whole request path.
-static void
-s_set_realpath_error (int error_number, const char *shown,
-                      char *error, size_t error_size)
-{
+    char shown [DSH_FSPATH_SHOWN_MAX + 1];
+    dsh_fspath_shown (path, shown, sizeof shown);
     switch (error_number) {
+        case ELOOP:
+            dsh_fspath_error (error, error_size,
+                              "path \"%s\" goes through a symlink (dsh-fs follows none)", shown);
+            break;
+        case EXDEV:
+            dsh_fspath_error (error, error_size, "path \"%s\" escapes the root", shown);
+            break;
+        case ENOENT:
+            dsh_fspath_error (error, error_size, "path \"%s\" does not exist", shown);
+            break;
         case EACCES:
+        case EPERM:
             dsh_fspath_error (error, error_size, "path \"%s\" is not accessible", shown);
             break;
-        case ELOOP:
-            dsh_fspath_error (error, error_size, "path \"%s\" has too many symlinks", shown);
+        case ENOTDIR:
+            dsh_fspath_error (error, error_size,
+                              "a component of path \"%s\" is not a directory", shown);
+            break;
+        case EISDIR:
+            dsh_fspath_error (error, error_size, "path \"%s\" is a directory", shown);
             break;
         case ENAMETOOLONG:
             dsh_fspath_error (error, error_size, "path \"%s\" is too long", shown);
             break;
-        case ENOTDIR:
-            dsh_fspath_error (error, error_size,
-                         "a component of path \"%s\" is not a directory", shown);
+        case ENOSPC:
+        case EDQUOT:
+            dsh_fspath_error (error, error_size, "no space left for \"%s\"", shown);
             break;
         case ENOMEM:
             dsh_fspath_error (error, error_size, "out of memory");
             break;
         default:
-            dsh_fspath_error (error, error_size, "path \"%s\" does not exist", shown);
+            dsh_fspath_error (error, error_size, "path \"%s\": %s", shown, strerror (error_number));
             break;
     }
 }
 
-//  Resolves the final component of a path that does not fully exist: its
-//  parent must exist inside the root, and the name must not be a symlink
-//  that dangles or leads out.
+//  The components of path without empty, "." and ".." ones, joined by '/'.
+//  A ".." with nothing left to remove sets *climbs_out and is dropped (so an
+//  absolute path stops at "/", as the kernel does). NULL if out of memory.
 static char *
-s_resolve_new (dsh_fspath_t *self, const char *shown, const char *relative,
-               char *error, size_t error_size)
+s_normalise (const char *path, bool *climbs_out)
 {
-    const char *slash = strrchr (relative, '/');
-    const char *name = slash? slash + 1: relative;
-    if (*name == '\0' || strcmp (name, ".") == 0 || strcmp (name, "..") == 0) {
-        dsh_fspath_error (error, error_size, "path \"%s\" does not name a file", shown);
+    char *normal = malloc (strlen (path) + 1);
+    if (!normal)
         return NULL;
-    }
-    char *parent_request = slash
-        ? strndup (relative, (size_t) (slash - relative))
-        : strdup ("");
-    char *parent_joined = parent_request? s_join (self->root, parent_request): NULL;
-    free (parent_request);
-    if (!parent_joined) {
-        dsh_fspath_error (error, error_size, "out of memory");
-        return NULL;
-    }
-    char *parent = realpath (parent_joined, NULL);
-    free (parent_joined);
-    if (!parent) {
-        dsh_fspath_error (error, error_size, "parent of \"%s\" does not exist", shown);
-        return NULL;
-    }
-    if (!s_inside (parent, self->root)) {
-        free (parent);
-        dsh_fspath_error (error, error_size, "path \"%s\" escapes the root", shown);
-        return NULL;
-    }
-    struct stat parent_stat;
-    if (stat (parent, &parent_stat) != 0 || !S_ISDIR (parent_stat.st_mode)) {
-        free (parent);
-        dsh_fspath_error (error, error_size, "parent of \"%s\" is not a directory", shown);
-        return NULL;
-    }
-    char *candidate = s_join (parent, name);
-    free (parent);
-    if (!candidate) {
-        dsh_fspath_error (error, error_size, "out of memory");
-        return NULL;
-    }
-    struct stat name_stat;
-    if (lstat (candidate, &name_stat) != 0) {
-        int lstat_errno = errno;
-        if (lstat_errno == ENOENT)
-            return candidate;
-        free (candidate);
-        s_set_realpath_error (lstat_errno, shown, error, error_size);
-        return NULL;
-    }
-    //  The name exists after all: a dangling symlink (realpath of the whole
-    //  path failed on it), or something created since. Writing through a
-    //  dangling link would create its target wherever it points.
-    char *target = realpath (candidate, NULL);
-    int realpath_errno = errno;
-    free (candidate);
-    if (!target) {
-        if (S_ISLNK (name_stat.st_mode) && realpath_errno == ENOENT)
-            dsh_fspath_error (error, error_size, "path \"%s\" is a dangling symlink", shown);
+    size_t length = 0;
+    *climbs_out = false;
+    const char *component = path;
+    while (*component) {
+        size_t component_length = strcspn (component, "/");
+        if (component_length == 2 && strncmp (component, "..", 2) == 0) {
+            if (length == 0)
+                *climbs_out = true;
+            while (length > 0 && normal [length - 1] != '/')
+                length--;
+            if (length > 0)
+                length--;
+        }
         else
-            s_set_realpath_error (realpath_errno, shown, error, error_size);
-        return NULL;
+        if (component_length > 0 && !(component_length == 1 && component [0] == '.')) {
+            if (length > 0)
+                normal [length++] = '/';
+            memcpy (normal + length, component, component_length);
+            length += component_length;
+        }
+        component += component_length;
+        while (*component == '/')
+            component++;
     }
-    if (!s_inside (target, self->root)) {
-        free (target);
-        dsh_fspath_error (error, error_size, "path \"%s\" escapes the root", shown);
-        return NULL;
+    normal [length] = '\0';
+    return normal;
+}
+
+//  Whether the request path, as written, can only name a directory: its
+//  last component is "", "." or "..". Its normal form no longer says so.
+static bool
+s_names_directory (const char *path)
+{
+    const char *slash = strrchr (path, '/');
+    const char *last = slash? slash + 1: path;
+    return *last == '\0' || strcmp (last, ".") == 0 || strcmp (last, "..") == 0;
+}
+
+//  After a walk step failed with ENOTDIR: a symlink where a directory was
+//  wanted says ELOOP, as openat2 would. Only the error text depends on
+//  this look, never what is opened.
+static int
+s_symlink_or (int dir_fd, const char *name, int error_number)
+{
+    struct stat entry_stat;
+    if (error_number == ENOTDIR
+    &&  fstatat (dir_fd, name, &entry_stat, AT_SYMLINK_NOFOLLOW) == 0
+    &&  S_ISLNK (entry_stat.st_mode))
+        return ELOOP;
+    return error_number;
+}
+
+//  Opens normal (in normal form) beneath the root one directory at a time.
+//  Returns the descriptor, or -1 with errno set.
+static int
+s_open_by_walk (dsh_fspath_t *self, const char *normal, int flags)
+{
+    int dir_fd = fcntl (self->root_fd, F_DUPFD_CLOEXEC, 0);
+    const char *component = normal;
+    char name [NAME_MAX + 1];
+    while (dir_fd >= 0 && strchr (component, '/')) {
+        size_t length = strcspn (component, "/");
+        if (length > NAME_MAX) {
+            close (dir_fd);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        memcpy (name, component, length);
+        name [length] = '\0';
+        int next_fd = openat (dir_fd, name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+        int open_errno = next_fd < 0? s_symlink_or (dir_fd, name, errno): 0;
+        close (dir_fd);
+        dir_fd = next_fd;
+        errno = open_errno;
+        component += length + 1;
     }
-    return target;
+    if (dir_fd < 0)
+        return -1;
+    const char *last = *component? component: ".";
+    int fd = openat (dir_fd, last, flags | O_NOFOLLOW | O_CLOEXEC);
+    int open_errno = fd < 0? s_symlink_or (dir_fd, last, errno): 0;
+    close (dir_fd);
+    errno = open_errno;
+    return fd;
+}
+
+#ifdef DSH_HAVE_OPENAT2
+//  Opens normal beneath the root with openat2. No O_NOFOLLOW: with it the
+//  kernel would open a final symlink itself under O_PATH; without it,
+//  RESOLVE_NO_SYMLINKS refuses a final symlink like any other. normal has
+//  no "..", so the EAGAIN that RESOLVE_BENEATH gives when a rename races a
+//  ".." cannot happen.
+static int
+s_open_by_openat2 (int root_fd, const char *normal, int flags)
+{
+    struct open_how how = {
+        .flags = (unsigned long long) (flags | O_CLOEXEC),
+        .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
+    };
+    return (int) syscall (SYS_openat2, root_fd, *normal? normal: ".", &how, sizeof how);
+}
+#endif
+
+//  Opens normal beneath the root the way this confinement does.
+static int
+s_open (dsh_fspath_t *self, const char *normal, int flags)
+{
+    assert (!(flags & O_CREAT));
+    //  O_PATH | O_NOFOLLOW opens a final symlink itself; only directories
+    //  are opened that way, and O_DIRECTORY refuses the link.
+    assert (!(flags & O_PATH) || (flags & O_DIRECTORY));
+#ifdef DSH_HAVE_OPENAT2
+    if (!self->walk)
+        return s_open_by_openat2 (self->root_fd, normal, flags);
+#endif
+    return s_open_by_walk (self, normal, flags);
 }
 
 dsh_fspath_t *
@@ -206,17 +244,26 @@ dsh_fspath_new (const char *root)
     char *resolved = realpath (root, NULL);
     if (!resolved)
         return NULL;
-    struct stat root_stat;
-    if (stat (resolved, &root_stat) != 0 || !S_ISDIR (root_stat.st_mode)) {
-        free (resolved);
-        return NULL;
-    }
-    dsh_fspath_t *self = calloc (1, sizeof (dsh_fspath_t));
+    int root_fd = open (resolved, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    dsh_fspath_t *self = root_fd >= 0? calloc (1, sizeof (dsh_fspath_t)): NULL;
     if (!self) {
+        if (root_fd >= 0)
+            close (root_fd);
         free (resolved);
         return NULL;
     }
     self->root = resolved;
+    self->root_fd = root_fd;
+    self->walk = true;
+#ifdef DSH_HAVE_OPENAT2
+    //  Kernels before 5.6 say ENOSYS; some seccomp filters say EPERM.
+    //  Opening the root itself cannot fail otherwise.
+    int probe_fd = s_open_by_openat2 (root_fd, "", O_PATH | O_DIRECTORY);
+    if (probe_fd >= 0) {
+        close (probe_fd);
+        self->walk = false;
+    }
+#endif
     return self;
 }
 
@@ -226,6 +273,7 @@ dsh_fspath_destroy (dsh_fspath_t **self_p)
     assert (self_p);
     if (*self_p) {
         dsh_fspath_t *self = *self_p;
+        close (self->root_fd);
         free (self->root);
         free (self);
         *self_p = NULL;
@@ -239,9 +287,22 @@ dsh_fspath_root (dsh_fspath_t *self)
     return self->root;
 }
 
+const char *
+dsh_fspath_resolver (dsh_fspath_t *self)
+{
+    assert (self);
+    return self->walk? "walk": "openat2";
+}
+
+void
+dsh_fspath_force_walk (dsh_fspath_t *self)
+{
+    assert (self);
+    self->walk = true;
+}
+
 char *
-dsh_fspath_resolve (dsh_fspath_t *self, const char *path, bool must_exist,
-                    char *error, size_t error_size)
+dsh_fspath_normal (dsh_fspath_t *self, const char *path, char *error, size_t error_size)
 {
     assert (self);
     if (!path || *path == '\0') {
@@ -252,61 +313,128 @@ dsh_fspath_resolve (dsh_fspath_t *self, const char *path, bool must_exist,
         dsh_fspath_error (error, error_size, "path is too long");
         return NULL;
     }
-    char shown [DSH_FSPATH_SHOWN_MAX + 1];
-    dsh_fspath_shown (path, shown, sizeof shown);
-    const char *relative = path;
-    while (*relative == '/')
-        relative++;
-    if (s_climbs_out (relative)) {
-        dsh_fspath_error (error, error_size, "path \"%s\" escapes the root", shown);
-        return NULL;
-    }
-    char *joined = s_join (self->root, relative);
-    if (!joined) {
+    bool climbs_out;
+    char *normal = s_normalise (path, &climbs_out);
+    if (!normal) {
         dsh_fspath_error (error, error_size, "out of memory");
         return NULL;
     }
-    char *resolved = realpath (joined, NULL);
-    int realpath_errno = errno;
-    free (joined);
-    if (!resolved) {
-        if (!must_exist && realpath_errno == ENOENT)
-            return s_resolve_new (self, shown, relative, error, error_size);
-        s_set_realpath_error (realpath_errno, shown, error, error_size);
+    //  Refused whether or not the target exists, so a caller cannot probe
+    //  which files exist outside the root.
+    if (climbs_out) {
+        free (normal);
+        dsh_fspath_errno_error (EXDEV, path, error, error_size);
         return NULL;
     }
-    if (!s_inside (resolved, self->root)) {
-        free (resolved);
-        dsh_fspath_error (error, error_size, "path \"%s\" escapes the root", shown);
-        return NULL;
+    return normal;
+}
+
+int
+dsh_fspath_open (dsh_fspath_t *self, const char *path, int flags,
+                 char *error, size_t error_size)
+{
+    assert (self);
+    char *normal = dsh_fspath_normal (self, path, error, error_size);
+    if (!normal)
+        return -1;
+    if (s_names_directory (path))
+        flags |= O_DIRECTORY;
+    int fd = s_open (self, normal, flags);
+    if (fd < 0)
+        dsh_fspath_errno_error (errno, path, error, error_size);
+    free (normal);
+    return fd;
+}
+
+int
+dsh_fspath_open_parent (dsh_fspath_t *self, const char *path, char **name_p,
+                        char *error, size_t error_size)
+{
+    assert (self);
+    assert (name_p);
+    *name_p = NULL;
+    char *normal = dsh_fspath_normal (self, path, error, error_size);
+    if (!normal)
+        return -1;
+    if (s_names_directory (path)) {
+        free (normal);
+        char shown [DSH_FSPATH_SHOWN_MAX + 1];
+        dsh_fspath_shown (path, shown, sizeof shown);
+        dsh_fspath_error (error, error_size, "path \"%s\" does not name a file", shown);
+        return -1;
     }
-    return resolved;
+    char *slash = strrchr (normal, '/');
+    char *name = strdup (slash? slash + 1: normal);
+    if (slash)
+        *slash = '\0';
+    else
+        normal [0] = '\0';
+    int dir_fd = name? s_open (self, normal, O_PATH | O_DIRECTORY): -1;
+    int open_errno = name? errno: ENOMEM;
+    free (normal);
+    if (dir_fd < 0) {
+        free (name);
+        if (open_errno == ENOENT) {
+            char shown [DSH_FSPATH_SHOWN_MAX + 1];
+            dsh_fspath_shown (path, shown, sizeof shown);
+            dsh_fspath_error (error, error_size, "parent of \"%s\" does not exist", shown);
+        }
+        else
+            dsh_fspath_errno_error (open_errno, path, error, error_size);
+        return -1;
+    }
+    *name_p = name;
+    return dir_fd;
+}
+
+//  Whether the normal-form path text is prefix or lies beneath it; every
+//  path lies beneath "".
+static bool
+s_beneath (const char *text, const char *prefix)
+{
+    size_t length = strlen (prefix);
+    return length == 0
+        || (strncmp (text, prefix, length) == 0 && (text [length] == '\0' || text [length] == '/'));
+}
+
+//  Whether normal (relative to the root) lies in dir_normal (absolute, in
+//  normal form without its leading '/').
+static bool
+s_names_within (const char *root, const char *normal, const char *dir_normal)
+{
+    const char *root_normal = root + 1;
+    if (s_beneath (root_normal, dir_normal))
+        return true;            //  dir is the root or holds it
+    if (!s_beneath (dir_normal, root_normal))
+        return false;
+    size_t root_length = strlen (root_normal);
+    return s_beneath (normal, dir_normal + root_length + (root_length > 0));
 }
 
 bool
-dsh_fspath_is_within (const char *resolved, const char *dir)
+dsh_fspath_is_within (dsh_fspath_t *self, const char *normal, const char *dir)
 {
-    if (!resolved || !dir || *resolved == '\0' || *dir == '\0')
+    assert (self);
+    if (!normal || !dir || *dir == '\0')
         return false;
-    char *dir_real = realpath (dir, NULL);
-    if (!dir_real)
+    char *absolute = NULL;
+    if (asprintf (&absolute, "%s/%s", dir [0] == '/'? "": self->root, dir) < 0)
         return false;
-    char *path_real = realpath (resolved, NULL);
-    if (!path_real && errno == ENOENT) {
-        //  A file about to be created: its parent decides where it lands.
-        const char *slash = strrchr (resolved, '/');
-        const char *name = slash? slash + 1: resolved;
-        char *parent = slash == resolved? strdup ("/")
-                     : slash? strndup (resolved, (size_t) (slash - resolved))
-                     : strdup (".");
-        char *parent_real = parent? realpath (parent, NULL): NULL;
-        free (parent);
-        if (parent_real && *name && strcmp (name, ".") != 0 && strcmp (name, "..") != 0)
-            path_real = s_join (parent_real, name);
-        free (parent_real);
+    bool climbs_out;
+    char *dir_normal = s_normalise (absolute, &climbs_out);
+    bool within = dir_normal && s_names_within (self->root, normal, dir_normal);
+    //  A dir spelled through symlinks outside the root (the root itself
+    //  is stored resolved) is compared resolved. One that lies under the
+    //  root by name is not: anyone who can write there could swap it.
+    bool under_root = dir_normal && s_beneath (dir_normal, self->root + 1);
+    if (!within && !under_root) {
+        char *resolved = realpath (absolute, NULL);
+        free (dir_normal);
+        dir_normal = resolved? s_normalise (resolved, &climbs_out): NULL;
+        within = dir_normal && s_names_within (self->root, normal, dir_normal);
+        free (resolved);
     }
-    bool within = path_real && s_inside (path_real, dir_real);
-    free (path_real);
-    free (dir_real);
+    free (dir_normal);
+    free (absolute);
     return within;
 }

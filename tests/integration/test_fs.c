@@ -5,7 +5,8 @@
     read_file with offset and limit; list_directory as text and as
     structuredContent; write_file then read back; and the confinement:
     ".." escapes, an absolute symlink planted inside the root that points
-    outside, and a file over the 10 MiB read limit are refused.
+    outside, a symlink that stays inside (dsh-fs follows none), and a file
+    over the 10 MiB read limit are refused.
     =========================================================================
 */
 
@@ -222,6 +223,20 @@ test_confinement (void **state)
     s_expect_refusal (fixture, "read_file", "{\"path\":\"etc-link/passwd\"}", "etc-link/passwd");
     s_expect_refusal (fixture, "list_directory", "{\"path\":\"etc-link\"}", "etc-link");
     s_expect_refusal (fixture, "write_file", "{\"path\":\"etc-link/dsh-test\",\"content\":\"x\"}", "etc-link");
+
+    //  A symlink that stays inside the root is not followed either: dsh-fs
+    //  follows none, so none can be swapped to lead out mid-call
+    char *link = zsys_sprintf ("%s/sub-link", fixture->root);
+    assert_int_equal (symlink ("sub", link), 0);
+    zstr_free (&link);
+    s_expect_refusal (fixture, "read_file", "{\"path\":\"sub-link/a.txt\"}",
+                      "path \"sub-link/a.txt\" goes through a symlink (dsh-fs follows none)");
+    s_expect_refusal (fixture, "list_directory", "{\"path\":\"sub-link\"}", "goes through a symlink");
+    s_expect_refusal (fixture, "write_file", "{\"path\":\"sub-link/new.txt\",\"content\":\"x\"}",
+                      "goes through a symlink");
+    char *created = zsys_sprintf ("%s/sub/new.txt", fixture->root);
+    assert_int_equal (stat (created, &status), -1);
+    zstr_free (&created);
 
     //  A file over the read limit
     s_expect_refusal (fixture, "read_file", "{\"path\":\"big.txt\"}", "file too large");

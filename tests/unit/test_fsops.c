@@ -1,6 +1,9 @@
 /*  =========================================================================
     test_fsops - the dsh-fs operations: read, list, write inside a root
 
+    Every test runs twice: with paths opened by openat2, and by the walk
+    that stands in for it on kernels without openat2.
+
     Builds a scratch tree under /tmp:
 
         base/root/a.txt          "one\ntwo\nthree"      (no final newline)
@@ -23,9 +26,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +87,10 @@ s_remove_entry (const char *path, const struct stat *info, int type, struct FTW 
     return remove (path);
 }
 
+//  Whether the tests running now open paths by the walk rather than by
+//  openat2: main runs every test once each way.
+static bool s_walk = false;
+
 static int
 s_setup (void **state)
 {
@@ -113,6 +122,8 @@ s_setup (void **state)
 
     fixture->fspath = dsh_fspath_new (fixture->root);
     assert_non_null (fixture->fspath);
+    if (s_walk)
+        dsh_fspath_force_walk (fixture->fspath);
     *state = fixture;
     return 0;
 }
@@ -176,7 +187,6 @@ test_read_whole_file (void **state)
     fixture_t *fixture = *state;
     s_expect_read (fixture, "a.txt", 0, -1, "one\ntwo\nthree");
     s_expect_read (fixture, "/a.txt", 0, -1, "one\ntwo\nthree");
-    s_expect_read (fixture, "link_in", 0, -1, "one\ntwo\nthree");
     s_expect_read (fixture, "zeta/../zeta/inner.txt", 0, -1, "inner\n");
 }
 
@@ -199,9 +209,15 @@ test_read_refusals (void **state)
 {
     fixture_t *fixture = *state;
     s_expect_read_refused (fixture, "../outside.txt", "escapes the root");
-    s_expect_read_refused (fixture, "link_out", "escapes the root");
     s_expect_read_refused (fixture, "missing.txt", "does not exist");
-    s_expect_read_refused (fixture, "dangling", "does not exist");
+    //  No symlink is followed, even one that stays inside the root.
+    s_expect_read_refused (fixture, "link_out", "path \"link_out\" goes through a symlink");
+    s_expect_read_refused (fixture, "link_in", "goes through a symlink");
+    s_expect_read_refused (fixture, "dangling", "goes through a symlink");
+    char *zeta_link = s_path (fixture->root, "zeta_link");
+    assert_int_equal (symlink ("zeta", zeta_link), 0);
+    free (zeta_link);
+    s_expect_read_refused (fixture, "zeta_link/inner.txt", "goes through a symlink");
     s_expect_read_refused (fixture, "d1", "is a directory");
     s_expect_read_refused (fixture, "/", "is a directory");
     //  Must not block waiting for a writer.
@@ -298,7 +314,8 @@ test_list_refusals (void **state)
     const char *cases [][2] = {
         { "a.txt", "is not a directory" },
         { "..", "escapes the root" },
-        { "link_out", "escapes the root" },
+        { "link_out", "goes through a symlink" },
+        { "link_in", "goes through a symlink" },
         { "nope", "does not exist" }
     };
     for (size_t index = 0; index < sizeof cases / sizeof cases [0]; index++) {
@@ -339,10 +356,9 @@ test_write_creates_and_replaces (void **state)
     assert_int_equal (a_stat.st_mode & 07777, 0640);
     free (a_txt);
 
-    //  Through a symlink inside the root: the target changes, the link stays.
-    assert_int_equal (dsh_fsops_write (fixture->fspath, "link_in", "via link", 8,
-                                       fixture->error, sizeof fixture->error), 0);
-    s_expect_read (fixture, "a.txt", 0, -1, "via link");
+    //  Not through a symlink, even one inside the root: nothing changes.
+    s_expect_write_refused (fixture, "link_in", "path \"link_in\" goes through a symlink");
+    s_expect_read (fixture, "a.txt", 0, -1, "replaced");
     char *link_in = s_path (fixture->root, "link_in");
     struct stat link_stat;
     assert_int_equal (lstat (link_in, &link_stat), 0);
@@ -367,13 +383,25 @@ test_write_refusals (void **state)
 {
     fixture_t *fixture = *state;
     s_expect_write_refused (fixture, "../outside.txt", "escapes the root");
-    s_expect_write_refused (fixture, "link_out", "escapes the root");
-    s_expect_write_refused (fixture, "dangling", "dangling symlink");
+    s_expect_write_refused (fixture, "link_out", "goes through a symlink");
+    s_expect_write_refused (fixture, "dangling", "goes through a symlink");
     s_expect_write_refused (fixture, "missing_dir/x.txt", "does not exist");
+    s_expect_write_refused (fixture, "a.txt/x.txt", "is not a directory");
+    s_expect_write_refused (fixture, "zeta/", "does not name a file");
     s_expect_write_refused (fixture, "d1", "is a directory");
     s_expect_write_refused (fixture, "fifo", "is not a regular file");
     s_expect_write_refused (fixture, "", "path is empty");
-    //  Nothing leaked out.
+    char *zeta_link = s_path (fixture->root, "zeta_link");
+    assert_int_equal (symlink ("zeta", zeta_link), 0);
+    free (zeta_link);
+    s_expect_write_refused (fixture, "zeta_link/new.txt", "goes through a symlink");
+    //  Nothing leaked out, nothing was created through the links.
+    char *dangling_target = s_path (fixture->root, "nowhere");
+    char *through_link = s_path (fixture->root, "zeta/new.txt");
+    assert_int_not_equal (access (dangling_target, F_OK), 0);
+    assert_int_not_equal (access (through_link, F_OK), 0);
+    free (dangling_target);
+    free (through_link);
     size_t size;
     char *outside = s_get (fixture->base, "outside.txt", &size);
     assert_int_equal (size, 7);
@@ -439,6 +467,120 @@ test_write_is_atomic_for_readers (void **state)
     assert_true (writer.writes > 0);
 }
 
+//  The race from the field: a local process swaps a directory inside the
+//  root for a symlink to one outside it, over and over, while dsh-fs reads
+//  and writes beneath it. base/root/d is a real directory holding sub/f.txt
+//  ("inside"), base/root/d_alt a symlink to base/outside_dir, which holds
+//  sub/f.txt ("outside"); the swapper exchanges the two names.
+typedef struct {
+    char d [192];
+    char d_alt [192];
+    volatile bool stop;
+    size_t swaps;
+} swapper_t;
+
+static void *
+s_swapper (void *arg)
+{
+    swapper_t *swapper = arg;
+    while (!swapper->stop) {
+        if (renameat2 (AT_FDCWD, swapper->d, AT_FDCWD, swapper->d_alt, RENAME_EXCHANGE) != 0) {
+            //  A filesystem without RENAME_EXCHANGE: swap in three steps,
+            //  which also leaves moments where d does not exist.
+            char parked [200];
+            snprintf (parked, sizeof parked, "%s.parked", swapper->d);
+            if (rename (swapper->d, parked) != 0
+            ||  rename (swapper->d_alt, swapper->d) != 0
+            ||  rename (parked, swapper->d_alt) != 0)
+                break;
+        }
+        swapper->swaps++;
+        //  Under valgrind, which runs one thread at a time, the readers
+        //  would otherwise wait out the swapper's whole time slice.
+        sched_yield ();
+    }
+    return NULL;
+}
+
+#define RACE_READS  4000
+#define RACE_WRITES 1500
+
+static void
+s_race (fixture_t *fixture)
+{
+    char *outside_dir = s_path (fixture->base, "outside_dir");
+    char *outside_sub = s_path (fixture->base, "outside_dir/sub");
+    char *inside_sub = s_path (fixture->root, "d/sub");
+    char *d = s_path (fixture->root, "d");
+    assert_int_equal (mkdir (outside_dir, 0700), 0);
+    assert_int_equal (mkdir (outside_sub, 0700), 0);
+    s_put (outside_sub, "f.txt", "outside\n", 8);
+    assert_int_equal (mkdir (d, 0700), 0);
+    assert_int_equal (mkdir (inside_sub, 0700), 0);
+    s_put (inside_sub, "f.txt", "inside\n", 7);
+
+    swapper_t swapper = { .stop = false };
+    snprintf (swapper.d, sizeof swapper.d, "%s", d);
+    snprintf (swapper.d_alt, sizeof swapper.d_alt, "%s/d_alt", fixture->root);
+    assert_int_equal (symlink (outside_dir, swapper.d_alt), 0);
+    pthread_t thread;
+    assert_int_equal (pthread_create (&thread, NULL, s_swapper, &swapper), 0);
+
+    size_t reads_ok = 0, reads_out = 0, writes_ok = 0;
+    char error [256];
+    for (size_t index = 0; index < RACE_READS; index++) {
+        size_t size = 0;
+        char *text = dsh_fsops_read (fixture->fspath, "d/sub/f.txt", 0, -1, &size,
+                                     error, sizeof error);
+        if (text) {
+            reads_ok++;
+            if (strcmp (text, "outside\n") == 0)
+                reads_out++;
+            else
+                assert_string_equal (text, "inside\n");
+        }
+        free (text);
+        if (index < RACE_WRITES
+        &&  dsh_fsops_write (fixture->fspath, "d/sub/w.txt", "written\n", 8,
+                             error, sizeof error) == 0)
+            writes_ok++;
+    }
+    swapper.stop = true;
+    pthread_join (thread, NULL);
+
+    //  Nothing outside changed: sub still holds f.txt alone, as it was.
+    DIR *dir = opendir (outside_sub);
+    assert_non_null (dir);
+    struct dirent *dirent;
+    size_t outside_entries = 0;
+    while ((dirent = readdir (dir)))
+        if (strcmp (dirent->d_name, ".") != 0 && strcmp (dirent->d_name, "..") != 0)
+            outside_entries++;
+    closedir (dir);
+    size_t size;
+    char *outside = s_get (outside_sub, "f.txt", &size);
+    print_message ("race (%s): %zu swaps, %zu of %d reads succeeded, %zu read outside; "
+                   "%zu of %d writes succeeded, %zu entries in outside_dir/sub (1: f.txt alone)\n",
+                   dsh_fspath_resolver (fixture->fspath),
+                   swapper.swaps, reads_ok, RACE_READS, reads_out,
+                   writes_ok, RACE_WRITES, outside_entries);
+    assert_int_equal (reads_out, 0);
+    assert_int_equal (outside_entries, 1);
+    assert_int_equal (size, 8);
+    assert_memory_equal (outside, "outside\n", 8);
+    free (outside);
+    free (outside_dir);
+    free (outside_sub);
+    free (inside_sub);
+    free (d);
+}
+
+static void
+test_symlink_swap_race (void **state)
+{
+    s_race (*state);
+}
+
 //  The sandbox stamp: read-only refuses writes only; no stamp and
 //  danger-full-access leave the root's confinement alone.
 static void
@@ -479,12 +621,22 @@ test_sandbox_workspace (void **state)
                                                error, sizeof error), 0);
     assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/../a.txt", true, "workspace-write", "zeta",
                                                error, sizeof error), -1);
-    //  A link inside the workspace that leads out of it
+    //  A link inside the workspace that leads out of it: its name is in the
+    //  workspace, and the write refuses to follow it
     char *link = s_path (fixture->root, "zeta/up");
     assert_int_equal (symlink ("../a.txt", link), 0);
     free (link);
     assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/up", true, "workspace-write", "zeta",
-                                               error, sizeof error), -1);
+                                               error, sizeof error), 0);
+    s_expect_write_refused (fixture, "zeta/up", "goes through a symlink");
+    s_expect_read (fixture, "a.txt", 0, -1, "one\ntwo\nthree");
+    //  A workspace that is a symlink under the root holds nothing: no path
+    //  through it is ever opened
+    char *workspace_link = s_path (fixture->root, "zeta_link");
+    assert_int_equal (symlink ("zeta", workspace_link), 0);
+    free (workspace_link);
+    assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", true, "workspace-write",
+                                               "zeta_link", error, sizeof error), -1);
     //  An absolute workspace
     char *zeta = s_path (fixture->root, "zeta");
     assert_int_equal (dsh_fsops_check_sandbox (fixture->fspath, "zeta/inner.txt", true, "workspace-write", zeta,
@@ -518,8 +670,13 @@ main (void)
         cmocka_unit_test_setup_teardown (test_write_creates_and_replaces, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_write_refusals, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_write_is_atomic_for_readers, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_symlink_swap_race, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_sandbox_read_only, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_sandbox_workspace, s_setup, s_teardown),
     };
-    return cmocka_run_group_tests (tests, NULL, NULL);
+    s_walk = false;
+    int failed = cmocka_run_group_tests_name ("openat2", tests, NULL, NULL);
+    s_walk = true;
+    failed += cmocka_run_group_tests_name ("walk", tests, NULL, NULL);
+    return failed;
 }
