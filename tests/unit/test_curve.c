@@ -1,0 +1,278 @@
+/*  =========================================================================
+    test_curve - dsh_curve: keygen's checks, client key setup and its
+    errors, identities read off real CURVE messages (roles, component
+    patterns, admin), and the handshake watch telling a refused key and a
+    plain client apart
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsh_curve.h"
+#include "dsh_proto.h"
+
+static char s_dir [64];
+
+static char *
+s_path (const char *name)
+{
+    return zsys_sprintf ("%s/%s", s_dir, name);
+}
+
+static int
+s_setup (void **state)
+{
+    (void) state;
+    snprintf (s_dir, sizeof (s_dir), "/tmp/dsh-test-curve-XXXXXX");
+    assert_non_null (mkdtemp (s_dir));
+    char *allow = s_path ("allow");
+    zsys_dir_create (allow);
+    zstr_free (&allow);
+    return 0;
+}
+
+static int
+s_teardown (void **state)
+{
+    (void) state;
+    zdir_t *dir = zdir_new (s_dir, NULL);
+    if (dir) {
+        zdir_remove (dir, true);
+        zdir_destroy (&dir);
+    }
+    return 0;
+}
+
+//  keygen refuses what the broker could not enforce
+static void
+test_keygen_checks (void **state)
+{
+    (void) state;
+    char error [256];
+    char *path = s_path ("k.cert");
+    assert_int_equal (dsh_curve_keygen (path, "root", NULL, NULL, NULL, error, sizeof (error)), -1);
+    assert_non_null (strstr (error, "is not one of"));
+    assert_int_equal (dsh_curve_keygen (path, "component", NULL, NULL, NULL, error, sizeof (error)), -1);
+    assert_non_null (strstr (error, "--components"));
+    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, NULL, NULL, error, sizeof (error)), -1);
+    assert_non_null (strstr (error, "--agent"));
+    assert_int_equal (dsh_curve_keygen (path, "agent", "x", "a", NULL, error, sizeof (error)), -1);
+    assert_int_equal (dsh_curve_keygen (path, "component", "c", "a", NULL, error, sizeof (error)), -1);
+    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, "bad\001id", NULL, error, sizeof (error)), -1);
+    assert_false (zsys_file_exists (path));
+
+    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, "alice", "Alice", error, sizeof (error)), 0);
+    zcert_t *cert = zcert_load (path);
+    assert_non_null (cert);
+    assert_string_equal (zcert_meta (cert, "role"), "agent");
+    assert_string_equal (zcert_meta (cert, "agent"), "alice");
+    assert_string_equal (zcert_meta (cert, "name"), "Alice");
+    assert_string_not_equal (zcert_secret_txt (cert), "0000000000000000000000000000000000000000");
+    zcert_destroy (&cert);
+    zstr_free (&path);
+}
+
+//  setup wants both keys, each a real certificate, ours with its secret
+static void
+test_setup_errors (void **state)
+{
+    (void) state;
+    char error [256];
+    char *ours = s_path ("ours.cert");
+    char *broker = s_path ("broker.cert");
+    char *public_only = s_path ("public.cert");
+    char *garbage = s_path ("garbage.cert");
+    assert_int_equal (dsh_curve_keygen (ours, "admin", NULL, NULL, NULL, error, sizeof (error)), 0);
+    assert_int_equal (dsh_curve_keygen (broker, "admin", NULL, NULL, NULL, error, sizeof (error)), 0);
+    zcert_t *cert = zcert_load (ours);
+    zcert_save_public (cert, public_only);
+    zcert_destroy (&cert);
+    FILE *file = fopen (garbage, "w");
+    assert_non_null (file);
+    fputs ("curve\n    public-key = \"not a key\n", file);
+    fclose (file);
+
+    unsetenv ("DSH_CERT");
+    unsetenv ("DSH_BROKER_CERT");
+    assert_int_equal (dsh_curve_setup (ours, NULL, error, sizeof (error)), -1);
+    assert_non_null (strstr (error, "broker's public certificate"));
+    assert_int_equal (dsh_curve_setup (ours, "/nonexistent.cert", error, sizeof (error)), -1);
+    assert_non_null (strstr (error, "no such certificate"));
+    assert_int_equal (dsh_curve_setup (public_only, broker, error, sizeof (error)), -1);
+    assert_non_null (strstr (error, "no secret key"));
+    assert_int_equal (dsh_curve_setup (garbage, broker, error, sizeof (error)), -1);
+    assert_false (dsh_curve_on ());
+
+    assert_int_equal (dsh_curve_setup (ours, broker, error, sizeof (error)), 0);
+    assert_true (dsh_curve_on ());
+    assert_int_equal (strlen (dsh_curve_public_key ()), 40);
+    assert_int_equal (dsh_curve_setup (NULL, NULL, error, sizeof (error)), 0);
+    assert_false (dsh_curve_on ());
+    zstr_free (&ours);
+    zstr_free (&broker);
+    zstr_free (&public_only);
+    zstr_free (&garbage);
+}
+
+//  A CURVE ROUTER served with zauth over the allow-list, and a client with
+//  the key in path: returns the first frame of what the server received
+//  from the wire (the client's body), or NULL if none came.
+typedef struct {
+    zactor_t *auth;
+    zcert_t *server_cert;
+    zsock_t *server;
+    int port;
+} s_server_t;
+
+static void
+s_server_start (s_server_t *self)
+{
+    self->auth = zactor_new (zauth, NULL);
+    char *allow = s_path ("allow");
+    zstr_sendx (self->auth, "CURVE", allow, NULL);
+    zsock_wait (self->auth);
+    zstr_free (&allow);
+    self->server_cert = zcert_new ();
+    self->server = zsock_new (ZMQ_ROUTER);
+    dsh_curve_server (self->server, self->server_cert);
+    self->port = zsock_bind (self->server, "tcp://127.0.0.1:*");
+    assert_true (self->port > 0);
+}
+
+static void
+s_server_stop (s_server_t *self)
+{
+    zsock_destroy (&self->server);
+    zcert_destroy (&self->server_cert);
+    zactor_destroy (&self->auth);
+}
+
+//  A client with a new key of role/components/agent (allowed if allow);
+//  sends "hi"; checks what the server reads of it.
+static zmsg_t *
+s_exchange (s_server_t *server, const char *role, const char *components, const char *agent, bool allow,
+            zsock_t **client_p)
+{
+    char error [256];
+    char *path = s_path ("client.cert");
+    char *broker = s_path ("server.cert");
+    assert_int_equal (dsh_curve_keygen (path, role, components, agent, NULL, error, sizeof (error)), 0);
+    zcert_save_public (server->server_cert, broker);
+    if (allow) {
+        char *allowed = zsys_sprintf ("%s/allow/%s-%s.cert", s_dir, role, components? components: "x");
+        zcert_t *cert = zcert_load (path);
+        zcert_save_public (cert, allowed);
+        zcert_destroy (&cert);
+        zstr_free (&allowed);
+        zclock_sleep (1100);        //  zauth sees a directory change by its mtime
+    }
+    assert_int_equal (dsh_curve_setup (path, broker, error, sizeof (error)), 0);
+    zsock_t *client = zsock_new (ZMQ_DEALER);
+    dsh_curve_client (client);
+    zsock_connect (client, "tcp://127.0.0.1:%d", server->port);
+    zstr_send (client, "hi");
+    zsock_set_rcvtimeo (server->server, 2000);
+    zmsg_t *msg = zmsg_recv (server->server);
+    *client_p = client;
+    zstr_free (&path);
+    zstr_free (&broker);
+    return msg;
+}
+
+static void
+test_identity_from_metadata (void **state)
+{
+    (void) state;
+    s_server_t server = { 0 };
+    s_server_start (&server);
+    zsock_t *client = NULL;
+    zmsg_t *msg = s_exchange (&server, "component", "demo, fs-*", NULL, true, &client);
+    assert_non_null (msg);
+    dsh_identity_t peer;
+    dsh_identity_read_frame (&peer, zmsg_last (msg));
+    assert_true (dsh_identity_known (&peer));
+    assert_string_equal (peer.key, dsh_curve_public_key ());
+    assert_true (dsh_identity_is (&peer, DSH_ROLE_COMPONENT));
+    assert_false (dsh_identity_is (&peer, DSH_ROLE_AGENT));
+    assert_true (dsh_identity_serves (&peer, "demo"));
+    assert_true (dsh_identity_serves (&peer, "fs-1"));
+    assert_false (dsh_identity_serves (&peer, "fs"));
+    assert_false (dsh_identity_serves (&peer, "demo2"));
+    zmsg_destroy (&msg);
+    zsock_destroy (&client);
+
+    msg = s_exchange (&server, "admin", NULL, "ops", true, &client);
+    assert_non_null (msg);
+    dsh_identity_read_frame (&peer, zmsg_last (msg));
+    assert_true (dsh_identity_is (&peer, DSH_ROLE_AGENT));
+    assert_true (dsh_identity_is (&peer, DSH_ROLE_APPROVER));
+    assert_false (dsh_identity_is (&peer, DSH_ROLE_COMPONENT));
+    assert_false (dsh_identity_serves (&peer, "demo"));
+    assert_string_equal (peer.agent, "ops");
+    zmsg_destroy (&msg);
+    zsock_destroy (&client);
+
+    //  Not in the allow-list: nothing arrives, and the watch says why
+    char error [256];
+    char *path = s_path ("stranger.cert");
+    char *broker = s_path ("server.cert");
+    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, "eve", NULL, error, sizeof (error)), 0);
+    assert_int_equal (dsh_curve_setup (path, broker, error, sizeof (error)), 0);
+    client = zsock_new (ZMQ_DEALER);
+    dsh_curve_client (client);
+    dsh_handshake_t *handshake = dsh_handshake_new (client);
+    zsock_connect (client, "tcp://127.0.0.1:%d", server.port);
+    zstr_send (client, "hi");
+    zsock_set_rcvtimeo (server.server, 500);
+    msg = zmsg_recv (server.server);
+    assert_null (msg);
+    const char *failure = NULL;
+    for (int attempt = 0; attempt < 50 && !failure; attempt++, zclock_sleep (100))
+        failure = dsh_handshake_failure (handshake);
+    assert_non_null (failure);
+    assert_non_null (strstr (failure, "refused this party's key"));
+    dsh_handshake_destroy (&handshake);
+    zsock_destroy (&client);
+
+    //  A plain client: the broker requires CURVE
+    unsetenv ("DSH_CERT");
+    unsetenv ("DSH_BROKER_CERT");
+    assert_int_equal (dsh_curve_setup (NULL, NULL, error, sizeof (error)), 0);
+    client = zsock_new (ZMQ_DEALER);
+    handshake = dsh_handshake_new (client);
+    zsock_connect (client, "tcp://127.0.0.1:%d", server.port);
+    failure = NULL;
+    for (int attempt = 0; attempt < 50 && !failure; attempt++, zclock_sleep (100))
+        failure = dsh_handshake_failure (handshake);
+    assert_non_null (failure);
+    assert_non_null (strstr (failure, "requires CURVE"));
+    assert_int_equal (dsh_handshake_successes (handshake), 0);
+    dsh_handshake_destroy (&handshake);
+    zsock_destroy (&client);
+    zstr_free (&path);
+    zstr_free (&broker);
+    s_server_stop (&server);
+}
+
+int
+main (void)
+{
+    zsys_init ();
+    zsys_set_logstream (stderr);
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_keygen_checks),
+        cmocka_unit_test (test_setup_errors),
+        cmocka_unit_test (test_identity_from_metadata),
+    };
+    int rc = cmocka_run_group_tests (tests, s_setup, s_teardown);
+    char error [64];
+    dsh_curve_setup (NULL, NULL, error, sizeof (error));
+    return rc;
+}
