@@ -4,6 +4,7 @@
 */
 
 #include "dsh_config.h"
+#include "dsh_curve.h"
 #include "dsh_proto.h"
 
 dsh_config_t *
@@ -273,7 +274,7 @@ dsh_config_secure (dsh_config_t *self, char *error, size_t error_size)
         return -1;
     }
     zcert_destroy (&self->cert);
-    self->cert = zsys_file_exists (self->certificate)? zcert_load (self->certificate): NULL;
+    self->cert = dsh_curve_load (self->certificate);
     if (!self->cert) {
         snprintf (error, error_size, "security/certificate: \"%s\" is not a certificate `dsh keygen` wrote",
                   self->certificate);

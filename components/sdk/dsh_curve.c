@@ -34,6 +34,32 @@ dsh_curve_valid_role (const char *role)
     return false;
 }
 
+//  True if the file at path reads as ZPL (or does not exist).
+static bool
+s_parses (const char *path)
+{
+    if (!zsys_file_exists (path))
+        return true;
+    zchunk_t *chunk = zchunk_slurp (path, 0);
+    zconfig_t *root = chunk? zconfig_chunk_load (chunk): NULL;
+    zchunk_destroy (&chunk);
+    bool parses = root != NULL;
+    zconfig_destroy (&root);
+    return parses;
+}
+
+zcert_t *
+dsh_curve_load (const char *path)
+{
+    assert (path);
+    //  zcert_load (czmq 4.2's zconfig_load) leaks when a file does not
+    //  parse, and a bad certificate is input to expect: check first
+    char *secret = zsys_sprintf ("%s_secret", path);
+    bool parses = s_parses (path) && s_parses (secret);
+    zstr_free (&secret);
+    return parses && zsys_file_exists (path)? zcert_load (path): NULL;
+}
+
 //  Loads a certificate; NULL with a reason. zcert_load reads path, and
 //  path_secret if it exists.
 static zcert_t *
@@ -43,7 +69,7 @@ s_load (const char *path, bool secret, char *error, size_t error_size)
         snprintf (error, error_size, "%s: no such certificate", path);
         return NULL;
     }
-    zcert_t *cert = zcert_load (path);
+    zcert_t *cert = dsh_curve_load (path);
     if (!cert) {
         snprintf (error, error_size, "%s: not a CURVE certificate (want the files `dsh keygen` writes)", path);
         return NULL;

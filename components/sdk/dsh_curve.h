@@ -84,6 +84,12 @@ void
 void
     dsh_curve_set_server (zcert_t *cert);
 
+//  Load a certificate (path, and path + "_secret" if it exists), or NULL
+//  if it is missing or is not one. Unlike zcert_load, costs nothing on a
+//  file that does not parse.
+zcert_t *
+    dsh_curve_load (const char *path);
+
 //  Write a new certificate pair to path and path + "_secret", with role and
 //  the optional components (patterns) and agent id in its metadata, and
 //  name if given. Returns 0, or -1 with a reason.

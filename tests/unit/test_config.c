@@ -1,6 +1,7 @@
 /*  =========================================================================
     test_config - dsh_config: defaults, keys and their bounds, ZPL files,
-    and the endpoints derived from the front one
+    the endpoints derived from the front one, and the security section:
+    CURVE's keys, and no plain broker beyond loopback
     =========================================================================
 */
 
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "dsh_config.h"
+#include "dsh_curve.h"
 #include "dsh_proto.h"
 
 static void
@@ -351,6 +353,111 @@ test_derive (void **state)
     dsh_config_destroy (&config);
 }
 
+static void
+test_loopback (void **state)
+{
+    (void) state;
+    assert_true (dsh_config_loopback ("tcp://127.0.0.1:7570"));
+    assert_true (dsh_config_loopback ("tcp://127.3.2.1:*"));
+    assert_true (dsh_config_loopback ("tcp://localhost:7570"));
+    assert_true (dsh_config_loopback ("tcp://[::1]:7570"));
+    assert_true (dsh_config_loopback ("ipc:///tmp/dsh"));
+    assert_true (dsh_config_loopback ("inproc://dsh"));
+    assert_false (dsh_config_loopback ("tcp://0.0.0.0:7570"));
+    assert_false (dsh_config_loopback ("tcp://*:7570"));
+    assert_false (dsh_config_loopback ("tcp://10.0.0.1:7570"));
+    assert_false (dsh_config_loopback ("tcp://127.0.0.1;10.0.0.1:7570"));
+    assert_false (dsh_config_loopback ("tcp://1270.0.0.1:7570"));
+}
+
+//  Plain beyond loopback only with insecure; CURVE needs a real keypair
+//  and an allow-list directory; the section's keys stay in their section
+static void
+test_security (void **state)
+{
+    (void) state;
+    char error [512] = "";
+    dsh_config_t *config = dsh_config_new ();
+    dsh_config_derive (config);
+    assert_int_equal (dsh_config_secure (config, error, sizeof error), 0);
+    dsh_config_destroy (&config);
+
+    config = dsh_config_new ();
+    assert_int_equal (dsh_config_set (config, "endpoint", "tcp://0.0.0.0:7570", error, sizeof error), 0);
+    dsh_config_derive (config);
+    assert_int_equal (dsh_config_secure (config, error, sizeof error), -1);
+    s_assert_contains (error, "--insecure");
+    assert_int_equal (dsh_config_set (config, "insecure", "true", error, sizeof error), 0);
+    assert_int_equal (dsh_config_secure (config, error, sizeof error), 0);
+    dsh_config_destroy (&config);
+
+    char directory [] = "/tmp/dsh-test-config-XXXXXX";
+    assert_non_null (mkdtemp (directory));
+    char *cert = zsys_sprintf ("%s/broker.cert", directory);
+    char *secret = zsys_sprintf ("%s/broker.cert_secret", directory);
+    assert_int_equal (dsh_curve_keygen (cert, "admin", NULL, NULL, NULL, error, sizeof error), 0);
+
+    config = dsh_config_new ();
+    assert_int_equal (dsh_config_set (config, "curve", "true", error, sizeof error), 0);
+    assert_int_equal (dsh_config_secure (config, error, sizeof error), -1);
+    s_assert_contains (error, "certificate");
+    assert_int_equal (dsh_config_set (config, "certificate", cert, error, sizeof error), 0);
+    assert_int_equal (dsh_config_secure (config, error, sizeof error), -1);
+    s_assert_contains (error, "allow-list");
+    assert_int_equal (dsh_config_set (config, "allow", cert, error, sizeof error), 0);
+    assert_int_equal (dsh_config_secure (config, error, sizeof error), -1);
+    s_assert_contains (error, "is not a directory");
+    assert_int_equal (dsh_config_set (config, "allow", directory, error, sizeof error), 0);
+    assert_int_equal (dsh_config_secure (config, error, sizeof error), 0);
+    assert_non_null (config->cert);
+    dsh_config_destroy (&config);
+
+    //  Without its secret the keypair cannot serve
+    unlink (secret);
+    config = dsh_config_new ();
+    assert_int_equal (dsh_config_set (config, "certificate", cert, error, sizeof error), 0);
+    assert_int_equal (dsh_config_set (config, "allow", directory, error, sizeof error), 0);
+    assert_int_equal (dsh_config_secure (config, error, sizeof error), -1);
+    s_assert_contains (error, "no secret key");
+    dsh_config_destroy (&config);
+
+    //  Garbage where the certificate should be
+    FILE *file = fopen (cert, "w");
+    assert_non_null (file);
+    fputs ("curve\n  public-key = \"unterminated\n", file);
+    fclose (file);
+    config = dsh_config_new ();
+    assert_int_equal (dsh_config_set (config, "certificate", cert, error, sizeof error), 0);
+    assert_int_equal (dsh_config_set (config, "allow", directory, error, sizeof error), 0);
+    assert_int_equal (dsh_config_secure (config, error, sizeof error), -1);
+    s_assert_contains (error, "is not a certificate");
+    dsh_config_destroy (&config);
+    unlink (cert);
+    rmdir (directory);
+    zstr_free (&cert);
+    zstr_free (&secret);
+
+    //  In a file: the security section, and its keys nowhere else
+    const char *path = s_write ("security\n    curve = true\n    allow = \"/tmp\"\n");
+    config = dsh_config_new ();
+    assert_int_equal (dsh_config_load (config, path, error, sizeof error), 0);
+    assert_true (config->curve);
+    assert_string_equal (config->allow, "/tmp");
+    dsh_config_destroy (&config);
+    unlink (path);
+    path = s_write ("broker\n    curve = true\n");
+    config = dsh_config_new ();
+    assert_int_equal (dsh_config_load (config, path, error, sizeof error), -1);
+    s_assert_contains (error, "broker/unknown setting \"curve\"");
+    dsh_config_destroy (&config);
+    unlink (path);
+    path = s_write ("security\n    heartbeat_ms = 100\n");
+    config = dsh_config_new ();
+    assert_int_equal (dsh_config_load (config, path, error, sizeof error), -1);
+    s_assert_contains (error, "security/unknown setting");
+    dsh_config_destroy (&config);
+}
+
 int
 main (void)
 {
@@ -365,6 +472,8 @@ main (void)
         cmocka_unit_test (test_load_missing_file),
         cmocka_unit_test_teardown (test_load_not_zpl, s_teardown),
         cmocka_unit_test (test_derive),
+        cmocka_unit_test (test_loopback),
+        cmocka_unit_test_teardown (test_security, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
