@@ -606,7 +606,7 @@ static zmsg_t *
 s_slot_recv (s_slot_t *slot, zsock_t *reader)
 {
     zmsg_t *msg = zmsg_recv (reader);
-    dsh_identity_t peer = { NULL, NULL, NULL, NULL };
+    dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL };
     //  The last frame came over the wire (a ROUTER's routing id frame may
     //  lack the connection's metadata)
     if (msg && zmsg_last (msg))

@@ -952,7 +952,7 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
         s_front_refuse (self, parts, error);
         return;
     }
-    s_request_t request = { parts, &parts->part [parts->body], NULL, NULL, NULL, { NULL, NULL, NULL, NULL } };
+    s_request_t request = { parts, &parts->part [parts->body], NULL, NULL, NULL, { NULL, NULL, NULL, NULL, NULL } };
     char reason [256];
     request.doc = dsh_doc_new (zmq_msg_data (request.body), zmq_msg_size (request.body), reason, sizeof (reason));
     if (!request.doc || dsh_doc_root (request.doc)->type != MSGPACK_OBJECT_MAP) {
@@ -1202,15 +1202,52 @@ s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
 //  ---------------------------------------------------------------------
 //  Announce socket: presence of components
 
+//  Under CURVE, a component key whose certificate lists tool names may
+//  announce only those: fills offered with the entries it may (pointing
+//  into presence's document) and refusals with the others.
 static void
-s_handle_announce (self_t *self, dsh_presence_t *presence)
+s_offered_tools (self_t *self, dsh_identity_t *peer, dsh_presence_t *presence,
+                 msgpack_object *offered, zlistx_t *refusals)
+{
+    const msgpack_object_array *tools = &presence->tools->via.array;
+    *offered = *presence->tools;
+    if (!self->curve || !peer->tools)
+        return;
+    offered->via.array.ptr = (msgpack_object *) zmalloc ((tools->size + 1) * sizeof (msgpack_object));
+    offered->via.array.size = 0;
+    for (uint32_t index = 0; index < tools->size; index++) {
+        const msgpack_object *name = dsh_map_get (&tools->ptr [index], "name");
+        char text [DSH_NAME_MAX + 1] = "";
+        if (name && name->type == MSGPACK_OBJECT_STR && name->via.str.size <= DSH_NAME_MAX)
+            snprintf (text, sizeof (text), "%.*s", (int) name->via.str.size, name->via.str.ptr);
+        if (!*text || dsh_identity_offers (peer, text))
+            offered->via.array.ptr [offered->via.array.size++] = tools->ptr [index];
+        else {
+            self->forbidden++;
+            dsh_refusal_t *refusal = (dsh_refusal_t *) zmalloc (sizeof (dsh_refusal_t));
+            assert (refusal);
+            refusal->component = strdup (presence->component);
+            refusal->name = strdup (text);
+            refusal->reason = zsys_sprintf ("tool \"%s\": key %.8s... may not offer it (its certificate's "
+                                            "tools are %s)", text, peer->key, peer->tools);
+            zlistx_add_end (refusals, refusal);
+        }
+    }
+}
+
+static void
+s_handle_announce (self_t *self, dsh_presence_t *presence, dsh_identity_t *peer)
 {
     zlistx_t *events = zlistx_new ();
     zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
     zlistx_t *refusals = zlistx_new ();
     zlistx_set_destructor (refusals, (zlistx_destructor_fn *) dsh_refusal_destroy);
+    msgpack_object offered;
+    s_offered_tools (self, peer, presence, &offered, refusals);
     dsh_catalog_announce (self->catalog, presence->component, presence->generation,
-                          presence->tools, zclock_mono (), events, refusals);
+                          &offered, zclock_mono (), events, refusals);
+    if (offered.via.array.ptr != presence->tools->via.array.ptr)
+        free (offered.via.array.ptr);
     s_publish (self, events);
     for (dsh_refusal_t *refusal = zlistx_first (refusals); refusal; refusal = zlistx_next (refusals)) {
         zsys_warning ("dsh-broker: refused from component %s: %s", refusal->component, refusal->reason);
@@ -1251,7 +1288,7 @@ s_announce_one (zsock_t *reader, void *arg)
     if ((doc = dsh_proto_decode_body (body, error, sizeof (error))))
         dsh_proto_decode_presence (doc, command, &presence, error, sizeof (error));
 
-    dsh_identity_t peer;
+    dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL };
     if (protocol)
         dsh_identity_read_frame (&peer, protocol);
     if (*error) {
@@ -1266,7 +1303,7 @@ s_announce_one (zsock_t *reader, void *arg)
     }
     else
     if (streq (command, DSH_ANNOUNCE))
-        s_handle_announce (self, &presence);
+        s_handle_announce (self, &presence, &peer);
     else
     if (streq (command, DSH_HEARTBEAT)) {
         if (dsh_catalog_touch (self->catalog, presence.component, presence.generation, zclock_mono ()))

@@ -63,6 +63,7 @@ typedef struct {
     const char *broker_cert;    //  --broker-cert, else $DSH_BROKER_CERT
     const char *role;           //  keygen --role
     const char *components;     //  keygen --components
+    const char *tools;          //  keygen --tools
     const char *name;           //  keygen --name
     const char *args [2];       //  positional arguments
     int nargs;
@@ -128,11 +129,12 @@ static const command_t s_commands [] = {
       "(\"allow ID\", \"deny ID\", \"y\" or \"n\" for the latest request) or, with --auto, answer\n"
       "every request alike; on a terminal, show each request readably and ask y/N for it;\n"
       "runs until interrupted or stdin ends", "stage auto", 0, 0, s_approver },
-    { "keygen", "keygen PATH --role component|agent|approver|stage|admin [--components IDS] [--agent ID] [--name N]",
+    { "keygen", "keygen PATH --role component|agent|approver|stage|admin [--components IDS [--tools NAMES]] [--agent ID] [--name N]",
       "write a CURVE keypair: PATH (public, for the broker's allow-list directory) and\n"
       "PATH_secret (keep it private); the role, the component ids a component key may serve\n"
-      "(comma-separated patterns, e.g. \"fs-*\"), and the agent id an agent key is go into\n"
-      "its metadata, which the broker enforces", "role components agent name", 1, 1, s_keygen },
+      "(comma-separated patterns, e.g. \"fs-*\"), the tool names it may announce (--tools,\n"
+      "patterns; default any), and the agent id an agent key is go into its metadata,\n"
+      "which the broker enforces", "role components tools agent name", 1, 1, s_keygen },
 };
 
 #define COMMAND_COUNT (sizeof (s_commands) / sizeof (s_commands [0]))
@@ -328,6 +330,9 @@ s_parse (int argc, char *argv [], int index, const command_t *command,
         else
         if (streq (name, "components"))
             options->components = value;
+        else
+        if (streq (name, "tools"))
+            options->tools = value;
         else
         if (streq (name, "name"))
             options->name = value;
@@ -1428,7 +1433,7 @@ s_keygen (options_t *options)
 {
     const char *path = options->args [0];
     char error [512];
-    if (dsh_curve_keygen (path, options->role, options->components, options->agent, options->name,
+    if (dsh_curve_keygen (path, options->role, options->components, options->tools, options->agent, options->name,
                           error, sizeof (error))) {
         fprintf (stderr, "dsh: keygen: %s\n", error);
         return EXIT_USAGE;
@@ -1440,6 +1445,8 @@ s_keygen (options_t *options)
     json_object_set_new (out, "secret", json_string (secret));
     if (options->components)
         json_object_set_new (out, "components", json_string (options->components));
+    if (options->tools)
+        json_object_set_new (out, "tools", json_string (options->tools));
     if (options->agent)
         json_object_set_new (out, "agent", json_string (options->agent));
     s_print (out, JSON_DOCUMENT);

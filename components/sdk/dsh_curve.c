@@ -170,7 +170,7 @@ dsh_curve_set_server (zcert_t *cert)
 }
 
 int
-dsh_curve_keygen (const char *path, const char *role, const char *components,
+dsh_curve_keygen (const char *path, const char *role, const char *components, const char *tools,
                   const char *agent, const char *name, char *error, size_t error_size)
 {
     assert (path);
@@ -183,8 +183,8 @@ dsh_curve_keygen (const char *path, const char *role, const char *components,
         snprintf (error, error_size, "a component key needs --components (the ids it may serve, e.g. \"fs-*\")");
         return -1;
     }
-    if (!streq (role, DSH_ROLE_COMPONENT) && components) {
-        snprintf (error, error_size, "--components is for component keys only");
+    if (!streq (role, DSH_ROLE_COMPONENT) && (components || tools)) {
+        snprintf (error, error_size, "--components and --tools are for component keys only");
         return -1;
     }
     if (streq (role, DSH_ROLE_AGENT) && (!agent || !*agent)) {
@@ -207,6 +207,8 @@ dsh_curve_keygen (const char *path, const char *role, const char *components,
     zcert_set_meta (cert, "role", "%s", role);
     if (components)
         zcert_set_meta (cert, "components", "%s", components);
+    if (tools)
+        zcert_set_meta (cert, "tools", "%s", tools);
     if (agent)
         zcert_set_meta (cert, "agent", "%s", agent);
     if (name)
@@ -233,6 +235,7 @@ s_identity_fill (dsh_identity_t *self, const char *(*get) (void *, const char *)
     self->role = curve? get (message, "role"): NULL;
     self->agent = curve? get (message, "agent"): NULL;
     self->components = curve? get (message, "components"): NULL;
+    self->tools = curve? get (message, "tools"): NULL;
 }
 
 static const char *
@@ -277,30 +280,44 @@ dsh_identity_is (const dsh_identity_t *self, const char *role)
     return streq (self->role, role);
 }
 
-bool
-dsh_identity_serves (const dsh_identity_t *self, const char *component)
+//  True if text matches one of list's comma-separated patterns (fnmatch),
+//  each trimmed of blanks.
+static bool
+s_matches (const char *list, const char *text)
 {
-    assert (self);
-    if (!self->role || !streq (self->role, DSH_ROLE_COMPONENT) || !self->components)
-        return false;
-    //  "a, fs-*" -> "a" "fs-*": each pattern trimmed of blanks
-    const char *cursor = self->components;
+    const char *cursor = list;
     while (*cursor) {
         while (*cursor == ' ' || *cursor == ',')
             cursor++;
         size_t length = strcspn (cursor, ",");
         while (length && cursor [length - 1] == ' ')
             length--;
-        if (length && length <= DSH_ID_MAX) {
-            char pattern [DSH_ID_MAX + 1];
+        if (length && length <= DSH_NAME_MAX) {
+            char pattern [DSH_NAME_MAX + 1];
             memcpy (pattern, cursor, length);
             pattern [length] = 0;
-            if (fnmatch (pattern, component, 0) == 0)
+            if (fnmatch (pattern, text, 0) == 0)
                 return true;
         }
         cursor += strcspn (cursor, ",");
     }
     return false;
+}
+
+bool
+dsh_identity_serves (const dsh_identity_t *self, const char *component)
+{
+    assert (self);
+    if (!self->role || !streq (self->role, DSH_ROLE_COMPONENT) || !self->components)
+        return false;
+    return s_matches (self->components, component);
+}
+
+bool
+dsh_identity_offers (const dsh_identity_t *self, const char *tool)
+{
+    assert (self);
+    return !self->tools || s_matches (self->tools, tool);
 }
 
 //  ---------------------------------------------------------------------

@@ -10,6 +10,8 @@
         role        component | agent | approver | stage | admin
         components  for a component key: the ids it may serve, comma-
                     separated, each a pattern (fnmatch: "fs-*")
+        tools       for a component key, optional: the tool names it may
+                    announce, patterns likewise (absent: any)
         agent       for an agent key: the agent id it is
 
     libzmq attaches that metadata to every message from the connection, so
@@ -91,10 +93,10 @@ zcert_t *
     dsh_curve_load (const char *path);
 
 //  Write a new certificate pair to path and path + "_secret", with role and
-//  the optional components (patterns) and agent id in its metadata, and
-//  name if given. Returns 0, or -1 with a reason.
+//  the optional components and tools (patterns) and agent id in its
+//  metadata, and name if given. Returns 0, or -1 with a reason.
 int
-    dsh_curve_keygen (const char *path, const char *role, const char *components,
+    dsh_curve_keygen (const char *path, const char *role, const char *components, const char *tools,
                       const char *agent, const char *name, char *error, size_t error_size);
 
 //  Who sent a message, as the broker's allow-list says. Strings point into
@@ -104,6 +106,7 @@ typedef struct {
     const char *role;           //  NULL when the certificate has none
     const char *agent;
     const char *components;
+    const char *tools;
 } dsh_identity_t;
 
 //  Read the identity of the connection msg came from.
@@ -126,6 +129,11 @@ bool
 //  True if the identity is a component key allowed to serve component.
 bool
     dsh_identity_serves (const dsh_identity_t *self, const char *component);
+
+//  True if the identity may announce a tool of that name (a component key
+//  whose certificate has no tools list may announce any).
+bool
+    dsh_identity_offers (const dsh_identity_t *self, const char *tool);
 
 //  Watches a connecting socket's handshakes (a libzmq socket monitor) to
 //  tell why a broker does not answer: its key was refused, or it does not

@@ -395,7 +395,7 @@ test_security (void **state)
     assert_non_null (mkdtemp (directory));
     char *cert = zsys_sprintf ("%s/broker.cert", directory);
     char *secret = zsys_sprintf ("%s/broker.cert_secret", directory);
-    assert_int_equal (dsh_curve_keygen (cert, "admin", NULL, NULL, NULL, error, sizeof error), 0);
+    assert_int_equal (dsh_curve_keygen (cert, "admin", NULL, NULL, NULL, NULL, error, sizeof error), 0);
 
     config = dsh_config_new ();
     assert_int_equal (dsh_config_set (config, "curve", "true", error, sizeof error), 0);

@@ -57,18 +57,18 @@ test_keygen_checks (void **state)
     (void) state;
     char error [256];
     char *path = s_path ("k.cert");
-    assert_int_equal (dsh_curve_keygen (path, "root", NULL, NULL, NULL, error, sizeof (error)), -1);
+    assert_int_equal (dsh_curve_keygen (path, "root", NULL, NULL, NULL, NULL, error, sizeof (error)), -1);
     assert_non_null (strstr (error, "is not one of"));
-    assert_int_equal (dsh_curve_keygen (path, "component", NULL, NULL, NULL, error, sizeof (error)), -1);
+    assert_int_equal (dsh_curve_keygen (path, "component", NULL, NULL, NULL, NULL, error, sizeof (error)), -1);
     assert_non_null (strstr (error, "--components"));
-    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, NULL, NULL, error, sizeof (error)), -1);
+    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, NULL, NULL, NULL, error, sizeof (error)), -1);
     assert_non_null (strstr (error, "--agent"));
-    assert_int_equal (dsh_curve_keygen (path, "agent", "x", "a", NULL, error, sizeof (error)), -1);
-    assert_int_equal (dsh_curve_keygen (path, "component", "c", "a", NULL, error, sizeof (error)), -1);
-    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, "bad\001id", NULL, error, sizeof (error)), -1);
+    assert_int_equal (dsh_curve_keygen (path, "agent", "x", NULL, "a", NULL, error, sizeof (error)), -1);
+    assert_int_equal (dsh_curve_keygen (path, "component", "c", NULL, "a", NULL, error, sizeof (error)), -1);
+    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, NULL, "bad\001id", NULL, error, sizeof (error)), -1);
     assert_false (zsys_file_exists (path));
 
-    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, "alice", "Alice", error, sizeof (error)), 0);
+    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, NULL, "alice", "Alice", error, sizeof (error)), 0);
     zcert_t *cert = zcert_load (path);
     assert_non_null (cert);
     assert_string_equal (zcert_meta (cert, "role"), "agent");
@@ -89,8 +89,8 @@ test_setup_errors (void **state)
     char *broker = s_path ("broker.cert");
     char *public_only = s_path ("public.cert");
     char *garbage = s_path ("garbage.cert");
-    assert_int_equal (dsh_curve_keygen (ours, "admin", NULL, NULL, NULL, error, sizeof (error)), 0);
-    assert_int_equal (dsh_curve_keygen (broker, "admin", NULL, NULL, NULL, error, sizeof (error)), 0);
+    assert_int_equal (dsh_curve_keygen (ours, "admin", NULL, NULL, NULL, NULL, error, sizeof (error)), 0);
+    assert_int_equal (dsh_curve_keygen (broker, "admin", NULL, NULL, NULL, NULL, error, sizeof (error)), 0);
     zcert_t *cert = zcert_load (ours);
     zcert_save_public (cert, public_only);
     zcert_destroy (&cert);
@@ -157,13 +157,13 @@ s_server_stop (s_server_t *self)
 //  A client with a new key of role/components/agent (allowed if allow);
 //  sends "hi"; checks what the server reads of it.
 static zmsg_t *
-s_exchange (s_server_t *server, const char *role, const char *components, const char *agent, bool allow,
-            zsock_t **client_p)
+s_exchange (s_server_t *server, const char *role, const char *components, const char *tools,
+            const char *agent, bool allow, zsock_t **client_p)
 {
     char error [256];
     char *path = s_path ("client.cert");
     char *broker = s_path ("server.cert");
-    assert_int_equal (dsh_curve_keygen (path, role, components, agent, NULL, error, sizeof (error)), 0);
+    assert_int_equal (dsh_curve_keygen (path, role, components, tools, agent, NULL, error, sizeof (error)), 0);
     zcert_save_public (server->server_cert, broker);
     if (allow) {
         char *allowed = zsys_sprintf ("%s/allow/%s-%s.cert", s_dir, role, components? components: "x");
@@ -193,7 +193,7 @@ test_identity_from_metadata (void **state)
     s_server_t server = { 0 };
     s_server_start (&server);
     zsock_t *client = NULL;
-    zmsg_t *msg = s_exchange (&server, "component", "demo, fs-*", NULL, true, &client);
+    zmsg_t *msg = s_exchange (&server, "component", "demo, fs-*", NULL, NULL, true, &client);
     assert_non_null (msg);
     dsh_identity_t peer;
     dsh_identity_read_frame (&peer, zmsg_last (msg));
@@ -205,10 +205,20 @@ test_identity_from_metadata (void **state)
     assert_true (dsh_identity_serves (&peer, "fs-1"));
     assert_false (dsh_identity_serves (&peer, "fs"));
     assert_false (dsh_identity_serves (&peer, "demo2"));
+    assert_true (dsh_identity_offers (&peer, "anything"));
     zmsg_destroy (&msg);
     zsock_destroy (&client);
 
-    msg = s_exchange (&server, "admin", NULL, "ops", true, &client);
+    msg = s_exchange (&server, "component", "narrow", "narrow_*,x", NULL, true, &client);
+    assert_non_null (msg);
+    dsh_identity_read_frame (&peer, zmsg_last (msg));
+    assert_true (dsh_identity_offers (&peer, "narrow_echo"));
+    assert_true (dsh_identity_offers (&peer, "x"));
+    assert_false (dsh_identity_offers (&peer, "echo"));
+    zmsg_destroy (&msg);
+    zsock_destroy (&client);
+
+    msg = s_exchange (&server, "admin", NULL, NULL, "ops", true, &client);
     assert_non_null (msg);
     dsh_identity_read_frame (&peer, zmsg_last (msg));
     assert_true (dsh_identity_is (&peer, DSH_ROLE_AGENT));
@@ -223,7 +233,7 @@ test_identity_from_metadata (void **state)
     char error [256];
     char *path = s_path ("stranger.cert");
     char *broker = s_path ("server.cert");
-    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, "eve", NULL, error, sizeof (error)), 0);
+    assert_int_equal (dsh_curve_keygen (path, "agent", NULL, NULL, "eve", NULL, error, sizeof (error)), 0);
     assert_int_equal (dsh_curve_setup (path, broker, error, sizeof (error)), 0);
     client = zsock_new (ZMQ_DEALER);
     dsh_curve_client (client);
