@@ -17,6 +17,7 @@
     =========================================================================
 */
 
+#include "dsh_curve.h"
 #include "dsh_client.h"
 #include "dsh_json.h"
 #include "dsh_jsonrpc.h"
@@ -514,6 +515,8 @@ s_usage (FILE *stream)
         "  --agent ID         the agent id every call is made as (policies apply to it);\n"
         "                     tools/list shows only what the permission stage could allow it\n"
         "  --timeout-ms N     each call's deadline (default: the broker's, 60000)\n"
+        "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
+        "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
         "  -v, --verbose      log every call on stderr\n"
         "  -h, --help         show this help\n",
         DSH_DEFAULT_ENDPOINT);
@@ -541,12 +544,15 @@ main (int argc, char *argv [])
         { "broker", required_argument, NULL, 'b' },
         { "agent", required_argument, NULL, 'a' },
         { "timeout-ms", required_argument, NULL, 't' },
+        { "cert", required_argument, NULL, 'C' },
+        { "broker-cert", required_argument, NULL, 'K' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
     self_t self = { .agent = NULL };
     const char *broker = NULL;
+    const char *cert = NULL, *broker_cert = NULL;
     opterr = 0;
     int option;
     while ((option = getopt_long (argc, argv, ":vh", options, NULL)) != -1) {
@@ -554,6 +560,8 @@ main (int argc, char *argv [])
             case 'b': broker = optarg; break;
             case 'a': self.agent = optarg; break;
             case 'v': self.verbose = true; break;
+            case 'C': cert = optarg; break;
+            case 'K': broker_cert = optarg; break;
             case 'h': s_usage (stdout); return 0;
             case 't': {
                 char *end = NULL;
@@ -575,6 +583,9 @@ main (int argc, char *argv [])
         return s_bad_usage ("unexpected argument \"%s\"", argv [optind]);
     if (self.agent && (!*self.agent || strlen (self.agent) > DSH_ID_MAX))
         return s_bad_usage ("invalid agent id \"%s\"", self.agent);
+    char curve_error [512];
+    if (dsh_curve_setup (cert, broker_cert, curve_error, sizeof (curve_error)))
+        return s_bad_usage ("%s", curve_error);
     if (!broker) {
         broker = getenv ("DSH_BROKER");
         if (broker && !*broker)

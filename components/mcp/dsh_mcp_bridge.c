@@ -21,6 +21,7 @@
     =========================================================================
 */
 
+#include "dsh_curve.h"
 #include "dsh_jsonrpc.h"
 #include "dsh_mcp_content.h"
 #include "dsh_json.h"
@@ -846,6 +847,8 @@ s_usage (FILE *stream)
         "                     destructiveHint false), and mark no tool concurrency-safe\n"
         "  --ping-ms N        ping the server every N ms; no answer within N ms = hung\n"
         "                     (default 5000)\n"
+        "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
+        "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
         "  -v, --verbose      log every call\n"
         "  -h, --help         show this help\n",
         DSH_DEFAULT_ENDPOINT);
@@ -876,6 +879,8 @@ main (int argc, char *argv [])
         { "id", required_argument, NULL, 'i' },
         { "untrusted", no_argument, NULL, 'u' },
         { "ping-ms", required_argument, NULL, 'P' },
+        { "cert", required_argument, NULL, 'C' },
+        { "broker-cert", required_argument, NULL, 'K' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
@@ -883,6 +888,7 @@ main (int argc, char *argv [])
     self_t self = { .prefix = "", .ping_ms = 5000, .backoff_ms = BACKOFF_MIN_MS,
                     .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1 };
     const char *id = NULL;
+    const char *cert = NULL, *broker_cert = NULL;
     opterr = 0;
     int option;
     //  "+": stop at the first non-option, so COMMAND's own options stay its
@@ -894,6 +900,8 @@ main (int argc, char *argv [])
             case 'i': id = optarg; break;
             case 'u': self.untrusted = true; break;
             case 'v': self.verbose = true; break;
+            case 'C': cert = optarg; break;
+            case 'K': broker_cert = optarg; break;
             case 'h': s_usage (stdout); return 0;
             case 'P': {
                 char *end = NULL;
@@ -933,6 +941,9 @@ main (int argc, char *argv [])
         zstr_free (&self.component_id);
         return s_bad_usage ("invalid component id \"%s\"", id);
     }
+    char curve_error [512];
+    if (dsh_curve_setup (cert, broker_cert, curve_error, sizeof (curve_error)))
+        return s_bad_usage ("%s", curve_error);
     if (!self.broker) {
         self.broker = getenv ("DSH_BROKER");
         if (self.broker && !*self.broker)
