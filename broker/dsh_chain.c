@@ -641,9 +641,9 @@ s_feed_recv_one (zsock_t *reader, void *arg)
         dsh_proto_token_hex (token, key);
         s_control_t *control = (s_control_t *) zhashx_lookup (self->controls, key);
         if (control && control->stage == slot->index) {
-            zhashx_delete (self->controls, key);
             s_control_forward (self, &control->envelope, control->id, zmsg_first (msg));
-            s_control_destroy (&control);
+            //  The table owns the control: this destroys it
+            zhashx_delete (self->controls, key);
         }
     }
     else
@@ -735,11 +735,11 @@ s_expire_controls (zloop_t *loop, int timer_id, void *arg)
     for (s_control_t *control = zlistx_first (late); control; control = zlistx_next (late)) {
         char key [17];
         dsh_proto_token_hex (control->token, key);
-        zhashx_delete (self->controls, key);
         char message [128];
         snprintf (message, sizeof (message), "stage \"%s\" did not answer", self->slots [control->stage]->name);
         s_control_answer (self, &control->envelope, control->id, false, message, NULL);
-        s_control_destroy (&control);
+        //  The table owns the control: this destroys it
+        zhashx_delete (self->controls, key);
     }
     zlistx_destroy (&late);
     return 0;

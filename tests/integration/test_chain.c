@@ -249,6 +249,17 @@ test_external_stage (void **state)
     assert_string_equal (text, "m first:before remote:before third:before third:after remote:after first:after");
     zstr_free (&text);
 
+    //  A control command goes to the process and its answer comes back,
+    //  twice (the broker once freed the request before answering it)
+    for (int round = 0; round < 2; round++) {
+        char control_error [256];
+        reply = dsh_client_control (chain->client, "remote", "no-such-command", NULL, 5000,
+                                    control_error, sizeof (control_error));
+        assert_non_null (reply);
+        assert_string_equal (dsh_reply_command (reply), DSH_CONTROL);
+        dsh_reply_destroy (&reply);
+    }
+
     //  Killed while a call is below it: that call fails on its way back
     msgpack_sbuffer packed;
     char error [256];
