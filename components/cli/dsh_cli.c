@@ -1333,10 +1333,13 @@ s_approver (options_t *options)
     if (!body)
         return exit_code;
     const char *advertised = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
+    const char *server_key = json_string_value (json_object_get (json_object_get (body, "data"), "serverKey"));
     char *endpoint = advertised? dsh_sock_resolve (advertised, s_endpoint (options)): NULL;
+    char *approvals_key = server_key && strlen (server_key) == 40? strdup (server_key): NULL;
     json_decref (body);
     if (!endpoint) {
         fprintf (stderr, "dsh: stage \"%s\" has no approvals endpoint\n", stage);
+        zstr_free (&approvals_key);
         return EXIT_TOOL_ERROR;
     }
     approver_t self = {
@@ -1350,6 +1353,11 @@ s_approver (options_t *options)
     //  time to leave
     zsock_set_linger (self.dealer, 1000);
     dsh_curve_client (self.dealer);
+    //  An external stage serves approvals with its own key, which the
+    //  broker relayed with the endpoint
+    if (approvals_key && dsh_curve_on ())
+        zsock_set_curve_serverkey (self.dealer, approvals_key);
+    zstr_free (&approvals_key);
     if (zsock_connect (self.dealer, "%s", endpoint)) {
         fprintf (stderr, "dsh: cannot connect to the approvals socket at %s\n", endpoint);
         zsock_destroy (&self.dealer);

@@ -301,6 +301,7 @@ typedef struct {
     dsh_stage_t *stage;         //  known from on_init on
     zsock_t *approvals;         //  ROUTER, bound at setup so a bad endpoint fails early
     char *endpoint;             //  as bound (the real port for "*")
+    char *server_key;           //  the approvals socket's CURVE public key, or NULL
     zhashx_t *approvers;        //  identity as hex -> s_approver_t
     zhashx_t *pending;          //  request id -> s_request_t
 } self_t;
@@ -354,6 +355,7 @@ s_self_destroy (self_t **self_p)
         zhashx_destroy (&self->approvers);
         zsock_destroy (&self->approvals);
         zstr_free (&self->endpoint);
+        zstr_free (&self->server_key);
         dsh_permission_policy_destroy (&self->policy);
         free (self);
         *self_p = NULL;
@@ -730,8 +732,14 @@ s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **erro
 {
     self_t *self = (self_t *) arg;
     self->stage = stage;
-    if (streq (command, "approvals"))
-        return json_pack ("{s:s}", "endpoint", self->endpoint);
+    if (streq (command, "approvals")) {
+        //  The socket's CURVE key comes with its address, over the
+        //  caller's authenticated link to the broker
+        json_t *data = json_pack ("{s:s}", "endpoint", self->endpoint);
+        if (self->server_key)
+            json_object_set_new (data, "serverKey", json_string (self->server_key));
+        return data;
+    }
     if (streq (command, "allowed")) {
         //  Which of these tools the agent could be let to call (allowed,
         //  or allowed once asked): for rendering its prompt
@@ -832,6 +840,8 @@ dsh_permission_setup (zconfig_t *settings, const dsh_middleware_context_t *conte
     //  Under CURVE only keys in the broker's allow-list connect, and of
     //  those only approvers and admins are heard (s_handle_approvals)
     dsh_curve_server (self->approvals, NULL);
+    if (dsh_curve_server_key ())
+        self->server_key = strdup (dsh_curve_server_key ());
     if (zsock_bind (self->approvals, "%s", approvals) == -1) {
         snprintf (error, error_size, "approvals: cannot bind \"%s\": %s", approvals, zmq_strerror (zmq_errno ()));
         s_self_destroy (&self);

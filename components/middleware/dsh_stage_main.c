@@ -30,6 +30,8 @@ s_usage (FILE *stream)
         "  --config FILE      a ZPL file whose root children are the stage's settings\n"
         "  --cert FILE        this stage's CURVE keypair, role stage (default: $DSH_CERT)\n"
         "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
+        "  --allow DIR        a permission stage's approvals socket serves CURVE with this\n"
+        "                     stage's key, to the approver and admin keys in DIR\n"
         "  -h, --help         show this help\n",
         DSH_DEFAULT_ENDPOINT);
 }
@@ -77,11 +79,12 @@ main (int argc, char *argv [])
         { "config", required_argument, NULL, 'c' },
         { "cert", required_argument, NULL, 'C' },
         { "broker-cert", required_argument, NULL, 'K' },
+        { "allow", required_argument, NULL, 'A' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
     const char *broker = NULL, *name = NULL, *kind = NULL, *config = NULL;
-    const char *cert = NULL, *broker_cert = NULL;
+    const char *cert = NULL, *broker_cert = NULL, *allow = NULL;
     opterr = 0;
     int option;
     while ((option = getopt_long (argc, argv, ":h", options, NULL)) != -1) {
@@ -92,6 +95,7 @@ main (int argc, char *argv [])
             case 'c': config = optarg; break;
             case 'C': cert = optarg; break;
             case 'K': broker_cert = optarg; break;
+            case 'A': allow = optarg; break;
             case 'h': s_usage (stdout); return 0;
             case ':':
                 return s_fail ("option %s needs a value (try --help)", argv [optind - 1]);
@@ -108,6 +112,8 @@ main (int argc, char *argv [])
     char curve_error [512];
     if (dsh_curve_setup (cert, broker_cert, curve_error, sizeof (curve_error)))
         return s_fail ("%s", curve_error);
+    if (allow && !dsh_curve_on ())
+        return s_fail ("--allow needs --cert and --broker-cert: the approvals socket serves with this stage's key");
     if (!dsh_middleware_known (kind))
         return s_fail ("unknown kind \"%s\" (permission, plan, hooks, sandbox, trace)", kind);
     if (!broker) {
@@ -123,22 +129,35 @@ main (int argc, char *argv [])
     zconfig_t *settings = NULL;
     if (config && !(settings = s_load_settings (config, error, sizeof (error))))
         return s_fail ("%s", error);
+    //  With --allow, what this stage binds (a permission stage's approvals
+    //  socket) serves CURVE with its own key, checked by zauth here
+    zactor_t *auth = NULL;
+    if (allow) {
+        auth = zactor_new (zauth, NULL);
+        zstr_sendx (auth, "CURVE", allow, NULL);
+        zsock_wait (auth);
+        dsh_curve_set_server (dsh_curve_cert ());
+    }
     dsh_middleware_context_t context = { .name = name, .broker = broker };
     dsh_stage_callbacks_t callbacks = { 0 };
     void *arg = NULL;
     int rc = dsh_middleware_setup (kind, settings, &context, &callbacks, &arg, error, sizeof (error));
     zconfig_destroy (&settings);
-    if (rc)
+    if (rc) {
+        zactor_destroy (&auth);
         return s_fail ("%s: %s", config? config: name, error);
+    }
 
     dsh_stage_t *stage = dsh_stage_new (name, &callbacks, arg);
     if (!stage) {
         if (callbacks.on_destroy)
             callbacks.on_destroy (arg);
+        zactor_destroy (&auth);
         return s_fail ("invalid stage name \"%s\" (1-64 of A-Z a-z 0-9 _ . -)", name);
     }
     if (dsh_stage_attach (stage, broker, ATTACH_TIMEOUT_MS)) {
         dsh_stage_destroy (&stage);
+        zactor_destroy (&auth);
         return s_fail ("cannot attach stage %s to %s (is it an external stage of that broker?)", name, broker);
     }
     printf ("dsh-stage: %s (%s) attached to %s\n", name, kind, broker);
@@ -146,5 +165,6 @@ main (int argc, char *argv [])
     while (!zsys_interrupted)
         zclock_sleep (100);
     dsh_stage_destroy (&stage);
+    zactor_destroy (&auth);
     return 0;
 }

@@ -169,6 +169,18 @@ dsh_curve_set_server (zcert_t *cert)
     s_curve.server = cert;
 }
 
+const char *
+dsh_curve_server_key (void)
+{
+    return s_curve.server? zcert_public_txt (s_curve.server): NULL;
+}
+
+zcert_t *
+dsh_curve_cert (void)
+{
+    return dsh_curve_on ()? s_curve.cert: NULL;
+}
+
 int
 dsh_curve_keygen (const char *path, const char *role, const char *components, const char *tools,
                   const char *agent, const char *name, char *error, size_t error_size)

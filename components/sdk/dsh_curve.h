@@ -92,6 +92,15 @@ void
 zcert_t *
     dsh_curve_load (const char *path);
 
+//  The public key (Z85) of the process's server certificate, or NULL.
+const char *
+    dsh_curve_server_key (void);
+
+//  The process's own client certificate (with its secret), or NULL when
+//  CURVE is off. Not given: the process keeps it.
+zcert_t *
+    dsh_curve_cert (void);
+
 //  Write a new certificate pair to path and path + "_secret", with role and
 //  the optional components and tools (patterns) and agent id in its
 //  metadata, and name if given. Returns 0, or -1 with a reason.
