@@ -15,6 +15,10 @@
                  not or nats-server does not start)
       dsh        client -> dsh-broker (empty chain) -> dsh-demo's echo
       dsh+3pass  the same through three built-in pass-through stages
+      CURVE      dsh and the raw floor again, each plain and with CURVE on
+                 both hops (keys made for the run, the broker checking an
+                 allow-list), plain and CURVE measured back to back figure
+                 by figure: p50/p99, calls/s at 1 and 64 in flight
 
     latency (one call in flight, p50/p99) and throughput (1, 16 and 64 in
     flight) against 1 and 4 replicas, with payloads of 64 B and 4 KiB; then
@@ -24,8 +28,8 @@
     figure is printed with its ratio to the raw floor of the same run, and
     the empty chain's also with its ratio to NATS.
     --quick does it all with small counts (scale: 10 x 100) in a few seconds.
-    --only runs some parts (raw, nats, dsh, pass3, scale), e.g. --only scale
-    to look at the broker's memory run after run.
+    --only runs some parts (raw, nats, dsh, pass3, scale, curve), e.g.
+    --only scale to look at the broker's memory run after run.
     --drive only loads an existing broker's echo tool, for profiling (and
     for tests/mcp/bench.mjs); with --inflight 1 it also prints p50/p99.
 
@@ -57,7 +61,8 @@
 #define S_PAYLOADS      2
 #define S_SUBSCRIBERS   100
 #define S_PART_SCALE    S_VARIANTS
-#define S_PARTS         (S_VARIANTS + 1)
+#define S_PART_CURVE    (S_VARIANTS + 1)
+#define S_PARTS         (S_VARIANTS + 2)
 //  Longest wait for any one reply before a run counts as failed.
 #define S_REPLY_WAIT_MS 5000
 //  Calls --drive makes before it counts (the first one also connects).
@@ -65,11 +70,36 @@
 
 static const char *s_variant_names [S_VARIANTS] = { "raw floor", "NATS", "dsh (empty chain)", "dsh (3 pass stages)" };
 static const char *s_variant_keys [S_VARIANTS] = { "raw", "nats", "dsh", "dsh_pass3" };
-//  What --only takes: the variants, then the scale run.
-static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale" };
+//  What --only takes: the variants, then the scale run and the CURVE part.
+static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale", "curve" };
 static const size_t s_payloads [S_PAYLOADS] = { 64, 4096 };
 static const int s_inflights [] = { 1, 16, 64 };
 #define S_INFLIGHTS     (sizeof (s_inflights) / sizeof (s_inflights [0]))
+
+//  The CURVE part's layouts: each call path plain, and with CURVE
+#define S_CURVE_LAYOUTS 4
+#define S_CURVE_DSH     0
+#define S_CURVE_DSH_ON  1
+#define S_CURVE_RAW     2
+#define S_CURVE_RAW_ON  3
+static const char *s_curve_layout_names [S_CURVE_LAYOUTS] = {
+    "dsh (empty chain)", "dsh with CURVE", "raw floor", "raw floor with CURVE"
+};
+static const char *s_curve_layout_keys [S_CURVE_LAYOUTS] = { "dsh", "dsh_curve", "raw", "raw_curve" };
+//  Its figures for each payload, in the order they are printed
+static const struct {
+    const char *figure;
+    int inflight;
+} s_curve_figures [] = {
+    { "latency_p50_us", 1 }, { "latency_p99_us", 1 }, { "calls_per_s", 1 }, { "calls_per_s", 64 }
+};
+#define S_CURVE_FIGURES (sizeof (s_curve_figures) / sizeof (s_curve_figures [0]))
+#define S_CURVE_ROWS    (S_PAYLOADS * S_CURVE_FIGURES)
+//  The bench client's agent id, in its key and in every call it sends, so
+//  the CURVE broker checks it and has none to splice in
+#define S_CURVE_AGENT   "bench-agent"
+//  The echo component's id, the one its key may serve
+#define S_CURVE_COMPONENT "bench-curve-demo"
 
 //  How long and how many: every run stops at whichever bound comes first.
 typedef struct {
@@ -97,12 +127,22 @@ typedef struct {
 
 #define S_ROWS_MAX      64
 
+//  One figure of the CURVE part, for each of its layouts.
+typedef struct {
+    const char *figure;
+    size_t payload;
+    int inflight;
+    double value [S_CURVE_LAYOUTS];     //  0: not measured or failed
+} s_curve_row_t;
+
 typedef struct {
     s_plan_t plan;
     bool run [S_PARTS];         //  which parts this run measures
     s_row_t rows [S_ROWS_MAX];
     size_t row_count;
     json_t *scale;              //  scale figures, by name
+    s_curve_row_t curve_rows [S_CURVE_ROWS];
+    double curve_seconds;       //  how long the CURVE part took
     json_t *nats;               //  how NATS was run, or why not
     bool nats_dropped;          //  no NATS figures: not run, or skipped
     bool sane;                  //  false as soon as any figure is missing or insane
@@ -116,6 +156,7 @@ typedef struct {
     zsock_t *raw;
     dsh_bench_nats_t *nats;             //  borrowed
     dsh_client_t *client;
+    const char *agent;                  //  the agent id dsh calls carry, or NULL
     size_t payload;                     //  what was last sent
     zframe_t *raw_body [S_PAYLOADS];    //  the CALL body the raw client sends
     msgpack_sbuffer args [S_PAYLOADS];  //  {"message": payload}
@@ -187,6 +228,9 @@ s_target_new (int variant, const char *endpoint)
         self->raw = zsock_new (ZMQ_DEALER);
         assert (self->raw);
         dsh_sock_limit (self->raw, DSH_MAX_MESSAGE_DEFAULT, 100000);
+        //  A no-op but in the CURVE part, which gives the process keys
+        //  while it makes its targets (s_curve_use)
+        dsh_curve_client (self->raw);
         zsock_connect (self->raw, "%s", endpoint);
     }
     else
@@ -239,7 +283,7 @@ s_target_send (s_target_t *self, size_t payload)
         return zmsg_send (&msg, self->raw);
     }
     return dsh_client_call_send (self->client, NULL, "echo", self->args [payload].data,
-                                 self->args [payload].size, NULL, NULL, 0, 10000)? 0: -1;
+                                 self->args [payload].size, self->agent, NULL, 0, 10000)? 0: -1;
 }
 
 //  Takes one reply; false if none came in time. A dsh reply that is not a
@@ -497,31 +541,51 @@ s_stop (dsh_testproc_t **proc_p)
     }
 }
 
+//  Starts the raw floor's forwarder, plain or (with its keypair cert and
+//  the allow-list directory allow) CURVE; writes its two endpoints.
+static dsh_testproc_t *
+s_forwarder_start (const char *cert, const char *allow, char front [128], char back [128])
+{
+    const char *argv [] = { "tests/bench/dsh-bench-echo", "forward", cert, allow, NULL };
+    dsh_testproc_t *forwarder = dsh_testproc_start (argv);
+    char *line = forwarder? dsh_testproc_wait_line (forwarder, "forwarding ", 5000): NULL;
+    if (!line || sscanf (line, "forwarding %127s %127s", front, back) != 2)
+        dsh_testproc_destroy (&forwarder);
+    free (line);
+    return forwarder;
+}
+
+//  Starts a raw echo process on the forwarder's back endpoint, plain or
+//  (with its keypair cert and the forwarder's public server_cert) CURVE.
+static dsh_testproc_t *
+s_echo_start (const char *back, const char *cert, const char *server_cert)
+{
+    const char *argv [] = { "tests/bench/dsh-bench-echo", "echo", back, cert, server_cert, NULL };
+    dsh_testproc_t *echo = dsh_testproc_start (argv);
+    char *started = echo? dsh_testproc_wait_line (echo, "echoing", 5000): NULL;
+    if (!started)
+        dsh_testproc_destroy (&echo);
+    free (started);
+    return echo;
+}
+
 static void
 s_bench_raw (s_bench_t *self)
 {
-    const char *argv [] = { "tests/bench/dsh-bench-echo", "forward", NULL };
-    dsh_testproc_t *forwarder = dsh_testproc_start (argv);
-    char *line = forwarder? dsh_testproc_wait_line (forwarder, "forwarding ", 5000): NULL;
     char front [128] = "", back [128] = "";
-    if (!line || sscanf (line, "forwarding %127s %127s", front, back) != 2) {
+    dsh_testproc_t *forwarder = s_forwarder_start (NULL, NULL, front, back);
+    if (!forwarder) {
         s_fail (self, "raw floor: the forwarder did not start");
-        free (line);
-        dsh_testproc_destroy (&forwarder);
         return;
     }
-    free (line);
     dsh_testproc_t *echoes [4] = { NULL };
     s_target_t *target = s_target_new (S_RAW, front);
     for (int replicas = 1; replicas <= 4; replicas += 3) {
         for (int index = 0; index < replicas; index++)
             if (!echoes [index]) {
-                const char *echo_argv [] = { "tests/bench/dsh-bench-echo", "echo", back, NULL };
-                echoes [index] = dsh_testproc_start (echo_argv);
-                char *started = echoes [index]? dsh_testproc_wait_line (echoes [index], "echoing", 5000): NULL;
-                if (!started)
+                echoes [index] = s_echo_start (back, NULL, NULL);
+                if (!echoes [index])
                     s_fail (self, "raw floor: an echo process did not start");
-                free (started);
             }
         //  Connections are asynchronous: give the last ones time to be up
         //  so the forwarder's DEALER shares calls among all of them
@@ -652,6 +716,225 @@ s_bench_dsh (s_bench_t *self, int variant)
     if (config)
         unlink (config);
     zstr_free (&config);
+}
+
+//  ---------------------------------------------------------------------
+//  CURVE: the same call paths plain and with CURVE
+
+//  The part's keys, in a directory of their own: the broker's (the raw
+//  forwarder's too), the echo component's and the bench client's, and the
+//  allow-list directory with the public halves of the last two.
+typedef struct {
+    char dir [64];
+    char broker [96];
+    char component [96];
+    char agent [96];
+    char allow [96];
+} s_curve_keys_t;
+
+//  Removes the keys' directory and everything in it.
+static void
+s_curve_keys_remove (s_curve_keys_t *keys)
+{
+    zdir_t *dir = keys->dir [0]? zdir_new (keys->dir, NULL): NULL;
+    if (dir)
+        zdir_remove (dir, true);
+    zdir_destroy (&dir);
+    keys->dir [0] = 0;
+}
+
+//  Makes the keys as `dsh keygen` would. Returns 0, or -1 with a reason.
+static int
+s_curve_keys_make (s_curve_keys_t *keys, char *error, size_t error_size)
+{
+    memset (keys, 0, sizeof (*keys));
+    snprintf (keys->dir, sizeof (keys->dir), "/tmp/dsh-bench-curve-XXXXXX");
+    if (!mkdtemp (keys->dir)) {
+        snprintf (error, error_size, "cannot make a directory for keys: %s", strerror (errno));
+        keys->dir [0] = 0;
+        return -1;
+    }
+    snprintf (keys->broker, sizeof (keys->broker), "%s/broker.cert", keys->dir);
+    snprintf (keys->component, sizeof (keys->component), "%s/component.cert", keys->dir);
+    snprintf (keys->agent, sizeof (keys->agent), "%s/agent.cert", keys->dir);
+    snprintf (keys->allow, sizeof (keys->allow), "%s/allow", keys->dir);
+    if (dsh_curve_keygen (keys->broker, DSH_ROLE_ADMIN, NULL, NULL, "dsh-bench broker", error, error_size)
+    ||  dsh_curve_keygen (keys->component, DSH_ROLE_COMPONENT, S_CURVE_COMPONENT, NULL, "dsh-bench echo",
+                          error, error_size)
+    ||  dsh_curve_keygen (keys->agent, DSH_ROLE_AGENT, NULL, S_CURVE_AGENT, "dsh-bench client", error, error_size))
+        return -1;
+    if (zsys_dir_create ("%s", keys->allow)) {
+        snprintf (error, error_size, "cannot make %s: %s", keys->allow, strerror (errno));
+        return -1;
+    }
+    //  Only public halves in the allow-list, as an operator would copy them
+    const char *parties [] = { keys->component, keys->agent };
+    for (size_t index = 0; index < 2; index++) {
+        char path [128];
+        snprintf (path, sizeof (path), "%s/%s", keys->allow, strrchr (parties [index], '/') + 1);
+        zcert_t *cert = zcert_load (parties [index]);
+        int rc = cert? zcert_save_public (cert, path): -1;
+        zcert_destroy (&cert);
+        if (rc) {
+            snprintf (error, error_size, "cannot write %s", path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+//  Gives the sockets this process makes from now on the bench client's
+//  keys, or (keys NULL) none. The SDK applies the process's keys to a
+//  socket as it makes it, so a target keeps the keys it was made with.
+//  Returns 0, or -1 with a reason.
+static int
+s_curve_use (const s_curve_keys_t *keys, char *error, size_t error_size)
+{
+    //  NULL, NULL would read $DSH_CERT, which main clears
+    return dsh_curve_setup (keys? keys->agent: NULL, keys? keys->broker: NULL, error, error_size);
+}
+
+//  One layout of the part: a server, one echo and a target calling it.
+typedef struct {
+    dsh_testproc_t *server;     //  dsh-broker, or the raw forwarder
+    dsh_testproc_t *echo;       //  dsh-demo, or a raw echo process
+    s_target_t *target;
+} s_curve_layout_t;
+
+//  Starts layout index, plain or (keys given) with CURVE on every hop.
+//  Returns 0, or -1 (and the run fails).
+static int
+s_curve_layout_start (s_bench_t *self, s_curve_layout_t *layout, int index, const s_curve_keys_t *keys)
+{
+    char error [512];
+    if (s_curve_use (keys, error, sizeof (error))) {
+        s_fail (self, "%s: %s", s_curve_layout_names [index], error);
+        return -1;
+    }
+    const char *broker_cert = keys? keys->broker: NULL;
+    const char *component_cert = keys? keys->component: NULL;
+    int rc = -1;
+    if (index == S_CURVE_RAW || index == S_CURVE_RAW_ON) {
+        char front [128], back [128];
+        layout->server = s_forwarder_start (broker_cert, keys? keys->allow: NULL, front, back);
+        layout->echo = layout->server? s_echo_start (back, component_cert, broker_cert): NULL;
+        if (layout->echo) {
+            layout->target = s_target_new (S_RAW, front);
+            rc = 0;
+        }
+    }
+    else {
+        const char *broker_flags [] = { "--cert", broker_cert, "--allow", keys? keys->allow: NULL, NULL };
+        const char *demo_flags [] = { "--cert", component_cert, "--broker-cert", broker_cert, NULL };
+        char endpoint [256];
+        layout->server = dsh_testkit_broker (1000, keys? broker_flags: NULL, endpoint, sizeof (endpoint));
+        layout->echo = layout->server?
+            dsh_testkit_component ("components/demo/dsh-demo", endpoint, S_CURVE_COMPONENT, keys? demo_flags: NULL):
+            NULL;
+        if (layout->echo && s_wait_providers (endpoint, 1, 10000) == 0) {
+            layout->target = s_target_new (S_DSH, endpoint);
+            //  Plain too, so both send the same bytes
+            layout->target->agent = S_CURVE_AGENT;
+            rc = 0;
+        }
+    }
+    if (s_curve_use (NULL, error, sizeof (error)))
+        s_fail (self, "CURVE: cannot turn the keys off again: %s", error);
+    if (rc)
+        s_fail (self, "%s: did not start", s_curve_layout_names [index]);
+    return rc;
+}
+
+static s_curve_row_t *
+s_curve_row (s_bench_t *self, const char *figure, size_t payload, int inflight)
+{
+    for (size_t index = 0; index < S_CURVE_ROWS; index++) {
+        s_curve_row_t *row = &self->curve_rows [index];
+        if (streq (row->figure, figure) && row->payload == payload && row->inflight == inflight)
+            return row;
+    }
+    assert (false);
+    return NULL;
+}
+
+//  One layout's figures at payload: with one call in flight p50, p99 and
+//  calls/s from the same run; else calls/s.
+static void
+s_curve_measure (s_bench_t *self, s_curve_layout_t *layout, int index, size_t payload, int inflight,
+                 int64_t *samples)
+{
+    size_t count = 0;
+    double rate = inflight == 1?
+        s_run (layout->target, payload, 1, self->plan.latency_calls, self->plan.latency_ms, samples, &count):
+        s_run (layout->target, payload, inflight, self->plan.throughput_calls, self->plan.throughput_ms, NULL,
+               NULL);
+    if (rate <= 0 || (inflight == 1 && count == 0)) {
+        s_fail (self, "%s: run with %d in flight, %zu B failed (%s)", s_curve_layout_names [index], inflight,
+                s_payloads [payload], layout->target->last_error [0]? layout->target->last_error: "no reply");
+        return;
+    }
+    s_curve_row (self, "calls_per_s", s_payloads [payload], inflight)->value [index] = rate;
+    if (inflight == 1) {
+        s_curve_row (self, "latency_p50_us", s_payloads [payload], 1)->value [index]
+            = (double) s_percentile (samples, count, 50);
+        s_curve_row (self, "latency_p99_us", s_payloads [payload], 1)->value [index]
+            = (double) s_percentile (samples, count, 99);
+    }
+}
+
+//  The part's rows, every figure not measured yet.
+static void
+s_curve_rows_init (s_bench_t *self)
+{
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++)
+        for (size_t figure = 0; figure < S_CURVE_FIGURES; figure++)
+            self->curve_rows [payload * S_CURVE_FIGURES + figure] = (s_curve_row_t) {
+                s_curve_figures [figure].figure, s_payloads [payload], s_curve_figures [figure].inflight, { 0 }
+            };
+}
+
+static void
+s_bench_curve (s_bench_t *self)
+{
+    int64_t started = zclock_mono ();
+    s_curve_keys_t keys;
+    char error [512];
+    if (s_curve_keys_make (&keys, error, sizeof (error))) {
+        s_fail (self, "CURVE: %s", error);
+        s_curve_keys_remove (&keys);
+        return;
+    }
+    //  All four up at once: the machine is shared, so plain and CURVE are
+    //  measured back to back, figure by figure, and load that drifts over
+    //  the minute falls on both alike
+    s_curve_layout_t layouts [S_CURVE_LAYOUTS] = { { NULL, NULL, NULL } };
+    bool ready = true;
+    for (int index = 0; index < S_CURVE_LAYOUTS && ready; index++)
+        ready = s_curve_layout_start (self, &layouts [index], index, index % 2? &keys: NULL) == 0;
+    for (int index = 0; index < S_CURVE_LAYOUTS && ready; index++)
+        s_warm_up (self, layouts [index].target);
+    int64_t *samples = (int64_t *) calloc ((size_t) self->plan.latency_calls, sizeof (int64_t));
+    assert (samples);
+    const int inflights [] = { 1, 64 };
+    for (size_t payload = 0; payload < S_PAYLOADS && ready && !zsys_interrupted; payload++)
+        for (size_t step = 0; step < 2; step++)
+            for (int plain = 0; plain < S_CURVE_LAYOUTS; plain += 2) {
+                //  Which goes first alternates, so neither always runs
+                //  right after the other's burst
+                int curve_first = (int) ((payload + step) % 2);
+                s_curve_measure (self, &layouts [plain + curve_first], plain + curve_first, payload,
+                                 inflights [step], samples);
+                s_curve_measure (self, &layouts [plain + 1 - curve_first], plain + 1 - curve_first, payload,
+                                 inflights [step], samples);
+            }
+    free (samples);
+    for (int index = 0; index < S_CURVE_LAYOUTS; index++) {
+        s_target_destroy (&layouts [index].target);
+        s_stop (&layouts [index].echo);
+        s_stop (&layouts [index].server);
+    }
+    s_curve_keys_remove (&keys);
+    self->curve_seconds = (double) (zclock_mono () - started) / 1000.0;
 }
 
 //  ---------------------------------------------------------------------
@@ -1093,6 +1376,37 @@ s_print_value (double value, const char *format)
         printf ("%*s", (int) strlen ("1234567.9"), "-");
 }
 
+//  The CURVE part's table: each path plain and with CURVE, and the ratio.
+static void
+s_print_curve (s_bench_t *self)
+{
+    printf ("\nCURVE, 1 replica (plain and CURVE back to back, figure by figure; the client's calls carry\n"
+            "its key's agent id, so the broker checks it and splices nothing; calls/s at 1 in flight is the\n"
+            "latency run's; the part took %.0f s):\n", self->curve_seconds);
+    printf ("%-36s %9s %9s %6s %9s %9s %6s\n", "figure", "dsh", "+CURVE", "ratio", "floor", "+CURVE", "ratio");
+    for (size_t index = 0; index < S_CURVE_ROWS; index++) {
+        const s_curve_row_t *row = &self->curve_rows [index];
+        char label [80];
+        if (streq (row->figure, "calls_per_s"))
+            snprintf (label, sizeof (label), "calls/s         %2d in flight %4zu B", row->inflight, row->payload);
+        else
+            snprintf (label, sizeof (label), "latency %s us          %4zu B",
+                      streq (row->figure, "latency_p50_us")? "p50": "p99", row->payload);
+        printf ("%-36s", label);
+        for (int plain = 0; plain < S_CURVE_LAYOUTS; plain += 2) {
+            printf (" ");
+            s_print_value (row->value [plain], "%9.1f");
+            printf (" ");
+            s_print_value (row->value [plain + 1], "%9.1f");
+            if (row->value [plain] > 0 && row->value [plain + 1] > 0)
+                printf (" %5.2fx", row->value [plain + 1] / row->value [plain]);
+            else
+                printf (" %6s", "-");
+        }
+        printf ("\n");
+    }
+}
+
 static void
 s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
 {
@@ -1106,8 +1420,9 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
         printf ("NATS: nats-server %s, nats.c %s; 1 and 4 responders in a queue group, SendAsap on both sides\n",
                 json_string_value (json_object_get (self->nats, "server_version")),
                 json_string_value (json_object_get (self->nats, "client_version")));
-    printf ("\n%-36s %9s %9s %6s %9s %6s %6s %9s %6s\n", "figure", "floor", "NATS", "/floor", "dsh", "/floor",
-            "/NATS", "dsh+3pass", "/floor");
+    if (self->row_count)
+        printf ("\n%-36s %9s %9s %6s %9s %6s %6s %9s %6s\n", "figure", "floor", "NATS", "/floor", "dsh", "/floor",
+                "/NATS", "dsh+3pass", "/floor");
     for (size_t index = 0; index < self->row_count; index++) {
         const s_row_t *row = &self->rows [index];
         char label [80];
@@ -1135,8 +1450,11 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
         printf ("nats-server RSS: %lld KiB idle, %lld KiB at its peak\n",
                 (long long) json_integer_value (json_object_get (self->nats, "server_rss_idle_kib")),
                 (long long) json_integer_value (json_object_get (self->nats, "server_hwm_kib")));
-    printf ("\nscale (%d components x %d tools, %d subscribers):\n", self->plan.components, self->plan.tools,
-            S_SUBSCRIBERS);
+    if (self->run [S_PART_CURVE])
+        s_print_curve (self);
+    if (self->run [S_PART_SCALE])
+        printf ("\nscale (%d components x %d tools, %d subscribers):\n", self->plan.components, self->plan.tools,
+                S_SUBSCRIBERS);
     const char *key;
     json_t *value;
     json_object_foreach (self->scale, key, value)
@@ -1144,7 +1462,8 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
             printf ("  %-26s %12lld\n", key, (long long) json_integer_value (value));
         else
             printf ("  %-26s %12.2f\n", key, json_number_value (value));
-    printf ("\ntargets of issue 10 (reported, never asserted):\n");
+    if (json_array_size (targets))
+        printf ("\ntargets of issue 10 (reported, never asserted):\n");
     size_t index;
     json_array_foreach (targets, index, value) {
         const char *verdict = json_string_value (json_object_get (value, "verdict"));
@@ -1159,6 +1478,33 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
     }
     if (!self->sane)
         printf ("\nFAILED: %s\n", self->failures);
+}
+
+//  The CURVE part: each row with every layout's figure and the two ratios
+//  (CURVE over plain), or null where not run.
+static json_t *
+s_curve_json (s_bench_t *self)
+{
+    if (!self->run [S_PART_CURVE])
+        return json_null ();
+    json_t *calls = json_array ();
+    for (size_t index = 0; index < S_CURVE_ROWS; index++) {
+        const s_curve_row_t *row = &self->curve_rows [index];
+        json_t *item = json_pack ("{s:s, s:i, s:i, s:i}", "figure", row->figure, "payload", (json_int_t) row->payload,
+                                  "replicas", 1, "inflight", row->inflight);
+        for (int layout = 0; layout < S_CURVE_LAYOUTS; layout++)
+            json_object_set_new (item, s_curve_layout_keys [layout], json_real (row->value [layout]));
+        for (int plain = 0; plain < S_CURVE_LAYOUTS; plain += 2) {
+            char key [32];
+            snprintf (key, sizeof (key), "%s_ratio", s_curve_layout_keys [plain + 1]);
+            bool measured = row->value [plain] > 0 && row->value [plain + 1] > 0;
+            json_object_set_new (item, key, measured? json_real (row->value [plain + 1] / row->value [plain])
+                                                    : json_null ());
+        }
+        json_array_append_new (calls, item);
+    }
+    return json_pack ("{s:s, s:f, s:o}", "agent_sent", S_CURVE_AGENT, "seconds", self->curve_seconds,
+                      "calls", calls);
 }
 
 static json_t *
@@ -1182,9 +1528,10 @@ s_json (s_bench_t *self, json_t *machine, json_t *targets)
                                                   json_real (s_ratio (row, S_DSH, S_NATS)));
         json_array_append_new (calls, item);
     }
-    return json_pack ("{s:o, s:s, s:o, s:O, s:O, s:O, s:b, s:s}", "machine", json_incref (machine),
+    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:O, s:O, s:b, s:s}", "machine", json_incref (machine),
                       "mode", self->plan.quick? "quick": "full", "calls", calls, "nats", self->nats,
-                      "scale", self->scale, "targets", targets, "sane", self->sane, "failures", self->failures);
+                      "curve", s_curve_json (self), "scale", self->scale, "targets", targets, "sane", self->sane,
+                      "failures", self->failures);
 }
 
 static json_t *
@@ -1296,7 +1643,7 @@ s_usage (FILE *out)
         "       dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S] [--calls N]\n"
         "  --quick        small counts, scale 10 x 100 tools (a few seconds)\n"
         "  --json         print the results as JSON instead of a table\n"
-        "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale\n"
+        "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale, curve\n"
         "  --drive EP     only load EP's echo tool (for profiling a broker or component);\n"
         "                 with --inflight 1 also print latency p50/p99\n"
         "  --calls N      with --drive: stop after N calls (default: only --seconds)\n");
@@ -1344,12 +1691,17 @@ main (int argc, char *argv [])
     s_find_build_dir ();
     if (drive)
         return s_drive (drive, inflight, (size_t) payload, seconds, calls);
+    //  The bench decides where CURVE is on: keys in the environment would
+    //  turn it on in every broker, component and client it starts
+    unsetenv ("DSH_CERT");
+    unsetenv ("DSH_BROKER_CERT");
 
     s_bench_t *self = (s_bench_t *) zmalloc (sizeof (s_bench_t));
     assert (self);
     self->sane = true;
     self->scale = json_object ();
     memcpy (self->run, run, sizeof (run));
+    s_curve_rows_init (self);
     self->nats = json_pack ("{s:s, s:s}", "status", "not run", "reason",
                             run [S_NATS]? "interrupted before it ran": "not among --only's parts");
     self->nats_dropped = true;
@@ -1367,6 +1719,8 @@ main (int argc, char *argv [])
         else
             s_bench_dsh (self, variant);
     }
+    if (self->run [S_PART_CURVE] && !zsys_interrupted)
+        s_bench_curve (self);
     if (self->run [S_PART_SCALE] && !zsys_interrupted)
         s_bench_scale (self);
 
@@ -1387,6 +1741,15 @@ main (int argc, char *argv [])
                 s_nats_skip (self, "%s missing", label);
             else
                 s_fail (self, "%s: %s missing", s_variant_names [variant], label);
+        }
+    for (size_t index = 0; self->run [S_PART_CURVE] && index < S_CURVE_ROWS; index++)
+        for (int layout = 0; layout < S_CURVE_LAYOUTS; layout++) {
+            const s_curve_row_t *row = &self->curve_rows [index];
+            if (!(row->value [layout] > 0 && isfinite (row->value [layout]))) {
+                s_fail (self, "%s: %s, %d in flight, %zu B missing", s_curve_layout_names [layout], row->figure,
+                        row->inflight, row->payload);
+                break;
+            }
         }
     size_t expected_rows = S_PAYLOADS * 2 + S_PAYLOADS * S_INFLIGHTS * 2;
     if (rows_expected && self->row_count != expected_rows)
