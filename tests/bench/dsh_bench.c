@@ -100,6 +100,8 @@ static const struct {
 #define S_CURVE_AGENT   "bench-agent"
 //  The echo component's id, the one its key may serve
 #define S_CURVE_COMPONENT "bench-curve-demo"
+//  Each figure is measured in this many rounds per layout
+#define S_CURVE_ROUNDS  5
 
 //  How long and how many: every run stops at whichever bound comes first.
 typedef struct {
@@ -133,6 +135,10 @@ typedef struct {
     size_t payload;
     int inflight;
     double value [S_CURVE_LAYOUTS];     //  0: not measured or failed
+    //  The range of the rounds' own ratios (CURVE over plain), dsh's and
+    //  the raw floor's: how far noise moved the ratio within this run
+    double ratio_low [2];
+    double ratio_high [2];
 } s_curve_row_t;
 
 typedef struct {
@@ -857,28 +863,100 @@ s_curve_row (s_bench_t *self, const char *figure, size_t payload, int inflight)
     return NULL;
 }
 
-//  One layout's figures at payload: with one call in flight p50, p99 and
-//  calls/s from the same run; else calls/s.
-static void
-s_curve_measure (s_bench_t *self, s_curve_layout_t *layout, int index, size_t payload, int inflight,
-                 int64_t *samples)
+//  One layout's figures, over a round or all rounds.
+typedef struct {
+    double latency_p50_us;
+    double latency_p99_us;
+    double calls_per_s;
+} s_curve_figures_t;
+
+//  What one layout's rounds of one figure add up to.
+typedef struct {
+    int64_t *samples;           //  round trips, with one call in flight
+    size_t sample_count;
+    uint64_t calls;
+    int64_t usecs;
+} s_curve_tally_t;
+
+//  One round on one layout: inflight calls in flight for a round's share
+//  of the plan (one call in flight: the latency plan, and p50 and p99 of
+//  the round). Writes the round's figures and adds it to tally. Returns 0,
+//  or -1 (and the run fails).
+static int
+s_curve_round (s_bench_t *self, s_curve_layout_t *layout, int index, size_t payload, int inflight,
+               s_curve_tally_t *tally, s_curve_figures_t *figures)
 {
-    size_t count = 0;
+    s_target_t *target = layout->target;
+    uint64_t replies_before = target->replies;
+    size_t first_sample = tally->sample_count;
+    int64_t started = zclock_usecs ();
     double rate = inflight == 1?
-        s_run (layout->target, payload, 1, self->plan.latency_calls, self->plan.latency_ms, samples, &count):
-        s_run (layout->target, payload, inflight, self->plan.throughput_calls, self->plan.throughput_ms, NULL,
-               NULL);
+        s_run (target, payload, 1, self->plan.latency_calls / S_CURVE_ROUNDS,
+               self->plan.latency_ms / S_CURVE_ROUNDS, tally->samples, &tally->sample_count):
+        s_run (target, payload, inflight, self->plan.throughput_calls / S_CURVE_ROUNDS,
+               self->plan.throughput_ms / S_CURVE_ROUNDS, NULL, NULL);
+    tally->usecs += zclock_usecs () - started;
+    tally->calls += target->replies - replies_before;
+    size_t count = tally->sample_count - first_sample;
     if (rate <= 0 || (inflight == 1 && count == 0)) {
         s_fail (self, "%s: run with %d in flight, %zu B failed (%s)", s_curve_layout_names [index], inflight,
-                s_payloads [payload], layout->target->last_error [0]? layout->target->last_error: "no reply");
-        return;
+                s_payloads [payload], target->last_error [0]? target->last_error: "no reply");
+        return -1;
     }
-    s_curve_row (self, "calls_per_s", s_payloads [payload], inflight)->value [index] = rate;
+    figures->calls_per_s = rate;
     if (inflight == 1) {
-        s_curve_row (self, "latency_p50_us", s_payloads [payload], 1)->value [index]
-            = (double) s_percentile (samples, count, 50);
-        s_curve_row (self, "latency_p99_us", s_payloads [payload], 1)->value [index]
-            = (double) s_percentile (samples, count, 99);
+        figures->latency_p50_us = (double) s_percentile (tally->samples + first_sample, count, 50);
+        figures->latency_p99_us = (double) s_percentile (tally->samples + first_sample, count, 99);
+    }
+    return 0;
+}
+
+//  Widens row's range of per-round ratios of pair (0 dsh, 1 raw).
+static void
+s_curve_ratio_range (s_curve_row_t *row, int pair, double plain, double curve)
+{
+    double ratio = curve / plain;
+    if (row->ratio_low [pair] == 0 || ratio < row->ratio_low [pair])
+        row->ratio_low [pair] = ratio;
+    if (ratio > row->ratio_high [pair])
+        row->ratio_high [pair] = ratio;
+}
+
+//  One figure at payload with inflight calls in flight, on all layouts:
+//  S_CURVE_ROUNDS rounds, in each the plain and the CURVE layout of a path
+//  back to back, which goes first alternating. Latency is the pooled
+//  rounds' p50/p99, calls/s all calls over all their time.
+static void
+s_curve_figure (s_bench_t *self, s_curve_layout_t *layouts, int64_t **samples, size_t payload, int inflight)
+{
+    s_curve_tally_t tallies [S_CURVE_LAYOUTS];
+    for (int index = 0; index < S_CURVE_LAYOUTS; index++)
+        tallies [index] = (s_curve_tally_t) { samples [index], 0, 0, 0 };
+    s_curve_row_t *p50 = s_curve_row (self, "latency_p50_us", s_payloads [payload], 1);
+    s_curve_row_t *p99 = s_curve_row (self, "latency_p99_us", s_payloads [payload], 1);
+    s_curve_row_t *rate = s_curve_row (self, "calls_per_s", s_payloads [payload], inflight);
+    for (int round = 0; round < S_CURVE_ROUNDS && !zsys_interrupted; round++)
+        for (int plain = 0; plain < S_CURVE_LAYOUTS; plain += 2) {
+            s_curve_figures_t figures [2];
+            for (int turn = 0; turn < 2; turn++) {
+                int which = (round + turn) % 2;
+                if (s_curve_round (self, &layouts [plain + which], plain + which, payload, inflight,
+                                   &tallies [plain + which], &figures [which]))
+                    return;
+            }
+            s_curve_ratio_range (rate, plain / 2, figures [0].calls_per_s, figures [1].calls_per_s);
+            if (inflight == 1) {
+                s_curve_ratio_range (p50, plain / 2, figures [0].latency_p50_us, figures [1].latency_p50_us);
+                s_curve_ratio_range (p99, plain / 2, figures [0].latency_p99_us, figures [1].latency_p99_us);
+            }
+        }
+    for (int index = 0; index < S_CURVE_LAYOUTS && !zsys_interrupted; index++) {
+        s_curve_tally_t *tally = &tallies [index];
+        rate->value [index] = tally->usecs > 0? (double) tally->calls * 1e6 / (double) tally->usecs: 0;
+        if (inflight == 1) {
+            p50->value [index] = (double) s_percentile (tally->samples, tally->sample_count, 50);
+            p99->value [index] = (double) s_percentile (tally->samples, tally->sample_count, 99);
+        }
     }
 }
 
@@ -889,7 +967,8 @@ s_curve_rows_init (s_bench_t *self)
     for (size_t payload = 0; payload < S_PAYLOADS; payload++)
         for (size_t figure = 0; figure < S_CURVE_FIGURES; figure++)
             self->curve_rows [payload * S_CURVE_FIGURES + figure] = (s_curve_row_t) {
-                s_curve_figures [figure].figure, s_payloads [payload], s_curve_figures [figure].inflight, { 0 }
+                s_curve_figures [figure].figure, s_payloads [payload], s_curve_figures [figure].inflight, { 0 },
+                { 0 }, { 0 }
             };
 }
 
@@ -905,29 +984,26 @@ s_bench_curve (s_bench_t *self)
         return;
     }
     //  All four up at once: the machine is shared, so plain and CURVE are
-    //  measured back to back, figure by figure, and load that drifts over
-    //  the minute falls on both alike
+    //  measured back to back in short rounds, and load that drifts over the
+    //  minute falls on both alike
     s_curve_layout_t layouts [S_CURVE_LAYOUTS] = { { NULL, NULL, NULL } };
     bool ready = true;
     for (int index = 0; index < S_CURVE_LAYOUTS && ready; index++)
         ready = s_curve_layout_start (self, &layouts [index], index, index % 2? &keys: NULL) == 0;
     for (int index = 0; index < S_CURVE_LAYOUTS && ready; index++)
         s_warm_up (self, layouts [index].target);
-    int64_t *samples = (int64_t *) calloc ((size_t) self->plan.latency_calls, sizeof (int64_t));
-    assert (samples);
-    const int inflights [] = { 1, 64 };
+    int64_t *samples [S_CURVE_LAYOUTS];
+    for (int index = 0; index < S_CURVE_LAYOUTS; index++) {
+        samples [index] = (int64_t *) calloc ((size_t) self->plan.latency_calls, sizeof (int64_t));
+        assert (samples [index]);
+    }
     for (size_t payload = 0; payload < S_PAYLOADS && ready && !zsys_interrupted; payload++)
-        for (size_t step = 0; step < 2; step++)
-            for (int plain = 0; plain < S_CURVE_LAYOUTS; plain += 2) {
-                //  Which goes first alternates, so neither always runs
-                //  right after the other's burst
-                int curve_first = (int) ((payload + step) % 2);
-                s_curve_measure (self, &layouts [plain + curve_first], plain + curve_first, payload,
-                                 inflights [step], samples);
-                s_curve_measure (self, &layouts [plain + 1 - curve_first], plain + 1 - curve_first, payload,
-                                 inflights [step], samples);
-            }
-    free (samples);
+        for (size_t figure = 0; figure < S_CURVE_FIGURES; figure++)
+            //  The latency rows come with the calls/s row of one in flight
+            if (streq (s_curve_figures [figure].figure, "calls_per_s"))
+                s_curve_figure (self, layouts, samples, payload, s_curve_figures [figure].inflight);
+    for (int index = 0; index < S_CURVE_LAYOUTS; index++)
+        free (samples [index]);
     for (int index = 0; index < S_CURVE_LAYOUTS; index++) {
         s_target_destroy (&layouts [index].target);
         s_stop (&layouts [index].echo);
@@ -1380,10 +1456,12 @@ s_print_value (double value, const char *format)
 static void
 s_print_curve (s_bench_t *self)
 {
-    printf ("\nCURVE, 1 replica (plain and CURVE back to back, figure by figure; the client's calls carry\n"
-            "its key's agent id, so the broker checks it and splices nothing; calls/s at 1 in flight is the\n"
-            "latency run's; the part took %.0f s):\n", self->curve_seconds);
-    printf ("%-36s %9s %9s %6s %9s %9s %6s\n", "figure", "dsh", "+CURVE", "ratio", "floor", "+CURVE", "ratio");
+    printf ("\nCURVE, 1 replica: each figure in %d rounds, plain and CURVE back to back in each; \"rounds\"\n"
+            "is the range of the rounds' own ratios. The client's calls carry its key's agent id, so the\n"
+            "broker checks it and splices nothing. calls/s at 1 in flight is the latency runs'. %.0f s:\n",
+            S_CURVE_ROUNDS, self->curve_seconds);
+    printf ("%-36s %9s %9s %6s %-11s %9s %9s %6s %s\n", "figure", "dsh", "+CURVE", "ratio", "rounds", "floor",
+            "+CURVE", "ratio", "rounds");
     for (size_t index = 0; index < S_CURVE_ROWS; index++) {
         const s_curve_row_t *row = &self->curve_rows [index];
         char label [80];
@@ -1398,10 +1476,15 @@ s_print_curve (s_bench_t *self)
             s_print_value (row->value [plain], "%9.1f");
             printf (" ");
             s_print_value (row->value [plain + 1], "%9.1f");
-            if (row->value [plain] > 0 && row->value [plain + 1] > 0)
+            char range [32] = "";
+            if (row->value [plain] > 0 && row->value [plain + 1] > 0) {
+                snprintf (range, sizeof (range), "%.2f-%.2f", row->ratio_low [plain / 2], row->ratio_high [plain / 2]);
                 printf (" %5.2fx", row->value [plain + 1] / row->value [plain]);
+            }
             else
                 printf (" %6s", "-");
+            //  Padded but at the end of the line
+            printf (" %-*s", plain + 2 < S_CURVE_LAYOUTS? 11: 0, range);
         }
         printf ("\n");
     }
@@ -1500,11 +1583,14 @@ s_curve_json (s_bench_t *self)
             bool measured = row->value [plain] > 0 && row->value [plain + 1] > 0;
             json_object_set_new (item, key, measured? json_real (row->value [plain + 1] / row->value [plain])
                                                     : json_null ());
+            snprintf (key, sizeof (key), "%s_ratio_rounds", s_curve_layout_keys [plain + 1]);
+            json_object_set_new (item, key, measured? json_pack ("[f, f]", row->ratio_low [plain / 2],
+                                                                 row->ratio_high [plain / 2]): json_null ());
         }
         json_array_append_new (calls, item);
     }
-    return json_pack ("{s:s, s:f, s:o}", "agent_sent", S_CURVE_AGENT, "seconds", self->curve_seconds,
-                      "calls", calls);
+    return json_pack ("{s:s, s:i, s:f, s:o}", "agent_sent", S_CURVE_AGENT, "rounds", S_CURVE_ROUNDS,
+                      "seconds", self->curve_seconds, "calls", calls);
 }
 
 static json_t *
