@@ -52,6 +52,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #define S_VARIANTS      4
 #define S_RAW           0
@@ -91,7 +92,8 @@ static const struct {
     const char *figure;
     int inflight;
 } s_curve_figures [] = {
-    { "latency_p50_us", 1 }, { "latency_p99_us", 1 }, { "calls_per_s", 1 }, { "calls_per_s", 64 }
+    { "latency_p50_us", 1 }, { "latency_p99_us", 1 }, { "calls_per_s", 1 }, { "cpu_us_per_call", 1 },
+    { "calls_per_s", 64 }, { "cpu_us_per_call", 64 }
 };
 #define S_CURVE_FIGURES (sizeof (s_curve_figures) / sizeof (s_curve_figures [0]))
 #define S_CURVE_ROWS    (S_PAYLOADS * S_CURVE_FIGURES)
@@ -868,6 +870,7 @@ typedef struct {
     double latency_p50_us;
     double latency_p99_us;
     double calls_per_s;
+    double cpu_us_per_call;
 } s_curve_figures_t;
 
 //  What one layout's rounds of one figure add up to.
@@ -876,7 +879,44 @@ typedef struct {
     size_t sample_count;
     uint64_t calls;
     int64_t usecs;
+    int64_t cpu_usecs;          //  of the client, the server and the echo
 } s_curve_tally_t;
+
+//  CPU time (user and system, all threads) a process has used, in
+//  microseconds, or -1.
+static int64_t
+s_proc_cpu_usecs (pid_t pid)
+{
+    char path [64];
+    snprintf (path, sizeof (path), "/proc/%d/stat", (int) pid);
+    FILE *file = fopen (path, "r");
+    if (!file)
+        return -1;
+    char line [1024];
+    bool read = fgets (line, sizeof (line), file) != NULL;
+    fclose (file);
+    //  Fields 14 and 15, counted after the command name, which may hold
+    //  spaces and ends at the last ')'
+    const char *end = read? strrchr (line, ')'): NULL;
+    unsigned long user, system;
+    if (!end || sscanf (end + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &user, &system) != 2)
+        return -1;
+    return (int64_t) (user + system) * 1000000 / sysconf (_SC_CLK_TCK);
+}
+
+//  CPU time the processes of a call have used: this one (the client),
+//  layout's server and echo. Microseconds, or -1.
+static int64_t
+s_curve_cpu_usecs (s_curve_layout_t *layout)
+{
+    struct rusage usage;
+    int64_t server = s_proc_cpu_usecs (dsh_testproc_pid (layout->server));
+    int64_t echo = s_proc_cpu_usecs (dsh_testproc_pid (layout->echo));
+    if (server < 0 || echo < 0 || getrusage (RUSAGE_SELF, &usage))
+        return -1;
+    return server + echo + (int64_t) usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec
+         + (int64_t) usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec;
+}
 
 //  One round on one layout: inflight calls in flight for a round's share
 //  of the plan (one call in flight: the latency plan, and p50 and p99 of
@@ -889,6 +929,7 @@ s_curve_round (s_bench_t *self, s_curve_layout_t *layout, int index, size_t payl
     s_target_t *target = layout->target;
     uint64_t replies_before = target->replies;
     size_t first_sample = tally->sample_count;
+    int64_t cpu_before = s_curve_cpu_usecs (layout);
     int64_t started = zclock_usecs ();
     double rate = inflight == 1?
         s_run (target, payload, 1, self->plan.latency_calls / S_CURVE_ROUNDS,
@@ -896,14 +937,22 @@ s_curve_round (s_bench_t *self, s_curve_layout_t *layout, int index, size_t payl
         s_run (target, payload, inflight, self->plan.throughput_calls / S_CURVE_ROUNDS,
                self->plan.throughput_ms / S_CURVE_ROUNDS, NULL, NULL);
     tally->usecs += zclock_usecs () - started;
-    tally->calls += target->replies - replies_before;
+    int64_t cpu_after = s_curve_cpu_usecs (layout);
+    uint64_t calls = target->replies - replies_before;
+    tally->calls += calls;
+    tally->cpu_usecs += cpu_after - cpu_before;
     size_t count = tally->sample_count - first_sample;
+    if (cpu_before < 0 || cpu_after < 0) {
+        s_fail (self, "%s: cannot read the processes' CPU time", s_curve_layout_names [index]);
+        return -1;
+    }
     if (rate <= 0 || (inflight == 1 && count == 0)) {
         s_fail (self, "%s: run with %d in flight, %zu B failed (%s)", s_curve_layout_names [index], inflight,
                 s_payloads [payload], target->last_error [0]? target->last_error: "no reply");
         return -1;
     }
     figures->calls_per_s = rate;
+    figures->cpu_us_per_call = calls? (double) (cpu_after - cpu_before) / (double) calls: 0;
     if (inflight == 1) {
         figures->latency_p50_us = (double) s_percentile (tally->samples + first_sample, count, 50);
         figures->latency_p99_us = (double) s_percentile (tally->samples + first_sample, count, 99);
@@ -925,16 +974,18 @@ s_curve_ratio_range (s_curve_row_t *row, int pair, double plain, double curve)
 //  One figure at payload with inflight calls in flight, on all layouts:
 //  S_CURVE_ROUNDS rounds, in each the plain and the CURVE layout of a path
 //  back to back, which goes first alternating. Latency is the pooled
-//  rounds' p50/p99, calls/s all calls over all their time.
+//  rounds' p50/p99, calls/s all calls over all their time, CPU per call
+//  all CPU time over all calls.
 static void
 s_curve_figure (s_bench_t *self, s_curve_layout_t *layouts, int64_t **samples, size_t payload, int inflight)
 {
     s_curve_tally_t tallies [S_CURVE_LAYOUTS];
     for (int index = 0; index < S_CURVE_LAYOUTS; index++)
-        tallies [index] = (s_curve_tally_t) { samples [index], 0, 0, 0 };
+        tallies [index] = (s_curve_tally_t) { samples [index], 0, 0, 0, 0 };
     s_curve_row_t *p50 = s_curve_row (self, "latency_p50_us", s_payloads [payload], 1);
     s_curve_row_t *p99 = s_curve_row (self, "latency_p99_us", s_payloads [payload], 1);
     s_curve_row_t *rate = s_curve_row (self, "calls_per_s", s_payloads [payload], inflight);
+    s_curve_row_t *cpu = s_curve_row (self, "cpu_us_per_call", s_payloads [payload], inflight);
     for (int round = 0; round < S_CURVE_ROUNDS && !zsys_interrupted; round++)
         for (int plain = 0; plain < S_CURVE_LAYOUTS; plain += 2) {
             s_curve_figures_t figures [2];
@@ -945,6 +996,9 @@ s_curve_figure (s_bench_t *self, s_curve_layout_t *layouts, int64_t **samples, s
                     return;
             }
             s_curve_ratio_range (rate, plain / 2, figures [0].calls_per_s, figures [1].calls_per_s);
+            //  A short round may use less than a clock tick of CPU
+            if (figures [0].cpu_us_per_call > 0 && figures [1].cpu_us_per_call > 0)
+                s_curve_ratio_range (cpu, plain / 2, figures [0].cpu_us_per_call, figures [1].cpu_us_per_call);
             if (inflight == 1) {
                 s_curve_ratio_range (p50, plain / 2, figures [0].latency_p50_us, figures [1].latency_p50_us);
                 s_curve_ratio_range (p99, plain / 2, figures [0].latency_p99_us, figures [1].latency_p99_us);
@@ -953,6 +1007,7 @@ s_curve_figure (s_bench_t *self, s_curve_layout_t *layouts, int64_t **samples, s
     for (int index = 0; index < S_CURVE_LAYOUTS && !zsys_interrupted; index++) {
         s_curve_tally_t *tally = &tallies [index];
         rate->value [index] = tally->usecs > 0? (double) tally->calls * 1e6 / (double) tally->usecs: 0;
+        cpu->value [index] = tally->calls? (double) tally->cpu_usecs / (double) tally->calls: 0;
         if (inflight == 1) {
             p50->value [index] = (double) s_percentile (tally->samples, tally->sample_count, 50);
             p99->value [index] = (double) s_percentile (tally->samples, tally->sample_count, 99);
@@ -1467,6 +1522,9 @@ s_print_curve (s_bench_t *self)
         char label [80];
         if (streq (row->figure, "calls_per_s"))
             snprintf (label, sizeof (label), "calls/s         %2d in flight %4zu B", row->inflight, row->payload);
+        else
+        if (streq (row->figure, "cpu_us_per_call"))
+            snprintf (label, sizeof (label), "CPU us per call %2d in flight %4zu B", row->inflight, row->payload);
         else
             snprintf (label, sizeof (label), "latency %s us          %4zu B",
                       streq (row->figure, "latency_p50_us")? "p50": "p99", row->payload);
