@@ -17,8 +17,10 @@
       dsh+3pass  the same through three built-in pass-through stages
       CURVE      dsh and the raw floor again, each plain and with CURVE on
                  both hops (keys made for the run, the broker checking an
-                 allow-list), plain and CURVE measured back to back figure
-                 by figure: p50/p99, calls/s at 1 and 64 in flight
+                 allow-list): p50/p99, calls/s and CPU time per call at 1
+                 and 64 in flight, 1 replica, plain and CURVE back to back
+                 in five short rounds per figure, with the CURVE/plain
+                 ratio and its range over the rounds
 
     latency (one call in flight, p50/p99) and throughput (1, 16 and 64 in
     flight) against 1 and 4 replicas, with payloads of 64 B and 4 KiB; then
