@@ -895,19 +895,20 @@ s_proc_cpu_usecs (pid_t pid)
     if (!file)
         return -1;
     char line [1024];
-    bool read = fgets (line, sizeof (line), file) != NULL;
+    bool got_line = fgets (line, sizeof (line), file) != NULL;
     fclose (file);
     //  Fields 14 and 15, counted after the command name, which may hold
     //  spaces and ends at the last ')'
-    const char *end = read? strrchr (line, ')'): NULL;
+    const char *end = got_line? strrchr (line, ')'): NULL;
     unsigned long user, system;
     if (!end || sscanf (end + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &user, &system) != 2)
         return -1;
     return (int64_t) (user + system) * 1000000 / sysconf (_SC_CLK_TCK);
 }
 
-//  CPU time the processes of a call have used: this one (the client),
-//  layout's server and echo. Microseconds, or -1.
+//  CPU time the processes of a call have used: this one (the client; the
+//  other layouts' sockets in it are idle meanwhile), layout's server and
+//  echo. Microseconds, or -1.
 static int64_t
 s_curve_cpu_usecs (s_curve_layout_t *layout)
 {
