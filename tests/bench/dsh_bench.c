@@ -15,6 +15,12 @@
                  not or nats-server does not start)
       dsh        client -> dsh-broker (empty chain) -> dsh-demo's echo
       dsh+3pass  the same through three built-in pass-through stages
+      CURVE      dsh and the raw floor again, each plain and with CURVE on
+                 both hops (keys made for the run, the broker checking an
+                 allow-list): p50/p99, calls/s and CPU time per call at 1
+                 and 64 in flight, 1 replica, plain and CURVE back to back
+                 in five short rounds per figure, with the CURVE/plain
+                 ratio and its range over the rounds
 
     latency (one call in flight, p50/p99) and throughput (1, 16 and 64 in
     flight) against 1 and 4 replicas, with payloads of 64 B and 4 KiB; then
@@ -24,8 +30,8 @@
     figure is printed with its ratio to the raw floor of the same run, and
     the empty chain's also with its ratio to NATS.
     --quick does it all with small counts (scale: 10 x 100) in a few seconds.
-    --only runs some parts (raw, nats, dsh, pass3, scale), e.g. --only scale
-    to look at the broker's memory run after run.
+    --only runs some parts (raw, nats, dsh, pass3, scale, curve), e.g.
+    --only scale to look at the broker's memory run after run.
     --drive only loads an existing broker's echo tool, for profiling (and
     for tests/mcp/bench.mjs); with --inflight 1 it also prints p50/p99.
 
@@ -48,6 +54,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #define S_VARIANTS      4
 #define S_RAW           0
@@ -57,7 +64,8 @@
 #define S_PAYLOADS      2
 #define S_SUBSCRIBERS   100
 #define S_PART_SCALE    S_VARIANTS
-#define S_PARTS         (S_VARIANTS + 1)
+#define S_PART_CURVE    (S_VARIANTS + 1)
+#define S_PARTS         (S_VARIANTS + 2)
 //  Longest wait for any one reply before a run counts as failed.
 #define S_REPLY_WAIT_MS 5000
 //  Calls --drive makes before it counts (the first one also connects).
@@ -65,11 +73,39 @@
 
 static const char *s_variant_names [S_VARIANTS] = { "raw floor", "NATS", "dsh (empty chain)", "dsh (3 pass stages)" };
 static const char *s_variant_keys [S_VARIANTS] = { "raw", "nats", "dsh", "dsh_pass3" };
-//  What --only takes: the variants, then the scale run.
-static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale" };
+//  What --only takes: the variants, then the scale run and the CURVE part.
+static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale", "curve" };
 static const size_t s_payloads [S_PAYLOADS] = { 64, 4096 };
 static const int s_inflights [] = { 1, 16, 64 };
 #define S_INFLIGHTS     (sizeof (s_inflights) / sizeof (s_inflights [0]))
+
+//  The CURVE part's layouts: each call path plain, and with CURVE
+#define S_CURVE_LAYOUTS 4
+#define S_CURVE_DSH     0
+#define S_CURVE_DSH_ON  1
+#define S_CURVE_RAW     2
+#define S_CURVE_RAW_ON  3
+static const char *s_curve_layout_names [S_CURVE_LAYOUTS] = {
+    "dsh (empty chain)", "dsh with CURVE", "raw floor", "raw floor with CURVE"
+};
+static const char *s_curve_layout_keys [S_CURVE_LAYOUTS] = { "dsh", "dsh_curve", "raw", "raw_curve" };
+//  Its figures for each payload, in the order they are printed
+static const struct {
+    const char *figure;
+    int inflight;
+} s_curve_figures [] = {
+    { "latency_p50_us", 1 }, { "latency_p99_us", 1 }, { "calls_per_s", 1 }, { "cpu_us_per_call", 1 },
+    { "calls_per_s", 64 }, { "cpu_us_per_call", 64 }
+};
+#define S_CURVE_FIGURES (sizeof (s_curve_figures) / sizeof (s_curve_figures [0]))
+#define S_CURVE_ROWS    (S_PAYLOADS * S_CURVE_FIGURES)
+//  The bench client's agent id, in its key and in every call it sends, so
+//  the CURVE broker checks it and has none to splice in
+#define S_CURVE_AGENT   "bench-agent"
+//  The echo component's id, the one its key may serve
+#define S_CURVE_COMPONENT "bench-curve-demo"
+//  Each figure is measured in this many rounds per layout
+#define S_CURVE_ROUNDS  5
 
 //  How long and how many: every run stops at whichever bound comes first.
 typedef struct {
@@ -97,12 +133,26 @@ typedef struct {
 
 #define S_ROWS_MAX      64
 
+//  One figure of the CURVE part, for each of its layouts.
+typedef struct {
+    const char *figure;
+    size_t payload;
+    int inflight;
+    double value [S_CURVE_LAYOUTS];     //  0: not measured or failed
+    //  The range of the rounds' own ratios (CURVE over plain), dsh's and
+    //  the raw floor's: how far noise moved the ratio within this run
+    double ratio_low [2];
+    double ratio_high [2];
+} s_curve_row_t;
+
 typedef struct {
     s_plan_t plan;
     bool run [S_PARTS];         //  which parts this run measures
     s_row_t rows [S_ROWS_MAX];
     size_t row_count;
     json_t *scale;              //  scale figures, by name
+    s_curve_row_t curve_rows [S_CURVE_ROWS];
+    double curve_seconds;       //  how long the CURVE part took
     json_t *nats;               //  how NATS was run, or why not
     bool nats_dropped;          //  no NATS figures: not run, or skipped
     bool sane;                  //  false as soon as any figure is missing or insane
@@ -116,6 +166,7 @@ typedef struct {
     zsock_t *raw;
     dsh_bench_nats_t *nats;             //  borrowed
     dsh_client_t *client;
+    const char *agent;                  //  the agent id dsh calls carry, or NULL
     size_t payload;                     //  what was last sent
     zframe_t *raw_body [S_PAYLOADS];    //  the CALL body the raw client sends
     msgpack_sbuffer args [S_PAYLOADS];  //  {"message": payload}
@@ -187,6 +238,9 @@ s_target_new (int variant, const char *endpoint)
         self->raw = zsock_new (ZMQ_DEALER);
         assert (self->raw);
         dsh_sock_limit (self->raw, DSH_MAX_MESSAGE_DEFAULT, 100000);
+        //  A no-op but in the CURVE part, which gives the process keys
+        //  while it makes its targets (s_curve_use)
+        dsh_curve_client (self->raw);
         zsock_connect (self->raw, "%s", endpoint);
     }
     else
@@ -239,7 +293,7 @@ s_target_send (s_target_t *self, size_t payload)
         return zmsg_send (&msg, self->raw);
     }
     return dsh_client_call_send (self->client, NULL, "echo", self->args [payload].data,
-                                 self->args [payload].size, NULL, NULL, 0, 10000)? 0: -1;
+                                 self->args [payload].size, self->agent, NULL, 0, 10000)? 0: -1;
 }
 
 //  Takes one reply; false if none came in time. A dsh reply that is not a
@@ -497,31 +551,51 @@ s_stop (dsh_testproc_t **proc_p)
     }
 }
 
+//  Starts the raw floor's forwarder, plain or (with its keypair cert and
+//  the allow-list directory allow) CURVE; writes its two endpoints.
+static dsh_testproc_t *
+s_forwarder_start (const char *cert, const char *allow, char front [128], char back [128])
+{
+    const char *argv [] = { "tests/bench/dsh-bench-echo", "forward", cert, allow, NULL };
+    dsh_testproc_t *forwarder = dsh_testproc_start (argv);
+    char *line = forwarder? dsh_testproc_wait_line (forwarder, "forwarding ", 5000): NULL;
+    if (!line || sscanf (line, "forwarding %127s %127s", front, back) != 2)
+        dsh_testproc_destroy (&forwarder);
+    free (line);
+    return forwarder;
+}
+
+//  Starts a raw echo process on the forwarder's back endpoint, plain or
+//  (with its keypair cert and the forwarder's public server_cert) CURVE.
+static dsh_testproc_t *
+s_echo_start (const char *back, const char *cert, const char *server_cert)
+{
+    const char *argv [] = { "tests/bench/dsh-bench-echo", "echo", back, cert, server_cert, NULL };
+    dsh_testproc_t *echo = dsh_testproc_start (argv);
+    char *started = echo? dsh_testproc_wait_line (echo, "echoing", 5000): NULL;
+    if (!started)
+        dsh_testproc_destroy (&echo);
+    free (started);
+    return echo;
+}
+
 static void
 s_bench_raw (s_bench_t *self)
 {
-    const char *argv [] = { "tests/bench/dsh-bench-echo", "forward", NULL };
-    dsh_testproc_t *forwarder = dsh_testproc_start (argv);
-    char *line = forwarder? dsh_testproc_wait_line (forwarder, "forwarding ", 5000): NULL;
     char front [128] = "", back [128] = "";
-    if (!line || sscanf (line, "forwarding %127s %127s", front, back) != 2) {
+    dsh_testproc_t *forwarder = s_forwarder_start (NULL, NULL, front, back);
+    if (!forwarder) {
         s_fail (self, "raw floor: the forwarder did not start");
-        free (line);
-        dsh_testproc_destroy (&forwarder);
         return;
     }
-    free (line);
     dsh_testproc_t *echoes [4] = { NULL };
     s_target_t *target = s_target_new (S_RAW, front);
     for (int replicas = 1; replicas <= 4; replicas += 3) {
         for (int index = 0; index < replicas; index++)
             if (!echoes [index]) {
-                const char *echo_argv [] = { "tests/bench/dsh-bench-echo", "echo", back, NULL };
-                echoes [index] = dsh_testproc_start (echo_argv);
-                char *started = echoes [index]? dsh_testproc_wait_line (echoes [index], "echoing", 5000): NULL;
-                if (!started)
+                echoes [index] = s_echo_start (back, NULL, NULL);
+                if (!echoes [index])
                     s_fail (self, "raw floor: an echo process did not start");
-                free (started);
             }
         //  Connections are asynchronous: give the last ones time to be up
         //  so the forwarder's DEALER shares calls among all of them
@@ -652,6 +726,349 @@ s_bench_dsh (s_bench_t *self, int variant)
     if (config)
         unlink (config);
     zstr_free (&config);
+}
+
+//  ---------------------------------------------------------------------
+//  CURVE: the same call paths plain and with CURVE
+
+//  The part's keys, in a directory of their own: the broker's (the raw
+//  forwarder's too), the echo component's and the bench client's, and the
+//  allow-list directory with the public halves of the last two.
+typedef struct {
+    char dir [64];
+    char broker [96];
+    char component [96];
+    char agent [96];
+    char allow [96];
+} s_curve_keys_t;
+
+//  Removes the keys' directory and everything in it.
+static void
+s_curve_keys_remove (s_curve_keys_t *keys)
+{
+    zdir_t *dir = keys->dir [0]? zdir_new (keys->dir, NULL): NULL;
+    if (dir)
+        zdir_remove (dir, true);
+    zdir_destroy (&dir);
+    keys->dir [0] = 0;
+}
+
+//  Makes the keys as `dsh keygen` would. Returns 0, or -1 with a reason.
+static int
+s_curve_keys_make (s_curve_keys_t *keys, char *error, size_t error_size)
+{
+    memset (keys, 0, sizeof (*keys));
+    snprintf (keys->dir, sizeof (keys->dir), "/tmp/dsh-bench-curve-XXXXXX");
+    if (!mkdtemp (keys->dir)) {
+        snprintf (error, error_size, "cannot make a directory for keys: %s", strerror (errno));
+        keys->dir [0] = 0;
+        return -1;
+    }
+    snprintf (keys->broker, sizeof (keys->broker), "%s/broker.cert", keys->dir);
+    snprintf (keys->component, sizeof (keys->component), "%s/component.cert", keys->dir);
+    snprintf (keys->agent, sizeof (keys->agent), "%s/agent.cert", keys->dir);
+    snprintf (keys->allow, sizeof (keys->allow), "%s/allow", keys->dir);
+    if (dsh_curve_keygen (keys->broker, DSH_ROLE_ADMIN, NULL, NULL, "dsh-bench broker", error, error_size)
+    ||  dsh_curve_keygen (keys->component, DSH_ROLE_COMPONENT, S_CURVE_COMPONENT, NULL, "dsh-bench echo",
+                          error, error_size)
+    ||  dsh_curve_keygen (keys->agent, DSH_ROLE_AGENT, NULL, S_CURVE_AGENT, "dsh-bench client", error, error_size))
+        return -1;
+    if (zsys_dir_create ("%s", keys->allow)) {
+        snprintf (error, error_size, "cannot make %s: %s", keys->allow, strerror (errno));
+        return -1;
+    }
+    //  Only public halves in the allow-list, as an operator would copy them
+    const char *parties [] = { keys->component, keys->agent };
+    for (size_t index = 0; index < 2; index++) {
+        char path [128];
+        snprintf (path, sizeof (path), "%s/%s", keys->allow, strrchr (parties [index], '/') + 1);
+        zcert_t *cert = zcert_load (parties [index]);
+        int rc = cert? zcert_save_public (cert, path): -1;
+        zcert_destroy (&cert);
+        if (rc) {
+            snprintf (error, error_size, "cannot write %s", path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+//  Gives the sockets this process makes from now on the bench client's
+//  keys, or (keys NULL) none. The SDK applies the process's keys to a
+//  socket as it makes it, so a target keeps the keys it was made with.
+//  Returns 0, or -1 with a reason.
+static int
+s_curve_use (const s_curve_keys_t *keys, char *error, size_t error_size)
+{
+    //  NULL, NULL would read $DSH_CERT, which main clears
+    return dsh_curve_setup (keys? keys->agent: NULL, keys? keys->broker: NULL, error, error_size);
+}
+
+//  One layout of the part: a server, one echo and a target calling it.
+typedef struct {
+    dsh_testproc_t *server;     //  dsh-broker, or the raw forwarder
+    dsh_testproc_t *echo;       //  dsh-demo, or a raw echo process
+    s_target_t *target;
+} s_curve_layout_t;
+
+//  Starts layout index, plain or (keys given) with CURVE on every hop.
+//  Returns 0, or -1 (and the run fails).
+static int
+s_curve_layout_start (s_bench_t *self, s_curve_layout_t *layout, int index, const s_curve_keys_t *keys)
+{
+    char error [512];
+    if (s_curve_use (keys, error, sizeof (error))) {
+        s_fail (self, "%s: %s", s_curve_layout_names [index], error);
+        return -1;
+    }
+    const char *broker_cert = keys? keys->broker: NULL;
+    const char *component_cert = keys? keys->component: NULL;
+    int rc = -1;
+    if (index == S_CURVE_RAW || index == S_CURVE_RAW_ON) {
+        char front [128], back [128];
+        layout->server = s_forwarder_start (broker_cert, keys? keys->allow: NULL, front, back);
+        layout->echo = layout->server? s_echo_start (back, component_cert, broker_cert): NULL;
+        if (layout->echo) {
+            layout->target = s_target_new (S_RAW, front);
+            rc = 0;
+        }
+    }
+    else {
+        const char *broker_flags [] = { "--cert", broker_cert, "--allow", keys? keys->allow: NULL, NULL };
+        const char *demo_flags [] = { "--cert", component_cert, "--broker-cert", broker_cert, NULL };
+        char endpoint [256];
+        layout->server = dsh_testkit_broker (1000, keys? broker_flags: NULL, endpoint, sizeof (endpoint));
+        layout->echo = layout->server?
+            dsh_testkit_component ("components/demo/dsh-demo", endpoint, S_CURVE_COMPONENT, keys? demo_flags: NULL):
+            NULL;
+        if (layout->echo && s_wait_providers (endpoint, 1, 10000) == 0) {
+            layout->target = s_target_new (S_DSH, endpoint);
+            //  Plain too, so both send the same bytes
+            layout->target->agent = S_CURVE_AGENT;
+            rc = 0;
+        }
+    }
+    if (s_curve_use (NULL, error, sizeof (error)))
+        s_fail (self, "CURVE: cannot turn the keys off again: %s", error);
+    if (rc)
+        s_fail (self, "%s: did not start", s_curve_layout_names [index]);
+    return rc;
+}
+
+static s_curve_row_t *
+s_curve_row (s_bench_t *self, const char *figure, size_t payload, int inflight)
+{
+    for (size_t index = 0; index < S_CURVE_ROWS; index++) {
+        s_curve_row_t *row = &self->curve_rows [index];
+        if (streq (row->figure, figure) && row->payload == payload && row->inflight == inflight)
+            return row;
+    }
+    assert (false);
+    return NULL;
+}
+
+//  One layout's figures, over a round or all rounds.
+typedef struct {
+    double latency_p50_us;
+    double latency_p99_us;
+    double calls_per_s;
+    double cpu_us_per_call;
+} s_curve_figures_t;
+
+//  What one layout's rounds of one figure add up to.
+typedef struct {
+    int64_t *samples;           //  round trips, with one call in flight
+    size_t sample_count;
+    uint64_t calls;
+    int64_t usecs;
+    int64_t cpu_usecs;          //  of the client, the server and the echo
+} s_curve_tally_t;
+
+//  CPU time (user and system, all threads) a process has used, in
+//  microseconds, or -1.
+static int64_t
+s_proc_cpu_usecs (pid_t pid)
+{
+    char path [64];
+    snprintf (path, sizeof (path), "/proc/%d/stat", (int) pid);
+    FILE *file = fopen (path, "r");
+    if (!file)
+        return -1;
+    char line [1024];
+    bool got_line = fgets (line, sizeof (line), file) != NULL;
+    fclose (file);
+    //  Fields 14 and 15, counted after the command name, which may hold
+    //  spaces and ends at the last ')'
+    const char *end = got_line? strrchr (line, ')'): NULL;
+    unsigned long user, system;
+    if (!end || sscanf (end + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &user, &system) != 2)
+        return -1;
+    return (int64_t) (user + system) * 1000000 / sysconf (_SC_CLK_TCK);
+}
+
+//  CPU time the processes of a call have used: this one (the client; the
+//  other layouts' sockets in it are idle meanwhile), layout's server and
+//  echo. Microseconds, or -1.
+static int64_t
+s_curve_cpu_usecs (s_curve_layout_t *layout)
+{
+    struct rusage usage;
+    int64_t server = s_proc_cpu_usecs (dsh_testproc_pid (layout->server));
+    int64_t echo = s_proc_cpu_usecs (dsh_testproc_pid (layout->echo));
+    if (server < 0 || echo < 0 || getrusage (RUSAGE_SELF, &usage))
+        return -1;
+    return server + echo + (int64_t) usage.ru_utime.tv_sec * 1000000 + usage.ru_utime.tv_usec
+         + (int64_t) usage.ru_stime.tv_sec * 1000000 + usage.ru_stime.tv_usec;
+}
+
+//  One round on one layout: inflight calls in flight for a round's share
+//  of the plan (one call in flight: the latency plan, and p50 and p99 of
+//  the round). Writes the round's figures and adds it to tally. Returns 0,
+//  or -1 (and the run fails).
+static int
+s_curve_round (s_bench_t *self, s_curve_layout_t *layout, int index, size_t payload, int inflight,
+               s_curve_tally_t *tally, s_curve_figures_t *figures)
+{
+    s_target_t *target = layout->target;
+    uint64_t replies_before = target->replies;
+    size_t first_sample = tally->sample_count;
+    int64_t cpu_before = s_curve_cpu_usecs (layout);
+    int64_t started = zclock_usecs ();
+    double rate = inflight == 1?
+        s_run (target, payload, 1, self->plan.latency_calls / S_CURVE_ROUNDS,
+               self->plan.latency_ms / S_CURVE_ROUNDS, tally->samples, &tally->sample_count):
+        s_run (target, payload, inflight, self->plan.throughput_calls / S_CURVE_ROUNDS,
+               self->plan.throughput_ms / S_CURVE_ROUNDS, NULL, NULL);
+    tally->usecs += zclock_usecs () - started;
+    int64_t cpu_after = s_curve_cpu_usecs (layout);
+    uint64_t calls = target->replies - replies_before;
+    tally->calls += calls;
+    tally->cpu_usecs += cpu_after - cpu_before;
+    size_t count = tally->sample_count - first_sample;
+    if (cpu_before < 0 || cpu_after < 0) {
+        s_fail (self, "%s: cannot read the processes' CPU time", s_curve_layout_names [index]);
+        return -1;
+    }
+    if (rate <= 0 || (inflight == 1 && count == 0)) {
+        s_fail (self, "%s: run with %d in flight, %zu B failed (%s)", s_curve_layout_names [index], inflight,
+                s_payloads [payload], target->last_error [0]? target->last_error: "no reply");
+        return -1;
+    }
+    figures->calls_per_s = rate;
+    figures->cpu_us_per_call = calls? (double) (cpu_after - cpu_before) / (double) calls: 0;
+    if (inflight == 1) {
+        figures->latency_p50_us = (double) s_percentile (tally->samples + first_sample, count, 50);
+        figures->latency_p99_us = (double) s_percentile (tally->samples + first_sample, count, 99);
+    }
+    return 0;
+}
+
+//  Widens row's range of per-round ratios of pair (0 dsh, 1 raw).
+static void
+s_curve_ratio_range (s_curve_row_t *row, int pair, double plain, double curve)
+{
+    double ratio = curve / plain;
+    if (row->ratio_low [pair] == 0 || ratio < row->ratio_low [pair])
+        row->ratio_low [pair] = ratio;
+    if (ratio > row->ratio_high [pair])
+        row->ratio_high [pair] = ratio;
+}
+
+//  One figure at payload with inflight calls in flight, on all layouts:
+//  S_CURVE_ROUNDS rounds, in each the plain and the CURVE layout of a path
+//  back to back, which goes first alternating. Latency is the pooled
+//  rounds' p50/p99, calls/s all calls over all their time, CPU per call
+//  all CPU time over all calls.
+static void
+s_curve_figure (s_bench_t *self, s_curve_layout_t *layouts, int64_t **samples, size_t payload, int inflight)
+{
+    s_curve_tally_t tallies [S_CURVE_LAYOUTS];
+    for (int index = 0; index < S_CURVE_LAYOUTS; index++)
+        tallies [index] = (s_curve_tally_t) { samples [index], 0, 0, 0, 0 };
+    s_curve_row_t *p50 = s_curve_row (self, "latency_p50_us", s_payloads [payload], 1);
+    s_curve_row_t *p99 = s_curve_row (self, "latency_p99_us", s_payloads [payload], 1);
+    s_curve_row_t *rate = s_curve_row (self, "calls_per_s", s_payloads [payload], inflight);
+    s_curve_row_t *cpu = s_curve_row (self, "cpu_us_per_call", s_payloads [payload], inflight);
+    for (int round = 0; round < S_CURVE_ROUNDS && !zsys_interrupted; round++)
+        for (int plain = 0; plain < S_CURVE_LAYOUTS; plain += 2) {
+            s_curve_figures_t figures [2];
+            for (int turn = 0; turn < 2; turn++) {
+                int which = (round + turn) % 2;
+                if (s_curve_round (self, &layouts [plain + which], plain + which, payload, inflight,
+                                   &tallies [plain + which], &figures [which]))
+                    return;
+            }
+            s_curve_ratio_range (rate, plain / 2, figures [0].calls_per_s, figures [1].calls_per_s);
+            //  A short round may use less than a clock tick of CPU
+            if (figures [0].cpu_us_per_call > 0 && figures [1].cpu_us_per_call > 0)
+                s_curve_ratio_range (cpu, plain / 2, figures [0].cpu_us_per_call, figures [1].cpu_us_per_call);
+            if (inflight == 1) {
+                s_curve_ratio_range (p50, plain / 2, figures [0].latency_p50_us, figures [1].latency_p50_us);
+                s_curve_ratio_range (p99, plain / 2, figures [0].latency_p99_us, figures [1].latency_p99_us);
+            }
+        }
+    for (int index = 0; index < S_CURVE_LAYOUTS && !zsys_interrupted; index++) {
+        s_curve_tally_t *tally = &tallies [index];
+        rate->value [index] = tally->usecs > 0? (double) tally->calls * 1e6 / (double) tally->usecs: 0;
+        cpu->value [index] = tally->calls? (double) tally->cpu_usecs / (double) tally->calls: 0;
+        if (inflight == 1) {
+            p50->value [index] = (double) s_percentile (tally->samples, tally->sample_count, 50);
+            p99->value [index] = (double) s_percentile (tally->samples, tally->sample_count, 99);
+        }
+    }
+}
+
+//  The part's rows, every figure not measured yet.
+static void
+s_curve_rows_init (s_bench_t *self)
+{
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++)
+        for (size_t figure = 0; figure < S_CURVE_FIGURES; figure++)
+            self->curve_rows [payload * S_CURVE_FIGURES + figure] = (s_curve_row_t) {
+                s_curve_figures [figure].figure, s_payloads [payload], s_curve_figures [figure].inflight, { 0 },
+                { 0 }, { 0 }
+            };
+}
+
+static void
+s_bench_curve (s_bench_t *self)
+{
+    int64_t started = zclock_mono ();
+    s_curve_keys_t keys;
+    char error [512];
+    if (s_curve_keys_make (&keys, error, sizeof (error))) {
+        s_fail (self, "CURVE: %s", error);
+        s_curve_keys_remove (&keys);
+        return;
+    }
+    //  All four up at once: the machine is shared, so plain and CURVE are
+    //  measured back to back in short rounds, and load that drifts over the
+    //  minute falls on both alike
+    s_curve_layout_t layouts [S_CURVE_LAYOUTS] = { { NULL, NULL, NULL } };
+    bool ready = true;
+    for (int index = 0; index < S_CURVE_LAYOUTS && ready; index++)
+        ready = s_curve_layout_start (self, &layouts [index], index, index % 2? &keys: NULL) == 0;
+    for (int index = 0; index < S_CURVE_LAYOUTS && ready; index++)
+        s_warm_up (self, layouts [index].target);
+    int64_t *samples [S_CURVE_LAYOUTS];
+    for (int index = 0; index < S_CURVE_LAYOUTS; index++) {
+        samples [index] = (int64_t *) calloc ((size_t) self->plan.latency_calls, sizeof (int64_t));
+        assert (samples [index]);
+    }
+    for (size_t payload = 0; payload < S_PAYLOADS && ready && !zsys_interrupted; payload++)
+        for (size_t figure = 0; figure < S_CURVE_FIGURES; figure++)
+            //  The latency rows come with the calls/s row of one in flight
+            if (streq (s_curve_figures [figure].figure, "calls_per_s"))
+                s_curve_figure (self, layouts, samples, payload, s_curve_figures [figure].inflight);
+    for (int index = 0; index < S_CURVE_LAYOUTS; index++)
+        free (samples [index]);
+    for (int index = 0; index < S_CURVE_LAYOUTS; index++) {
+        s_target_destroy (&layouts [index].target);
+        s_stop (&layouts [index].echo);
+        s_stop (&layouts [index].server);
+    }
+    s_curve_keys_remove (&keys);
+    self->curve_seconds = (double) (zclock_mono () - started) / 1000.0;
 }
 
 //  ---------------------------------------------------------------------
@@ -1093,6 +1510,47 @@ s_print_value (double value, const char *format)
         printf ("%*s", (int) strlen ("1234567.9"), "-");
 }
 
+//  The CURVE part's table: each path plain and with CURVE, and the ratio.
+static void
+s_print_curve (s_bench_t *self)
+{
+    printf ("\nCURVE, 1 replica: each figure in %d rounds, plain and CURVE back to back in each; \"rounds\"\n"
+            "is the range of the rounds' own ratios. The client's calls carry its key's agent id, so the\n"
+            "broker checks it and splices nothing. calls/s at 1 in flight is the latency runs'. %.0f s:\n",
+            S_CURVE_ROUNDS, self->curve_seconds);
+    printf ("%-36s %9s %9s %6s %-11s %9s %9s %6s %s\n", "figure", "dsh", "+CURVE", "ratio", "rounds", "floor",
+            "+CURVE", "ratio", "rounds");
+    for (size_t index = 0; index < S_CURVE_ROWS; index++) {
+        const s_curve_row_t *row = &self->curve_rows [index];
+        char label [80];
+        if (streq (row->figure, "calls_per_s"))
+            snprintf (label, sizeof (label), "calls/s         %2d in flight %4zu B", row->inflight, row->payload);
+        else
+        if (streq (row->figure, "cpu_us_per_call"))
+            snprintf (label, sizeof (label), "CPU us per call %2d in flight %4zu B", row->inflight, row->payload);
+        else
+            snprintf (label, sizeof (label), "latency %s us          %4zu B",
+                      streq (row->figure, "latency_p50_us")? "p50": "p99", row->payload);
+        printf ("%-36s", label);
+        for (int plain = 0; plain < S_CURVE_LAYOUTS; plain += 2) {
+            printf (" ");
+            s_print_value (row->value [plain], "%9.1f");
+            printf (" ");
+            s_print_value (row->value [plain + 1], "%9.1f");
+            char range [32] = "";
+            if (row->value [plain] > 0 && row->value [plain + 1] > 0) {
+                snprintf (range, sizeof (range), "%.2f-%.2f", row->ratio_low [plain / 2], row->ratio_high [plain / 2]);
+                printf (" %5.2fx", row->value [plain + 1] / row->value [plain]);
+            }
+            else
+                printf (" %6s", "-");
+            //  Padded but at the end of the line
+            printf (" %-*s", plain + 2 < S_CURVE_LAYOUTS? 11: 0, range);
+        }
+        printf ("\n");
+    }
+}
+
 static void
 s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
 {
@@ -1106,8 +1564,9 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
         printf ("NATS: nats-server %s, nats.c %s; 1 and 4 responders in a queue group, SendAsap on both sides\n",
                 json_string_value (json_object_get (self->nats, "server_version")),
                 json_string_value (json_object_get (self->nats, "client_version")));
-    printf ("\n%-36s %9s %9s %6s %9s %6s %6s %9s %6s\n", "figure", "floor", "NATS", "/floor", "dsh", "/floor",
-            "/NATS", "dsh+3pass", "/floor");
+    if (self->row_count)
+        printf ("\n%-36s %9s %9s %6s %9s %6s %6s %9s %6s\n", "figure", "floor", "NATS", "/floor", "dsh", "/floor",
+                "/NATS", "dsh+3pass", "/floor");
     for (size_t index = 0; index < self->row_count; index++) {
         const s_row_t *row = &self->rows [index];
         char label [80];
@@ -1135,8 +1594,11 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
         printf ("nats-server RSS: %lld KiB idle, %lld KiB at its peak\n",
                 (long long) json_integer_value (json_object_get (self->nats, "server_rss_idle_kib")),
                 (long long) json_integer_value (json_object_get (self->nats, "server_hwm_kib")));
-    printf ("\nscale (%d components x %d tools, %d subscribers):\n", self->plan.components, self->plan.tools,
-            S_SUBSCRIBERS);
+    if (self->run [S_PART_CURVE])
+        s_print_curve (self);
+    if (self->run [S_PART_SCALE])
+        printf ("\nscale (%d components x %d tools, %d subscribers):\n", self->plan.components, self->plan.tools,
+                S_SUBSCRIBERS);
     const char *key;
     json_t *value;
     json_object_foreach (self->scale, key, value)
@@ -1144,7 +1606,8 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
             printf ("  %-26s %12lld\n", key, (long long) json_integer_value (value));
         else
             printf ("  %-26s %12.2f\n", key, json_number_value (value));
-    printf ("\ntargets of issue 10 (reported, never asserted):\n");
+    if (json_array_size (targets))
+        printf ("\ntargets of issue 10 (reported, never asserted):\n");
     size_t index;
     json_array_foreach (targets, index, value) {
         const char *verdict = json_string_value (json_object_get (value, "verdict"));
@@ -1159,6 +1622,36 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
     }
     if (!self->sane)
         printf ("\nFAILED: %s\n", self->failures);
+}
+
+//  The CURVE part: each row with every layout's figure and the two ratios
+//  (CURVE over plain), or null where not run.
+static json_t *
+s_curve_json (s_bench_t *self)
+{
+    if (!self->run [S_PART_CURVE])
+        return json_null ();
+    json_t *calls = json_array ();
+    for (size_t index = 0; index < S_CURVE_ROWS; index++) {
+        const s_curve_row_t *row = &self->curve_rows [index];
+        json_t *item = json_pack ("{s:s, s:i, s:i, s:i}", "figure", row->figure, "payload", (json_int_t) row->payload,
+                                  "replicas", 1, "inflight", row->inflight);
+        for (int layout = 0; layout < S_CURVE_LAYOUTS; layout++)
+            json_object_set_new (item, s_curve_layout_keys [layout], json_real (row->value [layout]));
+        for (int plain = 0; plain < S_CURVE_LAYOUTS; plain += 2) {
+            char key [32];
+            snprintf (key, sizeof (key), "%s_ratio", s_curve_layout_keys [plain + 1]);
+            bool measured = row->value [plain] > 0 && row->value [plain + 1] > 0;
+            json_object_set_new (item, key, measured? json_real (row->value [plain + 1] / row->value [plain])
+                                                    : json_null ());
+            snprintf (key, sizeof (key), "%s_ratio_rounds", s_curve_layout_keys [plain + 1]);
+            json_object_set_new (item, key, measured? json_pack ("[f, f]", row->ratio_low [plain / 2],
+                                                                 row->ratio_high [plain / 2]): json_null ());
+        }
+        json_array_append_new (calls, item);
+    }
+    return json_pack ("{s:s, s:i, s:f, s:o}", "agent_sent", S_CURVE_AGENT, "rounds", S_CURVE_ROUNDS,
+                      "seconds", self->curve_seconds, "calls", calls);
 }
 
 static json_t *
@@ -1182,9 +1675,10 @@ s_json (s_bench_t *self, json_t *machine, json_t *targets)
                                                   json_real (s_ratio (row, S_DSH, S_NATS)));
         json_array_append_new (calls, item);
     }
-    return json_pack ("{s:o, s:s, s:o, s:O, s:O, s:O, s:b, s:s}", "machine", json_incref (machine),
+    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:O, s:O, s:b, s:s}", "machine", json_incref (machine),
                       "mode", self->plan.quick? "quick": "full", "calls", calls, "nats", self->nats,
-                      "scale", self->scale, "targets", targets, "sane", self->sane, "failures", self->failures);
+                      "curve", s_curve_json (self), "scale", self->scale, "targets", targets, "sane", self->sane,
+                      "failures", self->failures);
 }
 
 static json_t *
@@ -1296,7 +1790,7 @@ s_usage (FILE *out)
         "       dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S] [--calls N]\n"
         "  --quick        small counts, scale 10 x 100 tools (a few seconds)\n"
         "  --json         print the results as JSON instead of a table\n"
-        "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale\n"
+        "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale, curve\n"
         "  --drive EP     only load EP's echo tool (for profiling a broker or component);\n"
         "                 with --inflight 1 also print latency p50/p99\n"
         "  --calls N      with --drive: stop after N calls (default: only --seconds)\n");
@@ -1344,12 +1838,17 @@ main (int argc, char *argv [])
     s_find_build_dir ();
     if (drive)
         return s_drive (drive, inflight, (size_t) payload, seconds, calls);
+    //  The bench decides where CURVE is on: keys in the environment would
+    //  turn it on in every broker, component and client it starts
+    unsetenv ("DSH_CERT");
+    unsetenv ("DSH_BROKER_CERT");
 
     s_bench_t *self = (s_bench_t *) zmalloc (sizeof (s_bench_t));
     assert (self);
     self->sane = true;
     self->scale = json_object ();
     memcpy (self->run, run, sizeof (run));
+    s_curve_rows_init (self);
     self->nats = json_pack ("{s:s, s:s}", "status", "not run", "reason",
                             run [S_NATS]? "interrupted before it ran": "not among --only's parts");
     self->nats_dropped = true;
@@ -1367,6 +1866,8 @@ main (int argc, char *argv [])
         else
             s_bench_dsh (self, variant);
     }
+    if (self->run [S_PART_CURVE] && !zsys_interrupted)
+        s_bench_curve (self);
     if (self->run [S_PART_SCALE] && !zsys_interrupted)
         s_bench_scale (self);
 
@@ -1387,6 +1888,15 @@ main (int argc, char *argv [])
                 s_nats_skip (self, "%s missing", label);
             else
                 s_fail (self, "%s: %s missing", s_variant_names [variant], label);
+        }
+    for (size_t index = 0; self->run [S_PART_CURVE] && index < S_CURVE_ROWS; index++)
+        for (int layout = 0; layout < S_CURVE_LAYOUTS; layout++) {
+            const s_curve_row_t *row = &self->curve_rows [index];
+            if (!(row->value [layout] > 0 && isfinite (row->value [layout]))) {
+                s_fail (self, "%s: %s, %d in flight, %zu B missing", s_curve_layout_names [layout], row->figure,
+                        row->inflight, row->payload);
+                break;
+            }
         }
     size_t expected_rows = S_PAYLOADS * 2 + S_PAYLOADS * S_INFLIGHTS * 2;
     if (rows_expected && self->row_count != expected_rows)
