@@ -768,10 +768,10 @@ s_curve_keys_make (s_curve_keys_t *keys, char *error, size_t error_size)
     snprintf (keys->component, sizeof (keys->component), "%s/component.cert", keys->dir);
     snprintf (keys->agent, sizeof (keys->agent), "%s/agent.cert", keys->dir);
     snprintf (keys->allow, sizeof (keys->allow), "%s/allow", keys->dir);
-    if (dsh_curve_keygen (keys->broker, DSH_ROLE_ADMIN, NULL, NULL, "dsh-bench broker", error, error_size)
-    ||  dsh_curve_keygen (keys->component, DSH_ROLE_COMPONENT, S_CURVE_COMPONENT, NULL, "dsh-bench echo",
+    if (dsh_curve_keygen (keys->broker, DSH_ROLE_ADMIN, NULL, NULL, NULL, "dsh-bench broker", error, error_size)
+    ||  dsh_curve_keygen (keys->component, DSH_ROLE_COMPONENT, S_CURVE_COMPONENT, NULL, NULL, "dsh-bench echo",
                           error, error_size)
-    ||  dsh_curve_keygen (keys->agent, DSH_ROLE_AGENT, NULL, S_CURVE_AGENT, "dsh-bench client", error, error_size))
+    ||  dsh_curve_keygen (keys->agent, DSH_ROLE_AGENT, NULL, NULL, S_CURVE_AGENT, "dsh-bench client", error, error_size))
         return -1;
     if (zsys_dir_create ("%s", keys->allow)) {
         snprintf (error, error_size, "cannot make %s: %s", keys->allow, strerror (errno));
