@@ -23,14 +23,15 @@
 #include "dsh_registry.h"
 #include "dsh_catalog.h"
 #include "dsh_chain.h"
+#include "dsh_heap.h"
 #include "dsh_inflight.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
 //  Messages taken from one socket per wakeup, at most
 #define S_BATCH 64
-//  Change events queued per subscriber, at most
-#define S_EVENTS_QUEUE_LIMIT 500
+//  Memory freed since the last trim that is worth giving back
+#define S_TRIM_BYTES (4 * 1024 * 1024)
 
 typedef struct {
     zsock_t *pipe;
@@ -42,6 +43,7 @@ typedef struct {
     dsh_catalog_t *catalog;
     dsh_inflight_t *inflight;   //  every call, from FRONT to its answer
     dsh_chain_t *chain;         //  the middleware stages every call runs through
+    dsh_heap_t *heap;           //  gives freed memory back, after a storm
     char *broker_id;
     uint64_t epoch;             //  changes when the broker restarts
     int64_t started_ms;
@@ -147,7 +149,9 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->max_message_bytes = config->max_message_bytes;
     self->max_in_flight = (size_t) config->max_in_flight;
     self->catalog = dsh_catalog_new ();
+    dsh_catalog_set_limits (self->catalog, (size_t) config->max_tool_bytes, (size_t) config->max_tools);
     self->inflight = dsh_inflight_new (s_reply_route, self);
+    self->heap = dsh_heap_new (S_TRIM_BYTES);
     zuuid_t *uuid = zuuid_new ();
     self->broker_id = strdup (zuuid_str_canonical (uuid));
     zuuid_destroy (&uuid);
@@ -162,13 +166,13 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     if (self->announce)
         self->work = s_bind (self, ZMQ_ROUTER, config->work, 2, config->queue_limit);
     //  Events queue per subscriber, and a subscriber that reads nothing
-    //  while thousands of tools register would otherwise hold up to
-    //  queue_limit of them each in the broker (the 10 000-tool run's RSS went
-    //  from 48 to 93 MiB on scheduling alone); one that falls behind sees a
-    //  sequence gap and takes a snapshot, as the Clone procedure says
+    //  would otherwise hold up to queue_limit of them each in the broker
+    //  (one that never read while a peer churned 200 kB entries took the
+    //  broker to 792 MB); the queue holds as many of the largest event as
+    //  fit in events_queue_bytes. One that falls behind sees a sequence gap
+    //  and takes a snapshot, as the Clone procedure says
     if (self->work)
-        self->events = s_bind (self, ZMQ_PUB, config->events, 3,
-                               config->queue_limit < S_EVENTS_QUEUE_LIMIT? config->queue_limit: S_EVENTS_QUEUE_LIMIT);
+        self->events = s_bind (self, ZMQ_PUB, config->events, 3, dsh_config_events_hwm (config));
     if (self->events) {
         dsh_chain_host_t host = { s_chain_dispatch, s_chain_control_reply, self };
         char error [512];
@@ -194,6 +198,7 @@ s_self_destroy (self_t **self_p)
         zsock_destroy (&self->work);
         zsock_destroy (&self->events);
         dsh_catalog_destroy (&self->catalog);
+        dsh_heap_destroy (&self->heap);
         for (int index = 0; index < 4; index++)
             zstr_free (&self->endpoints [index]);
         zstr_free (&self->broker_id);
@@ -1104,6 +1109,9 @@ s_expire_components (zloop_t *loop, int timer_id, void *arg)
     for (char *component = zlistx_first (silent); component; component = zlistx_next (silent))
         s_remove_component (self, component, "expired");
     zlistx_destroy (&silent);
+    //  Here, not on a timer of its own: once a heartbeat is often enough
+    //  to give back what a subscriber or a connection storm left free
+    dsh_heap_trim (self->heap);
     return 0;
 }
 
