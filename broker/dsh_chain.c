@@ -21,6 +21,7 @@
 */
 
 #include "dsh_chain.h"
+#include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
@@ -687,7 +688,7 @@ s_drain_recv_one (zsock_t *reader, void *arg)
     }
     else
     if (!record)
-        zsys_warning ("dsh-broker: stage %s sent something that is not a call of the chain", slot->name);
+        dsh_log_warning ("dsh-broker: stage %s sent something that is not a call of the chain", slot->name);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
     return 0;

@@ -25,6 +25,7 @@
 #include "dsh_chain.h"
 #include "dsh_heap.h"
 #include "dsh_inflight.h"
+#include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
@@ -219,7 +220,7 @@ s_send_front (self_t *self, zmsg_t **envelope_p, const char *command, zframe_t *
     if (dsh_sock_send (self->front, &reply)) {
         self->dropped_replies++;
         if (self->verbose)
-            zsys_info ("dsh-broker: reply %s dropped: %s", command, zmq_strerror (errno));
+            dsh_log_info ("dsh-broker: reply %s dropped: %s", command, zmq_strerror (errno));
     }
 }
 
@@ -254,7 +255,7 @@ s_send_route (self_t *self, zmq_msg_t *route, size_t route_size, bool move, cons
     if (rc) {
         self->dropped_replies++;
         if (self->verbose)
-            zsys_info ("dsh-broker: reply %s dropped: %s", command, zmq_strerror (errno));
+            dsh_log_info ("dsh-broker: reply %s dropped: %s", command, zmq_strerror (errno));
     }
     return rc;
 }
@@ -319,7 +320,7 @@ s_send_sync (self_t *self, const char *component)
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     if (s_send_work (self, component, DSH_SYNC, NULL, &body) && self->verbose)
-        zsys_info ("dsh-broker: SYNC to %s not sent yet: %s", component, zmq_strerror (errno));
+        dsh_log_info ("dsh-broker: SYNC to %s not sent yet: %s", component, zmq_strerror (errno));
 }
 
 //  Publishes the events of a change, and asks every component that was
@@ -489,7 +490,7 @@ s_retry (self_t *self, dsh_record_t *record, const char *gone)
     record->retried = true;
     snprintf (record->component, sizeof (record->component), "%s", provider);
     dsh_catalog_outstanding (self->catalog, provider, +1);
-    zsys_info ("dsh-broker: call %s to %s retried on %s (the tool is idempotent)", record->call_id, gone, provider);
+    dsh_log_info ("dsh-broker: call %s to %s retried on %s (the tool is idempotent)", record->call_id, gone, provider);
     return true;
 }
 
@@ -517,7 +518,7 @@ s_remove_component (self_t *self, const char *component, const char *reason)
     zlistx_t *events = zlistx_new ();
     zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
     if (dsh_catalog_remove (self->catalog, component, reason, events) == 0) {
-        zsys_info ("dsh-broker: component %s %s", component, reason);
+        dsh_log_info ("dsh-broker: component %s %s", component, reason);
         s_fail_component_calls (self, component, reason);
         s_publish (self, events);
     }
@@ -874,7 +875,7 @@ s_work_record (self_t *self, const char *component, zmq_msg_t *token_part, const
     uint64_t token;
     if (dsh_inflight_token_decode (zmq_msg_data (token_part), zmq_msg_size (token_part), &token)) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
+        dsh_log_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
         return NULL;
     }
     dsh_record_t *record = dsh_inflight_lookup (self->inflight, token);
@@ -886,7 +887,7 @@ s_work_record (self_t *self, const char *component, zmq_msg_t *token_part, const
     if (!streq (record->component, component)) {
         //  Only the component a call went to may speak for it
         self->bad_messages++;
-        zsys_warning ("dsh-broker: %s sent a %s for a call it was not given", component, command);
+        dsh_log_warning ("dsh-broker: %s sent a %s for a call it was not given", component, command);
         return NULL;
     }
     return record;
@@ -918,7 +919,7 @@ s_handle_result (self_t *self, const char *component, zmq_msg_t *token_part, zmq
         self->bad_messages++;
         char text [DSH_ID_MAX + DSH_CALL_ID_MAX + 128];
         snprintf (text, sizeof (text), "Error: component \"%s\" sent a malformed result: %s", component, error);
-        zsys_warning ("dsh-broker: %s", text + 7);
+        dsh_log_warning ("dsh-broker: %s", text + 7);
         s_answer_error (self, &record, DSH_E_BAD_RESULT, text);
     }
 }
@@ -940,7 +941,7 @@ s_handle_progress (self_t *self, const char *component, zmq_msg_t *token_part, z
     dsh_doc_destroy (&doc);
     if (!valid) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: %s sent a PROGRESS that is not its call's {callId, progress: number}", component);
+        dsh_log_warning ("dsh-broker: %s sent a PROGRESS that is not its call's {callId, progress: number}", component);
         return;
     }
     zmq_msg_t report;
@@ -955,7 +956,7 @@ s_work_message (self_t *self, dsh_sock_msg_t *parts)
     //  [component] "" DSH1 command (token body)
     if (parts->envelope != 1 || zmq_msg_size (&parts->part [0]) > DSH_ID_MAX) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed message on the work socket: the envelope is not one component id");
+        dsh_log_warning ("dsh-broker: malformed message on the work socket: the envelope is not one component id");
         return;
     }
     char component [DSH_ID_MAX + 1];
@@ -966,7 +967,7 @@ s_work_message (self_t *self, dsh_sock_msg_t *parts)
     bool reply = streq (command, DSH_RESULT) || streq (command, DSH_PROGRESS);
     if (reply && parts->count != parts->body + 2) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
+        dsh_log_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
     }
     else
     if (streq (command, DSH_RESULT))
@@ -979,7 +980,7 @@ s_work_message (self_t *self, dsh_sock_msg_t *parts)
         s_send_sync (self, component);
     else {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: unknown command \"%s\" from component %s", command, component);
+        dsh_log_warning ("dsh-broker: unknown command \"%s\" from component %s", command, component);
     }
 }
 
@@ -994,7 +995,7 @@ s_work_one (zsock_t *reader, void *arg)
     else
     if (*error) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed message on the work socket: %s", error);
+        dsh_log_warning ("dsh-broker: malformed message on the work socket: %s", error);
     }
     dsh_sock_msg_close (&parts);
     return 0;
@@ -1021,7 +1022,7 @@ s_handle_announce (self_t *self, dsh_presence_t *presence)
                           presence->tools, zclock_mono (), events, refusals);
     s_publish (self, events);
     for (dsh_refusal_t *refusal = zlistx_first (refusals); refusal; refusal = zlistx_next (refusals)) {
-        zsys_warning ("dsh-broker: refused from component %s: %s", refusal->component, refusal->reason);
+        dsh_log_warning ("dsh-broker: refused from component %s: %s", refusal->component, refusal->reason);
         dsh_packer_t packer;
         dsh_packer_init (&packer);
         dsh_packer_map_begin (&packer);
@@ -1061,7 +1062,7 @@ s_announce_one (zsock_t *reader, void *arg)
 
     if (*error) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed message on the announce socket: %s", error);
+        dsh_log_warning ("dsh-broker: malformed message on the announce socket: %s", error);
     }
     else
     if (streq (command, DSH_ANNOUNCE))
@@ -1109,9 +1110,11 @@ s_expire_components (zloop_t *loop, int timer_id, void *arg)
     for (char *component = zlistx_first (silent); component; component = zlistx_next (silent))
         s_remove_component (self, component, "expired");
     zlistx_destroy (&silent);
-    //  Here, not on a timer of its own: once a heartbeat is often enough
-    //  to give back what a subscriber or a connection storm left free
+    //  Here, not on timers of their own: once a heartbeat is often enough
+    //  to give back what a subscriber or a connection storm left free, and
+    //  to log the count of a flood of bad messages that stopped
     dsh_heap_trim (self->heap);
+    dsh_log_tick ();
     return 0;
 }
 
