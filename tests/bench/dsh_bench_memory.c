@@ -5,13 +5,15 @@
         dsh-bench-memory sleeper ENDPOINT SECONDS
         dsh-bench-memory storm ENDPOINT COUNT
 
-    churn: a raw PUB on the announce channel announces, as fast as it can,
+    churn: a raw PUB on the announce channel announces, over and over,
     component "churn" with one tool whose description is BYTES long and
     different every time, so every ANNOUNCE is a tool.updated event of
-    about BYTES; it pauses PAUSE_MS (default 1) between two, 0 for none. sleeper: a SUB on the events socket that never reads.
-    storm: COUNT DEALERs connect to the front, each PINGs and waits for its
-    PONG, then all close. Each prints one line when done. By hand, with
-    tests/bench/memory.sh, which reads the broker's RSS around them.
+    about BYTES; it pauses PAUSE_MS (default 1) between two, 0 for none.
+    sleeper: a SUB on the events socket that never reads. storm: COUNT
+    DEALERs connect to the front, a hundred at a time, each PINGs and waits
+    for its PONG; 3 s after all are open, all close. Each prints one line
+    when done. By hand, with tests/bench/memory.sh, which reads the
+    broker's RSS around them.
     =========================================================================
 */
 
@@ -106,46 +108,64 @@ s_sleeper (const char *front, int seconds)
     return 0;
 }
 
+//  PINGs on a new DEALER to front, added to poller; NULL if it cannot.
+static zsock_t *
+s_storm_dealer (const char *front, zpoller_t *poller)
+{
+    zsock_t *dealer = zsock_new (ZMQ_DEALER);
+    if (!dealer || zsock_connect (dealer, "%s", front)) {
+        fprintf (stderr, "storm: %s\n", zmq_strerror (zmq_errno ()));
+        zsock_destroy (&dealer);
+        return NULL;
+    }
+    zpoller_add (poller, dealer);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 0);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addmem (msg, "", 0);
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, DSH_PING);
+    zmsg_append (msg, &body);
+    zmsg_send (&msg, dealer);
+    return dealer;
+}
+
 static int
 s_storm (const char *front, int count)
 {
     zsys_set_max_sockets ((size_t) count + 64);
     zsock_t **dealers = (zsock_t **) zmalloc (sizeof (zsock_t *) * (size_t) count);
     zpoller_t *poller = zpoller_new (NULL);
-    for (int index = 0; index < count; index++) {
-        dealers [index] = zsock_new (ZMQ_DEALER);
-        if (!dealers [index] || zsock_connect (dealers [index], "%s", front)) {
-            fprintf (stderr, "storm: socket %d: %s\n", index, zmq_strerror (zmq_errno ()));
-            count = index;
+    int opened = 0, answered = 0;
+    //  A hundred at a time, each batch answered before the next opens: all
+    //  at once overflow the listen backlog, and the kernel's SYN retries
+    //  back off for a minute; all stay open until the end
+    while (opened < count) {
+        int batch_end = opened + 100 < count? opened + 100: count;
+        for (; opened < batch_end; opened++)
+            if (!(dealers [opened] = s_storm_dealer (front, poller)))
+                break;
+        if (opened < batch_end)
             break;
+        int64_t until = zclock_mono () + 10000;
+        while (answered < opened && zclock_mono () < until) {
+            zsock_t *which = (zsock_t *) zpoller_wait (poller, 1000);
+            if (!which)
+                continue;
+            zmsg_t *msg = zmsg_recv (which);
+            zmsg_destroy (&msg);
+            answered++;
         }
-        zpoller_add (poller, dealers [index]);
-        dsh_packer_t packer;
-        dsh_packer_init (&packer);
-        msgpack_pack_map (&packer.pk, 0);
-        zframe_t *body = dsh_packer_frame (&packer);
-        dsh_packer_release (&packer);
-        zmsg_t *msg = zmsg_new ();
-        zmsg_addmem (msg, "", 0);
-        zmsg_addstr (msg, DSH_PROTOCOL);
-        zmsg_addstr (msg, DSH_PING);
-        zmsg_append (msg, &body);
-        zmsg_send (&msg, dealers [index]);
-    }
-    int answered = 0;
-    int64_t until = zclock_mono () + 30000;
-    while (answered < count && zclock_mono () < until) {
-        zsock_t *which = (zsock_t *) zpoller_wait (poller, 1000);
-        if (!which)
-            continue;
-        zmsg_t *msg = zmsg_recv (which);
-        zmsg_destroy (&msg);
-        answered++;
     }
     printf ("storm: %d of %d connections answered\n", answered, count);
     fflush (stdout);
+    //  Long enough for the broker's RSS to be read with all of them open
+    zclock_sleep (3000);
     zpoller_destroy (&poller);
-    for (int index = 0; index < count; index++) {
+    for (int index = 0; index < opened; index++) {
         zsock_set_linger (dealers [index], 0);
         zsock_destroy (&dealers [index]);
     }

@@ -28,7 +28,14 @@ sleep 2
 rss "subscriber gone"
 sleep 3
 rss "subscriber gone, 5 s later"
-$peer storm $front 2000 || true
+storm_out=$(mktemp)
+$peer storm $front 2000 >$storm_out &
+storm=$!
+until grep -q answered $storm_out || ! kill -0 $storm 2>/dev/null; do sleep 0.2; done
+cat $storm_out
+rss "2000 connections open"
+wait $storm || true
+rm -f $storm_out
 sleep 2
 rss "2000 connections closed"
 sleep 3
