@@ -31,6 +31,9 @@ s_usage (FILE *out)
         "      --allow DIR          allow-list: the public certificates that may connect\n"
         "      --curve              CURVE on every socket (needs --cert and --allow)\n"
         "      --insecure           listen beyond loopback without CURVE (anyone may connect)\n"
+        "      --max-tool-bytes N   largest tool entry a component may announce (default 65536)\n"
+        "      --max-tools N        tools one component may provide (default 1024)\n"
+        "      --events-queue-bytes N  change events queued per subscriber, in bytes (default 33554432)\n"
         "  -v, --verbose            log every event and refusal\n"
         "  -h, --help               this help\n",
         DSH_DEFAULT_ENDPOINT, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS,
@@ -48,6 +51,8 @@ s_flag_key (const char *flag)
         { "--call-timeout-ms", "call_timeout_ms" }, { "--max-call-timeout-ms", "max_call_timeout_ms" },
         { "--max-message-bytes", "max_message_bytes" }, { "--queue-limit", "queue_limit" },
         { "--cert", "certificate" }, { "--allow", "allow" },
+        { "--max-tool-bytes", "max_tool_bytes" }, { "--max-tools", "max_tools" },
+        { "--events-queue-bytes", "events_queue_bytes" },
     };
     for (size_t index = 0; index < sizeof (flags) / sizeof (flags [0]); index++)
         if (streq (flag, flags [index][0]))
@@ -161,6 +166,8 @@ main (int argc, char *argv [])
                     zcert_public_txt (config->cert), config->allow);
         else
             printf ("dsh-broker: CURVE off%s\n", config->insecure? " (--insecure)": " (loopback only)");
+        printf ("dsh-broker: events queue %d events per subscriber (%zu bytes at most each)\n",
+                dsh_config_events_hwm (config), dsh_config_largest_event (config));
         if (config->chain) {
             printf ("dsh-broker: chain:");
             for (zconfig_t *stage = zconfig_child (config->chain); stage; stage = zconfig_next (stage))

@@ -34,6 +34,8 @@ struct _dsh_catalog_t {
     zhashx_t *refused;          //  name -> zlistx of ids refused that name
     zlistx_t *resync;           //  ids to ask for a new announcement
     uint64_t seq;
+    size_t max_tool_bytes;      //  largest canonical entry taken
+    size_t max_tools;           //  tools one component may provide
 };
 
 static void
@@ -145,7 +147,17 @@ dsh_catalog_new (void)
     self->refused = zhashx_new ();
     zhashx_set_destructor (self->refused, (zhashx_destructor_fn *) zlistx_destroy);
     self->resync = s_string_list ();
+    self->max_tool_bytes = SIZE_MAX;
+    self->max_tools = SIZE_MAX;
     return self;
+}
+
+void
+dsh_catalog_set_limits (dsh_catalog_t *self, size_t max_tool_bytes, size_t max_tools)
+{
+    assert (self);
+    self->max_tool_bytes = max_tool_bytes;
+    self->max_tools = max_tools;
 }
 
 void
@@ -356,6 +368,20 @@ dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t gener
         zchunk_t *canonical = s_canonical (entry);
         if (!canonical) {
             s_refuse (refusals, component, name, "tool entry nests too deep");
+            continue;
+        }
+        if (zchunk_size (canonical) > self->max_tool_bytes) {
+            snprintf (error, sizeof (error), "tool \"%s\" is %zu bytes, over the broker's %zu-byte limit "
+                      "on a tool entry (max_tool_bytes)", name, zchunk_size (canonical), self->max_tool_bytes);
+            zchunk_destroy (&canonical);
+            s_refuse (refusals, component, name, error);
+            continue;
+        }
+        if (zlistx_size (announced) >= self->max_tools) {
+            snprintf (error, sizeof (error), "tool \"%s\" is over the broker's limit of %zu tools "
+                      "a component may provide (max_tools)", name, self->max_tools);
+            zchunk_destroy (&canonical);
+            s_refuse (refusals, component, name, error);
             continue;
         }
         zlistx_add_end (announced, name);

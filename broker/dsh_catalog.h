@@ -13,7 +13,10 @@
         replica; a different entry is refused, the first owner keeps it;
       - the sole provider of a name may change its entry (tool.updated);
       - tools keep the order in which their names were first registered;
-      - every change gets the next sequence number.
+      - every change gets the next sequence number;
+      - a tool entry over max_tool_bytes (canonical), or past a component's
+        max_tools, is refused: what one component can make the broker hold
+        is bounded in bytes.
     =========================================================================
 */
 
@@ -62,6 +65,12 @@ void
 //  Create an empty catalog.
 dsh_catalog_t *
     dsh_catalog_new (void);
+
+//  Limit what a component may register: entries of at most max_tool_bytes
+//  canonical bytes, and at most max_tools tools. Until set, there are no
+//  limits.
+void
+    dsh_catalog_set_limits (dsh_catalog_t *self, size_t max_tool_bytes, size_t max_tools);
 
 //  Destroy the catalog; safe twice.
 void

@@ -22,6 +22,7 @@
 
 #include "dsh_chain.h"
 #include "dsh_curve.h"
+#include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
@@ -612,8 +613,8 @@ s_slot_recv (s_slot_t *slot, zsock_t *reader)
     if (msg && zmsg_last (msg))
         dsh_identity_read_frame (&peer, zmsg_last (msg));
     if (msg && (!zmsg_last (msg) || (dsh_identity_known (&peer) && !dsh_identity_is (&peer, DSH_ROLE_STAGE)))) {
-        zsys_warning ("dsh-broker: a key that is not a stage's (%.8s..., role %s) sent to slot %s: dropped",
-                      peer.key, peer.role? peer.role: "none", slot->name);
+        dsh_log_warning ("dsh-broker: a key that is not a stage's (%.8s..., role %s) sent to slot %s: dropped",
+                         peer.key, peer.role? peer.role: "none", slot->name);
         zmsg_destroy (&msg);
     }
     return msg;
@@ -707,7 +708,7 @@ s_drain_recv_one (zsock_t *reader, void *arg)
     }
     else
     if (!record)
-        zsys_warning ("dsh-broker: stage %s sent something that is not a call of the chain", slot->name);
+        dsh_log_warning ("dsh-broker: stage %s sent something that is not a call of the chain", slot->name);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
     return 0;

@@ -20,6 +20,9 @@ dsh_config_new (void)
     self->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
     self->queue_limit = 10000;
     self->max_in_flight = 100000;
+    self->max_tool_bytes = 64 * 1024;
+    self->max_tools = 1024;
+    self->events_queue_bytes = 32 * 1024 * 1024;
     return self;
 }
 
@@ -124,6 +127,12 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_int (&self->max_message_bytes, key, value, 1024, INT_MAX, error, error_size);
     if (streq (key, "max_in_flight"))
         return s_set_int (&self->max_in_flight, key, value, 1, 10000000, error, error_size);
+    if (streq (key, "max_tool_bytes"))
+        return s_set_int (&self->max_tool_bytes, key, value, 256, INT_MAX, error, error_size);
+    if (streq (key, "max_tools"))
+        return s_set_int (&self->max_tools, key, value, 1, 1000000, error, error_size);
+    if (streq (key, "events_queue_bytes"))
+        return s_set_int (&self->events_queue_bytes, key, value, 1024, INT_MAX, error, error_size);
     if (streq (key, "queue_limit"))
         return s_set_int (&self->queue_limit, key, value, 1, 10000000, error, error_size);
     if (streq (key, "verbose"))
@@ -194,6 +203,32 @@ dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error
         zconfig_destroy (&root);
     }
     return rc;
+}
+
+//  What an event body holds besides its entry or its names: seq, epoch,
+//  kind, a component id, a tool name, a reason, their keys and headers,
+//  with room to spare
+#define S_EVENT_OVERHEAD 1024
+
+size_t
+dsh_config_largest_event (dsh_config_t *self)
+{
+    assert (self);
+    size_t tool_event = (size_t) self->max_tool_bytes;
+    //  A name in a component event's list: up to DSH_NAME_MAX bytes and a
+    //  str header of at most 2
+    size_t component_event = (size_t) self->max_tools * (DSH_NAME_MAX + 2);
+    return S_EVENT_OVERHEAD + (tool_event > component_event? tool_event: component_event);
+}
+
+int
+dsh_config_events_hwm (dsh_config_t *self)
+{
+    assert (self);
+    size_t hwm = (size_t) self->events_queue_bytes / dsh_config_largest_event (self);
+    if (hwm > (size_t) self->queue_limit)
+        hwm = (size_t) self->queue_limit;
+    return hwm > 0? (int) hwm: 1;
 }
 
 //  The endpoint offset places from the front one.

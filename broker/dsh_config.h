@@ -31,6 +31,9 @@ typedef struct {
     int max_message_bytes;      //  ZMQ_MAXMSGSIZE on network sockets
     int queue_limit;            //  high-water mark of every socket
     int max_in_flight;          //  calls in flight before new ones are OVERLOADED
+    int max_tool_bytes;         //  largest canonical tool entry taken
+    int max_tools;              //  tools one component may provide
+    int events_queue_bytes;     //  change events queued per subscriber, in bytes
     bool verbose;
     bool curve;                 //  security/curve: CURVE on every socket
     char *certificate;          //  security/certificate: the broker's keypair (zcert files)
@@ -61,6 +64,17 @@ int
 //  -1 with a reason.
 int
     dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error_size);
+
+//  The high-water mark of the events socket: as many of the largest event
+//  as fit in events_queue_bytes (at least 1), so that a subscriber that
+//  never reads holds at most that many bytes of events in the broker.
+int
+    dsh_config_events_hwm (dsh_config_t *self);
+
+//  The largest change event the limits allow, in bytes: a tool entry of
+//  max_tool_bytes, or a component event naming max_tools tools.
+size_t
+    dsh_config_largest_event (dsh_config_t *self);
 
 //  Fill the announce, work and events endpoints not set, from the front
 //  endpoint: tcp port+1, +2, +3 (or "*" for "*"); ipc and inproc names get

@@ -24,14 +24,16 @@
 #include "dsh_catalog.h"
 #include "dsh_chain.h"
 #include "dsh_curve.h"
+#include "dsh_heap.h"
 #include "dsh_inflight.h"
+#include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
 //  Messages taken from one socket per wakeup, at most
 #define S_BATCH 64
-//  Change events queued per subscriber, at most
-#define S_EVENTS_QUEUE_LIMIT 500
+//  Memory freed since the last trim that is worth giving back
+#define S_TRIM_BYTES (4 * 1024 * 1024)
 
 typedef struct {
     zsock_t *pipe;
@@ -48,6 +50,7 @@ typedef struct {
     dsh_catalog_t *catalog;
     dsh_inflight_t *inflight;   //  every call, from FRONT to its answer
     dsh_chain_t *chain;         //  the middleware stages every call runs through
+    dsh_heap_t *heap;           //  gives freed memory back, after a storm
     char *broker_id;
     uint64_t epoch;             //  changes when the broker restarts
     int64_t started_ms;
@@ -160,7 +163,9 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->cert = config->cert;
     self->routes = zhashx_new ();
     self->catalog = dsh_catalog_new ();
+    dsh_catalog_set_limits (self->catalog, (size_t) config->max_tool_bytes, (size_t) config->max_tools);
     self->inflight = dsh_inflight_new (s_reply_route, self);
+    self->heap = dsh_heap_new (S_TRIM_BYTES);
     zuuid_t *uuid = zuuid_new ();
     self->broker_id = strdup (zuuid_str_canonical (uuid));
     zuuid_destroy (&uuid);
@@ -175,13 +180,13 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     if (self->announce)
         self->work = s_bind (self, ZMQ_ROUTER, config->work, 2, config->queue_limit);
     //  Events queue per subscriber, and a subscriber that reads nothing
-    //  while thousands of tools register would otherwise hold up to
-    //  queue_limit of them each in the broker (the 10 000-tool run's RSS went
-    //  from 48 to 93 MiB on scheduling alone); one that falls behind sees a
-    //  sequence gap and takes a snapshot, as the Clone procedure says
+    //  would otherwise hold up to queue_limit of them each in the broker
+    //  (one that never read while a peer churned 200 kB entries took the
+    //  broker to 792 MB); the queue holds as many of the largest event as
+    //  fit in events_queue_bytes. One that falls behind sees a sequence gap
+    //  and takes a snapshot, as the Clone procedure says
     if (self->work)
-        self->events = s_bind (self, ZMQ_PUB, config->events, 3,
-                               config->queue_limit < S_EVENTS_QUEUE_LIMIT? config->queue_limit: S_EVENTS_QUEUE_LIMIT);
+        self->events = s_bind (self, ZMQ_PUB, config->events, 3, dsh_config_events_hwm (config));
     if (self->events && self->curve) {
         //  A WORK connection that closes takes its route's verification
         //  with it: a later connection under the same id must speak, with
@@ -223,6 +228,7 @@ s_self_destroy (self_t **self_p)
         zsock_destroy (&self->work);
         zsock_destroy (&self->events);
         dsh_catalog_destroy (&self->catalog);
+        dsh_heap_destroy (&self->heap);
         for (int index = 0; index < 4; index++)
             zstr_free (&self->endpoints [index]);
         zstr_free (&self->broker_id);
@@ -243,7 +249,7 @@ s_send_front (self_t *self, zmsg_t **envelope_p, const char *command, zframe_t *
     if (dsh_sock_send (self->front, &reply)) {
         self->dropped_replies++;
         if (self->verbose)
-            zsys_info ("dsh-broker: reply %s dropped: %s", command, zmq_strerror (errno));
+            dsh_log_info ("dsh-broker: reply %s dropped: %s", command, zmq_strerror (errno));
     }
 }
 
@@ -278,7 +284,7 @@ s_send_route (self_t *self, zmq_msg_t *route, size_t route_size, bool move, cons
     if (rc) {
         self->dropped_replies++;
         if (self->verbose)
-            zsys_info ("dsh-broker: reply %s dropped: %s", command, zmq_strerror (errno));
+            dsh_log_info ("dsh-broker: reply %s dropped: %s", command, zmq_strerror (errno));
     }
     return rc;
 }
@@ -357,7 +363,7 @@ s_send_sync (self_t *self, const char *component)
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     if (s_send_work (self, component, DSH_SYNC, NULL, &body) && self->verbose)
-        zsys_info ("dsh-broker: SYNC to %s not sent yet: %s", component, zmq_strerror (errno));
+        dsh_log_info ("dsh-broker: SYNC to %s not sent yet: %s", component, zmq_strerror (errno));
 }
 
 //  Publishes the events of a change, and asks every component that was
@@ -531,7 +537,7 @@ s_retry (self_t *self, dsh_record_t *record, const char *gone)
     record->retried = true;
     snprintf (record->component, sizeof (record->component), "%s", provider);
     dsh_catalog_outstanding (self->catalog, provider, +1);
-    zsys_info ("dsh-broker: call %s to %s retried on %s (the tool is idempotent)", record->call_id, gone, provider);
+    dsh_log_info ("dsh-broker: call %s to %s retried on %s (the tool is idempotent)", record->call_id, gone, provider);
     return true;
 }
 
@@ -559,7 +565,7 @@ s_remove_component (self_t *self, const char *component, const char *reason)
     zlistx_t *events = zlistx_new ();
     zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
     if (dsh_catalog_remove (self->catalog, component, reason, events) == 0) {
-        zsys_info ("dsh-broker: component %s %s", component, reason);
+        dsh_log_info ("dsh-broker: component %s %s", component, reason);
         s_fail_component_calls (self, component, reason);
         s_publish (self, events);
     }
@@ -1020,7 +1026,7 @@ s_work_record (self_t *self, const char *component, zmq_msg_t *token_part, const
     uint64_t token;
     if (dsh_inflight_token_decode (zmq_msg_data (token_part), zmq_msg_size (token_part), &token)) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
+        dsh_log_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
         return NULL;
     }
     dsh_record_t *record = dsh_inflight_lookup (self->inflight, token);
@@ -1032,7 +1038,7 @@ s_work_record (self_t *self, const char *component, zmq_msg_t *token_part, const
     if (!streq (record->component, component)) {
         //  Only the component a call went to may speak for it
         self->bad_messages++;
-        zsys_warning ("dsh-broker: %s sent a %s for a call it was not given", component, command);
+        dsh_log_warning ("dsh-broker: %s sent a %s for a call it was not given", component, command);
         return NULL;
     }
     return record;
@@ -1064,7 +1070,7 @@ s_handle_result (self_t *self, const char *component, zmq_msg_t *token_part, zmq
         self->bad_messages++;
         char text [DSH_ID_MAX + DSH_CALL_ID_MAX + 128];
         snprintf (text, sizeof (text), "Error: component \"%s\" sent a malformed result: %s", component, error);
-        zsys_warning ("dsh-broker: %s", text + 7);
+        dsh_log_warning ("dsh-broker: %s", text + 7);
         s_answer_error (self, &record, DSH_E_BAD_RESULT, text);
     }
 }
@@ -1086,7 +1092,7 @@ s_handle_progress (self_t *self, const char *component, zmq_msg_t *token_part, z
     dsh_doc_destroy (&doc);
     if (!valid) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: %s sent a PROGRESS that is not its call's {callId, progress: number}", component);
+        dsh_log_warning ("dsh-broker: %s sent a PROGRESS that is not its call's {callId, progress: number}", component);
         return;
     }
     zmq_msg_t report;
@@ -1107,8 +1113,8 @@ s_work_claim (self_t *self, const char *component, zmq_msg_t *part)
     dsh_identity_read (&peer, part);
     if (!dsh_identity_serves (&peer, component)) {
         self->forbidden++;
-        zsys_warning ("dsh-broker: key %.8s... (role %s) may not serve component %s: its WORK message is dropped",
-                      peer.key? peer.key: "?", peer.role? peer.role: "none", component);
+        dsh_log_warning ("dsh-broker: key %.8s... (role %s) may not serve component %s: its WORK message is dropped",
+                         peer.key? peer.key: "?", peer.role? peer.role: "none", component);
         return -1;
     }
     int fd = zmq_msg_get (part, ZMQ_SRCFD);
@@ -1145,7 +1151,7 @@ s_work_message (self_t *self, dsh_sock_msg_t *parts)
     //  [component] "" DSH1 command (token body)
     if (parts->envelope != 1 || zmq_msg_size (&parts->part [0]) > DSH_ID_MAX) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed message on the work socket: the envelope is not one component id");
+        dsh_log_warning ("dsh-broker: malformed message on the work socket: the envelope is not one component id");
         return;
     }
     char component [DSH_ID_MAX + 1];
@@ -1158,7 +1164,7 @@ s_work_message (self_t *self, dsh_sock_msg_t *parts)
     bool reply = streq (command, DSH_RESULT) || streq (command, DSH_PROGRESS);
     if (reply && parts->count != parts->body + 2) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
+        dsh_log_warning ("dsh-broker: malformed %s from %s: want token and body frames", command, component);
     }
     else
     if (streq (command, DSH_RESULT))
@@ -1171,7 +1177,7 @@ s_work_message (self_t *self, dsh_sock_msg_t *parts)
         s_send_sync (self, component);
     else {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: unknown command \"%s\" from component %s", command, component);
+        dsh_log_warning ("dsh-broker: unknown command \"%s\" from component %s", command, component);
     }
 }
 
@@ -1186,7 +1192,7 @@ s_work_one (zsock_t *reader, void *arg)
     else
     if (*error) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed message on the work socket: %s", error);
+        dsh_log_warning ("dsh-broker: malformed message on the work socket: %s", error);
     }
     dsh_sock_msg_close (&parts);
     return 0;
@@ -1250,7 +1256,7 @@ s_handle_announce (self_t *self, dsh_presence_t *presence, dsh_identity_t *peer)
         free (offered.via.array.ptr);
     s_publish (self, events);
     for (dsh_refusal_t *refusal = zlistx_first (refusals); refusal; refusal = zlistx_next (refusals)) {
-        zsys_warning ("dsh-broker: refused from component %s: %s", refusal->component, refusal->reason);
+        dsh_log_warning ("dsh-broker: refused from component %s: %s", refusal->component, refusal->reason);
         dsh_packer_t packer;
         dsh_packer_init (&packer);
         dsh_packer_map_begin (&packer);
@@ -1293,13 +1299,13 @@ s_announce_one (zsock_t *reader, void *arg)
         dsh_identity_read_frame (&peer, protocol);
     if (*error) {
         self->bad_messages++;
-        zsys_warning ("dsh-broker: malformed message on the announce socket: %s", error);
+        dsh_log_warning ("dsh-broker: malformed message on the announce socket: %s", error);
     }
     else
     if (self->curve && !dsh_identity_serves (&peer, presence.component)) {
         self->forbidden++;
-        zsys_warning ("dsh-broker: key %.8s... (role %s) may not speak for component %s: its %s is dropped",
-                      peer.key? peer.key: "?", peer.role? peer.role: "none", presence.component, command);
+        dsh_log_warning ("dsh-broker: key %.8s... (role %s) may not speak for component %s: its %s is dropped",
+                         peer.key? peer.key: "?", peer.role? peer.role: "none", presence.component, command);
     }
     else
     if (streq (command, DSH_ANNOUNCE))
@@ -1347,6 +1353,11 @@ s_expire_components (zloop_t *loop, int timer_id, void *arg)
     for (char *component = zlistx_first (silent); component; component = zlistx_next (silent))
         s_remove_component (self, component, "expired");
     zlistx_destroy (&silent);
+    //  Here, not on timers of their own: once a heartbeat is often enough
+    //  to give back what a subscriber or a connection storm left free, and
+    //  to log the count of a flood of bad messages that stopped
+    dsh_heap_trim (self->heap);
+    dsh_log_tick ();
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 #include "dsh_curve.h"
+#include "dsh_log.h"
 #include "dsh_tooldef.h"
 #include "dsh_render.h"
 #include "dsh_call.h"

@@ -16,6 +16,7 @@
 
 #include "dsh_client.h"
 #include "dsh_json.h"
+#include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 #include "dsh_curve.h"
@@ -190,7 +191,7 @@ s_reply_new (const char *command, zmq_msg_t *body)
         snprintf (error, sizeof (error), "body is not a map");
     }
     if (!self->doc) {
-        zsys_warning ("dsh_client: malformed reply ignored: %s", error);
+        dsh_log_warning ("dsh_client: malformed reply ignored: %s", error);
         dsh_reply_destroy (&self);
         return NULL;
     }
@@ -200,7 +201,7 @@ s_reply_new (const char *command, zmq_msg_t *body)
     else
     if (streq (self->command, DSH_RESULT)) {
         if (dsh_proto_check_result (root, error, sizeof (error))) {
-            zsys_warning ("dsh_client: malformed result ignored: %s", error);
+            dsh_log_warning ("dsh_client: malformed result ignored: %s", error);
             dsh_reply_destroy (&self);
             return NULL;
         }
@@ -327,7 +328,7 @@ s_take_one (dsh_client_t *self, dsh_reply_t **reply_p)
     if (rc == 0)
         reply = s_reply_new (msg.command, &msg.part [msg.body]);
     if (*error)
-        zsys_warning ("dsh_client: malformed reply ignored: %s", error);
+        dsh_log_warning ("dsh_client: malformed reply ignored: %s", error);
     dsh_sock_msg_close (&msg);
     if (reply)
         reply = s_filter_cancelled (self, reply);

@@ -18,6 +18,7 @@
 
 #include "dsh_provider.h"
 #include "dsh_json.h"
+#include "dsh_log.h"
 #include "dsh_pool.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -308,7 +309,7 @@ s_send_work (self_t *self, const char *command, uint64_t token, zmq_msg_t *body)
     zmq_msg_init (&parts [4]);
     zmq_msg_move (&parts [4], body);
     if (dsh_sock_send_parts (self->work, parts, 5))
-        zsys_warning ("%s: a %s could not be sent: %s", self->id, command, zmq_strerror (errno));
+        dsh_log_warning ("%s: a %s could not be sent: %s", self->id, command, zmq_strerror (errno));
 }
 
 //  The same with a body from the codec; takes the frame.
@@ -351,6 +352,8 @@ s_heartbeat (zloop_t *loop, int timer_id, void *arg)
         self->work_connections = connections;
     }
     s_tell_failure (self, self->work_handshake);
+    //  A flood of bad messages that stopped still gets its count logged
+    dsh_log_tick ();
     return 0;
 }
 
@@ -384,7 +387,7 @@ s_welcomed (self_t *self, dsh_doc_t *doc)
     }
     if (!announce || !work || !heartbeat || heartbeat->type != MSGPACK_OBJECT_POSITIVE_INTEGER
     ||  heartbeat->via.u64 == 0 || heartbeat->via.u64 > 3600000) {
-        zsys_warning ("%s: malformed WELCOME from %s; asking again", self->id, self->broker);
+        dsh_log_warning ("%s: malformed WELCOME from %s; asking again", self->id, self->broker);
         return;
     }
     if (self->work)
@@ -455,7 +458,7 @@ static void
 s_handle_call (self_t *self, dsh_sock_msg_t *msg)
 {
     if (msg->count - msg->body < 2 || zmq_msg_size (&msg->part [msg->body]) != 8) {
-        zsys_warning ("%s: CALL without token and body", self->id);
+        dsh_log_warning ("%s: CALL without token and body", self->id);
         return;
     }
     uint64_t token;
@@ -491,7 +494,7 @@ s_handle_call (self_t *self, dsh_sock_msg_t *msg)
     //  In the table before a worker can have it; the token is the key
     if (zhashx_insert (self->running, &job->token, job)) {
         //  The broker never reuses a token while its call is open
-        zsys_warning ("%s: a CALL repeats a running call's token; dropped", self->id);
+        dsh_log_warning ("%s: a CALL repeats a running call's token; dropped", self->id);
         s_job_destroy (&job);
         return;
     }
@@ -556,7 +559,7 @@ s_handle_refused (self_t *self, dsh_sock_msg_t *msg)
         const char *tool = dsh_doc_strdup (doc, dsh_map_get (root, "tool"));
         const char *reason = dsh_doc_strdup (doc, dsh_map_get (root, "reason"));
         char *refusal = zsys_sprintf ("%s: %s", tool? tool: "(unnamed)", reason? reason: "refused");
-        zsys_warning ("%s: the broker refused %s", self->id, refusal);
+        dsh_log_warning ("%s: the broker refused %s", self->id, refusal);
         if (zlistx_size (self->refusals) < 1000)
             zlistx_add_end (self->refusals, refusal);
         else
@@ -574,7 +577,7 @@ s_work_recv_one (zsock_t *reader, void *arg)
     char error [256];
     if (dsh_sock_recv_msg (reader, &msg, error, sizeof (error))) {
         if (*error)
-            zsys_warning ("%s: malformed message from the broker: %s", self->id, error);
+            dsh_log_warning ("%s: malformed message from the broker: %s", self->id, error);
     }
     else
     if (streq (msg.command, DSH_CALL))
@@ -591,7 +594,7 @@ s_work_recv_one (zsock_t *reader, void *arg)
     if (streq (msg.command, DSH_REFUSED))
         s_handle_refused (self, &msg);
     else
-        zsys_warning ("%s: unknown command \"%s\" from the broker", self->id, msg.command);
+        dsh_log_warning ("%s: unknown command \"%s\" from the broker", self->id, msg.command);
     dsh_sock_msg_close (&msg);
     return 0;
 }

@@ -13,6 +13,7 @@
 
 #include "dsh_stage.h"
 #include "dsh_json.h"
+#include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 #include "dsh_curve.h"
@@ -122,7 +123,7 @@ s_decode (dsh_stage_call_t *call)
     &&  !(call->tool_doc = dsh_proto_decode_body (call->tool, error, sizeof (error))))
         snprintf (error, sizeof (error), "malformed tool frame");
     if (*error)
-        zsys_warning ("stage %s: bad CALL: %s", call->stage->name, error);
+        dsh_log_warning ("stage %s: bad CALL: %s", call->stage->name, error);
     if (!call->head.call_id)
         call->head.call_id = "";
     if (!call->head.name)
@@ -175,7 +176,7 @@ s_send_up (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **body_p)
         self->host.up (self->host.arg, call->token, body_p);
     else
     if (s_send (self->upstream, call->envelope, DSH_RESULT, body_p, NULL))
-        zsys_warning ("stage %s: cannot send a result up: %s", self->name, zmq_strerror (errno));
+        dsh_log_warning ("stage %s: cannot send a result up: %s", self->name, zmq_strerror (errno));
 }
 
 static void
@@ -341,7 +342,7 @@ s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
         snprintf (error, sizeof (error), "CALL wants a body, a tool frame and a deadline frame");
     zframe_destroy (&budget);
     if (*error) {
-        zsys_warning ("stage %s: bad CALL: %s", self->name, error);
+        dsh_log_warning ("stage %s: bad CALL: %s", self->name, error);
         if (tokened) {
             zframe_t *failure = dsh_proto_error_result (NULL, DSH_E_BAD_REQUEST, error);
             s_send_up (self, call, &failure);
@@ -350,7 +351,7 @@ s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
         return;
     }
     if (zhashx_lookup (self->calls, &call->token)) {
-        zsys_warning ("stage %s: a second call with one chain token; dropped", self->name);
+        dsh_log_warning ("stage %s: a second call with one chain token; dropped", self->name);
         s_call_destroy (&call);
         return;
     }
@@ -397,7 +398,7 @@ s_handle_control (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
 {
     zframe_t *frame = s_control_reply (self, zmsg_first (msg));
     if (frame && s_send (self->upstream, *envelope_p, DSH_CONTROL, &frame, NULL))
-        zsys_warning ("stage %s: cannot answer a control command", self->name);
+        dsh_log_warning ("stage %s: cannot answer a control command", self->name);
     zframe_destroy (&frame);
 }
 
@@ -442,7 +443,7 @@ s_upstream_recv_one (zsock_t *reader, void *arg)
     char command [DSH_COMMAND_MAX + 1];
     char error [256];
     if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)))
-        zsys_warning ("stage %s: malformed message from upstream: %s", self->name, error);
+        dsh_log_warning ("stage %s: malformed message from upstream: %s", self->name, error);
     else
     if (streq (command, DSH_CALL))
         s_handle_call (self, &envelope, msg);
@@ -453,7 +454,7 @@ s_upstream_recv_one (zsock_t *reader, void *arg)
     if (streq (command, DSH_CANCEL))
         s_handle_cancel (self, envelope);
     else
-        zsys_warning ("stage %s: unknown command \"%s\" from upstream", self->name, command);
+        dsh_log_warning ("stage %s: unknown command \"%s\" from upstream", self->name, command);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
     return 0;
@@ -533,7 +534,7 @@ s_downstream_recv_one (zsock_t *reader, void *arg)
         dsh_sock_send (self->upstream, &copy);
     }
     else
-        zsys_warning ("stage %s: malformed message from downstream: %s", self->name, error);
+        dsh_log_warning ("stage %s: malformed message from downstream: %s", self->name, error);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
     return 0;
@@ -754,7 +755,7 @@ dsh_stage_inline_call (dsh_stage_t *self, uint64_t token, zframe_t **body_p, zfr
     call->tool = tool? zframe_dup (tool): zframe_new_empty ();
     call->deadline_ms = deadline_ms;
     if (zhashx_lookup (self->calls, &call->token)) {
-        zsys_warning ("stage %s: a second call with one token; dropped", self->name);
+        dsh_log_warning ("stage %s: a second call with one token; dropped", self->name);
         s_call_destroy (&call);
         return;
     }

@@ -17,6 +17,7 @@
 #include "dsh_view.h"
 #include "dsh_doc.h"
 #include "dsh_json.h"
+#include "dsh_log.h"
 #include "dsh_proto.h"
 
 #include <czmq.h>
@@ -177,14 +178,14 @@ s_apply (dsh_view_t *self, s_event_t **event_p)
     s_event_t *event = *event_p;
     dsh_view_verdict_t verdict = DSH_VIEW_OK;
     if (event->epoch != self->epoch) {
-        zsys_info ("dsh_view: event of epoch %" PRIu64 " in epoch %" PRIu64 ", resynchronising",
+        dsh_log_info ("dsh_view: event of epoch %" PRIu64 " in epoch %" PRIu64 ", resynchronising",
                    event->epoch, self->epoch);
         s_lose (self);
         verdict = DSH_VIEW_RESYNC;
     }
     else
     if (event->seq > self->seq + 1) {
-        zsys_info ("dsh_view: event %" PRIu64 " after %" PRIu64 ", resynchronising",
+        dsh_log_info ("dsh_view: event %" PRIu64 " after %" PRIu64 ", resynchronising",
                    event->seq, self->seq);
         s_lose (self);
         verdict = DSH_VIEW_RESYNC;
@@ -248,7 +249,7 @@ dsh_view_event (dsh_view_t *self, const void *data, size_t size,
     if (self->synced)
         return s_apply (self, &event);
     if (zlistx_size (self->queue) >= self->queue_limit) {
-        zsys_warning ("dsh_view: %zu events queued waiting for a snapshot, resynchronising",
+        dsh_log_warning ("dsh_view: %zu events queued waiting for a snapshot, resynchronising",
                       zlistx_size (self->queue));
         s_event_destroy (&event);
         s_lose (self);

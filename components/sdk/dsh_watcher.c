@@ -22,6 +22,7 @@
 */
 
 #include "dsh_watcher.h"
+#include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 #include "dsh_curve.h"
@@ -159,7 +160,7 @@ s_handle_welcome (self_t *self, dsh_doc_t *doc)
         return;                 //  an answer to a re-sent HELLO
     char *advertised = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "events"));
     if (!advertised) {
-        zsys_warning ("dsh_watcher: WELCOME from \"%s\" names no events endpoint", self->front);
+        dsh_log_warning ("dsh_watcher: WELCOME from \"%s\" names no events endpoint", self->front);
         return;
     }
     char *endpoint = dsh_sock_resolve (advertised, self->front);
@@ -169,7 +170,7 @@ s_handle_welcome (self_t *self, dsh_doc_t *doc)
     zsock_set_subscribe (events, "");
     dsh_curve_client (events);
     if (zsock_connect (events, "%s", endpoint)) {
-        zsys_warning ("dsh_watcher: cannot connect to events endpoint \"%s\"", endpoint);
+        dsh_log_warning ("dsh_watcher: cannot connect to events endpoint \"%s\"", endpoint);
         zsock_destroy (&events);
     }
     else {
@@ -192,7 +193,7 @@ s_handle_snapshot (self_t *self, zframe_t *body, dsh_doc_t *doc)
     dsh_view_verdict_t verdict = dsh_view_snapshot (self->view, zframe_data (body), zframe_size (body),
                                                     error, sizeof (error));
     if (verdict == DSH_VIEW_INVALID) {
-        zsys_warning ("dsh_watcher: bad SNAPSHOT from \"%s\": %s", self->front, error);
+        dsh_log_warning ("dsh_watcher: bad SNAPSHOT from \"%s\": %s", self->front, error);
         return;                 //  the request is re-sent when due
     }
     self->request_id = 0;
@@ -221,7 +222,7 @@ s_handle_front (zsock_t *reader, void *arg)
             snprintf (error, sizeof (error), "%s has %zu body frames", command, zmsg_size (msg));
     }
     if (!doc)
-        zsys_warning ("dsh_watcher: bad reply from \"%s\": %s", self->front, error);
+        dsh_log_warning ("dsh_watcher: bad reply from \"%s\": %s", self->front, error);
     else
     if (streq (command, DSH_WELCOME))
         s_handle_welcome (self, doc);
@@ -231,7 +232,7 @@ s_handle_front (zsock_t *reader, void *arg)
     else
     if (streq (command, DSH_ERROR)) {
         char *message = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "message"));
-        zsys_warning ("dsh_watcher: broker \"%s\" says: %s", self->front, message? message: "(no message)");
+        dsh_log_warning ("dsh_watcher: broker \"%s\" says: %s", self->front, message? message: "(no message)");
     }
     dsh_doc_destroy (&doc);
     zmsg_destroy (&envelope);
@@ -248,13 +249,13 @@ s_handle_events (zsock_t *reader, void *arg)
         return 0;
     char error [256];
     if (zmsg_size (msg) != 2)
-        zsys_warning ("dsh_watcher: event with %zu frames ignored", zmsg_size (msg));
+        dsh_log_warning ("dsh_watcher: event with %zu frames ignored", zmsg_size (msg));
     else {
         zframe_t *body = zmsg_last (msg);
         dsh_view_verdict_t verdict = dsh_view_event (self->view, zframe_data (body), zframe_size (body),
                                                      error, sizeof (error));
         if (verdict == DSH_VIEW_INVALID)
-            zsys_warning ("dsh_watcher: bad event ignored: %s", error);
+            dsh_log_warning ("dsh_watcher: bad event ignored: %s", error);
         else
         if (verdict == DSH_VIEW_RESYNC)
             s_request_snapshot (self, zclock_mono ());

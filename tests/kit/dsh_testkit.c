@@ -38,6 +38,12 @@ dsh_testproc_start (const char *const *argv)
 dsh_testproc_t *
 dsh_testproc_start_input (const char *const *argv, int stdin_fd)
 {
+    return dsh_testproc_start_fds (argv, stdin_fd, -1);
+}
+
+dsh_testproc_t *
+dsh_testproc_start_fds (const char *const *argv, int stdin_fd, int stderr_fd)
+{
     int out [2];
     if (pipe2 (out, O_CLOEXEC))
         return NULL;
@@ -50,6 +56,8 @@ dsh_testproc_start_input (const char *const *argv, int stdin_fd)
         dup2 (out [1], STDOUT_FILENO);
         if (stdin_fd >= 0)
             dup2 (stdin_fd, STDIN_FILENO);
+        if (stderr_fd >= 0)
+            dup2 (stderr_fd, STDERR_FILENO);
         execv (program, (char *const *) argv);
         fprintf (stderr, "testkit: cannot run %s: %s\n", program, strerror (errno));
         _exit (127);
@@ -174,6 +182,13 @@ dsh_testproc_pid (dsh_testproc_t *self)
 dsh_testproc_t *
 dsh_testkit_broker (int heartbeat_ms, const char *const *extra, char *endpoint, size_t size)
 {
+    return dsh_testkit_broker_stderr (heartbeat_ms, extra, -1, endpoint, size);
+}
+
+dsh_testproc_t *
+dsh_testkit_broker_stderr (int heartbeat_ms, const char *const *extra, int stderr_fd,
+                           char *endpoint, size_t size)
+{
     char heartbeat [16];
     snprintf (heartbeat, sizeof (heartbeat), "%d", heartbeat_ms);
     //  Every socket on a random port of czmq's dynamic range ("!"): "*" takes
@@ -188,7 +203,7 @@ dsh_testkit_broker (int heartbeat_ms, const char *const *extra, char *endpoint, 
     for (size_t index = 0; extra && extra [index] && argc < 31; index++)
         argv [argc++] = extra [index];
     argv [argc] = NULL;
-    dsh_testproc_t *broker = dsh_testproc_start (argv);
+    dsh_testproc_t *broker = dsh_testproc_start_fds (argv, -1, stderr_fd);
     if (!broker)
         return NULL;
     char *line = dsh_testproc_wait_line (broker, "listening on ", 10000);

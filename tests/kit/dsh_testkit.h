@@ -34,6 +34,10 @@ dsh_testproc_t *
 dsh_testproc_t *
     dsh_testproc_start_input (const char *const *argv, int stdin_fd);
 
+//  The same, with stderr_fd (if >= 0) as the process's stderr.
+dsh_testproc_t *
+    dsh_testproc_start_fds (const char *const *argv, int stdin_fd, int stderr_fd);
+
 //  Kill (SIGKILL) if still running, reap, free; safe twice.
 void
     dsh_testproc_destroy (dsh_testproc_t **self_p);
@@ -66,6 +70,12 @@ pid_t
 //  writes its front endpoint into endpoint. NULL on failure.
 dsh_testproc_t *
     dsh_testkit_broker (int heartbeat_ms, const char *const *extra, char *endpoint, size_t size);
+
+//  Start dsh-broker as dsh_testkit_broker does, its stderr (its log) to
+//  stderr_fd (if >= 0).
+dsh_testproc_t *
+    dsh_testkit_broker_stderr (int heartbeat_ms, const char *const *extra, int stderr_fd,
+                               char *endpoint, size_t size);
 
 //  Start dsh-broker as dsh_testkit_broker does, with config (ZPL text,
 //  e.g. a chain section) in a temporary file that is gone once the broker

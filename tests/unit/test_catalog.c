@@ -758,10 +758,45 @@ test_event_encode (void **state)
     dsh_event_destroy (&event);
 }
 
+//  A component's entries over max_tool_bytes, or past max_tools, are
+//  refused by name; the others register. An update over the limit is
+//  refused like any invalid entry: the component no longer provides it.
+static void
+test_limits (void **state)
+{
+    (void) state;
+    dsh_catalog_set_limits (s_catalog, 64, 2);
+    s_announce ("c", 1, "[{\"name\":\"a\",\"parameters\":{\"type\":\"object\"}},"
+                       "{\"name\":\"big\",\"description\":\"0123456789012345678901234567890123456789\","
+                       "\"parameters\":{\"type\":\"object\"}},"
+                       "{\"name\":\"b\",\"parameters\":{\"type\":\"object\"}},"
+                       "{\"name\":\"c\",\"parameters\":{\"type\":\"object\"}}]", 0);
+    assert_int_equal (zlistx_size (s_refusals), 2);
+    dsh_refusal_t *refusal = zlistx_first (s_refusals);
+    assert_string_equal (refusal->name, "big");
+    assert_non_null (strstr (refusal->reason, "over the broker's 64-byte limit on a tool entry (max_tool_bytes)"));
+    refusal = zlistx_next (s_refusals);
+    assert_string_equal (refusal->name, "c");
+    assert_string_equal (refusal->reason,
+                         "tool \"c\" is over the broker's limit of 2 tools a component may provide (max_tools)");
+    assert_int_equal (dsh_catalog_tool_count (s_catalog), 2);
+    assert_non_null (dsh_catalog_tool (s_catalog, "a"));
+    assert_non_null (dsh_catalog_tool (s_catalog, "b"));
+    //  An update past the limit: refused, and the old entry goes
+    s_announce ("c", 1, "[{\"name\":\"a\",\"description\":\"0123456789012345678901234567890123456789\","
+                       "\"parameters\":{\"type\":\"object\"}},"
+                       "{\"name\":\"b\",\"parameters\":{\"type\":\"object\"}}]", 1);
+    assert_int_equal (zlistx_size (s_refusals), 1);
+    s_assert_event (0, DSH_EV_UNREGISTERED, "c", "a");
+    assert_null (dsh_catalog_tool (s_catalog, "a"));
+    assert_non_null (dsh_catalog_tool (s_catalog, "b"));
+}
+
 int
 main (void)
 {
     const struct CMUnitTest tests [] = {
+        cmocka_unit_test_setup_teardown (test_limits, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_announce_registers, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_announce_idempotent, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_announce_removes, s_setup, s_teardown),

@@ -43,6 +43,9 @@ test_defaults (void **state)
     assert_int_equal (config->max_call_timeout_ms, 600000);
     assert_int_equal (config->max_message_bytes, DSH_MAX_MESSAGE_DEFAULT);
     assert_int_equal (config->queue_limit, 10000);
+    assert_int_equal (config->max_tool_bytes, 65536);
+    assert_int_equal (config->max_tools, 1024);
+    assert_int_equal (config->events_queue_bytes, 32 * 1024 * 1024);
     assert_false (config->verbose);
     dsh_config_destroy (&config);
     assert_null (config);
@@ -116,13 +119,41 @@ s_set_refused (dsh_config_t *config, const char *key, const char *value)
     s_assert_contains (error, key);
 }
 
+//  The events queue: as many of the largest event as fit in the budget, so
+//  a subscriber that never reads holds at most events_queue_bytes.
+static void
+test_events_hwm (void **state)
+{
+    (void) state;
+    dsh_config_t *config = dsh_config_new ();
+    //  Defaults: a component event naming 1024 tools of 128-byte names
+    //  (130 bytes each) is larger than a 64 KiB entry
+    assert_int_equal (dsh_config_largest_event (config), 1024 + 1024 * 130);
+    assert_int_equal (dsh_config_events_hwm (config), 32 * 1024 * 1024 / (1024 + 1024 * 130));
+    //  Few tools: the entry is the largest event
+    s_set_ok (config, "max_tools", "3");
+    s_set_ok (config, "max_tool_bytes", "4096");
+    s_set_ok (config, "events_queue_bytes", "1048576");
+    assert_int_equal (dsh_config_largest_event (config), 5120);
+    assert_int_equal (dsh_config_events_hwm (config), 204);
+    assert_true ((size_t) dsh_config_events_hwm (config) * dsh_config_largest_event (config) <= 1048576);
+    //  Never more than every socket's limit
+    s_set_ok (config, "queue_limit", "50");
+    assert_int_equal (dsh_config_events_hwm (config), 50);
+    //  A budget under one event still queues one
+    s_set_ok (config, "events_queue_bytes", "1024");
+    assert_int_equal (dsh_config_events_hwm (config), 1);
+    dsh_config_destroy (&config);
+}
+
 static void
 test_bad_values (void **state)
 {
     (void) state;
     dsh_config_t *config = dsh_config_new ();
     const char *numeric [] = { "heartbeat_ms", "liveness", "call_timeout_ms", "max_call_timeout_ms",
-                               "max_message_bytes", "queue_limit" };
+                               "max_message_bytes", "queue_limit", "max_tool_bytes", "max_tools",
+                               "events_queue_bytes" };
     const char *not_numbers [] = { "", "abc", "12abc", "1.5", " ", "0x10", "99999999999999999999" };
     for (size_t key = 0; key < sizeof numeric / sizeof numeric [0]; key++)
         for (size_t value = 0; value < sizeof not_numbers / sizeof not_numbers [0]; value++)
@@ -140,6 +171,10 @@ test_bad_values (void **state)
     s_set_refused (config, "max_message_bytes", "1023");
     s_set_refused (config, "queue_limit", "0");
     s_set_refused (config, "queue_limit", "10000001");
+    s_set_refused (config, "max_tool_bytes", "255");
+    s_set_refused (config, "max_tools", "0");
+    s_set_refused (config, "max_tools", "1000001");
+    s_set_refused (config, "events_queue_bytes", "1023");
     char text [32];
     snprintf (text, sizeof text, "%lld", (long long) INT_MAX + 1);
     s_set_refused (config, "call_timeout_ms", text);
@@ -465,6 +500,7 @@ main (void)
         cmocka_unit_test (test_defaults),
         cmocka_unit_test (test_set_each_key),
         cmocka_unit_test (test_bad_values),
+        cmocka_unit_test (test_events_hwm),
         cmocka_unit_test_teardown (test_load_valid, s_teardown),
         cmocka_unit_test_teardown (test_load_unknown_key, s_teardown),
         cmocka_unit_test_teardown (test_load_bad_value, s_teardown),

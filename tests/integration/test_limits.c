@@ -1,0 +1,218 @@
+/*  =========================================================================
+    test_limits - what a peer can make the broker hold or write is bounded:
+    a tool entry over max_tool_bytes, or past a component's max_tools, is
+    refused with REFUSED naming the tool while the component's other tools
+    register; the events queue the broker derives from events_queue_bytes;
+    a flood of garbage on WORK writes a bounded number of log lines, with
+    the count of what was suppressed
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "dsh_client.h"
+#include "dsh_provider.h"
+#include "dsh_proto.h"
+#include "dsh_testkit.h"
+
+static int
+s_answer (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) call;
+    (void) arg;
+    dsh_result_text (result, "ok");
+    return 0;
+}
+
+//  A raw tool entry named name whose description is description_bytes long.
+static char *
+s_entry (const char *name, size_t description_bytes)
+{
+    char *description = (char *) zmalloc (description_bytes + 1);
+    memset (description, 'd', description_bytes);
+    char *entry = zsys_sprintf ("{\"name\":\"%s\",\"description\":\"%s\",\"parameters\":{\"type\":\"object\"}}",
+                                name, description);
+    free (description);
+    return entry;
+}
+
+static void
+s_add (dsh_provider_t *provider, const char *name, size_t description_bytes)
+{
+    char *entry = s_entry (name, description_bytes);
+    assert_int_equal (dsh_provider_add_raw (provider, entry, s_answer, NULL), 0);
+    zstr_free (&entry);
+}
+
+static void
+test_tool_entry_cap (void **state)
+{
+    (void) state;
+    char endpoint [256];
+    const char *extra [] = { "--max-tool-bytes", "4096", NULL };
+    dsh_testproc_t *broker = dsh_testkit_broker (200, extra, endpoint, sizeof (endpoint));
+    assert_non_null (broker);
+    dsh_provider_t *provider = dsh_provider_new (endpoint, "big", 1);
+    assert_non_null (provider);
+    s_add (provider, "small_first", 100);
+    s_add (provider, "too_big", 5000);
+    s_add (provider, "small_last", 100);
+    char *refusal = dsh_provider_refusal (provider, 5000);
+    assert_non_null (refusal);
+    //  "tool: reason": the REFUSED names the tool, and says why
+    assert_non_null (strstr (refusal, "too_big: tool \"too_big\" is "));
+    assert_non_null (strstr (refusal, "bytes, over the broker's 4096-byte limit on a tool entry (max_tool_bytes)"));
+    zstr_free (&refusal);
+    //  The component's other tools register; the big one does not
+    assert_int_equal (dsh_testkit_wait_tools (endpoint, "small_", 2, 5000), 0);
+    assert_int_equal (dsh_testkit_wait_tools (endpoint, "too_big", 0, 5000), 0);
+    dsh_client_t *client = dsh_client_new (endpoint);
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (client, "small_last", "{}", NULL, 5000, error, sizeof (error));
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_text (reply), "ok");
+    dsh_reply_destroy (&reply);
+    dsh_client_destroy (&client);
+    dsh_provider_destroy (&provider);
+    dsh_testproc_destroy (&broker);
+}
+
+static void
+test_tool_count_cap (void **state)
+{
+    (void) state;
+    char endpoint [256];
+    const char *extra [] = { "--max-tools", "3", NULL };
+    dsh_testproc_t *broker = dsh_testkit_broker (200, extra, endpoint, sizeof (endpoint));
+    assert_non_null (broker);
+    dsh_provider_t *provider = dsh_provider_new (endpoint, "many", 1);
+    assert_non_null (provider);
+    char name [32];
+    for (int index = 0; index < 5; index++) {
+        snprintf (name, sizeof (name), "many_%d", index);
+        s_add (provider, name, 10);
+    }
+    char *refusal = dsh_provider_refusal (provider, 5000);
+    assert_non_null (refusal);
+    assert_non_null (strstr (refusal, "is over the broker's limit of 3 tools a component may provide (max_tools)"));
+    zstr_free (&refusal);
+    assert_int_equal (dsh_testkit_wait_tools (endpoint, "many_", 3, 5000), 0);
+    dsh_provider_destroy (&provider);
+    dsh_testproc_destroy (&broker);
+}
+
+static void
+test_events_queue (void **state)
+{
+    (void) state;
+    char endpoint [256];
+    //  The largest event: 1024 bytes of head and a 4096-byte entry (3 names
+    //  of a component event are less); 1 MiB holds 204 of them
+    const char *extra [] = { "--max-tool-bytes", "4096", "--max-tools", "3",
+                             "--events-queue-bytes", "1048576", NULL };
+    dsh_testproc_t *broker = dsh_testkit_broker (200, extra, endpoint, sizeof (endpoint));
+    assert_non_null (broker);
+    char *line = dsh_testproc_wait_line (broker, "events queue", 5000);
+    assert_non_null (line);
+    assert_non_null (strstr (line, "events queue 204 events per subscriber (5120 bytes at most each)"));
+    zstr_free (&line);
+    dsh_testproc_destroy (&broker);
+}
+
+//  Messages about the work socket's garbage the log accounts for: lines
+//  written, and the counts of the suppressed-count lines.
+static size_t
+s_accounted (const char *log, size_t *lines)
+{
+    size_t accounted = 0;
+    *lines = 0;
+    for (const char *line = log; line && *line; line = strchr (line, '\n')? strchr (line, '\n') + 1: NULL) {
+        size_t length = strcspn (line, "\n");
+        (*lines)++;
+        char text [1200];
+        snprintf (text, sizeof (text), "%.*s", (int) length, line);
+        if (!strstr (text, "malformed message on the work socket"))
+            continue;
+        const char *count = strstr (text, " similar messages suppressed)");
+        if (count) {
+            while (count > text && count [-1] >= '0' && count [-1] <= '9')
+                count--;
+            accounted += (size_t) atol (count);
+        }
+        else
+            accounted++;
+    }
+    return accounted;
+}
+
+static void
+test_log_flood (void **state)
+{
+    (void) state;
+    char path [] = "/tmp/dsh-limits-log-XXXXXX";
+    int fd = mkstemp (path);
+    assert_true (fd >= 0);
+    char endpoint [256];
+    const char *extra [] = { "-v", NULL };
+    dsh_testproc_t *broker = dsh_testkit_broker_stderr (100, extra, fd, endpoint, sizeof (endpoint));
+    assert_non_null (broker);
+    dsh_client_t *client = dsh_client_new (endpoint);
+    char error [256];
+    dsh_reply_t *welcome = dsh_client_request (client, DSH_HELLO, NULL, 5000, error, sizeof (error));
+    assert_non_null (welcome);
+    const msgpack_object *work = dsh_map_get (dsh_reply_body (welcome), "work");
+    assert_non_null (work);
+    char *work_endpoint = zsys_sprintf ("%.*s", (int) work->via.str.size, work->via.str.ptr);
+    dsh_reply_destroy (&welcome);
+    dsh_client_destroy (&client);
+
+    //  20 000 messages with no delimiter: each is a warning the broker
+    //  used to write
+    zsock_t *dealer = zsock_new (ZMQ_DEALER);
+    zsock_set_identity (dealer, "flooder");
+    assert_int_equal (zsock_connect (dealer, "%s", work_endpoint), 0);
+    const size_t flood = 20000;
+    for (size_t index = 0; index < flood; index++)
+        zstr_send (dealer, "garbage");
+
+    //  Every one is accounted for, as a line or in a count
+    char *log = NULL;
+    size_t lines = 0, accounted = 0;
+    int64_t give_up = zclock_mono () + 30000;
+    while (accounted < flood && zclock_mono () < give_up) {
+        zclock_sleep (200);
+        zstr_free (&log);
+        zchunk_t *chunk = zchunk_slurp (path, 0);
+        log = chunk? zsys_sprintf ("%.*s", (int) zchunk_size (chunk), (char *) zchunk_data (chunk)): NULL;
+        zchunk_destroy (&chunk);
+        accounted = s_accounted (log, &lines);
+    }
+    assert_int_equal (accounted, flood);
+    //  ... in few lines: ten a second and a count, while the flood lasts
+    if (lines > 1000)
+        fail_msg ("%zu log lines for %zu bad messages", lines, flood);
+    assert_non_null (strstr (log, "similar messages suppressed)"));
+    zstr_free (&log);
+    zsock_destroy (&dealer);
+    zstr_free (&work_endpoint);
+    dsh_testproc_destroy (&broker);
+    close (fd);
+    unlink (path);
+}
+
+int
+main (void)
+{
+    zsys_init ();
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_tool_entry_cap),
+        cmocka_unit_test (test_tool_count_cap),
+        cmocka_unit_test (test_events_queue),
+        cmocka_unit_test (test_log_flood),
+    };
+    return cmocka_run_group_tests (tests, NULL, NULL);
+}
