@@ -10,6 +10,14 @@
 
 #include "dsh_catalog.h"
 
+//  A component's window (calls sent to it and not yet answered, at most):
+//  this many per worker it says it has (ANNOUNCE's concurrency), enough
+//  that its workers never wait for the broker's next call, few enough
+//  that a call the broker lets through waits behind little
+#define S_WINDOW_PER_WORKER     2
+//  ... and for a component that does not say
+#define S_WINDOW_DEFAULT        64
+
 typedef struct {
     char *name;
     zchunk_t *entry;            //  canonical bytes of the tool entry
@@ -24,6 +32,8 @@ typedef struct {
     int64_t last_seen_ms;
     zlistx_t *tools;            //  char * names it provides
     size_t outstanding;         //  calls sent to it and not yet answered
+    size_t waiting;             //  calls the broker holds for it (dsh_fairq)
+    size_t window;              //  outstanding calls it takes, at most
     bool unreachable;           //  a send to it failed; cleared when it is heard from
 } s_component_t;
 
@@ -319,6 +329,7 @@ dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t gener
         assert (record);
         record->id = strdup (component);
         record->tools = s_string_list ();
+        record->window = S_WINDOW_DEFAULT;
         zhashx_insert (self->components, component, record);
     }
     record->generation = generation;
@@ -500,19 +511,25 @@ dsh_catalog_provider (dsh_catalog_t *self, const char *name, const char *except)
     if (!tool)
         return NULL;
     const char *best = NULL;
-    size_t best_outstanding = SIZE_MAX;
+    size_t best_load = SIZE_MAX;
     bool best_reachable = false;
+    bool best_room = false;
     for (char *id = zlistx_first (tool->providers); id; id = zlistx_next (tool->providers)) {
         if (except && streq (id, except))
             continue;
         s_component_t *record = (s_component_t *) zhashx_lookup (self->components, id);
-        size_t outstanding = record? record->outstanding: SIZE_MAX - 1;
+        //  Its load counts the calls held for it, so held calls spread over
+        //  the replicas as sent ones do
+        size_t load = record? record->outstanding + record->waiting: SIZE_MAX - 1;
         bool reachable = record && !record->unreachable;
+        bool room = record && record->outstanding < record->window;
         if ((reachable && !best_reachable)
-        ||  (reachable == best_reachable && outstanding < best_outstanding)) {
+        ||  (reachable == best_reachable && room && !best_room)
+        ||  (reachable == best_reachable && room == best_room && load < best_load)) {
             best = id;
-            best_outstanding = outstanding;
+            best_load = load;
             best_reachable = reachable;
+            best_room = room;
         }
     }
     return best;
@@ -538,6 +555,36 @@ dsh_catalog_outstanding (dsh_catalog_t *self, const char *component, int delta)
         record->outstanding = 0;
     else
         record->outstanding += delta;
+}
+
+void
+dsh_catalog_waiting (dsh_catalog_t *self, const char *component, int delta)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (!record)
+        return;
+    if (delta < 0 && record->waiting < (size_t) -delta)
+        record->waiting = 0;
+    else
+        record->waiting += delta;
+}
+
+void
+dsh_catalog_set_concurrency (dsh_catalog_t *self, const char *component, size_t concurrency)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (record)
+        record->window = concurrency? concurrency * S_WINDOW_PER_WORKER: S_WINDOW_DEFAULT;
+}
+
+bool
+dsh_catalog_has_room (dsh_catalog_t *self, const char *component)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    return !record || record->outstanding < record->window;
 }
 
 void

@@ -19,6 +19,10 @@ dsh_config_new (void)
     self->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
     self->queue_limit = 10000;
     self->max_in_flight = 100000;
+    self->max_queued = 50000;
+    self->max_queued_bytes = 256 * 1024 * 1024;
+    self->max_queued_per_caller = 10000;
+    self->max_queued_bytes_per_caller = 64 * 1024 * 1024;
     return self;
 }
 
@@ -93,6 +97,14 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_int (&self->max_message_bytes, key, value, 1024, INT_MAX, error, error_size);
     if (streq (key, "max_in_flight"))
         return s_set_int (&self->max_in_flight, key, value, 1, 10000000, error, error_size);
+    if (streq (key, "max_queued"))
+        return s_set_int (&self->max_queued, key, value, 1, 10000000, error, error_size);
+    if (streq (key, "max_queued_bytes"))
+        return s_set_int (&self->max_queued_bytes, key, value, 1024, INT_MAX, error, error_size);
+    if (streq (key, "max_queued_per_caller"))
+        return s_set_int (&self->max_queued_per_caller, key, value, 1, 10000000, error, error_size);
+    if (streq (key, "max_queued_bytes_per_caller"))
+        return s_set_int (&self->max_queued_bytes_per_caller, key, value, 1024, INT_MAX, error, error_size);
     if (streq (key, "queue_limit"))
         return s_set_int (&self->queue_limit, key, value, 1, 10000000, error, error_size);
     if (streq (key, "verbose")) {

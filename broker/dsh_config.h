@@ -31,6 +31,10 @@ typedef struct {
     int max_message_bytes;      //  ZMQ_MAXMSGSIZE on network sockets
     int queue_limit;            //  high-water mark of every socket
     int max_in_flight;          //  calls in flight before new ones are OVERLOADED
+    int max_queued;             //  calls held for busy components, all callers
+    int max_queued_bytes;       //  ... their bytes
+    int max_queued_per_caller;  //  calls held for one caller
+    int max_queued_bytes_per_caller;    //  ... their bytes
     bool verbose;
     zconfig_t *chain;           //  the "chain" section of the file, or NULL
     const dsh_stage_kind_t *stage_kinds;    //  built-in stage kinds the host offers, or NULL

@@ -33,7 +33,8 @@ extern "C" {
 
 typedef enum {
     DSH_AT_CHAIN,               //  in stage `stage`, going `down` or up
-    DSH_AT_COMPONENT            //  sent to `component`, waiting for its RESULT
+    DSH_AT_COMPONENT,           //  sent to `component`, waiting for its RESULT
+    DSH_AT_QUEUE                //  held in the broker (dsh_fairq) until `component` has room
 } dsh_where_t;
 
 typedef struct _dsh_inflight_t dsh_inflight_t;
@@ -55,7 +56,8 @@ typedef struct {
     zlistx_t *hops;                     //  the chain's: stages passed, innermost last
     zframe_t *held;                     //  the chain's: the body a fail-open stage holds
     zframe_t *entry;                    //  the chain's: the tool's registry entry, or empty
-    char component [DSH_ID_MAX + 1];    //  DSH_AT_COMPONENT: where it went
+    char component [DSH_ID_MAX + 1];    //  DSH_AT_COMPONENT: where it went; DSH_AT_QUEUE: where it goes
+    void *queued;                       //  DSH_AT_QUEUE: its place in dsh_fairq
     zmq_msg_t retry_body;               //  kept for an idempotent tool's retry
     bool has_retry_body;
     bool retried;                       //  already sent to a second replica
@@ -82,6 +84,14 @@ void
 dsh_record_t *
     dsh_inflight_open (dsh_inflight_t *self, zmq_msg_t *route, size_t route_size,
                        const char *call_id, const char *tool, int64_t deadline_ms);
+
+//  Who a call is from, as the bytes fairness between callers is computed
+//  on (dsh_fairq): the one definition of a caller. Today the FRONT
+//  connection the call came in on (its routing id, the route's first
+//  frame), so two connections of one agent are two callers. With CURVE
+//  this becomes the authenticated identity. Points into the record.
+const void *
+    dsh_inflight_caller (dsh_record_t *record, size_t *size);
 
 //  The record of token, or NULL.
 dsh_record_t *
