@@ -10,13 +10,19 @@
 
 #include "dsh_catalog.h"
 
-//  A component's window (calls sent to it and not yet answered, at most):
-//  this many per worker it says it has (ANNOUNCE's concurrency), enough
-//  that its workers never wait for the broker's next call, few enough
-//  that a call the broker lets through waits behind little
-#define S_WINDOW_PER_WORKER     2
-//  ... and for a component that does not say
-#define S_WINDOW_DEFAULT        64
+//  A component's window (calls sent to it and not yet answered, at most)
+//  is its workers (ANNOUNCE's concurrency) plus the calls it answers in
+//  S_QUEUED_WORK_MS at the rate it has been answering them, one at least:
+//  so about that much work waits in its own queue, whatever a call costs.
+//  Fast calls get a deep window (the pipeline stays full: no throughput is
+//  lost to the broker's round trip), slow ones a shallow one (a call the
+//  broker lets through waits behind little).
+#define S_QUEUED_WORK_MS        20
+#define S_WINDOW_MAX            256
+//  The workers assumed of a component that does not say
+#define S_CONCURRENCY_DEFAULT   8
+//  The weight of the newest rate sample in a component's answer rate
+#define S_RATE_WEIGHT           0.5
 
 typedef struct {
     char *name;
@@ -33,7 +39,11 @@ typedef struct {
     zlistx_t *tools;            //  char * names it provides
     size_t outstanding;         //  calls sent to it and not yet answered
     size_t waiting;             //  calls the broker holds for it (dsh_fairq)
+    size_t concurrency;         //  calls it runs at once (stated, or the default)
     size_t window;              //  outstanding calls it takes, at most
+    size_t answered;            //  calls it finished since paced_ms
+    double rate;                //  calls it finishes per second, smoothed
+    int64_t paced_ms;           //  when rate was last updated
     bool unreachable;           //  a send to it failed; cleared when it is heard from
 } s_component_t;
 
@@ -329,7 +339,9 @@ dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t gener
         assert (record);
         record->id = strdup (component);
         record->tools = s_string_list ();
-        record->window = S_WINDOW_DEFAULT;
+        record->concurrency = S_CONCURRENCY_DEFAULT;
+        record->window = S_CONCURRENCY_DEFAULT + 1;
+        record->paced_ms = now_ms;
         zhashx_insert (self->components, component, record);
     }
     record->generation = generation;
@@ -551,8 +563,11 @@ dsh_catalog_outstanding (dsh_catalog_t *self, const char *component, int delta)
     s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
     if (!record)
         return;
-    if (delta < 0 && record->outstanding < (size_t) -delta)
-        record->outstanding = 0;
+    if (delta < 0) {
+        size_t finished = record->outstanding < (size_t) -delta? record->outstanding: (size_t) -delta;
+        record->outstanding -= finished;
+        record->answered += finished;
+    }
     else
         record->outstanding += delta;
 }
@@ -570,13 +585,44 @@ dsh_catalog_waiting (dsh_catalog_t *self, const char *component, int delta)
         record->waiting += delta;
 }
 
+//  The window from the concurrency and the answer rate.
+static void
+s_set_window (s_component_t *record)
+{
+    double work = record->rate * S_QUEUED_WORK_MS / 1000.0;
+    size_t queued = work < 1? 1: work >= S_WINDOW_MAX? S_WINDOW_MAX: (size_t) work + 1;
+    size_t window = record->concurrency + queued;
+    //  A component with more workers than the cap still gets them all busy
+    size_t most = record->concurrency + 1 > S_WINDOW_MAX? record->concurrency + 1: S_WINDOW_MAX;
+    record->window = window < most? window: most;
+}
+
+void
+dsh_catalog_pace (dsh_catalog_t *self, int64_t now_ms)
+{
+    assert (self);
+    for (s_component_t *record = (s_component_t *) zhashx_first (self->components); record;
+         record = (s_component_t *) zhashx_next (self->components)) {
+        int64_t elapsed_ms = now_ms - record->paced_ms;
+        if (elapsed_ms <= 0)
+            continue;
+        double sample = (double) record->answered * 1000.0 / (double) elapsed_ms;
+        record->rate = record->rate * (1 - S_RATE_WEIGHT) + sample * S_RATE_WEIGHT;
+        record->answered = 0;
+        record->paced_ms = now_ms;
+        s_set_window (record);
+    }
+}
+
 void
 dsh_catalog_set_concurrency (dsh_catalog_t *self, const char *component, size_t concurrency)
 {
     assert (self);
     s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
-    if (record)
-        record->window = concurrency? concurrency * S_WINDOW_PER_WORKER: S_WINDOW_DEFAULT;
+    if (record) {
+        record->concurrency = concurrency? concurrency: S_CONCURRENCY_DEFAULT;
+        s_set_window (record);
+    }
 }
 
 bool

@@ -138,10 +138,17 @@ void
 void
     dsh_catalog_waiting (dsh_catalog_t *self, const char *component, int delta);
 
-//  Set a component's window from the concurrency its ANNOUNCE states (its
-//  workers; 0: it did not say, and gets the default window).
+//  Set the concurrency a component's ANNOUNCE states (its workers; 0: it
+//  did not say, and is taken to have 8), on which its window is sized.
 void
     dsh_catalog_set_concurrency (dsh_catalog_t *self, const char *component, size_t concurrency);
+
+//  Update every component's answer rate (calls it finished since the last
+//  pace, per second, smoothed) and its window: its concurrency plus the
+//  calls it answers in 20 ms at that rate (at least one more, at most 256
+//  in all). Call it every few tens of milliseconds.
+void
+    dsh_catalog_pace (dsh_catalog_t *self, int64_t now_ms);
 
 //  True if a component has fewer calls outstanding than its window (or is
 //  unknown: nothing to hold a call for).

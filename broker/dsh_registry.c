@@ -1205,6 +1205,7 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
     self_t *self = (self_t *) arg;
     dsh_chain_settle (self->chain);
     int64_t now = zclock_mono ();
+    dsh_catalog_pace (self->catalog, now);
     zlistx_t *due = dsh_inflight_due (self->inflight, now);
     for (dsh_record_t *record = zlistx_first (due); record; record = zlistx_next (due)) {
         if (record->deadline_ms <= now) {
@@ -1227,8 +1228,9 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
             dsh_chain_expire (self->chain, record);
     }
     zlistx_destroy (&due);
-    //  Calls answered here freed slots in their components' windows: the
-    //  held calls take them now, not with the components' next results
+    //  Calls answered here freed slots in their components' windows, and
+    //  windows grew with their components' pace: the held calls take the
+    //  room now, not with the components' next results
     if (dsh_fairq_size (self->fairq)) {
         zlistx_t *busy = dsh_fairq_components (self->fairq);
         for (const char *component = zlistx_first (busy); component; component = zlistx_next (busy))
