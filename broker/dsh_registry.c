@@ -464,7 +464,8 @@ s_hold (self_t *self, dsh_record_t *record, zmq_msg_t *body)
 static void
 s_refill (self_t *self, const char *component)
 {
-    while (dsh_catalog_has_room (self->catalog, component)) {
+    //  Nothing held (the usual case): no lookups on the result's path
+    while (dsh_fairq_size (self->fairq) && dsh_catalog_has_room (self->catalog, component)) {
         zmq_msg_t body;
         zmq_msg_init (&body);
         dsh_record_t *record = dsh_fairq_pop (self->fairq, component, &body);
