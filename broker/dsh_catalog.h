@@ -145,7 +145,7 @@ void
 
 //  Update every component's answer rate (calls it finished since the last
 //  pace, per second, smoothed) and its window: its concurrency plus the
-//  calls it answers in 20 ms at that rate (at least one more, at most 256
+//  calls it answers in 100 ms at that rate (at least one more, at most 256
 //  in all). Call it every few tens of milliseconds.
 void
     dsh_catalog_pace (dsh_catalog_t *self, int64_t now_ms);

@@ -600,7 +600,7 @@ s_fill (const char *component)
     return sent;
 }
 
-//  A component's window: its workers plus what it answers in 20 ms at its
+//  A component's window: its workers plus what it answers in 100 ms at its
 //  pace (one at least, 256 in all at most); providers with room come
 //  first, then the fewest calls sent and held for them.
 static void
@@ -625,14 +625,14 @@ test_window (void **state)
     dsh_catalog_waiting (s_catalog, "a", -100);
     assert_string_equal (dsh_catalog_provider (s_catalog, "t1", NULL), "a");
 
-    //  a answers 1 000 calls in 50 ms: 20 000 a second, smoothed to 10 000,
-    //  so 200 calls' work in 20 ms, and the window is 2 + 201
-    dsh_catalog_outstanding (s_catalog, "a", 997);
-    dsh_catalog_outstanding (s_catalog, "a", -1000);
+    //  a answers 100 calls in 50 ms: 2 000 a second, smoothed to 1 000, so
+    //  100 calls' work in 100 ms, and the window is 2 + 101
+    dsh_catalog_outstanding (s_catalog, "a", 97);
+    dsh_catalog_outstanding (s_catalog, "a", -100);
     dsh_catalog_pace (s_catalog, 1050);
-    assert_int_equal (s_fill ("a"), 203);
+    assert_int_equal (s_fill ("a"), 103);
     //  Faster still (10 000 calls in 50 ms): the window stops at 256
-    dsh_catalog_outstanding (s_catalog, "a", 10000 - 203);
+    dsh_catalog_outstanding (s_catalog, "a", 10000 - 103);
     dsh_catalog_outstanding (s_catalog, "a", -10000);
     dsh_catalog_pace (s_catalog, 1100);
     assert_int_equal (s_fill ("a"), 256);
