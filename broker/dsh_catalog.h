@@ -126,8 +126,9 @@ zchunk_t *
 bool
     dsh_catalog_idempotent (dsh_catalog_t *self, const char *name);
 
-//  The provider that should take the next call to name: the reachable
-//  provider with the fewest calls outstanding (the earliest on ties), or an
+//  The provider that should take the next call to name: among the
+//  reachable providers, one with room in its window, the one with the
+//  fewest calls outstanding and held for it (the earliest on ties); an
 //  unreachable one if there is no other. NULL if the tool is unknown.
 //  except may name a component to skip, or be NULL.
 const char *
@@ -143,6 +144,28 @@ void
 //  Count a call started on (+1) or finished by (-1) a component.
 void
     dsh_catalog_outstanding (dsh_catalog_t *self, const char *component, int delta);
+
+//  Count a call the broker holds back for a component (+1) or lets go of
+//  (-1).
+void
+    dsh_catalog_waiting (dsh_catalog_t *self, const char *component, int delta);
+
+//  Set the concurrency a component's ANNOUNCE states (its workers; 0: it
+//  did not say, and is taken to have 8), on which its window is sized.
+void
+    dsh_catalog_set_concurrency (dsh_catalog_t *self, const char *component, size_t concurrency);
+
+//  Update every component's answer rate (calls it finished since the last
+//  pace, per second, smoothed) and its window: its concurrency plus the
+//  calls it answers in 100 ms at that rate (at least one more, at most 256
+//  in all). Call it every few tens of milliseconds.
+void
+    dsh_catalog_pace (dsh_catalog_t *self, int64_t now_ms);
+
+//  True if a component has fewer calls outstanding than its window (or is
+//  unknown: nothing to hold a call for).
+bool
+    dsh_catalog_has_room (dsh_catalog_t *self, const char *component);
 
 //  Pack the tool entries in registration order as an array.
 void

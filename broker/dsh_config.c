@@ -23,6 +23,10 @@ dsh_config_new (void)
     self->max_tool_bytes = 64 * 1024;
     self->max_tools = 1024;
     self->events_queue_bytes = 32 * 1024 * 1024;
+    self->max_queued = 50000;
+    self->max_queued_bytes = 256 * 1024 * 1024;
+    self->max_queued_per_caller = 10000;
+    self->max_queued_bytes_per_caller = 64 * 1024 * 1024;
     return self;
 }
 
@@ -133,6 +137,14 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_int (&self->max_tools, key, value, 1, 1000000, error, error_size);
     if (streq (key, "events_queue_bytes"))
         return s_set_int (&self->events_queue_bytes, key, value, 1024, INT_MAX, error, error_size);
+    if (streq (key, "max_queued"))
+        return s_set_int (&self->max_queued, key, value, 1, 10000000, error, error_size);
+    if (streq (key, "max_queued_bytes"))
+        return s_set_int (&self->max_queued_bytes, key, value, 1024, INT_MAX, error, error_size);
+    if (streq (key, "max_queued_per_caller"))
+        return s_set_int (&self->max_queued_per_caller, key, value, 1, 10000000, error, error_size);
+    if (streq (key, "max_queued_bytes_per_caller"))
+        return s_set_int (&self->max_queued_bytes_per_caller, key, value, 1024, INT_MAX, error, error_size);
     if (streq (key, "queue_limit"))
         return s_set_int (&self->queue_limit, key, value, 1, 10000000, error, error_size);
     if (streq (key, "verbose"))

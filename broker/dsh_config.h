@@ -34,6 +34,10 @@ typedef struct {
     int max_tool_bytes;         //  largest canonical tool entry taken
     int max_tools;              //  tools one component may provide
     int events_queue_bytes;     //  change events queued per subscriber, in bytes
+    int max_queued;             //  calls held for busy components, all callers
+    int max_queued_bytes;       //  ... their bytes
+    int max_queued_per_caller;  //  calls held for one caller
+    int max_queued_bytes_per_caller;    //  ... their bytes
     bool verbose;
     bool curve;                 //  security/curve: CURVE on every socket
     char *certificate;          //  security/certificate: the broker's keypair (zcert files)

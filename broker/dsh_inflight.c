@@ -189,6 +189,27 @@ dsh_inflight_open (dsh_inflight_t *self, zmq_msg_t *route, size_t route_size,
     return record;
 }
 
+const void *
+dsh_inflight_caller (dsh_record_t *record, size_t *size)
+{
+    assert (record && size);
+    //  Under CURVE the caller is its key, however many connections it opens
+    if (*record->caller) {
+        *size = strlen (record->caller);
+        return record->caller;
+    }
+    //  FRONT is a ROUTER: the route's first frame is the routing id of the
+    //  connection the call came in on (libzmq's, or one the client set,
+    //  unique among live connections); a proxy's callers are all one
+    //  caller here
+    if (record->route_size == 0) {
+        *size = 0;
+        return "";
+    }
+    *size = zmq_msg_size (&record->route [0]);
+    return zmq_msg_data (&record->route [0]);
+}
+
 dsh_record_t *
 dsh_inflight_lookup (dsh_inflight_t *self, uint64_t token)
 {

@@ -33,7 +33,8 @@ extern "C" {
 
 typedef enum {
     DSH_AT_CHAIN,               //  in stage `stage`, going `down` or up
-    DSH_AT_COMPONENT            //  sent to `component`, waiting for its RESULT
+    DSH_AT_COMPONENT,           //  sent to `component`, waiting for its RESULT
+    DSH_AT_QUEUE                //  held in the broker (dsh_fairq) until `component` has room
 } dsh_where_t;
 
 typedef struct _dsh_inflight_t dsh_inflight_t;
@@ -47,6 +48,7 @@ typedef struct {
     size_t route_size;
     char call_id [DSH_CALL_ID_MAX + 1];
     char tool [DSH_NAME_MAX + 1];       //  decided at FRONT; what is dispatched
+    char caller [41];           //  the caller's public key under CURVE, else ""
     int64_t deadline_ms;                //  the call's own, zclock_mono
     dsh_where_t where;
     size_t stage;                       //  DSH_AT_CHAIN: the stage holding it
@@ -55,7 +57,8 @@ typedef struct {
     zlistx_t *hops;                     //  the chain's: stages passed, innermost last
     zframe_t *held;                     //  the chain's: the body a fail-open stage holds
     zframe_t *entry;                    //  the chain's: the tool's registry entry, or empty
-    char component [DSH_ID_MAX + 1];    //  DSH_AT_COMPONENT: where it went
+    char component [DSH_ID_MAX + 1];    //  DSH_AT_COMPONENT: where it went; DSH_AT_QUEUE: where it goes
+    void *queued;                       //  DSH_AT_QUEUE: its place in dsh_fairq
     zmq_msg_t retry_body;               //  kept for an idempotent tool's retry
     bool has_retry_body;
     bool retried;                       //  already sent to a second replica
@@ -82,6 +85,15 @@ void
 dsh_record_t *
     dsh_inflight_open (dsh_inflight_t *self, zmq_msg_t *route, size_t route_size,
                        const char *call_id, const char *tool, int64_t deadline_ms);
+
+//  Who a call is from, as the bytes fairness between callers is computed
+//  on (dsh_fairq): the one definition of a caller. Under CURVE the
+//  caller's public key (record->caller, set at FRONT), so one key is one
+//  caller however many connections it opens; without it the FRONT
+//  connection the call came in on (its routing id, the route's first
+//  frame). Points into the record.
+const void *
+    dsh_inflight_caller (dsh_record_t *record, size_t *size);
 
 //  The record of token, or NULL.
 dsh_record_t *

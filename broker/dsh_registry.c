@@ -25,6 +25,7 @@
 #include "dsh_chain.h"
 #include "dsh_curve.h"
 #include "dsh_heap.h"
+#include "dsh_fairq.h"
 #include "dsh_inflight.h"
 #include "dsh_log.h"
 #include "dsh_proto.h"
@@ -51,6 +52,7 @@ typedef struct {
     dsh_inflight_t *inflight;   //  every call, from FRONT to its answer
     dsh_chain_t *chain;         //  the middleware stages every call runs through
     dsh_heap_t *heap;           //  gives freed memory back, after a storm
+    dsh_fairq_t *fairq;         //  calls held for busy components, served by caller in turn
     char *broker_id;
     uint64_t epoch;             //  changes when the broker restarts
     int64_t started_ms;
@@ -166,6 +168,11 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     dsh_catalog_set_limits (self->catalog, (size_t) config->max_tool_bytes, (size_t) config->max_tools);
     self->inflight = dsh_inflight_new (s_reply_route, self);
     self->heap = dsh_heap_new (S_TRIM_BYTES);
+    dsh_fairq_limits_t limits = {
+        (size_t) config->max_queued, (size_t) config->max_queued_bytes,
+        (size_t) config->max_queued_per_caller, (size_t) config->max_queued_bytes_per_caller
+    };
+    self->fairq = dsh_fairq_new (&limits);
     zuuid_t *uuid = zuuid_new ();
     self->broker_id = strdup (zuuid_str_canonical (uuid));
     zuuid_destroy (&uuid);
@@ -220,6 +227,7 @@ s_self_destroy (self_t **self_p)
         //  The stages first: they may still hold timers in the loop
         dsh_chain_destroy (&self->chain);
         zloop_destroy (&self->loop);
+        dsh_fairq_destroy (&self->fairq);
         dsh_inflight_destroy (&self->inflight);
         zsock_destroy (&self->work_monitor);
         zhashx_destroy (&self->routes);
@@ -410,6 +418,11 @@ s_release (self_t *self, dsh_record_t *record, const char *reason)
 {
     if (record->where == DSH_AT_COMPONENT)
         s_send_cancel (self, record, reason);
+    else
+    if (record->where == DSH_AT_QUEUE) {
+        dsh_fairq_remove (self->fairq, record);
+        dsh_catalog_waiting (self->catalog, record->component, -1);
+    }
     dsh_chain_release (self->chain, record);
 }
 
@@ -447,34 +460,12 @@ s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *bod
     return dsh_sock_send_parts (self->work, parts + 1, 5);
 }
 
-//  Sends a decided call to a provider of its tool, or answers it at once.
-//  Takes the body.
+//  Sends a call to the provider in its record, or to another one if that
+//  one is not connected, or answers it. Takes the body.
 static void
-s_dispatch (self_t *self, dsh_record_t *record, zmq_msg_t *body)
+s_send_dispatched (self_t *self, dsh_record_t *record, zmq_msg_t *body)
 {
-    const char *provider = dsh_catalog_provider (self->catalog, record->tool, NULL);
     char text [DSH_NAME_MAX + DSH_ID_MAX + 160];
-    if (!provider) {
-        zmq_msg_close (body);
-        snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", record->tool);
-        s_answer_error (self, &record, DSH_E_UNKNOWN_TOOL, text);
-        return;
-    }
-    if (zmq_msg_size (body) > (size_t) self->max_message_bytes) {
-        //  Only what a stage stamped in can make it so: the front took it
-        snprintf (text, sizeof (text), "Error: the call is %zu bytes with what the chain added to it, "
-                  "over the %d-byte message limit", zmq_msg_size (body), self->max_message_bytes);
-        zmq_msg_close (body);
-        s_answer_error (self, &record, DSH_E_BAD_REQUEST, text);
-        return;
-    }
-    if (dsh_catalog_idempotent (self->catalog, record->tool)) {
-        //  Kept so the call can go to another replica if this one dies
-        zmq_msg_init (&record->retry_body);
-        zmq_msg_copy (&record->retry_body, body);
-        record->has_retry_body = true;
-    }
-    snprintf (record->component, sizeof (record->component), "%s", provider);
     int rc;
     int send_errno = 0;
     while ((rc = s_send_call (self, record->component, record->token, body)) && (send_errno = errno) == EHOSTUNREACH) {
@@ -501,6 +492,77 @@ s_dispatch (self_t *self, dsh_record_t *record, zmq_msg_t *body)
         snprintf (text, sizeof (text), "Error: tool \"%s\" is gone: component \"%s\" is not connected",
                   record->tool, record->component);
     s_answer_error (self, &record, send_errno == EAGAIN? DSH_E_OVERLOADED: DSH_E_TOOL_GONE, text);
+}
+
+//  Holds a call for its component, whose window is full, or answers it
+//  OVERLOADED if the broker holds all it may. Takes the body.
+static void
+s_hold (self_t *self, dsh_record_t *record, zmq_msg_t *body)
+{
+    char reason [256];
+    if (dsh_fairq_push (self->fairq, record, body, reason, sizeof (reason)) == 0) {
+        record->hold_until_ms = record->deadline_ms;
+        dsh_catalog_waiting (self->catalog, record->component, +1);
+        return;
+    }
+    zmq_msg_close (body);
+    char text [DSH_NAME_MAX + DSH_ID_MAX + 400];
+    snprintf (text, sizeof (text), "Error: component \"%s\" serving tool \"%s\" is busy and %s",
+              record->component, record->tool, reason);
+    s_answer_error (self, &record, DSH_E_OVERLOADED, text);
+}
+
+//  Sends the calls held for a component while it has room in its window,
+//  the next caller's first each time.
+static void
+s_refill (self_t *self, const char *component)
+{
+    //  Nothing held (the usual case): no lookups on the result's path
+    while (dsh_fairq_size (self->fairq) && dsh_catalog_has_room (self->catalog, component)) {
+        zmq_msg_t body;
+        zmq_msg_init (&body);
+        dsh_record_t *record = dsh_fairq_pop (self->fairq, component, &body);
+        if (!record) {
+            zmq_msg_close (&body);
+            break;
+        }
+        dsh_catalog_waiting (self->catalog, component, -1);
+        s_send_dispatched (self, record, &body);
+    }
+}
+
+//  Sends a decided call to a provider of its tool, holds it until the
+//  provider has room, or answers it at once. Takes the body.
+static void
+s_dispatch (self_t *self, dsh_record_t *record, zmq_msg_t *body)
+{
+    const char *provider = dsh_catalog_provider (self->catalog, record->tool, NULL);
+    char text [DSH_NAME_MAX + DSH_ID_MAX + 160];
+    if (!provider) {
+        zmq_msg_close (body);
+        snprintf (text, sizeof (text), "Error: unknown tool \"%s\"", record->tool);
+        s_answer_error (self, &record, DSH_E_UNKNOWN_TOOL, text);
+        return;
+    }
+    if (zmq_msg_size (body) > (size_t) self->max_message_bytes) {
+        //  Only what a stage stamped in can make it so: the front took it
+        snprintf (text, sizeof (text), "Error: the call is %zu bytes with what the chain added to it, "
+                  "over the %d-byte message limit", zmq_msg_size (body), self->max_message_bytes);
+        zmq_msg_close (body);
+        s_answer_error (self, &record, DSH_E_BAD_REQUEST, text);
+        return;
+    }
+    if (!record->has_retry_body && dsh_catalog_idempotent (self->catalog, record->tool)) {
+        //  Kept so the call can go to another replica if this one dies
+        zmq_msg_init (&record->retry_body);
+        zmq_msg_copy (&record->retry_body, body);
+        record->has_retry_body = true;
+    }
+    snprintf (record->component, sizeof (record->component), "%s", provider);
+    if (dsh_catalog_has_room (self->catalog, provider))
+        s_send_dispatched (self, record, body);
+    else
+        s_hold (self, record, body);
 }
 
 //  The chain host: a call leaves the bottom of the chain.
@@ -542,10 +604,28 @@ s_retry (self_t *self, dsh_record_t *record, const char *gone)
 }
 
 //  Answers every call in flight to a component that has gone, or retries
-//  it once on another replica if the tool says it is idempotent.
+//  it once on another replica if the tool says it is idempotent. The calls
+//  held for it never reached it: they go to another provider, if there is
+//  one, like new calls.
 static void
 s_fail_component_calls (self_t *self, const char *component, const char *why)
 {
+    zmq_msg_t body;
+    zmq_msg_init (&body);
+    dsh_record_t *held;
+    while ((held = dsh_fairq_pop (self->fairq, component, &body))) {
+        if (dsh_catalog_provider (self->catalog, held->tool, NULL))
+            s_dispatch (self, held, &body);
+        else {
+            zmq_msg_close (&body);
+            char text [DSH_NAME_MAX + DSH_ID_MAX + 96];
+            snprintf (text, sizeof (text), "Error: tool \"%s\" is gone: component \"%s\" %s",
+                      held->tool, component, why);
+            s_answer_error (self, &held, DSH_E_TOOL_GONE, text);
+        }
+        zmq_msg_init (&body);
+    }
+    zmq_msg_close (&body);
     zlistx_t *orphans = dsh_inflight_at_component (self->inflight, component);
     for (dsh_record_t *record = zlistx_first (orphans); record; record = zlistx_next (orphans)) {
         if (s_retry (self, record, component))
@@ -747,6 +827,8 @@ s_handle_call (self_t *self, s_request_t *request)
     //  call is
     dsh_record_t *record = dsh_inflight_open (self->inflight, request->parts->part, request->parts->envelope,
                                               head.call_id, head.name, zclock_mono () + (int64_t) timeout_ms);
+    if (self->curve && request->peer.key)
+        snprintf (record->caller, sizeof (record->caller), "%s", request->peer.key);
     //  The head points into the body; done with it before the body moves
     dsh_doc_destroy (&request->doc);
     if (stamped) {
@@ -783,8 +865,14 @@ s_handle_cancel (self_t *self, s_request_t *request)
     dsh_record_t *record = dsh_inflight_find_caller (self->inflight, request->parts->part,
                                                      request->parts->envelope, call_id);
     if (record) {
+        char component [DSH_ID_MAX + 1] = "";
+        if (record->where == DSH_AT_COMPONENT)
+            snprintf (component, sizeof (component), "%s", record->component);
         s_release (self, record, "cancelled");
         dsh_inflight_answer_error (self->inflight, &record, DSH_E_CANCELLED, "Error: the call was cancelled");
+        //  Its slot in the component's window is free
+        if (*component)
+            s_refill (self, component);
     }
     else
         s_refuse_call (self, request, call_id, DSH_E_CANCELLED, "Error: the call was cancelled");
@@ -1051,6 +1139,7 @@ s_handle_result (self_t *self, const char *component, zmq_msg_t *token_part, zmq
     if (!record)
         return;
     dsh_catalog_outstanding (self->catalog, record->component, -1);
+    s_refill (self, component);
     char error [DSH_CALL_ID_MAX + 64];
     dsh_doc_t *doc = dsh_doc_new (zmq_msg_data (body), zmq_msg_size (body), error, sizeof (error));
     if (doc && dsh_proto_check_result (dsh_doc_root (doc), error, sizeof (error)))
@@ -1254,6 +1343,7 @@ s_handle_announce (self_t *self, dsh_presence_t *presence, dsh_identity_t *peer)
                           &offered, zclock_mono (), events, refusals);
     if (offered.via.array.ptr != presence->tools->via.array.ptr)
         free (offered.via.array.ptr);
+    dsh_catalog_set_concurrency (self->catalog, presence->component, (size_t) presence->concurrency);
     s_publish (self, events);
     for (dsh_refusal_t *refusal = zlistx_first (refusals); refusal; refusal = zlistx_next (refusals)) {
         dsh_log_warning ("dsh-broker: refused from component %s: %s", refusal->component, refusal->reason);
@@ -1372,6 +1462,7 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
     self_t *self = (self_t *) arg;
     dsh_chain_settle (self->chain);
     int64_t now = zclock_mono ();
+    dsh_catalog_pace (self->catalog, now);
     zlistx_t *due = dsh_inflight_due (self->inflight, now);
     for (dsh_record_t *record = zlistx_first (due); record; record = zlistx_next (due)) {
         if (record->deadline_ms <= now) {
@@ -1379,6 +1470,10 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
             if (record->where == DSH_AT_CHAIN)
                 snprintf (text, sizeof (text), "Error: the call to tool \"%s\" reached its deadline "
                           "while a middleware stage held it", record->tool);
+            else
+            if (record->where == DSH_AT_QUEUE)
+                snprintf (text, sizeof (text), "Error: the call to tool \"%s\" reached its deadline "
+                          "waiting for a busy component", record->tool);
             else
                 snprintf (text, sizeof (text), "Error: tool \"%s\" did not answer before the call's deadline",
                           record->tool);
@@ -1390,6 +1485,15 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
             dsh_chain_expire (self->chain, record);
     }
     zlistx_destroy (&due);
+    //  Calls answered here freed slots in their components' windows, and
+    //  windows grew with their components' pace: the held calls take the
+    //  room now, not with the components' next results
+    if (dsh_fairq_size (self->fairq)) {
+        zlistx_t *busy = dsh_fairq_components (self->fairq);
+        for (const char *component = zlistx_first (busy); component; component = zlistx_next (busy))
+            s_refill (self, component);
+        zlistx_destroy (&busy);
+    }
     return 0;
 }
 

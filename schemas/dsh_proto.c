@@ -1108,6 +1108,11 @@ dsh_proto_decode_presence (dsh_doc_t *doc, const char *command, dsh_presence_t *
         presence->tools = dsh_map_get (dsh_doc_root (doc), "tools");
         if (!presence->tools || presence->tools->type != MSGPACK_OBJECT_ARRAY)
             return s_fail (error, error_size, "field \"tools\" must be an array");
+        if (s_get_uint (doc, "concurrency", &presence->concurrency, error, error_size))
+            return -1;
+        if (dsh_map_get (dsh_doc_root (doc), "concurrency")
+        &&  (presence->concurrency < 1 || presence->concurrency > DSH_CONCURRENCY_MAX))
+            return s_fail (error, error_size, "field \"concurrency\" must be from 1 to %d", DSH_CONCURRENCY_MAX);
     }
     return 0;
 }

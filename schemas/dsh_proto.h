@@ -287,12 +287,16 @@ int
 int
     dsh_proto_check_tool (const msgpack_object *tool, char *error, size_t error_size);
 
-//  An ANNOUNCE, HEARTBEAT or WITHDRAW body, decoded. tools is set for
-//  ANNOUNCE only.
+//  The most workers an ANNOUNCE's concurrency may state.
+#define DSH_CONCURRENCY_MAX 65536
+
+//  An ANNOUNCE, HEARTBEAT or WITHDRAW body, decoded. tools and
+//  concurrency are set for ANNOUNCE only.
 typedef struct {
     const char *component;
     uint64_t generation;
     const msgpack_object *tools;
+    uint64_t concurrency;       //  calls it runs at once, 0 if it does not say
 } dsh_presence_t;
 
 //  Decode and check a presence body of the given command. Returns 0 or -1.

@@ -103,6 +103,7 @@ typedef struct {
     bool ready;                     //  the broker asked for our tools
     zlistx_t *refusals;             //  char *, "tool: reason"
     dsh_pool_t *pool;
+    size_t workers;                 //  the pool's: what ANNOUNCE states as concurrency
     zhashx_t *running;              //  &token -> s_job_t *, queued, running or deferred
 } self_t;
 
@@ -270,6 +271,10 @@ s_publish (self_t *self, const char *command, bool with_tools)
     dsh_pack_cstr (&packer.pk, "generation");
     msgpack_pack_uint64 (&packer.pk, self->generation);
     if (with_tools) {
+        //  The broker keeps a window of calls at us sized on it, and holds
+        //  the rest itself, where it can serve its callers in turn
+        dsh_pack_cstr (&packer.pk, "concurrency");
+        msgpack_pack_uint64 (&packer.pk, self->workers);
         dsh_pack_cstr (&packer.pk, "tools");
         msgpack_pack_array (&packer.pk, zlistx_size (self->tools));
         for (s_tool_t *tool = zlistx_first (self->tools); tool; tool = zlistx_next (self->tools))
@@ -755,6 +760,7 @@ s_provider_actor (zsock_t *pipe, void *args)
     //  repeats one its predecessor used
     self->generation = (uint64_t) zclock_time ();
     self->pool = dsh_pool_new (settings->workers, settings->queue_limit, s_job_run);
+    self->workers = settings->workers;
     self->running = zhashx_new ();
     //  Keys are the jobs' own token fields: nothing to copy or free
     dsh_proto_token_keys (self->running);

@@ -588,6 +588,73 @@ test_provider_choice (void **state)
     assert_null (dsh_catalog_provider (s_catalog, "t2", "d"));
 }
 
+//  Fills a component's window with calls; returns how many it took.
+static size_t
+s_fill (const char *component)
+{
+    size_t sent = 0;
+    while (dsh_catalog_has_room (s_catalog, component) && sent < 100000) {
+        dsh_catalog_outstanding (s_catalog, component, 1);
+        sent++;
+    }
+    return sent;
+}
+
+//  A component's window: its workers plus what it answers in 100 ms at its
+//  pace (one at least, 256 in all at most); providers with room come
+//  first, then the fewest calls sent and held for them.
+static void
+test_window (void **state)
+{
+    (void) state;
+    s_announce ("a", 1, "[" T1 "]", 1000);
+    s_announce ("b", 1, "[" T1 "]", 1000);
+    //  Not paced yet: its workers and one more
+    dsh_catalog_set_concurrency (s_catalog, "a", 2);
+    assert_int_equal (s_fill ("a"), 3);
+    //  b states nothing: taken to have 8
+    assert_int_equal (s_fill ("b"), 9);
+    dsh_catalog_outstanding (s_catalog, "b", -1);
+    //  b has more calls outstanding, but a has no room
+    assert_string_equal (dsh_catalog_provider (s_catalog, "t1", NULL), "b");
+    dsh_catalog_outstanding (s_catalog, "b", 1);
+    //  Neither has room: the fewest sent and held, and held calls count
+    assert_string_equal (dsh_catalog_provider (s_catalog, "t1", NULL), "a");
+    dsh_catalog_waiting (s_catalog, "a", 7);
+    assert_string_equal (dsh_catalog_provider (s_catalog, "t1", NULL), "b");
+    dsh_catalog_waiting (s_catalog, "a", -100);
+    assert_string_equal (dsh_catalog_provider (s_catalog, "t1", NULL), "a");
+
+    //  a answers 100 calls in 50 ms: 2 000 a second, smoothed to 1 000, so
+    //  100 calls' work in 100 ms, and the window is 2 + 101
+    dsh_catalog_outstanding (s_catalog, "a", 97);
+    dsh_catalog_outstanding (s_catalog, "a", -100);
+    dsh_catalog_pace (s_catalog, 1050);
+    assert_int_equal (s_fill ("a"), 103);
+    //  Faster still (10 000 calls in 50 ms): the window stops at 256
+    dsh_catalog_outstanding (s_catalog, "a", 10000 - 103);
+    dsh_catalog_outstanding (s_catalog, "a", -10000);
+    dsh_catalog_pace (s_catalog, 1100);
+    assert_int_equal (s_fill ("a"), 256);
+    //  Idle, its pace decays and the window shrinks back to 2 + 1
+    dsh_catalog_outstanding (s_catalog, "a", -100000);
+    for (int64_t now = 1150; now < 3000; now += 50)
+        dsh_catalog_pace (s_catalog, now);
+    assert_int_equal (s_fill ("a"), 3);
+    //  More workers than the cap: all of them busy, and one more
+    dsh_catalog_outstanding (s_catalog, "a", -100000);
+    dsh_catalog_set_concurrency (s_catalog, "a", 1000);
+    assert_int_equal (s_fill ("a"), 1001);
+    //  A new ANNOUNCE without concurrency gives the default back
+    dsh_catalog_outstanding (s_catalog, "a", -100000);
+    dsh_catalog_set_concurrency (s_catalog, "a", 0);
+    assert_int_equal (s_fill ("a"), 9);
+    //  Unknown components have room: nothing to hold a call for
+    assert_true (dsh_catalog_has_room (s_catalog, "zzz"));
+    dsh_catalog_set_concurrency (s_catalog, "zzz", 4);
+    dsh_catalog_waiting (s_catalog, "zzz", 1);
+}
+
 //  Packs with a fresh packer and decodes; the caller reads the result.
 static const msgpack_object *
 s_pack_tools (void)
@@ -810,6 +877,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_touch_and_seen, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_silent, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_provider_choice, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_window, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_pack_tools_order, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_pack_snapshot, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_event_encode, s_setup, s_teardown),

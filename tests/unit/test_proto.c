@@ -1460,6 +1460,24 @@ test_decode_presence (void **state)
     assert_int_equal (presence.tools->type, MSGPACK_OBJECT_ARRAY);
     assert_int_equal (presence.tools->via.array.size, 1);
 
+    //  concurrency is optional (0 when absent), from 1 to DSH_CONCURRENCY_MAX
+    assert_int_equal (presence.concurrency, 0);
+    doc = s_doc ("{\"component\":\"demo-1\",\"generation\":3,\"concurrency\":4,\"tools\":[]}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), 0);
+    assert_int_equal (presence.concurrency, 4);
+    const char *bad_concurrency [] = {
+        "{\"component\":\"c\",\"generation\":1,\"concurrency\":0,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"concurrency\":65537,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"concurrency\":-1,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"concurrency\":\"4\",\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"concurrency\":2.5,\"tools\":[]}",
+    };
+    for (size_t index = 0; index < sizeof bad_concurrency / sizeof bad_concurrency [0]; index++) {
+        doc = s_doc (bad_concurrency [index]);
+        assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), -1);
+        s_assert_contains (error, "concurrency");
+    }
+
     //  ANNOUNCE needs a tools array
     doc = s_doc ("{\"component\":\"demo-1\",\"generation\":3}");
     assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), -1);

@@ -206,7 +206,10 @@ s_broker_start (s_broker_t *self, size_t workers, size_t queue_limit)
     snprintf (announce, sizeof announce, "inproc://test-provider-announce-%d", instance);
     self->front = zsock_new_router (front);
     self->work = zsock_new_router (work);
-    self->announce = zsock_new_sub (announce, "");
+    //  Bound, as the broker's is (a SUB connects by default)
+    char bound [72];
+    snprintf (bound, sizeof bound, "@%s", announce);
+    self->announce = zsock_new_sub (bound, "");
     assert_non_null (self->front);
     assert_non_null (self->work);
     assert_non_null (self->announce);
@@ -526,6 +529,61 @@ test_tools (void **state)
     assert_null (dsh_provider_new (NULL, "bad id", 1));
 }
 
+//  Its ANNOUNCE (asked for with SYNC) states its workers as concurrency,
+//  for the broker's window.
+static void
+test_announce_concurrency (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    s_broker_start (&broker, 3, 16);
+    //  A SUB may miss what is published before its subscription reaches
+    //  the publisher: ask again until an ANNOUNCE comes (a HEARTBEAT may
+    //  come first)
+    zmsg_t *announce = NULL;
+    int64_t give_up = zclock_mono () + WAIT_MS;
+    while (!announce && zclock_mono () < give_up) {
+        if (s_readable (broker.announce, 0)) {
+            announce = zmsg_recv (broker.announce);
+            zmsg_first (announce);
+            char *command = zframe_strdup (zmsg_next (announce));
+            if (!streq (command, DSH_ANNOUNCE))
+                zmsg_destroy (&announce);
+            zstr_free (&command);
+            continue;
+        }
+        zmsg_t *sync = s_head (broker.routing_id, DSH_SYNC);
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        msgpack_pack_map (&packer.pk, 0);
+        zframe_t *body = dsh_packer_frame (&packer);
+        dsh_packer_release (&packer);
+        zmsg_append (sync, &body);
+        assert_int_equal (zmsg_send (&sync, broker.work), 0);
+        s_readable (broker.announce, 200);
+    }
+    assert_non_null (announce);
+    assert_int_equal (zmsg_size (announce), 3);
+    char *protocol = zmsg_popstr (announce);
+    char *command = zmsg_popstr (announce);
+    assert_string_equal (protocol, DSH_PROTOCOL);
+    assert_string_equal (command, DSH_ANNOUNCE);
+    zframe_t *body = zmsg_pop (announce);
+    char error [256];
+    dsh_doc_t *doc = dsh_doc_new (zframe_data (body), zframe_size (body), error, sizeof (error));
+    assert_non_null (doc);
+    dsh_presence_t presence;
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof (error)), 0);
+    assert_int_equal (presence.concurrency, 3);
+    assert_int_equal (presence.tools->via.array.size, 4);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    zstr_free (&protocol);
+    zstr_free (&command);
+    zmsg_destroy (&announce);
+    s_broker_stop (&broker);
+}
+
 int
 main (void)
 {
@@ -534,6 +592,7 @@ main (void)
         cmocka_unit_test (test_malformed),
         cmocka_unit_test (test_cancel_and_overload),
         cmocka_unit_test (test_tools),
+        cmocka_unit_test (test_announce_concurrency),
     };
     int rc = cmocka_run_group_tests (tests, NULL, NULL);
     zsys_shutdown ();
