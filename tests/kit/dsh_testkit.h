@@ -34,6 +34,11 @@ dsh_testproc_t *
 dsh_testproc_t *
     dsh_testproc_start_input (const char *const *argv, int stdin_fd);
 
+//  The same, with stderr in the stdout pipe too (for a test that checks
+//  what a program says when it refuses to run).
+dsh_testproc_t *
+    dsh_testproc_start_merged (const char *const *argv);
+
 //  Kill (SIGKILL) if still running, reap, free; safe twice.
 void
     dsh_testproc_destroy (dsh_testproc_t **self_p);
@@ -84,6 +89,10 @@ dsh_testproc_t *
 //  in *output if not NULL.
 int
     dsh_testkit_cli (const char *endpoint, const char *const *args, int timeout_ms, char **output);
+
+//  The same, with the CLI's stderr in output too.
+int
+    dsh_testkit_cli_merged (const char *endpoint, const char *const *args, int timeout_ms, char **output);
 
 //  Poll until `dsh tools` (via the client SDK) lists count tools whose
 //  names contain text (count 0: none). Returns 0, or -1 on timeout.
