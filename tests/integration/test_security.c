@@ -176,7 +176,8 @@ s_send (zsock_t *sock, bool delimiter, const char *command, zframe_t *token, con
         zmsg_addmem (msg, zframe_data (token), zframe_size (token));
     zmsg_addmem (msg, sbuf.data, sbuf.size);
     msgpack_sbuffer_destroy (&sbuf);
-    zmsg_send (&msg, sock);
+    if (zmsg_send (&msg, sock))
+        zmsg_destroy (&msg);
 }
 
 //  The next message on a DEALER within timeout_ms, split: its command into
