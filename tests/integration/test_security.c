@@ -110,9 +110,10 @@ static int
 s_teardown_keys (void **state)
 {
     (void) state;
-    zsys_dir_delete ("%s/allow", s_root);
-    zsys_dir_delete ("%s/keys", s_root);
-    zsys_dir_delete ("%s", s_root);
+    zdir_t *root = zdir_new (s_root, NULL);
+    if (root)
+        zdir_remove (root, true);
+    zdir_destroy (&root);
     return 0;
 }
 
@@ -874,7 +875,6 @@ test_revoked_key (void **state)
     zstr_free (&output);
 
     s_bed_destroy (&bed);
-    zsys_dir_delete ("%s", allow);
     zstr_free (&allow);
 }
 
