@@ -393,9 +393,20 @@ s_handshake_event (dsh_handshake_t *self, uint16_t event, uint32_t value)
                                      : "the broker requires CURVE: give --cert and --broker-cert "
                                        "(or $DSH_CERT and $DSH_BROKER_CERT)");
         else
-            snprintf (self->failure, sizeof (self->failure),
-                      "the handshake with the broker failed (%s; is --broker-cert the broker's key?)",
-                      event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL? "protocol error": "no detail");
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+            //  The broker closed the connection. When it saw a mechanism
+            //  mismatch first, that is all this side sees in most attempts
+            //  (the greeting that would say why is not read): the likely
+            //  cause, by which mechanism this side speaks
+            snprintf (self->failure, sizeof (self->failure), "%s",
+                      dsh_curve_on ()? "the broker closed the connection in the handshake: --broker-cert is "
+                                       "not the broker's key, or the broker does not speak CURVE"
+                                     : "the broker closed the connection in the handshake: it requires CURVE "
+                                       "(give --cert and --broker-cert, or $DSH_CERT and $DSH_BROKER_CERT), "
+                                       "or it is not a dsh broker");
+        else
+            snprintf (self->failure, sizeof (self->failure), "%s",
+                      "the handshake with the broker failed (protocol error; is --broker-cert the broker's key?)");
     }
 }
 

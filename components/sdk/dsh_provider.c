@@ -91,10 +91,14 @@ typedef struct {
     zlistx_t *tools;                //  s_tool_t *, in the order added
     uint64_t generation;
     int heartbeat_ms;
+    int liveness;                   //  heartbeats of silence the broker allows
     int heartbeat_timer;
     int discovery_timer;
     dsh_handshake_t *work_handshake;    //  WORK's connections, made and failed
     size_t work_connections;            //  handshakes on WORK said HELLO for
+    char *work_endpoint;                //  WORK as resolved, to connect again
+    int64_t hello_unanswered_ms;        //  when WORK said a HELLO nothing has
+                                        //  answered yet; 0 once anything came
     dsh_handshake_t *front_handshake;   //  why discovery gets no WELCOME
     bool told_failure;                  //  logged the handshake failure already
     bool held;                      //  discovery waits for START
@@ -340,6 +344,33 @@ s_tell_failure (self_t *self, dsh_handshake_t *handshake)
     self->told_failure = failure != NULL;
 }
 
+static int s_work_recv (zloop_t *loop, zsock_t *reader, void *arg);
+
+//  Says HELLO on WORK; the broker answers SYNC.
+static void
+s_work_hello (self_t *self)
+{
+    s_send_hello (self->work, self->id);
+    if (!self->hello_unanswered_ms)
+        self->hello_unanswered_ms = zclock_mono ();
+}
+
+//  A new WORK connection under our id, that says HELLO.
+static void
+s_work_connect (self_t *self)
+{
+    self->work = zsock_new (ZMQ_DEALER);
+    dsh_sock_limit (self->work, self->max_message_bytes, S_QUEUE_LIMIT);
+    zsock_set_identity (self->work, self->id);
+    dsh_curve_client (self->work);
+    self->work_handshake = dsh_handshake_new (self->work);
+    self->work_connections = 0;
+    zsock_connect (self->work, "%s", self->work_endpoint);
+    zloop_reader (self->loop, self->work, s_work_recv, self);
+    self->hello_unanswered_ms = 0;
+    s_work_hello (self);
+}
+
 static int
 s_heartbeat (zloop_t *loop, int timer_id, void *arg)
 {
@@ -353,8 +384,26 @@ s_heartbeat (zloop_t *loop, int timer_id, void *arg)
     size_t connections = dsh_handshake_successes (self->work_handshake);
     if (connections > self->work_connections) {
         if (self->work_connections)
-            s_send_hello (self->work, self->id);
+            s_work_hello (self);
+        //  The answer is due from when the connection is made, not from
+        //  when the HELLO was queued for it
+        if (self->hello_unanswered_ms)
+            self->hello_unanswered_ms = zclock_mono ();
         self->work_connections = connections;
+    }
+    //  Connected, and the HELLO unanswered past the liveness window: the
+    //  broker's ROUTER has our id on another connection (a second process
+    //  under this id) and ignores this one, and goes on ignoring it once
+    //  the other has gone. Only a new connection can take the id then.
+    int64_t silence_ms = (int64_t) self->heartbeat_ms * self->liveness;
+    if (connections && self->hello_unanswered_ms && zclock_mono () - self->hello_unanswered_ms > silence_ms) {
+        zsys_warning ("%s: the broker at %s has not answered on WORK for %" PRId64 " ms (another process may "
+                      "serve id %s, or this key may not); connecting again", self->id, self->broker, silence_ms,
+                      self->id);
+        zloop_reader_end (self->loop, self->work);
+        dsh_handshake_destroy (&self->work_handshake);
+        zsock_destroy (&self->work);
+        s_work_connect (self);
     }
     s_tell_failure (self, self->work_handshake);
     //  A flood of bad messages that stopped still gets its count logged
@@ -373,8 +422,6 @@ s_discover (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-static int s_work_recv (zloop_t *loop, zsock_t *reader, void *arg);
-
 //  The broker told us where everything is: connect and say hello.
 static void
 s_welcomed (self_t *self, dsh_doc_t *doc)
@@ -383,6 +430,7 @@ s_welcomed (self_t *self, dsh_doc_t *doc)
     char *announce = dsh_doc_strdup (doc, dsh_map_get (root, "announce"));
     char *work = dsh_doc_strdup (doc, dsh_map_get (root, "work"));
     const msgpack_object *heartbeat = dsh_map_get (root, "heartbeatMs");
+    const msgpack_object *liveness = dsh_map_get (root, "liveness");
     const msgpack_object *max_bytes = dsh_map_get (root, "maxMessageBytes");
     const msgpack_object *protocol = dsh_map_get (root, "protocol");
     if (!protocol || protocol->type != MSGPACK_OBJECT_POSITIVE_INTEGER || protocol->via.u64 != DSH_PROTOCOL_VERSION) {
@@ -398,29 +446,23 @@ s_welcomed (self_t *self, dsh_doc_t *doc)
     if (self->work)
         return;                 //  a late second WELCOME; already connected
     self->heartbeat_ms = (int) heartbeat->via.u64;
+    self->liveness = liveness && liveness->type == MSGPACK_OBJECT_POSITIVE_INTEGER && liveness->via.u64 > 0
+                  && liveness->via.u64 <= 1000? (int) liveness->via.u64: DSH_DEFAULT_LIVENESS;
     if (max_bytes && max_bytes->type == MSGPACK_OBJECT_POSITIVE_INTEGER && max_bytes->via.u64 <= INT_MAX)
         self->max_message_bytes = (int) max_bytes->via.u64;
     zloop_timer_end (self->loop, self->discovery_timer);
 
     char *announce_endpoint = dsh_sock_resolve (announce, self->broker);
-    char *work_endpoint = dsh_sock_resolve (work, self->broker);
+    self->work_endpoint = dsh_sock_resolve (work, self->broker);
     self->announce = zsock_new (ZMQ_PUB);
     dsh_sock_limit (self->announce, self->max_message_bytes, S_QUEUE_LIMIT);
     //  A clean exit's WITHDRAW must get out before the socket closes
     zsock_set_linger (self->announce, 1000);
     dsh_curve_client (self->announce);
     zsock_connect (self->announce, "%s", announce_endpoint);
-    self->work = zsock_new (ZMQ_DEALER);
-    dsh_sock_limit (self->work, self->max_message_bytes, S_QUEUE_LIMIT);
-    zsock_set_identity (self->work, self->id);
-    dsh_curve_client (self->work);
-    self->work_handshake = dsh_handshake_new (self->work);
-    zsock_connect (self->work, "%s", work_endpoint);
-    zloop_reader (self->loop, self->work, s_work_recv, self);
-    s_send_hello (self->work, self->id);
+    s_work_connect (self);
     self->heartbeat_timer = zloop_timer (self->loop, (size_t) self->heartbeat_ms, 0, s_heartbeat, self);
     zstr_free (&announce_endpoint);
-    zstr_free (&work_endpoint);
 }
 
 static int
@@ -608,6 +650,8 @@ static int
 s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
+    //  Anything from the broker answers the HELLO
+    ((self_t *) arg)->hello_unanswered_ms = 0;
     return dsh_sock_drain (reader, S_BATCH, s_work_recv_one, arg);
 }
 
@@ -803,6 +847,7 @@ s_provider_actor (zsock_t *pipe, void *args)
     zhashx_destroy (&self->running);
     dsh_handshake_destroy (&self->front_handshake);
     dsh_handshake_destroy (&self->work_handshake);
+    zstr_free (&self->work_endpoint);
     zsock_destroy (&self->front);
     zsock_destroy (&self->work);
     zsock_destroy (&self->announce);

@@ -35,14 +35,10 @@ dsh_testproc_start (const char *const *argv)
     return dsh_testproc_start_input (argv, -1);
 }
 
-dsh_testproc_t *
-dsh_testproc_start_input (const char *const *argv, int stdin_fd)
-{
-    return dsh_testproc_start_fds (argv, stdin_fd, -1);
-}
-
-dsh_testproc_t *
-dsh_testproc_start_fds (const char *const *argv, int stdin_fd, int stderr_fd)
+//  Starts argv with stdin_fd (if >= 0) as its stdin, stderr_fd (if >= 0)
+//  as its stderr, or its stderr in the stdout pipe too if merge_stderr.
+static dsh_testproc_t *
+s_start (const char *const *argv, int stdin_fd, int stderr_fd, bool merge_stderr)
 {
     int out [2];
     if (pipe2 (out, O_CLOEXEC))
@@ -54,6 +50,8 @@ dsh_testproc_start_fds (const char *const *argv, int stdin_fd, int stderr_fd)
         //  processes with it: no broker outlives the test that started it
         prctl (PR_SET_PDEATHSIG, SIGKILL);
         dup2 (out [1], STDOUT_FILENO);
+        if (merge_stderr)
+            dup2 (out [1], STDERR_FILENO);
         if (stdin_fd >= 0)
             dup2 (stdin_fd, STDIN_FILENO);
         if (stderr_fd >= 0)
@@ -74,6 +72,24 @@ dsh_testproc_start_fds (const char *const *argv, int stdin_fd, int stderr_fd)
     fcntl (self->out_fd, F_SETFL, O_NONBLOCK);
     self->buffer = (char *) zmalloc (1);
     return self;
+}
+
+dsh_testproc_t *
+dsh_testproc_start_fds (const char *const *argv, int stdin_fd, int stderr_fd)
+{
+    return s_start (argv, stdin_fd, stderr_fd, false);
+}
+
+dsh_testproc_t *
+dsh_testproc_start_input (const char *const *argv, int stdin_fd)
+{
+    return s_start (argv, stdin_fd, -1, false);
+}
+
+dsh_testproc_t *
+dsh_testproc_start_merged (const char *const *argv)
+{
+    return s_start (argv, -1, -1, true);
 }
 
 static bool
@@ -253,15 +269,17 @@ dsh_testkit_component (const char *program, const char *endpoint, const char *id
     return component;
 }
 
-int
-dsh_testkit_cli (const char *endpoint, const char *const *args, int timeout_ms, char **output)
+//  Runs the CLI as dsh_testkit_cli does; its stderr in output too if
+//  merge_stderr.
+static int
+s_cli (const char *endpoint, const char *const *args, int timeout_ms, char **output, bool merge_stderr)
 {
     const char *argv [32] = { "components/cli/dsh", "--broker", endpoint };
     size_t argc = 3;
     for (size_t index = 0; args && args [index] && argc < 31; index++)
         argv [argc++] = args [index];
     argv [argc] = NULL;
-    dsh_testproc_t *cli = dsh_testproc_start (argv);
+    dsh_testproc_t *cli = s_start (argv, -1, -1, merge_stderr);
     if (!cli)
         return -1;
     int status = dsh_testproc_wait (cli, timeout_ms);
@@ -270,6 +288,18 @@ dsh_testkit_cli (const char *endpoint, const char *const *args, int timeout_ms, 
         *output = strdup (text);
     dsh_testproc_destroy (&cli);
     return status;
+}
+
+int
+dsh_testkit_cli (const char *endpoint, const char *const *args, int timeout_ms, char **output)
+{
+    return s_cli (endpoint, args, timeout_ms, output, false);
+}
+
+int
+dsh_testkit_cli_merged (const char *endpoint, const char *const *args, int timeout_ms, char **output)
+{
+    return s_cli (endpoint, args, timeout_ms, output, true);
 }
 
 int

@@ -37,6 +37,10 @@ dsh_testproc_t *
 //  The same, with stderr_fd (if >= 0) as the process's stderr.
 dsh_testproc_t *
     dsh_testproc_start_fds (const char *const *argv, int stdin_fd, int stderr_fd);
+//  The same, with stderr in the stdout pipe too (for a test that checks
+//  what a program says when it refuses to run).
+dsh_testproc_t *
+    dsh_testproc_start_merged (const char *const *argv);
 
 //  Kill (SIGKILL) if still running, reap, free; safe twice.
 void
@@ -94,6 +98,10 @@ dsh_testproc_t *
 //  in *output if not NULL.
 int
     dsh_testkit_cli (const char *endpoint, const char *const *args, int timeout_ms, char **output);
+
+//  The same, with the CLI's stderr in output too.
+int
+    dsh_testkit_cli_merged (const char *endpoint, const char *const *args, int timeout_ms, char **output);
 
 //  Poll until `dsh tools` (via the client SDK) lists count tools whose
 //  names contain text (count 0: none). Returns 0, or -1 on timeout.
