@@ -459,7 +459,9 @@ dsh_catalog_touch (dsh_catalog_t *self, const char *component, uint64_t generati
     if (!record)
         return 1;
     record->last_seen_ms = now_ms;
-        return record->generation == generation? 0: 1;
+    //  A heartbeat on the announce channel says nothing of the WORK route:
+    //  an unreachable component stays so until it speaks on WORK
+    return record->generation == generation? 0: 1;
 }
 
 int

@@ -126,10 +126,11 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
         dsh_curve_server (sock, self->cert);
     if (type == ZMQ_ROUTER) {
         //  No handover: a second connection under an id that is connected
-        //  already is refused by libzmq, so the first comer keeps its route
-        //  while it lives (one started by mistake cannot take it, and could
-        //  not give it back when it died); a component that restarts gets
-        //  its id back once its old connection is gone
+        //  already is ignored by libzmq (kept open, never read), so the
+        //  first comer keeps its route while it lives (one started by
+        //  mistake cannot take it); the SDK drops a connection whose HELLO
+        //  goes unanswered and connects again, so the id is taken back
+        //  once the old connection is gone
         zsock_set_router_mandatory (sock, 1);
         //  ... and a connection whose peer vanished without a word (a host
         //  that crashed, a cut link) is gone within the liveness window, not
@@ -332,10 +333,18 @@ s_answer_error (self_t *self, dsh_record_t **record_p, const char *code, const c
 //  True if a message to component may go out on WORK: always without
 //  CURVE; under CURVE only once the connection holding the id has spoken
 //  with a key allowed for it, so an id taken by another key gets nothing.
+static int s_work_monitor_recv (zloop_t *loop, zsock_t *reader, void *arg);
+
 static bool
 s_route_trusted (self_t *self, const char *component)
 {
-    return !self->curve || zhashx_lookup (self->routes, component);
+    if (!self->curve)
+        return true;
+    //  A disconnection libzmq has reported and the loop has not read yet
+    //  counts already: its id may be held by another connection by now
+    while (self->work_monitor && (zsock_events (self->work_monitor) & ZMQ_POLLIN))
+        s_work_monitor_recv (self->loop, self->work_monitor, self);
+    return zhashx_lookup (self->routes, component) != NULL;
 }
 
 //  Sends [component] "" DSH1 command [token] body on the work socket.
