@@ -37,14 +37,18 @@ typedef struct {
     dsh_testproc_t *demo;
 } fixture_t;
 
+//  Short, so a killed component expires soon; not so short that a loaded
+//  machine (a sanitizer build beside other jobs) expires a live one
+#define S_HEARTBEAT_MS 500
+
 static fixture_t *
 s_fixture (const char *config)
 {
     fixture_t *fixture = (fixture_t *) zmalloc (sizeof (fixture_t));
     if (config)
-        fixture->broker = dsh_testkit_broker_config (200, config, fixture->endpoint, sizeof (fixture->endpoint));
+        fixture->broker = dsh_testkit_broker_config (S_HEARTBEAT_MS, config, fixture->endpoint, sizeof (fixture->endpoint));
     else
-        fixture->broker = dsh_testkit_broker (200, NULL, fixture->endpoint, sizeof (fixture->endpoint));
+        fixture->broker = dsh_testkit_broker (S_HEARTBEAT_MS, NULL, fixture->endpoint, sizeof (fixture->endpoint));
     assert_non_null (fixture->broker);
     fixture->client = dsh_client_new (fixture->endpoint);
     assert_non_null (fixture->client);
@@ -249,7 +253,7 @@ test_component_dies_with_calls_held (void **state)
         zclock_sleep (20);
     assert_int_equal (s_in_flight (fixture), 5);
     dsh_testproc_signal (fixture->demo, SIGKILL);
-    //  It expires (three silent 200 ms heartbeats): the two at it and the
+    //  It expires (three silent heartbeats): the two at it and the
     //  three held for it are answered TOOL_GONE, once each
     for (int count = 0; count < 5; count++) {
         dsh_reply_t *reply = s_recv (fixture->client, 10000);
