@@ -24,9 +24,10 @@
 
 #include <signal.h>
 
-//  A broker heartbeat short enough that expiry and re-announces take a
-//  fraction of a second
-#define S_HEARTBEAT_MS  200
+//  A broker heartbeat short enough that expiry and re-announces take
+//  about a second, and long enough that a loaded machine (the sanitizer
+//  build beside other jobs) does not expire a live component
+#define S_HEARTBEAT_MS  500
 
 //  The keys every test shares, made once: NAME and NAME_secret in keys/,
 //  and the public files of the allowed ones in allow/
