@@ -12,9 +12,12 @@
     clients (DEALERs on FRONT, some torn down mid-call), as a component
     (a PUB announcing a tool and a DEALER on WORK answering the calls it is
     sent, with good and bad tokens and bodies), as a watcher (a SUB on
-    EVENTS), and as junk on raw TCP to all four ports. Every loop is
-    bounded by the deadline; it only talks to the endpoint it is given,
-    which must be a loopback address. Prints what it sent and exits 0.
+    EVENTS), as a client that never reads its replies, as a rogue
+    external stage if the broker's chain has one named "audit" (passing,
+    answering, dropping and mangling calls and results on its slot), and
+    as junk on raw TCP to all four ports. Every loop is bounded by the deadline; it only
+    talks to the endpoint it is given, which must be a loopback address.
+    Prints what it sent and exits 0.
 
     Run the sanitizer broker under it and stop the broker with SIGINT to
     read LeakSanitizer's report: deploy/fuzz.sh's header shows how.
@@ -83,6 +86,8 @@ typedef struct {
     zsock_t *work;
     zsock_t *announce;
     zsock_t *events;
+    zsock_t *stage_up;          //  a rogue external stage: ROUTER on feed
+    zsock_t *stage_down;        //  and DEALER on drain
     char *endpoints [4];
     int ports [4];
     zchunk_t *bodies [S_TEMPLATES];
@@ -91,6 +96,7 @@ typedef struct {
     size_t junk;
     size_t received;
     size_t calls_seen;
+    size_t stage_calls;
 } s_fuzz_t;
 
 static uint32_t
@@ -304,6 +310,98 @@ s_raw_junk (s_fuzz_t *self)
     close (fd);
 }
 
+//  Asks the broker for the slot of the external stage "audit" (if its chain
+//  has one) and attaches a rogue stage to it. Returns 0 or -1.
+static int
+s_stage_attach (s_fuzz_t *self)
+{
+    zsock_t *client = s_connect (ZMQ_DEALER, self->endpoints [0], NULL);
+    zmsg_t *hello = zmsg_new ();
+    zmsg_addmem (hello, "", 0);
+    zmsg_addstr (hello, DSH_PROTOCOL);
+    zmsg_addstr (hello, DSH_HELLO);
+    zmsg_addmem (hello, "\x81\xa5stage\xa5" "audit", 13);
+    zmsg_send (&hello, client);
+    zsock_set_rcvtimeo (client, 2000);
+    zmsg_t *welcome = zmsg_recv (client);
+    zframe_t *body = welcome? zmsg_last (welcome): NULL;
+    char error [256];
+    dsh_doc_t *doc = body? dsh_proto_decode_body (body, error, sizeof (error)): NULL;
+    const msgpack_object *stage = doc? dsh_map_get (dsh_doc_root (doc), "stage"): NULL;
+    char *feed = doc? dsh_doc_strdup (doc, dsh_map_get (stage, "feed")): NULL;
+    char *drain = doc? dsh_doc_strdup (doc, dsh_map_get (stage, "drain")): NULL;
+    int rc = -1;
+    if (feed && drain && strncmp (feed, "tcp://127.", 10) == 0 && strncmp (drain, "tcp://127.", 10) == 0) {
+        self->stage_up = s_connect (ZMQ_ROUTER, feed, NULL);
+        self->stage_down = s_connect (ZMQ_DEALER, drain, NULL);
+        rc = 0;
+    }
+    dsh_doc_destroy (&doc);
+    zmsg_destroy (&welcome);
+    zsock_destroy (&client);
+    return rc;
+}
+
+//  The rogue stage's turn: every call that comes down is passed on, answered,
+//  or dropped (the broker times the stage out), every result coming up is
+//  sent on or dropped, any of them mangled; now and then junk on both.
+static void
+s_stage_turn (s_fuzz_t *self)
+{
+    while (zsock_events (self->stage_up) & ZMQ_POLLIN) {
+        zmsg_t *msg = zmsg_recv (self->stage_up);
+        if (!msg)
+            break;
+        self->stage_calls++;
+        //  [feed-id] [token] "" DSH1 CALL|CONTROL|CANCEL ...
+        zframe_t *command = zmsg_size (msg) >= 5? zmsg_first (msg): NULL;
+        for (int skip = 0; command && skip < 4; skip++)
+            command = zmsg_next (msg);
+        bool call = command && zframe_streq (command, DSH_CALL);
+        bool control = command && zframe_streq (command, DSH_CONTROL);
+        uint32_t choice = s_random (8);
+        if (call && choice < 4) {
+            if (choice == 0)
+                zframe_reset (zmsg_last (msg), "\x80", 1);
+            s_send (self, self->stage_down, &msg);
+        }
+        else
+        if ((call || control) && choice < 7) {
+            //  Answer: [feed-id] [token] "" DSH1 RESULT|CONTROL body
+            zframe_t *frame = zmsg_first (msg);
+            zmsg_t *answer = zmsg_new ();
+            zmsg_append (answer, &(zframe_t *) { zframe_dup (frame) });
+            zmsg_append (answer, &(zframe_t *) { zframe_dup (zmsg_next (msg)) });
+            zmsg_addmem (answer, "", 0);
+            zmsg_addstr (answer, DSH_PROTOCOL);
+            zmsg_addstr (answer, call? DSH_RESULT: DSH_CONTROL);
+            zchunk_t *body = zchunk_dup (self->bodies [S_TEMPLATES - 6]);
+            if (choice > 4)
+                s_mutate_bytes (&body);
+            zmsg_addmem (answer, zchunk_data (body), zchunk_size (body));
+            zchunk_destroy (&body);
+            s_send (self, self->stage_up, &answer);
+        }
+        zmsg_destroy (&msg);
+    }
+    while (zsock_events (self->stage_down) & ZMQ_POLLIN) {
+        //  A result on its way up: [feed-id] [token] "" DSH1 RESULT body
+        zmsg_t *msg = zmsg_recv (self->stage_down);
+        if (!msg)
+            break;
+        if (s_random (4)) {
+            if (s_random (4) == 0)
+                zframe_reset (zmsg_last (msg), "\x91\xc1", 2);
+            s_send (self, self->stage_up, &msg);
+        }
+        zmsg_destroy (&msg);
+    }
+    if (s_random (50) == 0) {
+        zmsg_t *junk = s_message (self, s_random (S_TEMPLATES), true);
+        s_send (self, s_random (2)? self->stage_up: self->stage_down, &junk);
+    }
+}
+
 int
 main (int argc, char *argv [])
 {
@@ -332,10 +430,15 @@ main (int argc, char *argv [])
     }
     for (int index = 0; index < S_FRONT_CLIENTS; index++)
         self.front [index] = s_connect (ZMQ_DEALER, self.endpoints [0], NULL);
+    //  The first client never reads: its queue fills and the broker's
+    //  replies to it fail, the branch a slow or stuck client takes
+    zsock_set_rcvhwm (self.front [0], 10);
     self.announce = s_connect (ZMQ_PUB, self.endpoints [1], NULL);
     self.work = s_connect (ZMQ_DEALER, self.endpoints [2], "fz-1");
     self.events = s_connect (ZMQ_SUB, self.endpoints [3], NULL);
     zclock_sleep (200);             //  let PUB/SUB join
+    if (s_stage_attach (&self) == 0)
+        printf ("dsh-netfuzz: attached to the chain's external stage \"audit\" as a rogue stage\n");
 
     int64_t deadline = zclock_mono () + (int64_t) seconds * 1000;
     size_t round = 0;
@@ -360,25 +463,30 @@ main (int argc, char *argv [])
             s_raw_junk (&self);
         //  A client vanishes with calls in flight; a new one takes its place
         if (round % 500 == 0) {
-            size_t which = s_random (S_FRONT_CLIENTS);
+            size_t which = 1 + s_random (S_FRONT_CLIENTS - 1);
             zsock_destroy (&self.front [which]);
             self.front [which] = s_connect (ZMQ_DEALER, self.endpoints [0], NULL);
         }
-        for (int client = 0; client < S_FRONT_CLIENTS; client++)
+        for (int client = 1; client < S_FRONT_CLIENTS; client++)
             s_drain (&self, self.front [client], false);
         s_drain (&self, self.work, true);
         s_drain (&self, self.events, false);
+        if (self.stage_up)
+            s_stage_turn (&self);
         if (round % 20 == 0)
             zclock_sleep (1);       //  let the broker breathe; it is the one measured
     }
     printf ("dsh-netfuzz: %zu messages sent, %zu received, %zu calls to the fuzz component,"
-            " %zu raw TCP junk writes\n", self.sent, self.received, self.calls_seen, self.junk);
+            " %zu to the rogue stage, %zu raw TCP junk writes\n", self.sent, self.received, self.calls_seen,
+            self.stage_calls, self.junk);
 
     for (int index = 0; index < S_FRONT_CLIENTS; index++)
         zsock_destroy (&self.front [index]);
     zsock_destroy (&self.work);
     zsock_destroy (&self.announce);
     zsock_destroy (&self.events);
+    zsock_destroy (&self.stage_up);
+    zsock_destroy (&self.stage_down);
     for (size_t index = 0; index < S_TEMPLATES; index++)
         zchunk_destroy (&self.bodies [index]);
     for (int index = 0; index < 4; index++)
