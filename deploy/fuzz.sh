@@ -12,10 +12,13 @@
 #  A finding is left as build-fuzz/fuzz/<target>/crash-* (or leak-*,
 #  timeout-*); replay it with build-fuzz/tests/fuzz/fuzz_<target> FILE.
 #
-#  The network fuzzer is run by hand against a sanitizer broker:
-#    build-hs/broker/dsh-broker --endpoint tcp://127.0.0.1:7600 &
+#  The network fuzzer is run by hand against a sanitizer broker (a chain
+#  with an external stage named "audit" lets it fuzz that slot as well):
+#    ASAN_OPTIONS=detect_leaks=1 build-hs/broker/dsh-broker -c chain.cfg \
+#        --endpoint tcp://127.0.0.1:7600 &
+#    build-hs/components/demo/dsh-demo --broker tcp://127.0.0.1:7600 &
 #    build-hs/tests/fuzz/dsh-netfuzz tcp://127.0.0.1:7600 120
-#    kill -INT %1      # LeakSanitizer reports as the broker exits
+#    kill -INT %2 %1   # LeakSanitizer reports as the broker exits
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
