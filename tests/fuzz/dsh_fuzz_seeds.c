@@ -13,8 +13,8 @@
 
 #include <sys/stat.h>
 
-//  Bodies: CALLs, RESULTs, presence bodies, requests (test_proto,
-//  test_badinput, test_callpath, test_catalog)
+//  Bodies: CALLs, RESULTs, presence bodies, requests, watcher bodies
+//  (test_proto, test_badinput, test_callpath, test_catalog, test_watcher_view)
 static const char *s_bodies [] = {
     "{}",
     "[1,2,3]",
@@ -36,6 +36,11 @@ static const char *s_bodies [] = {
     "{\"callId\":\"c2\",\"progress\":0.5,\"total\":1,\"message\":\"half\"}",
     "{\"stage\":\"permission\",\"command\":\"approve\",\"args\":{\"id\":\"a1\"},\"id\":[1,\"x\"]}",
     "{\"name\":\"echo\",\"id\":7}",
+    //  A SNAPSHOT reply and an event, as a watcher reads them (test_watcher_view)
+    "{\"seq\":1,\"epoch\":5,\"tools\":[{\"tool\":{\"name\":\"echo\",\"parameters\":{\"type\":\"object\"}},"
+    "\"providers\":[\"demo\"]}],\"components\":[{\"id\":\"demo\",\"generation\":1,\"tools\":[\"echo\"]}]}",
+    "{\"seq\":2,\"epoch\":5,\"kind\":\"tool.registered\",\"component\":\"demo\",\"name\":\"tick\","
+    "\"tool\":{\"name\":\"tick\",\"parameters\":{\"type\":\"object\"}}}",
     NULL
 };
 

@@ -4,10 +4,12 @@
     through what the broker and the SDK do with bodies: the scanner and
     skip, the document, the CALL head, the presence bodies (ANNOUNCE,
     HEARTBEAT, WITHDRAW), the RESULT and content checks, each tool entry's
-    check, canonical packing, and the JSON edge.
+    check, canonical packing, the JSON edge, and a watcher's view taking
+    it as a SNAPSHOT reply and as change events.
 */
 
 #include "dsh.h"
+#include "dsh_view.h"
 
 int LLVMFuzzerTestOneInput (const uint8_t *data, size_t size);
 
@@ -73,5 +75,16 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
         dsh_doc_destroy (&doc);
     }
     zframe_destroy (&frame);
+
+    //  A watcher: the body as an event while waiting, as the snapshot,
+    //  then as an event again
+    dsh_view_t *view = dsh_view_new (4);
+    dsh_view_event (view, data, size, error, sizeof (error));
+    dsh_view_snapshot (view, data, size, error, sizeof (error));
+    dsh_view_event (view, data, size, error, sizeof (error));
+    json_t *notice;
+    while ((notice = dsh_view_notice (view)))
+        json_decref (notice);
+    dsh_view_destroy (&view);
     return 0;
 }
