@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 #  Installs what is missing, builds, and runs every test three ways: a plain
 #  build, an address+undefined sanitizer build, and the unit tests under
-#  valgrind. Ends with one line: "N passed, N failed, N skipped".
+#  valgrind; then each libFuzzer target for a few seconds (one pass or
+#  failure). Ends with one line: "N passed, N failed, N skipped".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh
@@ -53,6 +54,15 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print
     run build-sanitize sanitize
 
 run build valgrind --suite unit --wrapper "valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99"
+
+#  A short fuzz of every target: seeds from the tests, then mutations; a
+#  crash, a leak or a sanitizer report in any of them is one failure
+echo "== fuzz: deploy/fuzz.sh 5"
+if ./deploy/fuzz.sh 5; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+fi
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

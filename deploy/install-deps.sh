@@ -6,6 +6,7 @@ set -euo pipefail
 #  nats-server and libnats-dev are only for dsh-bench's NATS column (the
 #  peer it is measured against); dsh itself never links or runs them
 packages=(gcc pkg-config meson ninja-build python3
+          clang libfuzzer-14-dev
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
           valgrind
           nats-server libnats-dev)
