@@ -205,6 +205,10 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
             self->work_monitor = zsock_new (ZMQ_PAIR);
             if (self->work_monitor && zsock_connect (self->work_monitor, "%s", endpoint))
                 zsock_destroy (&self->work_monitor);
+            //  Drained from the hot path too, so its reader may find it
+            //  empty: a receive never waits
+            if (self->work_monitor)
+                zsock_set_rcvtimeo (self->work_monitor, 0);
         }
         if (!self->work_monitor)
             self->error = zsys_sprintf ("cannot monitor the work socket: %s", zmq_strerror (zmq_errno ()));
@@ -335,15 +339,23 @@ s_answer_error (self_t *self, dsh_record_t **record_p, const char *code, const c
 //  with a key allowed for it, so an id taken by another key gets nothing.
 static int s_work_monitor_recv (zloop_t *loop, zsock_t *reader, void *arg);
 
+//  Applies every WORK disconnection libzmq has reported and the loop has
+//  not read yet.
+static void
+s_work_monitor_drain (self_t *self)
+{
+    while (self->work_monitor && (zsock_events (self->work_monitor) & ZMQ_POLLIN))
+        s_work_monitor_recv (self->loop, self->work_monitor, self);
+}
+
 static bool
 s_route_trusted (self_t *self, const char *component)
 {
     if (!self->curve)
         return true;
-    //  A disconnection libzmq has reported and the loop has not read yet
-    //  counts already: its id may be held by another connection by now
-    while (self->work_monitor && (zsock_events (self->work_monitor) & ZMQ_POLLIN))
-        s_work_monitor_recv (self->loop, self->work_monitor, self);
+    //  A disconnection not read yet counts already: its id may be held by
+    //  another connection by now
+    s_work_monitor_drain (self);
     return zhashx_lookup (self->routes, component) != NULL;
 }
 
@@ -1215,6 +1227,9 @@ s_work_claim (self_t *self, const char *component, zmq_msg_t *part)
                          peer.key? peer.key: "?", peer.role? peer.role: "none", component);
         return -1;
     }
+    //  An old connection's disconnection first: its fd may be this one's
+    //  now, and must not untrust it afterwards
+    s_work_monitor_drain (self);
     int fd = zmq_msg_get (part, ZMQ_SRCFD);
     zhashx_update (self->routes, component, (void *) (intptr_t) (fd >= 0? fd + 1: INT_MAX));
     return 0;
