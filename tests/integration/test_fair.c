@@ -88,13 +88,7 @@ s_demo (fixture_t *fixture, const char *workers, const char *queue)
 static void
 s_send (dsh_client_t *client, const char *call_id, const char *name, const char *args, int timeout_ms)
 {
-    msgpack_sbuffer packed;
-    char error [256];
-    assert_int_equal (dsh_json_text_to_msgpack (args, &packed, error, sizeof (error)), 0);
-    const char *sent = dsh_client_call_send (client, call_id, name, packed.data, packed.size,
-                                             NULL, NULL, 0, timeout_ms);
-    msgpack_sbuffer_destroy (&packed);
-    assert_non_null (sent);
+    assert_non_null (dsh_testkit_send_json (client, call_id, name, args, timeout_ms));
 }
 
 //  The next RESULT within timeout_ms, which must come.

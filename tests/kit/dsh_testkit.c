@@ -329,3 +329,17 @@ dsh_testkit_wait_tools (const char *endpoint, const char *text, size_t count, in
     dsh_client_destroy (&client);
     return rc;
 }
+
+const char *
+dsh_testkit_send_json (dsh_client_t *client, const char *call_id, const char *name, const char *args,
+                       int timeout_ms)
+{
+    msgpack_sbuffer packed;
+    char error [256];
+    if (dsh_json_text_to_msgpack (args, &packed, error, sizeof (error)))
+        return NULL;
+    const char *sent = dsh_client_call_send (client, call_id, name, packed.data, packed.size,
+                                             NULL, NULL, 0, timeout_ms);
+    msgpack_sbuffer_destroy (&packed);
+    return sent;
+}

@@ -12,6 +12,7 @@
 #define DSH_TESTKIT_H_INCLUDED
 
 #include <czmq.h>
+#include "dsh_client.h"
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -107,5 +108,12 @@ int
 //  names contain text (count 0: none). Returns 0, or -1 on timeout.
 int
     dsh_testkit_wait_tools (const char *endpoint, const char *text, size_t count, int timeout_ms);
+
+//  Send a call to name with JSON arguments on client (call_id NULL: a fresh
+//  one). Returns its callId (the client's own string), or NULL if args is
+//  not JSON or the send failed.
+const char *
+    dsh_testkit_send_json (dsh_client_t *client, const char *call_id, const char *name, const char *args,
+                           int timeout_ms);
 
 #endif
