@@ -116,14 +116,9 @@ test_onion_order (void **state)
     for (int index = 0; index < 50; index++) {
         char args [64];
         snprintf (args, sizeof (args), "{\"message\":\"n%d\"}", index);
-        msgpack_sbuffer packed;
-        char error [256];
-        assert_int_equal (dsh_json_text_to_msgpack (args, &packed, error, sizeof (error)), 0);
         char call_id [32];
         snprintf (call_id, sizeof (call_id), "burst-%d", index);
-        assert_non_null (dsh_client_call_send (chain->client, call_id, "echo", packed.data, packed.size,
-                                               NULL, NULL, 0, 10000));
-        msgpack_sbuffer_destroy (&packed);
+        assert_non_null (dsh_testkit_send_json (chain->client, call_id, "echo", args, 10000));
     }
     zhashx_t *seen = zhashx_new ();
     for (int index = 0; index < 50; index++) {
