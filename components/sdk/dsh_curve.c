@@ -11,6 +11,7 @@
 #include "dsh_proto.h"
 
 #include <fnmatch.h>
+#include <pthread.h>
 
 //  The process's client keys. Set once at start by a program's flags or
 //  the environment; read by every SDK socket before it connects.
@@ -120,11 +121,15 @@ dsh_curve_setup (const char *cert_path, const char *broker_cert_path, char *erro
 static void
 s_decide (void)
 {
+    //  Actors' threads may make their first sockets at once
+    static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock (&mutex);
     if (!s_curve.decided) {
         char error [512];
         if (dsh_curve_setup (NULL, NULL, error, sizeof (error)))
             zsys_error ("dsh: %s; connecting without CURVE", error);
     }
+    pthread_mutex_unlock (&mutex);
 }
 
 bool

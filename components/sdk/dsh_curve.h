@@ -48,7 +48,8 @@ extern "C" {
 bool
     dsh_curve_valid_role (const char *role);
 
-//  Set the process's client keys: cert_path is the party's certificate as
+//  Set the process's client keys (call it from main, before any thread
+//  makes a socket): cert_path is the party's certificate as
 //  zcert_save writes it (the public file; the secret is cert_path +
 //  "_secret"), broker_cert_path the broker's public certificate. NULL for
 //  either reads $DSH_CERT / $DSH_BROKER_CERT. Neither given: CURVE off.
