@@ -47,6 +47,8 @@ static const struct {
     { "alice", DSH_ROLE_AGENT, NULL, "alice", true },
     { "admin", DSH_ROLE_ADMIN, NULL, NULL, true },
     { "carol", DSH_ROLE_AGENT, NULL, "carol", false },
+    { "stage", DSH_ROLE_STAGE, NULL, NULL, true },
+    { "approver", DSH_ROLE_APPROVER, NULL, NULL, true },
 };
 
 //  The path of a key's public certificate. Caller frees.
@@ -974,6 +976,140 @@ test_displaced_route_heals (void **state)
     s_bed_destroy (&bed);
 }
 
+//  ---------------------------------------------------------------------
+//  12. Stages and approvers under CURVE: a slot is a stage key's, an
+//  external permission stage serves approvals with its own key (handed to
+//  approvers by the broker), and only approver keys are heard there
+
+//  CONTROL {stage: "perm", command: "approvals"} as admin: the socket's
+//  endpoint and the CURVE key it serves with. Caller frees both.
+static void
+s_approvals (s_bed_t *bed, char **endpoint, char **server_key)
+{
+    zsock_t *admin = s_socket (ZMQ_DEALER, "admin", NULL, bed->endpoint);
+    s_send (admin, true, DSH_CONTROL, NULL, "{\"stage\": \"perm\", \"command\": \"approvals\"}");
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_reply (admin, command, &body, 5000);
+    assert_string_equal (command, DSH_CONTROL);
+    const msgpack_object *data = dsh_map_get (dsh_doc_root (doc), "data");
+    *endpoint = dsh_sock_resolve (s_str (doc, dsh_map_get (data, "endpoint")), bed->endpoint);
+    *server_key = strdup (s_str (doc, dsh_map_get (data, "serverKey")));
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    zsock_destroy (&admin);
+}
+
+static void
+test_stages_and_approvals (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed (NULL, "chain\n    stage\n        name = \"perm\"\n        kind = \"external\"\n", true);
+    zsock_t *alice = s_socket (ZMQ_DEALER, "alice", NULL, bed->endpoint);
+
+    //  A slot is not an agent's to take
+    s_send (alice, true, DSH_HELLO, NULL, "{\"stage\": \"perm\"}");
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_reply (alice, command, &body, 5000);
+    assert_string_equal (command, DSH_ERROR);
+    assert_string_equal (s_str (doc, dsh_map_get (dsh_doc_root (doc), "code")), DSH_E_FORBIDDEN);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+
+    //  A stage key attaches: echo asks an approver first
+    char *rules = zsys_sprintf ("%s/perm.cfg", s_root);
+    FILE *file = fopen (rules, "w");
+    assert_non_null (file);
+    fputs ("rule\n    tool = \"echo\"\n    action = \"ask\"\n", file);
+    fclose (file);
+    char *stage_cert = s_key ("stage");
+    char *broker_cert = s_key ("broker");
+    char *allow = s_allow_dir ();
+    dsh_testproc_t *stage = dsh_testproc_start ((const char *[]) {
+        "components/middleware/dsh-stage", "--broker", bed->endpoint, "--name", "perm", "--kind", "permission",
+        "--config", rules, "--cert", stage_cert, "--broker-cert", broker_cert, "--allow", allow, NULL });
+    assert_non_null (stage);
+    char *line = dsh_testproc_wait_line (stage, "attached", 10000);
+    assert_non_null (line);
+    zstr_free (&line);
+    //  (its slot connections finish their handshakes just after)
+    bool asked = false;
+    for (int attempt = 0; attempt < 50 && !asked; attempt++) {
+        char call_id [32];
+        snprintf (call_id, sizeof (call_id), "unapproved-%d", attempt);
+        s_call (alice, call_id, "echo", "{\"message\": \"x\"}", NULL);
+        doc = s_reply (alice, command, &body, 8000);
+        assert_string_equal (command, DSH_RESULT);
+        asked = streq (s_code (doc), DSH_E_DENIED) && strstr (s_text (doc), "requires approval");
+        if (!asked && !strstr (s_text (doc), "is not connected"))
+            fail_msg ("want \"requires approval\", got %s \"%s\"", s_code (doc), s_text (doc));
+        dsh_doc_destroy (&doc);
+        zframe_destroy (&body);
+        if (!asked)
+            zclock_sleep (100);
+    }
+    assert_true (asked);
+
+    //  Only approvers are heard on the approvals socket, which serves
+    //  CURVE with the stage's key: alice's key gets an ERROR there
+    char *endpoint = NULL, *server_key = NULL;
+    s_approvals (bed, &endpoint, &server_key);
+    zcert_t *stage_key = zcert_load (stage_cert);
+    assert_non_null (stage_key);
+    assert_string_equal (server_key, zcert_public_txt (stage_key));
+    zcert_destroy (&stage_key);
+    zsock_t *impostor = s_socket (ZMQ_DEALER, "alice", NULL, endpoint);
+    //  s_socket expects the broker's key; this socket is the stage's
+    zsock_disconnect (impostor, "%s", endpoint);
+    zsock_set_curve_serverkey (impostor, server_key);
+    zsock_connect (impostor, "%s", endpoint);
+    s_send (impostor, true, "APPROVER", NULL, "{}");
+    doc = s_reply (impostor, command, &body, 5000);
+    assert_string_equal (command, DSH_ERROR);
+    assert_non_null (strstr (s_str (doc, dsh_map_get (dsh_doc_root (doc), "message")), "only an approver"));
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    zsock_destroy (&impostor);
+
+    //  An approver (the CLI, with the key the broker relayed) lets it through
+    char *approver_cert = s_key ("approver");
+    const char *approver_argv [] = { "components/cli/dsh", "--broker", bed->endpoint, "--cert", approver_cert,
+                                     "--broker-cert", broker_cert, "approver", "--stage", "perm", "--auto", "allow",
+                                     NULL };
+    dsh_testproc_t *approver = dsh_testproc_start (approver_argv);
+    assert_non_null (approver);
+    bool approved = false;
+    for (int attempt = 0; attempt < 50 && !approved; attempt++) {
+        char call_id [32];
+        snprintf (call_id, sizeof (call_id), "approved-%d", attempt);
+        s_call (alice, call_id, "echo", "{\"message\": \"approved\"}", NULL);
+        doc = s_reply (alice, command, &body, 8000);
+        assert_string_equal (command, DSH_RESULT);
+        approved = streq (s_code (doc), "") && streq (s_text (doc), "approved");
+        if (!approved && !strstr (s_text (doc), "requires approval"))
+            fail_msg ("want approval or \"requires approval\", got %s \"%s\"", s_code (doc), s_text (doc));
+        dsh_doc_destroy (&doc);
+        zframe_destroy (&body);
+        if (!approved)
+            zclock_sleep (100);
+    }
+    assert_true (approved);
+
+    dsh_testproc_destroy (&approver);
+    dsh_testproc_destroy (&stage);
+    unlink (rules);
+    zstr_free (&approver_cert);
+    zstr_free (&endpoint);
+    zstr_free (&server_key);
+    zstr_free (&allow);
+    zstr_free (&broker_cert);
+    zstr_free (&stage_cert);
+    zstr_free (&rules);
+    zsock_destroy (&alice);
+    s_bed_destroy (&bed);
+}
+
 int
 main (void)
 {
@@ -991,6 +1127,7 @@ main (void)
         cmocka_unit_test (test_revoked_key),
         cmocka_unit_test (test_insecure_needs_flag),
         cmocka_unit_test (test_displaced_route_heals),
+        cmocka_unit_test (test_stages_and_approvals),
     };
     return cmocka_run_group_tests (tests, s_setup_keys, s_teardown_keys);
 }
