@@ -1081,7 +1081,8 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
     request.id = dsh_map_get (request.root, "id");
     //  Off a frame that came over the wire: libzmq 4.3.4 leaves the
     //  routing id frame a ROUTER makes without metadata when it was polled
-    dsh_identity_read (&request.peer, &parts->part [parts->count - 1]);
+    if (self->curve)
+        dsh_identity_read (&request.peer, &parts->part [parts->count - 1]);
     s_front_fn *handler = s_front_lookup (parts->command);
     char forbidden [256];
     if (handler && !streq (parts->command, DSH_CALL)
