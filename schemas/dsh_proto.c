@@ -927,6 +927,7 @@ dsh_proto_error_name (const char *code)
         { DSH_E_MIDDLEWARE_FAILED, "MiddlewareError" },
         { DSH_E_CANCELLED,    "CancelledError" },
         { DSH_E_FORBIDDEN,    "ForbiddenError" },
+        { DSH_E_BROKER_GONE,  "BrokerGoneError" },
     };
     for (size_t index = 0; index < sizeof (names) / sizeof (names [0]); index++)
         if (streq (code, names [index].code))

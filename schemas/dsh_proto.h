@@ -79,6 +79,7 @@ extern "C" {
 #define DSH_E_MIDDLEWARE_FAILED "MIDDLEWARE_FAILED"
 #define DSH_E_CANCELLED         "CANCELLED"
 #define DSH_E_FORBIDDEN         "FORBIDDEN"
+#define DSH_E_BROKER_GONE       "BROKER_GONE"     //  made by the client SDK, never sent
 
 //  Limits on untrusted input
 #define DSH_NAME_MAX            128             //  tool names, as MCP
@@ -92,6 +93,8 @@ extern "C" {
 #define DSH_DEFAULT_HEARTBEAT_MS    1000
 #define DSH_DEFAULT_LIVENESS        3
 #define DSH_DEFAULT_CALL_TIMEOUT_MS 60000
+#define DSH_BROKERS_MAX             16      //  brokers one program may follow
+#define DSH_DEFAULT_BEACON_PORT     7579    //  UDP port of broker beacons
 
 //  How many maps a packer can hold open at once (dsh_packer_map_begin).
 #define DSH_PACKER_MAX_OPEN     8

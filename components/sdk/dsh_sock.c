@@ -243,3 +243,96 @@ dsh_sock_send_parts (zsock_t *sock, zmq_msg_t *parts, size_t count)
     errno = saved_errno;
     return rc;
 }
+
+void
+dsh_sock_heal (zsock_t *sock, int heartbeat_ms, int liveness)
+{
+    assert (sock);
+    if (heartbeat_ms <= 0)
+        heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
+    if (liveness <= 0)
+        liveness = DSH_DEFAULT_LIVENESS;
+    int window_ms = heartbeat_ms * liveness;
+    zsock_set_heartbeat_ivl (sock, heartbeat_ms);
+    zsock_set_heartbeat_timeout (sock, window_ms);
+    //  The TTL travels in deciseconds, at most 6553.5 s
+    zsock_set_heartbeat_ttl (sock, window_ms < 6553500? window_ms: 6553500);
+    zsock_set_connect_timeout (sock, heartbeat_ms);
+    zsock_set_reconnect_ivl (sock, 100);
+    zsock_set_reconnect_ivl_max (sock, heartbeat_ms > 100? heartbeat_ms: 100);
+    zsock_set_tcp_keepalive (sock, 1);
+    zsock_set_tcp_keepalive_idle (sock, window_ms / 1000 > 0? window_ms / 1000: 1);
+    zsock_set_tcp_keepalive_intvl (sock, heartbeat_ms / 1000 > 0? heartbeat_ms / 1000: 1);
+    zsock_set_tcp_keepalive_cnt (sock, liveness);
+}
+
+//  True if entry names a broker: tcp://HOST:PORT, ipc://PATH,
+//  inproc://NAME, beacon or beacon:PORT.
+static bool
+s_broker_entry_valid (const char *entry)
+{
+    if (streq (entry, "beacon"))
+        return true;
+    if (strncmp (entry, "beacon:", 7) == 0) {
+        char *end;
+        long port = strtol (entry + 7, &end, 10);
+        return *end == 0 && end != entry + 7 && port > 0 && port < 65536;
+    }
+    if (strncmp (entry, "ipc://", 6) == 0)
+        return entry [6] != 0;
+    if (strncmp (entry, "inproc://", 9) == 0)
+        return entry [9] != 0;
+    const char *host;
+    size_t host_size;
+    if (!s_tcp_host (entry, &host, &host_size) || host_size == 0)
+        return false;
+    const char *port = host + host_size + 1;
+    char *end;
+    long number = strtol (port, &end, 10);
+    return *end == 0 && end != port && number > 0 && number < 65536;
+}
+
+zlistx_t *
+dsh_sock_brokers (const char *spec, char *error, size_t error_size)
+{
+    assert (error && error_size > 0);
+    if (!spec || !*spec)
+        spec = getenv ("DSH_BROKER");
+    if (!spec || !*spec)
+        spec = DSH_DEFAULT_ENDPOINT;
+    zlistx_t *brokers = zlistx_new ();
+    zlistx_set_destructor (brokers, (zlistx_destructor_fn *) zstr_free);
+    zlistx_set_duplicator (brokers, (zlistx_duplicator_fn *) strdup);
+    const char *cursor = spec;
+    while (true) {
+        const char *comma = strchr (cursor, ',');
+        size_t size = comma? (size_t) (comma - cursor): strlen (cursor);
+        while (size && isspace ((unsigned char) *cursor)) {
+            cursor++;
+            size--;
+        }
+        while (size && isspace ((unsigned char) cursor [size - 1]))
+            size--;
+        char *entry = zsys_sprintf ("%.*s", (int) size, cursor);
+        if (!*entry || !s_broker_entry_valid (entry)) {
+            snprintf (error, error_size, "broker list \"%.200s\": entry %zu (\"%.100s\") is not "
+                      "tcp://HOST:PORT, ipc://PATH, inproc://NAME or beacon[:PORT]", spec,
+                      zlistx_size (brokers) + 1, entry);
+            zstr_free (&entry);
+            zlistx_destroy (&brokers);
+            return NULL;
+        }
+        if (zlistx_size (brokers) == DSH_BROKERS_MAX) {
+            snprintf (error, error_size, "broker list \"%.200s\": more than %d brokers", spec,
+                      DSH_BROKERS_MAX);
+            zstr_free (&entry);
+            zlistx_destroy (&brokers);
+            return NULL;
+        }
+        zlistx_add_end (brokers, entry);
+        if (!comma)
+            break;
+        cursor = comma + 1;
+    }
+    return brokers;
+}

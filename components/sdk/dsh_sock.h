@@ -37,6 +37,27 @@ int
 void
     dsh_sock_limit (zsock_t *sock, int max_bytes, int hwm);
 
+//  Make a socket heal by itself (every socket of the SDK, the broker and
+//  the CLI): ZMTP heartbeats every heartbeat_ms, a connection with no
+//  traffic for heartbeat_ms x liveness is closed (and a connecting socket
+//  makes it again), the peer is asked to do the same (TTL); a connect
+//  attempt gives up after heartbeat_ms (a SYN into a partition is not left
+//  to TCP's backoff); reconnects start at 100 ms and back off to at most
+//  heartbeat_ms; TCP keepalive is on. So after a partition of any length a
+//  connection is made again within a heartbeat or two of the link's return.
+void
+    dsh_sock_heal (zsock_t *sock, int heartbeat_ms, int liveness);
+
+//  The brokers a program follows, from spec: one endpoint or a comma list
+//  ("tcp://a:7570,tcp://b:7570"), spaces around entries ignored; NULL or
+//  empty: $DSH_BROKER, else DSH_DEFAULT_ENDPOINT. An entry "beacon" or
+//  "beacon:PORT" stands for brokers found by UDP beacon (dsh_beacon) and is
+//  kept as it is. Returns a list of strings (caller destroys), or NULL with
+//  a reason: an entry that is empty, not tcp://HOST:PORT, ipc://PATH,
+//  inproc://NAME or beacon[:PORT], or more than DSH_BROKERS_MAX entries.
+zlistx_t *
+    dsh_sock_brokers (const char *spec, char *error, size_t error_size);
+
 //  The endpoint to connect to for an advertised one: a wildcard host
 //  ("*", "0.0.0.0", "::", "[::]") is replaced by the host of front.
 //  Caller frees the result.

@@ -380,6 +380,79 @@ test_drain (void **state)
     zsock_destroy (&receiver);
 }
 
+//  A broker list: one endpoint, a comma list with spaces, beacons, and
+//  every way an entry can be wrong
+static void
+test_brokers (void **state)
+{
+    (void) state;
+    char error [512];
+    zlistx_t *brokers = dsh_sock_brokers ("tcp://10.0.0.1:7570", error, sizeof (error));
+    assert_non_null (brokers);
+    assert_int_equal (zlistx_size (brokers), 1);
+    assert_string_equal (zlistx_first (brokers), "tcp://10.0.0.1:7570");
+    zlistx_destroy (&brokers);
+
+    brokers = dsh_sock_brokers (" tcp://a:1 , tcp://b:2,beacon,beacon:7000, ipc:///tmp/x", error, sizeof (error));
+    assert_non_null (brokers);
+    assert_int_equal (zlistx_size (brokers), 5);
+    assert_string_equal (zlistx_first (brokers), "tcp://a:1");
+    assert_string_equal (zlistx_next (brokers), "tcp://b:2");
+    assert_string_equal (zlistx_next (brokers), "beacon");
+    assert_string_equal (zlistx_next (brokers), "beacon:7000");
+    assert_string_equal (zlistx_next (brokers), "ipc:///tmp/x");
+    zlistx_destroy (&brokers);
+
+    setenv ("DSH_BROKER", "tcp://env:9,tcp://env2:9", 1);
+    brokers = dsh_sock_brokers (NULL, error, sizeof (error));
+    assert_non_null (brokers);
+    assert_int_equal (zlistx_size (brokers), 2);
+    assert_string_equal (zlistx_first (brokers), "tcp://env:9");
+    zlistx_destroy (&brokers);
+    unsetenv ("DSH_BROKER");
+    brokers = dsh_sock_brokers ("", error, sizeof (error));
+    assert_non_null (brokers);
+    assert_string_equal (zlistx_first (brokers), DSH_DEFAULT_ENDPOINT);
+    zlistx_destroy (&brokers);
+
+    const char *bad [] = {
+        "tcp://a:1,", ",tcp://a:1", "tcp://a:1,,tcp://b:2", "tcp://a", "tcp://a:0", "tcp://a:70000",
+        "tcp://:5", "udp://a:1", "beacon:", "beacon:x", "beacon:0", "ipc://", "a:1", "tcp://a:1x"
+    };
+    for (size_t index = 0; index < sizeof (bad) / sizeof (bad [0]); index++) {
+        error [0] = 0;
+        brokers = dsh_sock_brokers (bad [index], error, sizeof (error));
+        if (brokers)
+            fail_msg ("\"%s\" was accepted", bad [index]);
+        assert_non_null (strstr (error, "is not tcp://HOST:PORT"));
+    }
+    char *many = strdup ("tcp://a:1");
+    for (int index = 0; index < DSH_BROKERS_MAX; index++) {
+        char *longer = zsys_sprintf ("%s,tcp://a:%d", many, index + 2);
+        free (many);
+        many = longer;
+    }
+    assert_null (dsh_sock_brokers (many, error, sizeof (error)));
+    assert_non_null (strstr (error, "more than 16 brokers"));
+    free (many);
+}
+
+//  Healing options reach the socket
+static void
+test_heal (void **state)
+{
+    (void) state;
+    zsock_t *sock = zsock_new (ZMQ_DEALER);
+    dsh_sock_heal (sock, 500, 3);
+    assert_int_equal (zsock_heartbeat_ivl (sock), 500);
+    assert_int_equal (zsock_heartbeat_timeout (sock), 1500);
+    assert_int_equal (zsock_connect_timeout (sock), 500);
+    assert_int_equal (zsock_reconnect_ivl (sock), 100);
+    assert_int_equal (zsock_reconnect_ivl_max (sock), 500);
+    assert_int_equal (zsock_tcp_keepalive (sock), 1);
+    zsock_destroy (&sock);
+}
+
 int
 main (void)
 {
@@ -392,6 +465,8 @@ main (void)
         cmocka_unit_test (test_recv_msg),
         cmocka_unit_test (test_send_parts),
         cmocka_unit_test (test_drain),
+        cmocka_unit_test (test_brokers),
+        cmocka_unit_test (test_heal),
     };
     int rc = cmocka_run_group_tests (tests, NULL, NULL);
     zsys_shutdown ();
