@@ -958,6 +958,13 @@ s_handle_ping (self_t *self, s_request_t *request)
     msgpack_pack_uint64 (pk, dsh_inflight_size (self->inflight));
     dsh_pack_cstr (pk, "seq");
     msgpack_pack_uint64 (pk, dsh_catalog_seq (self->catalog));
+    //  What a client watching this broker's liveness needs to know
+    dsh_pack_cstr (pk, "epoch");
+    msgpack_pack_uint64 (pk, self->epoch);
+    dsh_pack_cstr (pk, "heartbeatMs");
+    msgpack_pack_uint64 (pk, (uint64_t) self->heartbeat_ms);
+    dsh_pack_cstr (pk, "liveness");
+    msgpack_pack_uint64 (pk, (uint64_t) self->liveness);
     s_reply_packed (self, request, DSH_PONG, &packer);
 }
 

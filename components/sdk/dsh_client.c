@@ -25,17 +25,54 @@
 //  broker's TIMEOUT result to arrive first.
 #define S_CALL_MARGIN_MS 2000
 
+//  How old the list of tools that may be sent again can get before a call
+//  asks for it afresh (with several brokers).
+#define S_TOOLS_MAX_AGE_MS 30000
+
 struct _dsh_client_t {
     zsock_t *dealer;
     dsh_handshake_t *handshake; //  why the broker does not answer, if it is the keys
-    char *endpoint;
+    zlistx_t *brokers;          //  char *: the brokers to follow, one at a time
+    char *endpoint;             //  the one in use
     zlistx_t *stash;            //  dsh_reply_t * received while waiting for another
+    zlistx_t *made;             //  dsh_reply_t * made here (BROKER_GONE), delivered first
     zhashx_t *cancelled;        //  callId -> "sent" | "answered": calls this client cancelled
     zhashx_t *open_calls;       //  callIds sent and not yet answered
+    zhashx_t *retained;         //  callId -> s_retained_t *: with several brokers, what
+                                //  a failover needs to send an open call again
+    zhashx_t *retryable;        //  tool names whose entries say a repeat is harmless
+    int64_t tools_asked_ms;     //  when retryable was last asked for, or 0
     uint64_t sequence;          //  for request ids and call ids
     char *prefix;               //  makes this client's call ids unique
     char call_id [DSH_CALL_ID_MAX + 1];
+    //  Broker liveness: while anything is awaited, silence past one
+    //  heartbeat sends a PING; silence past the window is a broker gone
+    int heartbeat_ms;
+    int liveness;
+    size_t waiting;             //  blocking requests awaiting their reply
+    int64_t heard_ms;           //  when the broker was last heard (or the wait began)
+    int64_t pinged_ms;          //  when the last liveness PING went, or 0
+    size_t failovers;           //  brokers given up on, in all
 };
+
+//  An open call as sent, kept to send again to the next broker.
+typedef struct {
+    zmq_msg_t body;             //  shares the sent body's bytes
+    char *tool;
+    size_t attempts;            //  brokers it has been sent to
+} s_retained_t;
+
+static void
+s_retained_destroy (s_retained_t **self_p)
+{
+    if (*self_p) {
+        s_retained_t *self = *self_p;
+        zmq_msg_close (&self->body);
+        zstr_free (&self->tool);
+        free (self);
+        *self_p = NULL;
+    }
+}
 
 struct _dsh_reply_t {
     char command [DSH_COMMAND_MAX + 1];
@@ -62,29 +99,63 @@ dsh_reply_destroy (dsh_reply_t **self_p)
     }
 }
 
+//  The brokers a spec names, as endpoints; NULL with a reason.
+static zlistx_t *
+s_brokers_resolve (const char *spec, char *error, size_t error_size)
+{
+    zlistx_t *brokers = dsh_sock_brokers (spec, error, error_size);
+    for (char *entry = brokers? zlistx_first (brokers): NULL; entry; entry = zlistx_next (brokers))
+        if (strncmp (entry, "beacon", 6) == 0) {
+            snprintf (error, error_size, "broker \"%s\": beacon discovery is not built into this client", entry);
+            zlistx_destroy (&brokers);
+        }
+    return brokers;
+}
+
+//  Connects the DEALER to the current broker afresh.
+static void
+s_connect (dsh_client_t *self)
+{
+    zsock_connect (self->dealer, "%s", self->endpoint);
+    self->heard_ms = zclock_mono ();
+    self->pinged_ms = 0;
+}
+
 dsh_client_t *
 dsh_client_new (const char *broker)
 {
-    if (!broker)
-        broker = getenv ("DSH_BROKER");
-    if (!broker || !*broker)
-        broker = DSH_DEFAULT_ENDPOINT;
+    char error [512];
+    zlistx_t *brokers = s_brokers_resolve (broker, error, sizeof (error));
+    if (!brokers) {
+        zsys_error ("dsh_client: %s", error);
+        return NULL;
+    }
     dsh_client_t *self = (dsh_client_t *) zmalloc (sizeof (dsh_client_t));
     assert (self);
-    self->endpoint = strdup (broker);
+    self->brokers = brokers;
+    self->endpoint = (char *) zlistx_first (brokers);
+    self->heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
+    self->liveness = DSH_DEFAULT_LIVENESS;
     self->dealer = zsock_new (ZMQ_DEALER);
     assert (self->dealer);
     dsh_sock_limit (self->dealer, DSH_MAX_MESSAGE_DEFAULT, 100000);
+    dsh_sock_heal (self->dealer, self->heartbeat_ms, self->liveness);
     dsh_curve_client (self->dealer);
     self->handshake = dsh_handshake_new (self->dealer);
-    if (zsock_connect (self->dealer, "%s", broker)) {
+    if (zsock_connect (self->dealer, "%s", self->endpoint)) {
+        zsys_error ("dsh_client: cannot connect to %s: %s", self->endpoint, zmq_strerror (errno));
         dsh_client_destroy (&self);
         return NULL;
     }
     self->stash = zlistx_new ();
     zlistx_set_destructor (self->stash, (zlistx_destructor_fn *) dsh_reply_destroy);
+    self->made = zlistx_new ();
+    zlistx_set_destructor (self->made, (zlistx_destructor_fn *) dsh_reply_destroy);
     self->cancelled = zhashx_new ();
     self->open_calls = zhashx_new ();
+    self->retained = zhashx_new ();
+    zhashx_set_destructor (self->retained, (zhashx_destructor_fn *) s_retained_destroy);
+    self->retryable = zhashx_new ();
     zuuid_t *uuid = zuuid_new ();
     self->prefix = zsys_sprintf ("call-%.8s-", zuuid_str (uuid));
     zuuid_destroy (&uuid);
@@ -100,9 +171,12 @@ dsh_client_destroy (dsh_client_t **self_p)
         dsh_handshake_destroy (&self->handshake);
         zsock_destroy (&self->dealer);
         zlistx_destroy (&self->stash);
+        zlistx_destroy (&self->made);
         zhashx_destroy (&self->cancelled);
         zhashx_destroy (&self->open_calls);
-        zstr_free (&self->endpoint);
+        zhashx_destroy (&self->retained);
+        zhashx_destroy (&self->retryable);
+        zlistx_destroy (&self->brokers);
         zstr_free (&self->prefix);
         free (self);
         *self_p = NULL;
@@ -151,6 +225,48 @@ s_make_call_id (dsh_client_t *self)
     *end = 0;
 }
 
+//  A wait begins (a call or a request now awaited where none was): the
+//  broker's silence is counted from now.
+static void
+s_watch (dsh_client_t *self)
+{
+    if (!self->waiting && zhashx_size (self->open_calls) == 0) {
+        self->heard_ms = zclock_mono ();
+        self->pinged_ms = 0;
+    }
+}
+
+//  Sends a query the client makes for itself: id is its prefix plus a
+//  number, so its reply is told from the user's.
+static void
+s_send_own (dsh_client_t *self, const char *command, const char *prefix)
+{
+    char id [32];
+    snprintf (id, sizeof (id), "%s%" PRIu64, prefix, ++self->sequence);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 1);
+    dsh_packer_kv_str (&packer, "id", id);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    s_send (self, command, &body);
+}
+
+#define S_LIVE_PREFIX   "live-"     //  liveness PINGs
+#define S_TOOLS_PREFIX  "tools-"    //  which tools may be sent again
+
+//  With several brokers, learns (again, if force or it is old) which tools
+//  a failed-over call may be sent again for.
+static void
+s_ask_tools (dsh_client_t *self, bool force)
+{
+    int64_t now = zclock_mono ();
+    if (force || !self->tools_asked_ms || now - self->tools_asked_ms > S_TOOLS_MAX_AGE_MS) {
+        s_send_own (self, DSH_LIST, S_TOOLS_PREFIX);
+        self->tools_asked_ms = now;
+    }
+}
+
 const char *
 dsh_client_call_send (dsh_client_t *self, const char *call_id, const char *name,
                       const void *args, size_t args_size, const char *agent,
@@ -164,10 +280,31 @@ dsh_client_call_send (dsh_client_t *self, const char *call_id, const char *name,
         s_make_call_id (self);
     zframe_t *body = dsh_proto_encode_call (self->call_id, name, args, args_size, agent,
                                             meta, meta_size, timeout_ms > 0? (uint64_t) timeout_ms: 0);
-    if (s_send (self, DSH_CALL, &body))
+    zmq_msg_t parts [4];
+    dsh_sock_head (parts, DSH_CALL);
+    dsh_sock_part_frame (&parts [3], &body);
+    //  Another broker may get the call if this one goes: keep the bytes
+    //  (shared with the sent message, not copied)
+    s_retained_t *retained = NULL;
+    if (zlistx_size (self->brokers) > 1) {
+        retained = (s_retained_t *) zmalloc (sizeof (s_retained_t));
+        assert (retained);
+        zmq_msg_init (&retained->body);
+        zmq_msg_copy (&retained->body, &parts [3]);
+        retained->tool = strdup (name);
+        retained->attempts = 1;
+    }
+    s_watch (self);
+    if (dsh_sock_send_parts (self->dealer, parts, 4)) {
+        s_retained_destroy (&retained);
         return NULL;
+    }
     //  An id already open stays so: one lookup, not update's two
     zhashx_insert (self->open_calls, self->call_id, (void *) 1);
+    if (retained) {
+        zhashx_update (self->retained, self->call_id, retained);
+        s_ask_tools (self, false);
+    }
     return self->call_id;
 }
 
@@ -309,6 +446,50 @@ dsh_client_cancel (dsh_client_t *self, const char *call_id)
     return 0;
 }
 
+//  Handles a reply to a query the client made for itself (s_send_own);
+//  returns false for anything else.
+static bool
+s_own_reply (dsh_client_t *self, dsh_reply_t *reply)
+{
+    bool pong = streq (reply->command, DSH_PONG);
+    bool tools = streq (reply->command, DSH_TOOLS);
+    if (!pong && !tools)
+        return false;
+    const msgpack_object *root = dsh_doc_root (reply->doc);
+    const msgpack_object *id = dsh_map_get (root, "id");
+    const char *prefix = pong? S_LIVE_PREFIX: S_TOOLS_PREFIX;
+    if (!id || id->type != MSGPACK_OBJECT_STR || id->via.str.size < strlen (prefix)
+    ||  memcmp (id->via.str.ptr, prefix, strlen (prefix)) != 0)
+        return false;
+    if (pong) {
+        //  The broker's own heartbeat and liveness, as components use
+        const msgpack_object *heartbeat = dsh_map_get (root, "heartbeatMs");
+        const msgpack_object *liveness = dsh_map_get (root, "liveness");
+        if (heartbeat && heartbeat->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+        &&  heartbeat->via.u64 >= 10 && heartbeat->via.u64 <= 3600000)
+            self->heartbeat_ms = (int) heartbeat->via.u64;
+        if (liveness && liveness->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+        &&  liveness->via.u64 >= 1 && liveness->via.u64 <= 1000)
+            self->liveness = (int) liveness->via.u64;
+        return true;
+    }
+    //  A repeat is harmless for a read-only tool, and for one that says so
+    zhashx_purge (self->retryable);
+    const msgpack_object *list = dsh_map_get (root, "tools");
+    for (uint32_t index = 0; list && list->type == MSGPACK_OBJECT_ARRAY && index < list->via.array.size; index++) {
+        const msgpack_object *tool = &list->via.array.ptr [index];
+        const msgpack_object *annotations = dsh_map_get (tool, "annotations");
+        const msgpack_object *read_only = dsh_map_get (annotations, "readOnlyHint");
+        const msgpack_object *idempotent = dsh_map_get (annotations, "idempotentHint");
+        bool yes = (read_only && read_only->type == MSGPACK_OBJECT_BOOLEAN && read_only->via.boolean)
+                || (idempotent && idempotent->type == MSGPACK_OBJECT_BOOLEAN && idempotent->via.boolean);
+        char *name = dsh_doc_strdup (reply->doc, dsh_map_get (tool, "name"));
+        if (yes && name)
+            zhashx_insert (self->retryable, name, (void *) 1);
+    }
+    return true;
+}
+
 //  Takes one message waiting on the socket, if any, as a reply to deliver.
 //  Returns 0 with *reply_p set, or NULL if the message was dropped
 //  (malformed, or not to be delivered); -1 if nothing was waiting.
@@ -321,6 +502,8 @@ s_take_one (dsh_client_t *self, dsh_reply_t **reply_p)
     int rc = dsh_sock_recv_msg (self->dealer, &msg, error, sizeof (error));
     if (rc && !*error)
         return -1;              //  nothing waiting; errno says why
+    //  Anything at all from the broker shows it is there
+    self->heard_ms = zclock_mono ();
     dsh_reply_t *reply = NULL;
     if (rc == 0 && msg.count - msg.body != 1)
         snprintf (error, sizeof (error), "%s with %zu body frames", msg.command, msg.count - msg.body);
@@ -330,22 +513,123 @@ s_take_one (dsh_client_t *self, dsh_reply_t **reply_p)
     if (*error)
         dsh_log_warning ("dsh_client: malformed reply ignored: %s", error);
     dsh_sock_msg_close (&msg);
+    if (reply && s_own_reply (self, reply))
+        dsh_reply_destroy (&reply);
     if (reply)
         reply = s_filter_cancelled (self, reply);
-    if (reply && reply->call_id && streq (reply->command, DSH_RESULT))
+    if (reply && reply->call_id && streq (reply->command, DSH_RESULT)) {
         zhashx_delete (self->open_calls, reply->call_id);
+        if (zhashx_size (self->retained))
+            zhashx_delete (self->retained, reply->call_id);
+    }
     *reply_p = reply;
     return 0;
 }
 
-//  Receives one reply from the socket, waiting at most timeout_ms.
+//  The result made here for an open call the broker will not answer.
+static dsh_reply_t *
+s_made_result (const char *call_id, const char *code, const char *text)
+{
+    zframe_t *body = dsh_proto_error_result (call_id, code, text);
+    return s_reply_from (DSH_RESULT, &body);
+}
+
+//  The broker has been silent past the liveness window: it died, its host
+//  or the link went, or it is wedged. Its calls will get no answer. With
+//  one broker, each open call is answered BROKER_GONE and the connection is
+//  made afresh; with several, the client moves to the next broker, sends it
+//  again every open call whose tool is read-only or idempotent (until every
+//  broker has had it), and answers the others BROKER_GONE.
+static void
+s_broker_gone (dsh_client_t *self)
+{
+    size_t count = zlistx_size (self->brokers);
+    char *gone = strdup (self->endpoint);
+    int64_t silence_ms = zclock_mono () - self->heard_ms;
+    zsock_disconnect (self->dealer, "%s", gone);
+    if (count > 1) {
+        //  The next broker in the list, round and round
+        char *entry = (char *) zlistx_first (self->brokers);
+        while (entry && entry != self->endpoint)
+            entry = (char *) zlistx_next (self->brokers);
+        entry = entry? (char *) zlistx_next (self->brokers): NULL;
+        self->endpoint = entry? entry: (char *) zlistx_first (self->brokers);
+    }
+    s_connect (self);
+    self->failovers++;
+    dsh_log_warning ("dsh_client: no answer from the broker at %s for %" PRId64 " ms; %zu call(s) open; "
+                     "now using %s", gone, silence_ms, zhashx_size (self->open_calls), self->endpoint);
+    char text [400];
+    snprintf (text, sizeof (text), "Error: the broker at %.200s went silent (no answer for %" PRId64
+              " ms) with the call in flight", gone, silence_ms);
+    zlistx_t *call_ids = zhashx_keys (self->open_calls);
+    for (const char *call_id = zlistx_first (call_ids); call_id; call_id = zlistx_next (call_ids)) {
+        s_retained_t *retained = (s_retained_t *) zhashx_lookup (self->retained, call_id);
+        if (retained && retained->attempts < count && !zhashx_lookup (self->cancelled, call_id)
+        &&  zhashx_lookup (self->retryable, retained->tool)) {
+            zmq_msg_t parts [4];
+            dsh_sock_head (parts, DSH_CALL);
+            zmq_msg_init (&parts [3]);
+            zmq_msg_copy (&parts [3], &retained->body);
+            if (dsh_sock_send_parts (self->dealer, parts, 4) == 0) {
+                retained->attempts++;
+                continue;
+            }
+        }
+        bool cancelled = zhashx_lookup (self->cancelled, call_id) != NULL;
+        dsh_reply_t *reply = cancelled?
+            s_made_result (call_id, DSH_E_CANCELLED, "Error: the call was cancelled"):
+            s_made_result (call_id, DSH_E_BROKER_GONE, text);
+        if (reply)
+            zlistx_add_end (self->made, reply);
+        zhashx_delete (self->open_calls, call_id);
+        zhashx_delete (self->retained, call_id);
+    }
+    zlistx_destroy (&call_ids);
+    //  The gone broker's answers to cancels will never come
+    zhashx_purge (self->cancelled);
+    if (count > 1)
+        s_ask_tools (self, true);
+    zstr_free (&gone);
+}
+
+//  Keeps an eye on the broker while anything is awaited: PINGs it after a
+//  heartbeat of silence, gives it up after the liveness window. Returns
+//  when it next needs to look.
+static int64_t
+s_check_broker (dsh_client_t *self, int64_t now)
+{
+    if (!self->waiting && zhashx_size (self->open_calls) == 0)
+        return INT64_MAX;
+    int64_t window = (int64_t) self->heartbeat_ms * self->liveness;
+    if (now - self->heard_ms >= window) {
+        s_broker_gone (self);
+        return now;
+    }
+    int64_t last = self->pinged_ms > self->heard_ms? self->pinged_ms: self->heard_ms;
+    if (now - last >= self->heartbeat_ms) {
+        s_send_own (self, DSH_PING, S_LIVE_PREFIX);
+        self->pinged_ms = last = now;
+    }
+    int64_t ping_due = last + self->heartbeat_ms;
+    int64_t gone_due = self->heard_ms + window;
+    return ping_due < gone_due? ping_due: gone_due;
+}
+
+//  Receives one reply from the socket, waiting at most timeout_ms, and
+//  watches the broker meanwhile (s_check_broker): a reply made for a call
+//  the broker will not answer comes out here like any other.
 static dsh_reply_t *
 s_recv_socket (dsh_client_t *self, int timeout_ms)
 {
     int64_t give_up = 0;
     while (true) {
+        dsh_reply_t *reply = (dsh_reply_t *) zlistx_first (self->made);
+        if (reply) {
+            zlistx_detach_cur (self->made);
+            return reply;
+        }
         //  A reply that is waiting already needs no poll
-        dsh_reply_t *reply;
         if (s_take_one (self, &reply) == 0) {
             if (reply)
                 return reply;
@@ -356,11 +640,16 @@ s_recv_socket (dsh_client_t *self, int timeout_ms)
         int64_t now = zclock_mono ();
         if (!give_up)
             give_up = now + timeout_ms;
+        int64_t check = s_check_broker (self, now);
+        if (zlistx_size (self->made))
+            continue;
         int64_t left = give_up - now;
         if (left <= 0)
             return NULL;
+        if (check - now < left)
+            left = check - now > 0? check - now: 0;
         zmq_pollitem_t item = { zsock_resolve (self->dealer), 0, ZMQ_POLLIN, 0 };
-        if (zmq_poll (&item, 1, (long) left) <= 0)
+        if (zmq_poll (&item, 1, (long) left) < 0)
             return NULL;
     }
 }
@@ -396,16 +685,18 @@ s_no_reply (dsh_client_t *self, int wait_ms, char *error, size_t error_size)
         snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, wait_ms);
 }
 
-//  Waits for the reply that match accepts, stashing the others. Gives up
-//  early if the handshake with the broker failed: no reply can come.
+//  Waits until give_up (a zclock_mono time) for the reply that match
+//  accepts, stashing the others. Gives up early if the handshake with the
+//  broker failed (no reply can come), and, if until_failover, as soon as
+//  the client gives up on its broker.
 static dsh_reply_t *
 s_wait_for (dsh_client_t *self, bool (*match) (dsh_reply_t *, const char *), const char *key,
-            int timeout_ms)
+            int64_t give_up, bool until_failover)
 {
-    int64_t give_up = zclock_mono () + timeout_ms;
+    size_t failovers = self->failovers;
     while (true) {
         int64_t left = give_up - zclock_mono ();
-        if (left < 0 || dsh_client_handshake_failure (self))
+        if (left < 0 || dsh_client_handshake_failure (self) || (until_failover && self->failovers != failovers))
             return NULL;
         dsh_reply_t *reply = s_recv_socket (self, left < 250? (int) left: 250);
         if (!reply)
@@ -456,13 +747,49 @@ dsh_client_call (dsh_client_t *self, const char *name, const char *args_json, co
     }
     char *waiting_for = strdup (call_id);
     int wait_ms = (timeout_ms > 0? timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS) + S_CALL_MARGIN_MS;
-    dsh_reply_t *reply = s_wait_for (self, s_match_call, waiting_for, wait_ms);
+    dsh_reply_t *reply = s_wait_for (self, s_match_call, waiting_for, zclock_mono () + wait_ms, false);
     if (!reply) {
         //  Given up on: whatever comes for it later is a stray
         zhashx_delete (self->open_calls, waiting_for);
         s_no_reply (self, wait_ms, error, error_size);
     }
     zstr_free (&waiting_for);
+    return reply;
+}
+
+//  Sends a query whose body carries id, and waits at most timeout_ms for
+//  its reply. A query is harmless to repeat, so if the broker goes silent
+//  meanwhile it is sent to the next broker, until every broker has had it.
+//  Takes the body.
+static dsh_reply_t *
+s_query (dsh_client_t *self, const char *command, zframe_t **body_p, const char *id, int timeout_ms,
+         char *error, size_t error_size)
+{
+    zframe_t *body = *body_p;
+    *body_p = NULL;
+    s_watch (self);
+    self->waiting++;
+    int64_t give_up = zclock_mono () + timeout_ms;
+    size_t count = zlistx_size (self->brokers);
+    dsh_reply_t *reply = NULL;
+    for (size_t attempt = 0; !reply && attempt < count; attempt++) {
+        zframe_t *copy = zframe_dup (body);
+        if (s_send (self, command, &copy)) {
+            snprintf (error, error_size, "cannot send to broker at %s: %s", self->endpoint, zmq_strerror (errno));
+            break;
+        }
+        size_t failovers = self->failovers;
+        reply = s_wait_for (self, s_match_id, id, give_up, true);
+        if (!reply && self->failovers == failovers) {
+            s_no_reply (self, timeout_ms, error, error_size);
+            break;
+        }
+        if (!reply && attempt + 1 == count)
+            snprintf (error, error_size, "no answer from %s: silent past the liveness window",
+                      count > 1? "any broker in the list": (const char *) zlistx_first (self->brokers));
+    }
+    self->waiting--;
+    zframe_destroy (&body);
     return reply;
 }
 
@@ -483,14 +810,7 @@ dsh_client_request (dsh_client_t *self, const char *command, const char *name, i
     dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
-    if (s_send (self, command, &body)) {
-        snprintf (error, error_size, "cannot send to broker at %s: %s", self->endpoint, zmq_strerror (errno));
-        return NULL;
-    }
-    dsh_reply_t *reply = s_wait_for (self, s_match_id, id, timeout_ms);
-    if (!reply)
-        s_no_reply (self, timeout_ms, error, error_size);
-    return reply;
+    return s_query (self, command, &body, id, timeout_ms, error, error_size);
 }
 
 dsh_reply_t *
@@ -513,14 +833,7 @@ dsh_client_control (dsh_client_t *self, const char *stage, const char *command, 
         snprintf (error, error_size, "the control command's arguments cannot be encoded");
         return NULL;
     }
-    if (s_send (self, DSH_CONTROL, &frame)) {
-        snprintf (error, error_size, "cannot send to broker at %s: %s", self->endpoint, zmq_strerror (errno));
-        return NULL;
-    }
-    dsh_reply_t *reply = s_wait_for (self, s_match_id, id, timeout_ms);
-    if (!reply)
-        s_no_reply (self, timeout_ms, error, error_size);
-    return reply;
+    return s_query (self, DSH_CONTROL, &frame, id, timeout_ms, error, error_size);
 }
 
 //  Which tools may run side by side, from the registry's own entries.

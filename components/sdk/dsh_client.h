@@ -7,6 +7,20 @@
     ping, call) which wait at most their timeout and keep any other reply
     that arrives meanwhile for dsh_client_recv. No call ever waits forever:
     no reply in time gives NULL and a reason.
+
+    The client watches its broker while anything is awaited: after a
+    heartbeat of silence it sends a PING; after the liveness window of
+    silence (the broker's heartbeatMs x liveness, learnt from its PONG;
+    1000 ms x 3 until then) the broker is gone. Each call in flight is then
+    answered here with error BROKER_GONE, within the window, not at its
+    deadline, and the connection is made afresh. Given several brokers
+    ("A,B"), the client uses one at a time and moves to the next when its
+    broker is gone: a call in flight to a tool whose entry says it is
+    read-only or idempotent is sent again there (until every broker has
+    had it); any other is answered BROKER_GONE; a query is sent again.
+    The watch runs inside dsh_client_recv and the blocking helpers, so a
+    program polling dsh_client_sock itself calls dsh_client_recv at least
+    once a heartbeat (a timeout of 0 is enough).
     =========================================================================
 */
 
@@ -24,7 +38,9 @@ extern "C" {
 typedef struct _dsh_client_t dsh_client_t;
 typedef struct _dsh_reply_t dsh_reply_t;
 
-//  Connect to a broker's front (NULL: $DSH_BROKER, else the default).
+//  Connect to a broker's front, or to the first of a comma list of them
+//  (NULL: $DSH_BROKER, else the default). NULL, with the reason logged, if
+//  the list is malformed (see dsh_sock_brokers).
 dsh_client_t *
     dsh_client_new (const char *broker);
 
@@ -37,7 +53,7 @@ void
 const char *
     dsh_client_handshake_failure (dsh_client_t *self);
 
-//  The front endpoint in use.
+//  The front endpoint in use (with several brokers: the current one).
 const char *
     dsh_client_endpoint (dsh_client_t *self);
 
