@@ -6,6 +6,7 @@
 #include "dsh_beacon.h"
 #include "dsh_curve.h"
 #include "dsh_proto.h"
+#include "dsh_sock.h"
 
 //  Payload: "DSH1", front port (u16), flags (u8), reserved (u8), epoch
 //  (u64), integers big-endian. PROTOCOL.md, "Broker discovery by beacon"
@@ -232,4 +233,21 @@ dsh_beacon_expand (zlistx_t *brokers, int timeout_ms, char *error, size_t error_
         }
     }
     return gather.brokers;
+}
+
+char *
+dsh_beacon_resolve (const char *spec, int timeout_ms, char *error, size_t error_size)
+{
+    zlistx_t *brokers = dsh_sock_brokers (spec, error, error_size);
+    zlistx_t *expanded = brokers? dsh_beacon_expand (brokers, timeout_ms, error, error_size): NULL;
+    char *resolved = NULL;
+    for (const char *entry = expanded? (const char *) zlistx_first (expanded): NULL; entry;
+         entry = (const char *) zlistx_next (expanded)) {
+        char *longer = zsys_sprintf ("%s%s%s", resolved? resolved: "", resolved? ",": "", entry);
+        zstr_free (&resolved);
+        resolved = longer;
+    }
+    zlistx_destroy (&expanded);
+    zlistx_destroy (&brokers);
+    return resolved;
 }

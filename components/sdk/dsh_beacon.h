@@ -84,6 +84,13 @@ zlistx_t *
 zlistx_t *
     dsh_beacon_expand (zlistx_t *brokers, int timeout_ms, char *error, size_t error_size);
 
+//  A broker spec as --broker and $DSH_BROKER take it (dsh_sock_brokers:
+//  NULL or empty reads $DSH_BROKER), with its beacon entries expanded as
+//  dsh_beacon_expand does: the comma list of endpoints to connect to.
+//  Caller frees. NULL with a reason.
+char *
+    dsh_beacon_resolve (const char *spec, int timeout_ms, char *error, size_t error_size);
+
 #ifdef __cplusplus
 }
 #endif
