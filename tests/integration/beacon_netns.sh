@@ -28,6 +28,8 @@ cleanup () {
     rm -rf "$WORK"
 }
 trap cleanup EXIT
+#   A signal (meson's timeout, a closed pipe) exits through cleanup too
+trap 'exit 1' HUP INT PIPE TERM
 fail () {
     echo "beacon_netns: FAIL: $*"
     for log in "$WORK"/*.log; do [ -f "$log" ] && { echo "--- $log"; cat "$log"; }; done
