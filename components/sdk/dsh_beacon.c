@@ -60,8 +60,9 @@ s_beacon_new (int port, char *error, size_t error_size)
     zsock_send (beacon, "si", "CONFIGURE", port);
     char *hostname = zstr_recv (beacon);
     if (!hostname || !*hostname) {
-        snprintf (error, error_size, "no broadcast interface for UDP beacons on port %d "
-                  "(ZSYS_INTERFACE=\"%s\"; loopback cannot carry them)", port, zsys_interface ());
+        snprintf (error, error_size, "cannot use UDP port %d for beacons: no broadcast interface "
+                  "(ZSYS_INTERFACE=\"%s\"; loopback carries none), or the port is taken", port,
+                  zsys_interface ());
         zstr_free (&hostname);
         zactor_destroy (&beacon);
         return NULL;

@@ -88,4 +88,10 @@ grep -q "via tcp://10.213.0.1:7570" "$WORK/demo.log" || fail "dsh-demo: $(cat "$
 ip netns exec "$NEW_HOST" timeout $WAIT "$BUILD/components/cli/dsh" --broker tcp://10.213.0.1:7570 \
     call echo '{"message":"found by beacon"}' > "$WORK/call.json" 2>&1 || fail "call: $(cat "$WORK/call.json")"
 grep -q "found by beacon" "$WORK/call.json" || fail "call: $(cat "$WORK/call.json")"
+
+#   Both stop cleanly on SIGTERM (a sanitizer build reports here)
+for pid in $PIDS; do kill "$pid"; done
+for pid in $PIDS; do wait "$pid" || fail "a process exited with status $? on SIGTERM"; done
+PIDS=""
+if grep -l "Sanitizer\|runtime error" "$WORK"/*.log; then fail "a sanitizer report"; fi
 echo "beacon_netns: ok"
