@@ -6,7 +6,9 @@
 #   and 10.213.0.2 (a new machine that knows no address). On the new
 #   machine: `dsh brokers` hears the broker, a port nobody beacons on is
 #   silence (exit 3), and dsh-demo started with --broker beacon:PORT
-#   registers its tools on the broker. Needs root and `ip netns`: exits 77
+#   registers its tools on the broker; a CURVE broker's beacon says so, a
+#   component without keys is told why it cannot use it, one with keys
+#   registers. Needs root and `ip netns`: exits 77
 #   (skipped) without them. Self-contained, so it can move onto the
 #   multi-host bed of tests/netns.
 set -u
@@ -89,7 +91,37 @@ ip netns exec "$NEW_HOST" timeout $WAIT "$BUILD/components/cli/dsh" --broker tcp
     call echo '{"message":"found by beacon"}' > "$WORK/call.json" 2>&1 || fail "call: $(cat "$WORK/call.json")"
 grep -q "found by beacon" "$WORK/call.json" || fail "call: $(cat "$WORK/call.json")"
 
-#   Both stop cleanly on SIGTERM (a sanitizer build reports here)
+#   A CURVE broker says so in its beacon: a component without keys is told
+#   why it found nothing; with keys it registers
+DSH="$BUILD/components/cli/dsh"
+mkdir "$WORK/allow"
+"$DSH" keygen "$WORK/broker.cert" --role admin > /dev/null || fail "keygen broker"
+"$DSH" keygen "$WORK/allow/demo.cert" --role component --components 'beacondemo*' > /dev/null || fail "keygen demo"
+"$DSH" keygen "$WORK/allow/ops.cert" --role admin --agent ops > /dev/null || fail "keygen ops"
+ip netns exec "$BROKER_HOST" "$BUILD/broker/dsh-broker" -e 'tcp://*:7590' --cert "$WORK/broker.cert" \
+    --allow "$WORK/allow" --beacon=7589 > "$WORK/curve-broker.log" 2>&1 &
+PIDS="$PIDS $!"
+ip netns exec "$NEW_HOST" timeout $WAIT "$DSH" brokers beacon:7589 --timeout-ms 3000 \
+    > "$WORK/curve-brokers.json" 2>&1 || fail "dsh brokers heard no CURVE broker"
+grep -q '"curve": true' "$WORK/curve-brokers.json" || fail "CURVE flag: $(cat "$WORK/curve-brokers.json")"
+ip netns exec "$NEW_HOST" timeout $WAIT "$BUILD/components/demo/dsh-demo" --broker beacon:7589 \
+    --id beacondemo-plain > "$WORK/plain-demo.log" 2>&1
+status=$?
+[ $status = 1 ] || fail "a plain component and a CURVE beacon: exit $status, not 1"
+grep -q "speak CURVE" "$WORK/plain-demo.log" || fail "plain component: $(cat "$WORK/plain-demo.log")"
+ip netns exec "$NEW_HOST" "$BUILD/components/demo/dsh-demo" --broker beacon:7589 --id beacondemo-curve \
+    --cert "$WORK/allow/demo.cert" --broker-cert "$WORK/broker.cert" > "$WORK/curve-demo.log" 2>&1 &
+PIDS="$PIDS $!"
+waited=0
+until ip netns exec "$NEW_HOST" timeout $WAIT "$DSH" --broker tcp://10.213.0.1:7590 --cert "$WORK/allow/ops.cert" \
+        --broker-cert "$WORK/broker.cert" tools > "$WORK/curve-tools.json" 2>/dev/null \
+      && [ "$(grep -c '"name"' "$WORK/curve-tools.json")" -ge 6 ]; do
+    waited=$((waited + 1))
+    [ $waited -le $((WAIT * 4)) ] || fail "dsh-demo with keys did not register on the CURVE broker it heard"
+    sleep 0.25
+done
+
+#   Every process stops cleanly on SIGTERM (a sanitizer build reports here)
 for pid in $PIDS; do kill "$pid"; done
 for pid in $PIDS; do wait "$pid" || fail "a process exited with status $? on SIGTERM"; done
 PIDS=""
