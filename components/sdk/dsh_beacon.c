@@ -122,15 +122,15 @@ dsh_beacon_listen (int port, int timeout_ms, dsh_beacon_heard_fn *heard, void *a
         ||  dsh_beacon_decode (zframe_data (payload), zframe_size (payload), &beacon))
             ignored++;
         else {
+            //  A broker heard again (every interval) is not news
             char *endpoint = s_endpoint (source, beacon.front_port);
-            if (zhashx_lookup (seen, endpoint))
-                ;   //  the same broker again: every interval
-            else
-            if (zhashx_size (seen) >= DSH_BEACON_HEARD_MAX)
-                ignored++;
-            else {
-                zhashx_insert (seen, endpoint, "");
-                heard (endpoint, &beacon, arg);
+            if (!zhashx_lookup (seen, endpoint)) {
+                if (zhashx_size (seen) >= DSH_BEACON_HEARD_MAX)
+                    ignored++;
+                else {
+                    zhashx_insert (seen, endpoint, "");
+                    heard (endpoint, &beacon, arg);
+                }
             }
             zstr_free (&endpoint);
         }
