@@ -6,6 +6,7 @@
     =========================================================================
 */
 
+#include "dsh_beacon.h"
 #include "dsh_config.h"
 #include "dsh_curve.h"
 #include "dsh_middleware.h"
@@ -34,10 +35,13 @@ s_usage (FILE *out)
         "      --max-tool-bytes N   largest tool entry a component may announce (default 65536)\n"
         "      --max-tools N        tools one component may provide (default 1024)\n"
         "      --events-queue-bytes N  change events queued per subscriber, in bytes (default 33554432)\n"
+        "      --beacon[=PORT]      broadcast UDP beacons so `--broker beacon[:PORT]` finds this broker\n"
+        "                           (default port %d, every %d ms; interface: $ZSYS_INTERFACE or the\n"
+        "                           config's beacon/interface; default off)\n"
         "  -v, --verbose            log every event and refusal\n"
         "  -h, --help               this help\n",
         DSH_DEFAULT_ENDPOINT, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS,
-        DSH_DEFAULT_CALL_TIMEOUT_MS, DSH_MAX_MESSAGE_DEFAULT);
+        DSH_DEFAULT_CALL_TIMEOUT_MS, DSH_MAX_MESSAGE_DEFAULT, DSH_DEFAULT_BEACON_PORT, DSH_BEACON_INTERVAL_MS);
 }
 
 //  Flag -> config key, for the flags that take a value.
@@ -58,6 +62,30 @@ s_flag_key (const char *flag)
         if (streq (flag, flags [index][0]))
             return flags [index][1];
     return NULL;
+}
+
+//  Beacon the front (as bound) so `--broker beacon` finds it: the payload
+//  carries its port, whether it wants CURVE, and the registry's epoch.
+//  Returns the zbeacon actor, or NULL with a reason.
+static zactor_t *
+s_beacon_start (dsh_config_t *config, zactor_t *registry, const char *front, char *error, size_t error_size)
+{
+    int front_port = dsh_config_beacon_port (config, front, error, error_size);
+    if (front_port < 0)
+        return NULL;
+    zstr_send (registry, "EPOCH");
+    char *epoch = zstr_recv (registry);
+    dsh_beacon_t payload = { front_port, config->curve, epoch? strtoull (epoch, NULL, 10): 0 };
+    zstr_free (&epoch);
+    assert (payload.epoch);
+    if (config->beacon_interface)
+        zsys_set_interface (config->beacon_interface);
+    char reason [256];
+    zactor_t *beacon = dsh_beacon_publish (&payload, config->beacon_port, config->beacon_interval_ms,
+                                           reason, sizeof (reason));
+    if (!beacon)
+        snprintf (error, error_size, "beacon: %s", reason);
+    return beacon;
 }
 
 int
@@ -106,6 +134,17 @@ main (int argc, char *argv [])
         if (streq (flag, "--insecure"))
             config->insecure = true;
         else
+        if (streq (flag, "--beacon"))
+            config->beacon = true;
+        else
+        if (strncmp (flag, "--beacon=", 9) == 0) {
+            config->beacon = true;
+            if (dsh_config_set (config, "beacon/port", flag + 9, error, sizeof (error))) {
+                fprintf (stderr, "dsh-broker: --beacon: %s\n", error);
+                rc = 2;
+            }
+        }
+        else
         if (streq (flag, "-c") || streq (flag, "--config"))
             index++;
         else
@@ -152,9 +191,15 @@ main (int argc, char *argv [])
     char *front = NULL, *announce = NULL, *work = NULL, *events = NULL;
     zstr_sendx (registry, "ENDPOINTS", NULL);
     zstr_recvx (registry, &front, &announce, &work, &events, NULL);
+    zactor_t *beacon = NULL;
     if (!front || streq (front, "ERROR")) {
         fprintf (stderr, "dsh-broker: %s\n", announce? announce: "the registry did not start");
         rc = 1;
+    }
+    else
+    if (config->beacon && !(beacon = s_beacon_start (config, registry, front, error, sizeof (error)))) {
+        fprintf (stderr, "dsh-broker: %s\n", error);
+        rc = 2;
     }
     else {
         printf ("dsh-broker: listening on %s (announce %s, work %s, events %s)\n",
@@ -166,6 +211,9 @@ main (int argc, char *argv [])
                     zcert_public_txt (config->cert), config->allow);
         else
             printf ("dsh-broker: CURVE off%s\n", config->insecure? " (--insecure)": " (loopback only)");
+        if (beacon)
+            printf ("dsh-broker: beacon on UDP port %d every %d ms (interface %s)\n", config->beacon_port,
+                    config->beacon_interval_ms, *zsys_interface ()? zsys_interface (): "the first broadcast one");
         printf ("dsh-broker: events queue %d events per subscriber (%zu bytes at most each)\n",
                 dsh_config_events_hwm (config), dsh_config_largest_event (config));
         if (config->chain) {
@@ -183,6 +231,7 @@ main (int argc, char *argv [])
             zclock_sleep (100);
         printf ("dsh-broker: stopping\n");
     }
+    zactor_destroy (&beacon);
     zstr_free (&front);
     zstr_free (&announce);
     zstr_free (&work);

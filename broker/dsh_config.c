@@ -4,6 +4,7 @@
 */
 
 #include "dsh_config.h"
+#include "dsh_beacon.h"
 #include "dsh_curve.h"
 #include "dsh_proto.h"
 
@@ -27,6 +28,8 @@ dsh_config_new (void)
     self->max_queued_bytes = 256 * 1024 * 1024;
     self->max_queued_per_caller = 10000;
     self->max_queued_bytes_per_caller = 64 * 1024 * 1024;
+    self->beacon_port = DSH_DEFAULT_BEACON_PORT;
+    self->beacon_interval_ms = DSH_BEACON_INTERVAL_MS;
     return self;
 }
 
@@ -42,6 +45,7 @@ dsh_config_destroy (dsh_config_t **self_p)
         zstr_free (&self->events);
         zstr_free (&self->certificate);
         zstr_free (&self->allow);
+        zstr_free (&self->beacon_interface);
         zcert_destroy (&self->cert);
         zconfig_destroy (&self->file);
         free (self);
@@ -157,6 +161,21 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_path (&self->allow, key, value, error, error_size);
     if (streq (key, "insecure"))
         return s_set_bool (&self->insecure, key, value, error, error_size);
+    if (streq (key, "beacon/port"))
+        return s_set_int (&self->beacon_port, key, value, 1, 65535, error, error_size);
+    if (streq (key, "beacon/interval_ms"))
+        return s_set_int (&self->beacon_interval_ms, key, value, 100, 3600000, error, error_size);
+    if (streq (key, "beacon/interface")) {
+        //  zbeacon takes a name, an address, "*" or an index; it says at
+        //  start whether one matches, so only the shape is checked here
+        if (!*value || strlen (value) > 255) {
+            snprintf (error, error_size, "%s: wants an interface name, an address or \"*\"", key);
+            return -1;
+        }
+        zstr_free (&self->beacon_interface);
+        self->beacon_interface = strdup (value);
+        return 0;
+    }
     snprintf (error, error_size, "unknown setting \"%s\"", key);
     return -1;
 }
@@ -183,6 +202,24 @@ dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error
     for (zconfig_t *section = zconfig_child (root); section && rc == 0; section = zconfig_next (section)) {
         if (streq (zconfig_name (section), "chain")) {
             self->chain = section;
+            continue;
+        }
+        if (streq (zconfig_name (section), "beacon")) {
+            if (zconfig_value (section) && *zconfig_value (section)) {
+                snprintf (error, error_size, "%s: beacon is a section, not a value: give its keys (port, "
+                          "interval_ms, interface) under it, or leave it out for no beacons", path);
+                rc = -1;
+                break;
+            }
+            self->beacon = true;
+            for (zconfig_t *item = zconfig_child (section); item && rc == 0; item = zconfig_next (item)) {
+                char key [300], reason [512];
+                snprintf (key, sizeof (key), "beacon/%.200s", zconfig_name (item));
+                if (dsh_config_set (self, key, zconfig_value (item), reason, sizeof (reason))) {
+                    snprintf (error, error_size, "%s: %s", path, reason);
+                    rc = -1;
+                }
+            }
             continue;
         }
         if (!streq (zconfig_name (section), "broker") && !streq (zconfig_name (section), "security")) {
@@ -286,6 +323,27 @@ dsh_config_loopback (const char *endpoint)
         return false;
     return strncmp (host, "127.", 4) == 0 || strncmp (host, "localhost:", 10) == 0
         || strncmp (host, "[::1]:", 6) == 0 || strncmp (host, "lo:", 3) == 0;
+}
+
+int
+dsh_config_beacon_port (dsh_config_t *self, const char *front, char *error, size_t error_size)
+{
+    assert (self);
+    assert (front);
+    const char *colon = strrchr (front, ':');
+    int port = colon? atoi (colon + 1): 0;
+    if (strncmp (front, "tcp://", 6) || port <= 0 || port > 65535) {
+        snprintf (error, error_size, "beacon: the front endpoint %s is not tcp://HOST:PORT; beacons "
+                  "name a TCP port", front);
+        return -1;
+    }
+    if (dsh_config_loopback (front)) {
+        snprintf (error, error_size, "beacon: the front endpoint %s is loopback: no host that hears the "
+                  "beacons could connect. Bind the front to an interface or * (with CURVE, or --insecure)",
+                  front);
+        return -1;
+    }
+    return port;
 }
 
 int

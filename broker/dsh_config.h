@@ -43,6 +43,10 @@ typedef struct {
     char *certificate;          //  security/certificate: the broker's keypair (zcert files)
     char *allow;                //  security/allow: directory of allowed public certificates
     bool insecure;              //  --insecure: plain sockets beyond loopback, on purpose
+    bool beacon;                //  a "beacon" section or --beacon: broadcast UDP beacons
+    int beacon_port;            //  beacon/port: their UDP port
+    int beacon_interval_ms;     //  beacon/interval_ms: one every this often
+    char *beacon_interface;     //  beacon/interface: zbeacon's interface, or NULL ($ZSYS_INTERFACE)
     zcert_t *cert;              //  the keypair, loaded by dsh_config_secure
     zconfig_t *chain;           //  the "chain" section of the file, or NULL
     const dsh_stage_kind_t *stage_kinds;    //  built-in stage kinds the host offers, or NULL
@@ -63,9 +67,10 @@ int
     dsh_config_set (dsh_config_t *self, const char *key, const char *value,
                     char *error, size_t error_size);
 
-//  Read a ZPL file: every key under its "broker" and "security" sections,
-//  and its "chain" section (checked when the chain is built). Returns 0, or
-//  -1 with a reason.
+//  Read a ZPL file: every key under its "broker", "security" and "beacon"
+//  sections (a "beacon" section, even empty, turns beacons on; its keys are
+//  set as "beacon/port" and so on), and its "chain" section (checked when
+//  the chain is built). Returns 0, or -1 with a reason.
 int
     dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error_size);
 
@@ -93,6 +98,12 @@ void
 //  Returns 0, or -1 with a reason.
 int
     dsh_config_secure (dsh_config_t *self, char *error, size_t error_size);
+
+//  The UDP beacon payload's front port for the front endpoint as bound,
+//  after checking beacons make sense there: a tcp:// front that other hosts
+//  can reach. Returns the port, or -1 with a reason.
+int
+    dsh_config_beacon_port (dsh_config_t *self, const char *front, char *error, size_t error_size);
 
 //  True if endpoint can be reached only from this host.
 bool

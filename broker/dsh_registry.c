@@ -1553,6 +1553,9 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
                         self->endpoints [2], self->endpoints [3], NULL);
     }
     else
+    if (streq (command, "EPOCH"))
+        zstr_sendf (self->pipe, "%" PRIu64, self->epoch);
+    else
     if (streq (command, "STATS"))
         zstr_sendf (self->pipe,
                     "tools=%zu components=%zu in_flight=%zu calls=%" PRIu64 " late_results=%" PRIu64

@@ -19,6 +19,7 @@
         ENDPOINTS   -> front announce work events, or "ERROR" reason
                        if the actor could not bind
         STATS       -> one line: tools, components, calls in flight, totals
+        EPOCH       -> the epoch WELCOME carries, in decimal (for beacons)
         $TERM       -> ends the actor
     =========================================================================
 */

@@ -11,6 +11,7 @@
     =========================================================================
 */
 
+#include "dsh_beacon.h"
 #include "dsh_client.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
@@ -93,6 +94,7 @@ static int s_deny (options_t *options);
 static int s_pending (options_t *options);
 static int s_approver (options_t *options);
 static int s_keygen (options_t *options);
+static int s_brokers (options_t *options);
 static json_t *s_control (options_t *options, const char *stage, const char *command, json_t *args,
                           int *exit_code);
 
@@ -135,6 +137,10 @@ static const command_t s_commands [] = {
       "(comma-separated patterns, e.g. \"fs-*\"), the tool names it may announce (--tools,\n"
       "patterns; default any), and the agent id an agent key is go into its metadata,\n"
       "which the broker enforces", "role components tools agent name", 1, 1, s_keygen },
+    { "brokers", "brokers [beacon[:PORT]] [--timeout-ms N]",
+      "listen for broker beacons on UDP PORT (default 7579) for N ms (default 2500) and print\n"
+      "the brokers heard as a JSON array of {endpoint, curve, epoch}; exit 3 if none",
+      "", 0, 1, s_brokers },
 };
 
 #define COMMAND_COUNT (sizeof (s_commands) / sizeof (s_commands [0]))
@@ -1462,4 +1468,40 @@ s_keygen (options_t *options)
     zstr_free (&secret);
     zcert_destroy (&cert);
     return 0;
+}
+
+static void
+s_brokers_heard (const char *endpoint, const dsh_beacon_t *beacon, void *arg)
+{
+    json_array_append_new ((json_t *) arg, json_pack ("{s:s, s:b, s:I}", "endpoint", endpoint,
+                                                      "curve", beacon->curve, "epoch", (json_int_t) beacon->epoch));
+}
+
+static int
+s_brokers (options_t *options)
+{
+    const char *where = options->args [0]? options->args [0]: "beacon";
+    char *end = NULL;
+    long port = streq (where, "beacon")? DSH_DEFAULT_BEACON_PORT:
+                strncmp (where, "beacon:", 7) == 0? strtol (where + 7, &end, 10): 0;
+    if ((end && (end == where + 7 || *end)) || port <= 0 || port > 65535)
+        return s_usage_error (s_command_named ("brokers"), "want beacon or beacon:PORT (1 to 65535), not \"%s\"",
+                              where);
+    int timeout_ms = options->timeout_ms? options->timeout_ms: DSH_BEACON_WAIT_MS;
+    json_t *heard = json_array ();
+    char error [256];
+    int ignored = dsh_beacon_listen ((int) port, timeout_ms, s_brokers_heard, heard, error, sizeof (error));
+    if (ignored < 0) {
+        fprintf (stderr, "dsh: brokers: %s\n", error);
+        json_decref (heard);
+        return EXIT_USAGE;
+    }
+    if (ignored)
+        fprintf (stderr, "dsh: brokers: %d datagram(s) on UDP port %ld were not broker beacons\n", ignored, port);
+    int exit_code = json_array_size (heard)? 0: EXIT_NO_BROKER;
+    if (exit_code)
+        fprintf (stderr, "dsh: brokers: no broker beacon heard on UDP port %ld within %d ms\n", port, timeout_ms);
+    s_print (heard, JSON_DOCUMENT);
+    json_decref (heard);
+    return exit_code;
 }

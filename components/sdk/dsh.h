@@ -12,6 +12,7 @@
 #include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
+#include "dsh_beacon.h"
 #include "dsh_curve.h"
 #include "dsh_log.h"
 #include "dsh_tooldef.h"

@@ -20,6 +20,7 @@
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 #include "dsh_curve.h"
+#include "dsh_beacon.h"
 
 //  Time a blocking call waits beyond the call's own deadline, for the
 //  broker's TIMEOUT result to arrive first.
@@ -99,16 +100,14 @@ dsh_reply_destroy (dsh_reply_t **self_p)
     }
 }
 
-//  The brokers a spec names, as endpoints; NULL with a reason.
+//  The brokers a spec names, as endpoints (beacon entries replaced by
+//  the brokers heard); NULL with a reason.
 static zlistx_t *
 s_brokers_resolve (const char *spec, char *error, size_t error_size)
 {
-    zlistx_t *brokers = dsh_sock_brokers (spec, error, error_size);
-    for (char *entry = brokers? zlistx_first (brokers): NULL; entry; entry = zlistx_next (brokers))
-        if (strncmp (entry, "beacon", 6) == 0) {
-            snprintf (error, error_size, "broker \"%s\": beacon discovery is not built into this client", entry);
-            zlistx_destroy (&brokers);
-        }
+    zlistx_t *named = dsh_sock_brokers (spec, error, error_size);
+    zlistx_t *brokers = named? dsh_beacon_expand (named, 0, error, error_size): NULL;
+    zlistx_destroy (&named);
     return brokers;
 }
 

@@ -4,6 +4,7 @@
 */
 
 #include "dsh_component.h"
+#include "dsh_beacon.h"
 #include "dsh_proto.h"
 #include "dsh_curve.h"
 
@@ -135,13 +136,23 @@ dsh_component_serve (const dsh_component_options_t *self, const dsh_component_to
             status = dsh_component_usage_error (self, "prefix \"%s\" makes an invalid tool name", self->prefix);
     }
     dsh_provider_t *provider = NULL;
+    char *brokers = NULL;
     if (status == 0) {
         zsys_init ();
         //  stdout carries only the start line, for whoever launched us
         zsys_set_logstream (stderr);
+        //  "beacon[:PORT]" entries become the brokers heard on the LAN
+        char error [512];
+        brokers = dsh_beacon_resolve (self->broker, 0, error, sizeof (error));
+        if (!brokers) {
+            fprintf (stderr, "%s: %s\n", self->program, error);
+            status = 1;
+        }
+    }
+    if (status == 0) {
         //  Held until every tool is in, so the broker's first view of this
         //  component (its JOINED event) has all of them
-        dsh_provider_options_t settings = { self->broker, self->id, self->workers, self->queue, true };
+        dsh_provider_options_t settings = { brokers, self->id, self->workers, self->queue, true };
         provider = dsh_provider_new_options (&settings);
         if (!provider) {
             fprintf (stderr, "%s: cannot start the provider\n", self->program);
@@ -163,13 +174,14 @@ dsh_component_serve (const dsh_component_options_t *self, const dsh_component_to
         else
             for (size_t index = 0; index < count; index++)
                 printf ("%s%s", index? ", ": "", names [index]);
-        printf (" via %s\n", self->broker);
+        printf (" via %s\n", brokers);
         fflush (stdout);
         while (!zsys_interrupted)
             zclock_sleep (100);
     }
     //  Withdraws first: no handler runs once this returns
     dsh_provider_destroy (&provider);
+    zstr_free (&brokers);
     for (size_t index = 0; index < count; index++)
         zstr_free (&names [index]);
     free (names);

@@ -56,6 +56,7 @@ typedef struct {
 //  The --help lines for the common flags.
 #define DSH_COMPONENT_FLAGS_HELP \
     "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else " DSH_DEFAULT_ENDPOINT ")\n" \
+    "                     or beacon[:PORT]: the brokers heard on the LAN (dsh-broker --beacon)\n" \
     "  --id ID            the component id (default: a fresh one)\n" \
     "  --workers N        handler threads, 1-1024 (default: 4)\n" \
     "  --queue N          calls that may wait for a thread before new ones are answered\n" \
@@ -81,8 +82,10 @@ int
 //  Serve tools (their names prefixed) until SIGINT or SIGTERM, arg going
 //  to every handler; print "<program>: component <id> serving <what> via
 //  <broker>" once the broker has answered (what NULL: the tool names);
-//  withdraw on the way out. Returns the exit status: 0, 1 if the provider
-//  could not start, 2 if the prefix makes a name invalid.
+//  withdraw on the way out. A "beacon[:PORT]" broker is first resolved by
+//  listening for beacons (dsh_beacon_resolve). Returns the exit status: 0,
+//  1 if the provider could not start or no broker beacon was heard, 2 if
+//  the prefix makes a name invalid.
 int
     dsh_component_serve (const dsh_component_options_t *self, const dsh_component_tool_t *tools,
                          size_t count, void *arg, const char *what);

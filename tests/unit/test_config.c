@@ -493,6 +493,82 @@ test_security (void **state)
     dsh_config_destroy (&config);
 }
 
+
+//  Beacons: off unless a "beacon" section or --beacon says so; each key
+//  bounded; a front other hosts cannot reach is refused at start
+static void
+test_beacon (void **state)
+{
+    (void) state;
+    dsh_config_t *config = dsh_config_new ();
+    assert_false (config->beacon);
+    assert_int_equal (config->beacon_port, DSH_DEFAULT_BEACON_PORT);
+    assert_int_equal (config->beacon_interval_ms, 1000);
+    assert_null (config->beacon_interface);
+    s_set_ok (config, "beacon/port", "17579");
+    s_set_ok (config, "beacon/interval_ms", "250");
+    s_set_ok (config, "beacon/interface", "eth0");
+    assert_int_equal (config->beacon_port, 17579);
+    assert_int_equal (config->beacon_interval_ms, 250);
+    assert_string_equal (config->beacon_interface, "eth0");
+    assert_false (config->beacon);
+    const char *bad [][2] = {
+        { "beacon/port", "0" }, { "beacon/port", "65536" }, { "beacon/port", "udp" }, { "beacon/port", "" },
+        { "beacon/interval_ms", "99" }, { "beacon/interval_ms", "-1" }, { "beacon/interface", "" },
+        { "beacon/colour", "red" },
+    };
+    for (size_t index = 0; index < sizeof (bad) / sizeof (bad [0]); index++) {
+        char error [256] = "";
+        if (dsh_config_set (config, bad [index][0], bad [index][1], error, sizeof error) == 0)
+            fail_msg ("%s = \"%s\" taken", bad [index][0], bad [index][1]);
+        s_assert_contains (error, bad [index][0]);
+    }
+    assert_int_equal (config->beacon_port, 17579);
+
+    char error [512] = "";
+    assert_int_equal (dsh_config_beacon_port (config, "tcp://0.0.0.0:17570", error, sizeof error), 17570);
+    assert_int_equal (dsh_config_beacon_port (config, "tcp://10.1.2.3:7570", error, sizeof error), 7570);
+    assert_int_equal (dsh_config_beacon_port (config, "tcp://127.0.0.1:7570", error, sizeof error), -1);
+    s_assert_contains (error, "loopback");
+    assert_int_equal (dsh_config_beacon_port (config, "ipc:///tmp/front", error, sizeof error), -1);
+    s_assert_contains (error, "tcp://");
+    dsh_config_destroy (&config);
+
+    //  A section, even empty, turns beacons on
+    const char *path = s_write ("beacon\n    port = 7600\n    interval_ms = 500\n    interface = \"*\"\n");
+    config = dsh_config_new ();
+    if (dsh_config_load (config, path, error, sizeof error))
+        fail_msg ("refused: %s", error);
+    assert_true (config->beacon);
+    assert_int_equal (config->beacon_port, 7600);
+    assert_int_equal (config->beacon_interval_ms, 500);
+    assert_string_equal (config->beacon_interface, "*");
+    dsh_config_destroy (&config);
+    s_teardown (NULL);
+    path = s_write ("broker\n    verbose = true\nbeacon\n");
+    config = dsh_config_new ();
+    assert_int_equal (dsh_config_load (config, path, error, sizeof error), 0);
+    assert_true (config->beacon);
+    assert_int_equal (config->beacon_port, DSH_DEFAULT_BEACON_PORT);
+    dsh_config_destroy (&config);
+
+    const char *files [][2] = {
+        { "beacon\n    port = 70000\n", "beacon/port" },
+        { "beacon\n    ttl = 2\n", "beacon/ttl" },
+        { "beacon = true\n", "is a section" },
+        { "broker\n    beacon = 1\n", "beacon" },
+    };
+    for (size_t index = 0; index < sizeof (files) / sizeof (files [0]); index++) {
+        s_teardown (NULL);
+        path = s_write (files [index][0]);
+        config = dsh_config_new ();
+        assert_int_equal (dsh_config_load (config, path, error, sizeof error), -1);
+        s_assert_contains (error, files [index][1]);
+        s_assert_contains (error, path);
+        dsh_config_destroy (&config);
+    }
+}
+
 int
 main (void)
 {
@@ -510,6 +586,7 @@ main (void)
         cmocka_unit_test (test_derive),
         cmocka_unit_test (test_loopback),
         cmocka_unit_test_teardown (test_security, s_teardown),
+        cmocka_unit_test_teardown (test_beacon, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
