@@ -115,6 +115,8 @@ typedef struct {
     int discovery_timer;
     int64_t heard_ms;               //  when the broker last spoke on WORK
     bool told_failure;              //  logged the handshake failure already
+    zlistx_t *retired;              //  zsock_t *, readers dropped in this
+                                    //  loop pass, closed in a later one
 } s_link_t;
 
 struct _self_t {
@@ -428,8 +430,10 @@ static int
 s_discover (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
-    (void) timer_id;
     s_link_t *link = (s_link_t *) arg;
+    if (timer_id != link->discovery_timer)
+        return 0;               //  ended (see s_heartbeat)
+    zlistx_purge (link->retired);
     s_send_hello (link->front, NULL);
     s_tell_failure (link, link->front_handshake);
     return 0;
@@ -452,15 +456,19 @@ s_link_lost (s_link_t *link)
     zloop_t *loop = link->owner->loop;
     zloop_timer_end (loop, link->heartbeat_timer);
     link->heartbeat_timer = 0;
+    //  The loop may still hold this pass's events of our readers: they
+    //  are closed by the next discovery tick, when it polls them no more
     zloop_reader_end (loop, link->work);
     dsh_handshake_destroy (&link->work_handshake);
-    zsock_destroy (&link->work);
+    zlistx_add_end (link->retired, link->work);
+    link->work = NULL;
+    zloop_reader_end (loop, link->front);
+    dsh_handshake_destroy (&link->front_handshake);
+    zlistx_add_end (link->retired, link->front);
+    link->front = NULL;
     //  Nothing queued for a broker that is gone may hold up the exit
     zsock_set_linger (link->announce, 0);
     zsock_destroy (&link->announce);
-    zloop_reader_end (loop, link->front);
-    dsh_handshake_destroy (&link->front_handshake);
-    zsock_destroy (&link->front);
     s_link_front (link);
     s_link_discover (link);
 }
@@ -488,9 +496,13 @@ static int
 s_heartbeat (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
-    (void) timer_id;
     s_link_t *link = (s_link_t *) arg;
     self_t *self = link->owner;
+    //  czmq's zloop (4.2) may run an ended timer once more when the pass
+    //  that ended it also changed readers, as s_link_lost does: only the
+    //  link's current timer acts
+    if (timer_id != link->heartbeat_timer)
+        return 0;
     //  The broker answers every HEARTBEAT on WORK, so silence there for
     //  its liveness window means we cannot reach it, or it cannot reach
     //  us: it died, stopped, restarted on other ports, moved, or a link
@@ -608,6 +620,8 @@ s_link_new (self_t *self, uint32_t index, const char *broker)
     link->heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
     link->liveness = DSH_DEFAULT_LIVENESS;
     link->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
+    link->retired = zlistx_new ();
+    zlistx_set_destructor (link->retired, (zlistx_destructor_fn *) zsock_destroy);
     s_link_front (link);
     return link;
 }
@@ -623,6 +637,7 @@ s_link_destroy (s_link_t **link_p)
         zsock_destroy (&link->front);
         zsock_destroy (&link->work);
         zsock_destroy (&link->announce);
+        zlistx_destroy (&link->retired);
         zstr_free (&link->broker);
         free (link);
         *link_p = NULL;
