@@ -2,8 +2,9 @@
     dsh_provider - serve tools to dsh brokers from any process
 
     The provider object is a thin handle on an actor. The actor owns a link
-    per broker it follows (a DEALER to the front for discovery, a DEALER to
-    the work socket, a PUB to the announce socket), the tool table, and one
+    per broker it follows (a DEALER to the front while it finds the broker,
+    a DEALER to the work socket, a PUB to the announce socket), the tool
+    table, and one
     dsh_pool of workers for every link. Its loop only moves messages: it
     decodes a CALL once, finds the tool, and hands the decoded call to a
     worker; the worker validates the arguments (typed tools), runs the
@@ -102,7 +103,7 @@ typedef struct {
     self_t *owner;
     uint32_t index;                 //  in the owner's links
     char *broker;                   //  front endpoint
-    zsock_t *front;                 //  DEALER, discovery
+    zsock_t *front;                 //  DEALER, discovery; NULL once welcomed
     dsh_handshake_t *front_handshake;   //  why discovery gets no WELCOME
     zsock_t *work;                  //  DEALER, calls; NULL until welcomed
     dsh_handshake_t *work_handshake;    //  WORK's connections, made and failed
@@ -426,6 +427,39 @@ s_link_front (s_link_t *link)
     zloop_reader (link->owner->loop, link->front, s_front_recv, link);
 }
 
+//  Stops watching a socket's handshakes. The monitor goes first: libzmq's
+//  I/O thread sends every event to it blocking, so a socket still
+//  monitored once the watcher's end is closed hangs every socket of the
+//  process at its next handshake.
+static void
+s_unwatch (zsock_t *sock, dsh_handshake_t **handshake_p)
+{
+    if (sock)
+        zmq_socket_monitor (zsock_resolve (sock), NULL, 0);
+    dsh_handshake_destroy (handshake_p);
+}
+
+//  Ends the socket's reader and leaves it to be closed in a later loop
+//  pass: the loop may still hold this pass's events of the reader.
+static void
+s_retire (s_link_t *link, zsock_t **sock_p, dsh_handshake_t **handshake_p)
+{
+    zloop_reader_end (link->owner->loop, *sock_p);
+    s_unwatch (*sock_p, handshake_p);
+    zlistx_add_end (link->retired, *sock_p);
+    *sock_p = NULL;
+}
+
+//  Closes the front connection: once welcomed a link needs it no more
+//  (an idle connection costs a ZMTP heartbeat each way per interval), and
+//  finding the broker again makes a new one.
+static void
+s_link_front_close (s_link_t *link)
+{
+    if (link->front)
+        s_retire (link, &link->front, &link->front_handshake);
+}
+
 static int
 s_discover (zloop_t *loop, int timer_id, void *arg)
 {
@@ -447,25 +481,16 @@ s_link_discover (s_link_t *link)
     link->discovery_timer = zloop_timer (link->owner->loop, S_DISCOVERY_RETRY_MS, 0, s_discover, link);
 }
 
-//  The broker is lost to this link: every socket goes, calls in flight on
-//  it will not be answered through it, and it starts again from the front
-//  (a new connection: the old one may lead to a host that is gone).
+//  The broker is lost to this link: every socket goes, and it starts
+//  again from a new front connection. Calls running for it are answered
+//  on the next WORK connection if there is one by then.
 static void
 s_link_lost (s_link_t *link)
 {
     zloop_t *loop = link->owner->loop;
     zloop_timer_end (loop, link->heartbeat_timer);
     link->heartbeat_timer = 0;
-    //  The loop may still hold this pass's events of our readers: they
-    //  are closed by the next discovery tick, when it polls them no more
-    zloop_reader_end (loop, link->work);
-    dsh_handshake_destroy (&link->work_handshake);
-    zlistx_add_end (link->retired, link->work);
-    link->work = NULL;
-    zloop_reader_end (loop, link->front);
-    dsh_handshake_destroy (&link->front_handshake);
-    zlistx_add_end (link->retired, link->front);
-    link->front = NULL;
+    s_retire (link, &link->work, &link->work_handshake);
     //  Nothing queued for a broker that is gone may hold up the exit
     zsock_set_linger (link->announce, 0);
     zsock_destroy (&link->announce);
@@ -503,6 +528,7 @@ s_heartbeat (zloop_t *loop, int timer_id, void *arg)
     //  link's current timer acts
     if (timer_id != link->heartbeat_timer)
         return 0;
+    zlistx_purge (link->retired);
     //  The broker answers every HEARTBEAT on WORK, so silence there for
     //  its liveness window means we cannot reach it, or it cannot reach
     //  us: it died, stopped, restarted on other ports, moved, or a link
@@ -566,6 +592,7 @@ s_welcomed (s_link_t *link, dsh_doc_t *doc)
         link->max_message_bytes = (int) max_bytes->via.u64;
     zloop_timer_end (self->loop, link->discovery_timer);
     link->discovery_timer = 0;
+    s_link_front_close (link);
 
     char *announce_endpoint = dsh_sock_resolve (announce, link->broker);
     char *work_endpoint = dsh_sock_resolve (work, link->broker);
@@ -632,8 +659,8 @@ s_link_destroy (s_link_t **link_p)
 {
     if (*link_p) {
         s_link_t *link = *link_p;
-        dsh_handshake_destroy (&link->front_handshake);
-        dsh_handshake_destroy (&link->work_handshake);
+        s_unwatch (link->front, &link->front_handshake);
+        s_unwatch (link->work, &link->work_handshake);
         zsock_destroy (&link->front);
         zsock_destroy (&link->work);
         zsock_destroy (&link->announce);
