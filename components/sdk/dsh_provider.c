@@ -116,6 +116,8 @@ typedef struct {
     int discovery_timer;
     int64_t heard_ms;               //  when the broker last spoke on WORK
     bool told_failure;              //  logged the handshake failure already
+    bool told_silence;              //  logged the broker's silence, and
+                                    //  have not heard from it since
     zlistx_t *retired;              //  zsock_t *, readers dropped in this
                                     //  loop pass, closed in a later one
 } s_link_t;
@@ -538,8 +540,12 @@ s_heartbeat (zloop_t *loop, int timer_id, void *arg)
     //  from its front, with new connections, helps.
     int64_t window_ms = (int64_t) link->heartbeat_ms * link->liveness;
     if (zclock_mono () - link->heard_ms > window_ms) {
-        zsys_warning ("%s: the broker at %s has been silent on WORK for %" PRId64 " ms; finding it again",
-                      self->id, link->broker, window_ms);
+        //  Once per loss: a broker that welcomes us but never answers on
+        //  WORK would otherwise be logged every window
+        if (!link->told_silence)
+            zsys_warning ("%s: the broker at %s has been silent on WORK for %" PRId64 " ms; finding it again",
+                          self->id, link->broker, window_ms);
+        link->told_silence = true;
         s_link_lost (link);
         return 0;
     }
@@ -842,6 +848,7 @@ s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
     //  nothing more
     s_link_t *link = (s_link_t *) arg;
     link->heard_ms = zclock_mono ();
+    link->told_silence = false;
     return dsh_sock_drain (reader, S_BATCH, s_work_recv_one, arg);
 }
 
