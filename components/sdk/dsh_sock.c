@@ -329,7 +329,9 @@ dsh_sock_brokers (const char *spec, char *error, size_t error_size)
             zlistx_destroy (&brokers);
             return NULL;
         }
+        //  The list keeps its own copy (it has a duplicator)
         zlistx_add_end (brokers, entry);
+        zstr_free (&entry);
         if (!comma)
             break;
         cursor = comma + 1;
