@@ -4,8 +4,7 @@
     The provider object is a thin handle on an actor. The actor owns a link
     per broker it follows (a DEALER to the front while it finds the broker,
     a DEALER to the work socket, a PUB to the announce socket), the tool
-    table, and one
-    dsh_pool of workers for every link. Its loop only moves messages: it
+    table, and one dsh_pool of workers for every link. Its loop only moves messages: it
     decodes a CALL once, finds the tool, and hands the decoded call to a
     worker; the worker validates the arguments (typed tools), runs the
     handler and encodes the result; the loop sends it back on the link the
