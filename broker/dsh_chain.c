@@ -784,6 +784,10 @@ s_slot_bind (s_slot_t *slot, zconfig_t *section, const char *broker, char *error
     //  A stage that is not there must fail calls at once, not queue them
     zsock_set_immediate (slot->feed, 1);
     zsock_set_router_mandatory (slot->drain, 1);
+    //  A stage's host that vanished is noticed by libzmq, not left to TCP;
+    //  the chain does not know the broker's heartbeat, the default serves
+    dsh_sock_heal (slot->feed, 0, 0);
+    dsh_sock_heal (slot->drain, 0, 0);
     //  The broker's keypair, when its main set one: CURVE on slots too
     dsh_curve_server (slot->feed, NULL);
     dsh_curve_server (slot->drain, NULL);

@@ -132,12 +132,11 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
         //  goes unanswered and connects again, so the id is taken back
         //  once the old connection is gone
         zsock_set_router_mandatory (sock, 1);
-        //  ... and a connection whose peer vanished without a word (a host
-        //  that crashed, a cut link) is gone within the liveness window, not
-        //  when TCP gives up: libzmq pings every peer and drops the silent
-        zsock_set_heartbeat_ivl (sock, self->heartbeat_ms);
-        zsock_set_heartbeat_timeout (sock, self->heartbeat_ms * self->liveness);
     }
+    //  A connection whose peer vanished without a word (a host that
+    //  crashed, a cut link) is gone within the liveness window, not when
+    //  TCP gives up: libzmq pings every peer and drops the silent
+    dsh_sock_heal (sock, self->heartbeat_ms, self->liveness);
     if (type == ZMQ_SUB)
         zsock_set_subscribe (sock, "");
     if (zsock_bind (sock, "%s", endpoint) == -1) {
@@ -393,6 +392,22 @@ s_send_sync (self_t *self, const char *component)
     dsh_packer_release (&packer);
     if (s_send_work (self, component, DSH_SYNC, NULL, &body) && self->verbose)
         dsh_log_info ("dsh-broker: SYNC to %s not sent yet: %s", component, zmq_strerror (errno));
+}
+
+//  Answers a known component's HEARTBEAT on WORK: a component hears
+//  nothing else from an idle broker, and one that hears nothing for its
+//  liveness window finds the broker again (it may have moved or restarted
+//  on other ports). Not sent yet (no route) is no error: the component's
+//  next HELLO on WORK makes one.
+static void
+s_send_heartbeat (self_t *self, const char *component)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 0);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    s_send_work (self, component, DSH_HEARTBEAT, NULL, &body);
 }
 
 //  Publishes the events of a change, and asks every component that was
@@ -1436,6 +1451,8 @@ s_announce_one (zsock_t *reader, void *arg)
     if (streq (command, DSH_HEARTBEAT)) {
         if (dsh_catalog_touch (self->catalog, presence.component, presence.generation, zclock_mono ()))
             s_send_sync (self, presence.component);
+        else
+            s_send_heartbeat (self, presence.component);
     }
     else {
         uint64_t generation;

@@ -1,7 +1,7 @@
 /*  =========================================================================
     dsh-demo - a small component that shows what a tool provider looks like
 
-        dsh-demo [--broker ENDPOINT] [--id ID] [--workers N] [--queue N] [--prefix P] [--cert FILE --broker-cert FILE] [-v]
+        dsh-demo [--broker ENDPOINT[,ENDPOINT...]] [--id ID] [--workers N] [--queue N] [--prefix P] [--cert FILE --broker-cert FILE] [-v]
 
     Tools: echo (returns the message), sleep_ms (a slow read-only call, for
     timeouts, cancellation and parallelism), tick (a slow call that is NOT
@@ -259,7 +259,7 @@ static void
 s_usage (FILE *stream)
 {
     fprintf (stream,
-        "usage: dsh-demo [--broker ENDPOINT] [--id ID] [--workers N] [--queue N] [--prefix P] [--cert FILE --broker-cert FILE] [-v]\n"
+        "usage: dsh-demo [--broker ENDPOINT[,ENDPOINT...]] [--id ID] [--workers N] [--queue N] [--prefix P] [--cert FILE --broker-cert FILE] [-v]\n"
         "Serve the demo tools echo, sleep_ms, tick, count, fail and sample_content to a dsh broker.\n"
         DSH_COMPONENT_FLAGS_HELP);
 }

@@ -1,7 +1,7 @@
 /*  =========================================================================
     dsh-fs - serve one directory tree to agents as dsh tools
 
-        dsh-fs --root DIR [--broker ENDPOINT] [--id ID] [--workers N]
+        dsh-fs --root DIR [--broker ENDPOINT[,ENDPOINT...]] [--id ID] [--workers N]
                [--prefix P] [--cert FILE --broker-cert FILE] [-v]
 
     Tools: read_file, list_directory (both read-only) and write_file. Every
@@ -270,7 +270,7 @@ static void
 s_usage (FILE *stream)
 {
     fprintf (stream,
-        "usage: dsh-fs --root DIR [--broker ENDPOINT] [--id ID] [--workers N] [--queue N] [--prefix P] [--cert FILE --broker-cert FILE] [-v]\n"
+        "usage: dsh-fs --root DIR [--broker ENDPOINT[,ENDPOINT...]] [--id ID] [--workers N] [--queue N] [--prefix P] [--cert FILE --broker-cert FILE] [-v]\n"
         "Serve the directory tree DIR to a dsh broker: read_file, list_directory, write_file.\n"
         "  --root DIR         the directory to serve (required); nothing outside it is reachable\n"
         DSH_COMPONENT_FLAGS_HELP);

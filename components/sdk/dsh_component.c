@@ -7,6 +7,7 @@
 #include "dsh_beacon.h"
 #include "dsh_proto.h"
 #include "dsh_curve.h"
+#include "dsh_sock.h"
 
 #include <getopt.h>
 #include <stdarg.h>
@@ -114,6 +115,11 @@ dsh_component_parse (dsh_component_options_t *self, int argc, char *argv [],
         if (!self->broker || !*self->broker)
             self->broker = DSH_DEFAULT_ENDPOINT;
     }
+    //  A bad list is the user's to fix now, not a provider that never starts
+    zlistx_t *brokers = dsh_sock_brokers (self->broker, error, sizeof (error));
+    if (!brokers)
+        return dsh_component_usage_error (self, "%s", error);
+    zlistx_destroy (&brokers);
     return 0;
 }
 

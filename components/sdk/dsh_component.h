@@ -43,7 +43,8 @@ typedef struct {
 //  The common settings, filled by dsh_component_parse.
 typedef struct {
     const char *program;        //  the program's name, for messages (set by the caller)
-    const char *broker;         //  --broker, else $DSH_BROKER, else the default
+    const char *broker;         //  --broker (one endpoint or a comma list),
+                                //  else $DSH_BROKER, else the default
     const char *id;             //  --id, else a fresh one
     size_t workers;             //  --workers (0: the SDK's default)
     size_t queue;               //  --queue (0: the SDK's default)
@@ -55,8 +56,10 @@ typedef struct {
 
 //  The --help lines for the common flags.
 #define DSH_COMPONENT_FLAGS_HELP \
-    "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else " DSH_DEFAULT_ENDPOINT ")\n" \
-    "                     or beacon[:PORT]: the brokers heard on the LAN (dsh-broker --beacon)\n" \
+    "  --broker ENDPOINT[,ENDPOINT...]\n" \
+    "                     the brokers' front endpoints: the tools are offered at each\n" \
+    "                     (default: $DSH_BROKER, else " DSH_DEFAULT_ENDPOINT ");\n" \
+    "                     beacon[:PORT]: the brokers heard on the LAN (dsh-broker --beacon)\n" \
     "  --id ID            the component id (default: a fresh one)\n" \
     "  --workers N        handler threads, 1-1024 (default: 4)\n" \
     "  --queue N          calls that may wait for a thread before new ones are answered\n" \

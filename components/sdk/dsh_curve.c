@@ -341,6 +341,7 @@ dsh_identity_offers (const dsh_identity_t *self, const char *tool)
 //  Handshake watch
 
 struct _dsh_handshake_t {
+    void *watched;              //  the socket watched (libzmq's handle)
     zsock_t *monitor;           //  PAIR: libzmq's events for the socket
     char failure [256];
     bool failed;
@@ -358,10 +359,13 @@ dsh_handshake_new (zsock_t *sock)
     snprintf (endpoint, sizeof (endpoint), "inproc://dsh-handshake-%p-%d", (void *) self, ++sequence);
     int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
                | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if (zmq_socket_monitor (zsock_resolve (sock), endpoint, events) == 0) {
+    self->watched = zsock_resolve (sock);
+    if (zmq_socket_monitor (self->watched, endpoint, events) == 0) {
         self->monitor = zsock_new (ZMQ_PAIR);
-        if (self->monitor && zsock_connect (self->monitor, "%s", endpoint))
+        if (self->monitor && zsock_connect (self->monitor, "%s", endpoint)) {
             zsock_destroy (&self->monitor);
+            zmq_socket_monitor (self->watched, NULL, 0);
+        }
     }
     return self;
 }
@@ -372,6 +376,11 @@ dsh_handshake_destroy (dsh_handshake_t **self_p)
     assert (self_p);
     if (*self_p) {
         dsh_handshake_t *self = *self_p;
+        //  Stop the monitor first: libzmq's I/O thread sends its events
+        //  blocking, so a socket still monitored after its PAIR is gone
+        //  stalls every socket of the process at its next event
+        if (self->monitor)
+            zmq_socket_monitor (self->watched, NULL, 0);
         zsock_destroy (&self->monitor);
         free (self);
         *self_p = NULL;

@@ -154,7 +154,8 @@ typedef struct _dsh_handshake_t dsh_handshake_t;
 dsh_handshake_t *
     dsh_handshake_new (zsock_t *sock);
 
-//  Destroy; safe twice.
+//  Stop watching and destroy; safe twice. Call it before the socket is
+//  destroyed: it stops the socket's monitor.
 void
     dsh_handshake_destroy (dsh_handshake_t **self_p);
 

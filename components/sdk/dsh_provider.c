@@ -1,18 +1,24 @@
 /*  =========================================================================
-    dsh_provider - serve tools to a dsh broker from any process
+    dsh_provider - serve tools to dsh brokers from any process
 
-    The provider object is a thin handle on an actor. The actor owns the
-    sockets (a DEALER to the front for discovery, a DEALER to the work
-    socket, a PUB to the announce socket), the tool table, and a dsh_pool of
-    workers. Its loop only moves messages: it decodes a CALL once, finds the
-    tool, and hands the decoded call to a worker; the worker validates the
-    arguments (typed tools), runs the handler and encodes the result; the
-    loop sends it back. See PROTOCOL.md, "Component lifecycle".
+    The provider object is a thin handle on an actor. The actor owns a link
+    per broker it follows (a DEALER to the front while it finds the broker,
+    a DEALER to the work socket, a PUB to the announce socket), the tool
+    table, and one dsh_pool of workers for every link. Its loop only moves messages: it
+    decodes a CALL once, finds the tool, and hands the decoded call to a
+    worker; the worker validates the arguments (typed tools), runs the
+    handler and encodes the result; the loop sends it back on the link the
+    call came from. See PROTOCOL.md, "Component lifecycle".
+
+    A link knows its broker is there by hearing from it on WORK: the broker
+    answers every HEARTBEAT there. A link that hears nothing for the
+    broker's liveness window drops its sockets and finds the broker again
+    from its front (it may have restarted on other ports, or moved).
 
     On the call path nothing is copied that can be moved: the CALL body
     stays in the zmq_msg_t it arrived in (the call's strings point into
     it), the result is packed straight into the zmq_msg_t that is sent, and
-    calls are found by their broker token as a 64-bit key.
+    calls are found by their link and broker token, no string.
     =========================================================================
 */
 
@@ -23,6 +29,7 @@
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 #include "dsh_curve.h"
+#include "dsh_beacon.h"
 
 #include <stdatomic.h>
 
@@ -55,11 +62,18 @@ typedef enum { S_JOB = 1, S_NOTE } s_kind_t;
 //  own code (deferred), or nobody any more (finished: back to the loop).
 enum { S_WITH_WORKER = 0, S_DEFERRED, S_FINISHED };
 
+//  A call's key in the running table: tokens are each broker's own, so
+//  two links may carry the same one.
+typedef struct {
+    uint64_t token;                 //  the broker's token for the call (its
+                                    //  8 bytes as they came)
+    uint32_t link;                  //  index of the link it came on
+} s_key_t;
+
 //  One call on its way through a worker.
 typedef struct {
     s_kind_t kind;
-    uint64_t token;                 //  the broker's token for the call (its
-                                    //  8 bytes as they came), key in running
+    s_key_t key;                    //  where the answer goes; key in running
     zmq_msg_t body;                 //  the CALL body: the call points into it
     dsh_call_t *call;
     dsh_result_t *result;           //  lives until the call is finished
@@ -76,40 +90,63 @@ typedef struct {
 //  A progress report of a running call, on its way to the broker.
 typedef struct {
     s_kind_t kind;
-    uint64_t token;
+    s_key_t key;
     zframe_t *body;
 } s_note_t;
 
+typedef struct _self_t self_t;
+
+//  One broker this provider follows: finding it, talking to it, and
+//  knowing it is still there. A link lives as long as the provider; its
+//  sockets are made again whenever the broker is found again.
 typedef struct {
+    self_t *owner;
+    uint32_t index;                 //  in the owner's links
+    char *broker;                   //  front endpoint
+    zsock_t *front;                 //  DEALER, discovery; NULL once welcomed
+    dsh_handshake_t *front_handshake;   //  why discovery gets no WELCOME
+    zsock_t *work;                  //  DEALER, calls; NULL until welcomed
+    dsh_handshake_t *work_handshake;    //  WORK's connections, made and failed
+    size_t work_connections;            //  handshakes on WORK said HELLO for
+    zsock_t *announce;              //  PUB; NULL until welcomed
+    int heartbeat_ms;               //  the WELCOME's
+    int liveness;                   //  heartbeats of silence the broker allows
+    int max_message_bytes;
+    int heartbeat_timer;
+    int discovery_timer;
+    int64_t heard_ms;               //  when the broker last spoke on WORK
+    bool told_failure;              //  logged the handshake failure already
+    bool told_silence;              //  logged the broker's silence, and
+                                    //  have not heard from it since
+    zlistx_t *retired;              //  zsock_t *, readers dropped in this
+                                    //  loop pass, closed in a later one
+} s_link_t;
+
+struct _self_t {
     zsock_t *pipe;
     zloop_t *loop;
     char *id;
-    char *broker;                   //  front endpoint
-    zsock_t *front;                 //  DEALER, discovery
-    zsock_t *work;                  //  DEALER, calls; NULL until welcomed
-    zsock_t *announce;              //  PUB; NULL until welcomed
+    s_link_t **links;               //  one per broker, in the list's order
+    size_t link_count;
     zlistx_t *tools;                //  s_tool_t *, in the order added
     uint64_t generation;
-    int heartbeat_ms;
-    int liveness;                   //  heartbeats of silence the broker allows
-    int heartbeat_timer;
-    int discovery_timer;
-    dsh_handshake_t *work_handshake;    //  WORK's connections, made and failed
-    size_t work_connections;            //  handshakes on WORK said HELLO for
-    char *work_endpoint;                //  WORK as resolved, to connect again
-    int64_t hello_unanswered_ms;        //  when WORK said a HELLO nothing has
-                                        //  answered yet; 0 once anything came
-    dsh_handshake_t *front_handshake;   //  why discovery gets no WELCOME
-    bool told_failure;                  //  logged the handshake failure already
     bool held;                      //  discovery waits for START
     int announce_timer;             //  a coalesced ANNOUNCE is due, or 0
-    int max_message_bytes;
-    bool ready;                     //  the broker asked for our tools
+    bool ready;                     //  a broker asked for our tools
     zlistx_t *refusals;             //  char *, "tool: reason"
     dsh_pool_t *pool;
     size_t workers;                 //  the pool's: what ANNOUNCE states as concurrency
-    zhashx_t *running;              //  &token -> s_job_t *, queued, running or deferred
-} self_t;
+    zhashx_t *running;              //  &key -> s_job_t *, queued, running or deferred
+};
+
+//  What the handle gives the actor; read before the actor signals.
+typedef struct {
+    zlistx_t *fronts;               //  char *, the brokers' front endpoints
+    const char *id;
+    size_t workers;
+    size_t queue_limit;
+    bool held;
+} s_settings_t;
 
 static void
 s_tool_destroy (s_tool_t **self_p)
@@ -124,12 +161,12 @@ s_tool_destroy (s_tool_t **self_p)
 }
 
 static s_job_t *
-s_job_new (uint64_t token, zmq_msg_t *body)
+s_job_new (s_key_t key, zmq_msg_t *body)
 {
     s_job_t *self = (s_job_t *) zmalloc (sizeof (s_job_t));
     assert (self);
     self->kind = S_JOB;
-    self->token = token;
+    self->key = key;
     zmq_msg_init (&self->body);
     zmq_msg_move (&self->body, body);
     zmq_msg_init (&self->encoded);
@@ -165,7 +202,23 @@ s_job_encode (s_job_t *self)
     }
 }
 
-//  The running table's key is the job's token: 64 bits, no string.
+//  The running table's key is the job's own s_key_t: nothing to copy.
+static size_t
+s_key_hash (const void *item)
+{
+    const s_key_t *key = (const s_key_t *) item;
+    return (size_t) ((key->token ^ key->link) * 0x9E3779B97F4A7C15ull);
+}
+
+static int
+s_key_compare (const void *item1, const void *item2)
+{
+    const s_key_t *key1 = (const s_key_t *) item1;
+    const s_key_t *key2 = (const s_key_t *) item2;
+    return key1->token != key2->token? (key1->token < key2->token? -1: 1)
+         : key1->link != key2->link? (key1->link < key2->link? -1: 1): 0;
+}
+
 static void
 s_note_destroy (s_note_t **self_p)
 {
@@ -212,7 +265,7 @@ s_job_progress (void *context, double progress, double total, const char *messag
     s_note_t *note = (s_note_t *) zmalloc (sizeof (s_note_t));
     assert (note);
     note->kind = S_NOTE;
-    note->token = job->token;
+    note->key = job->key;
     note->body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     dsh_pool_post (job->pool, note);
@@ -264,10 +317,11 @@ s_job_run (void *arg)
 //  Sending
 
 static void
-s_publish (self_t *self, const char *command, bool with_tools)
+s_publish (s_link_t *link, const char *command, bool with_tools)
 {
-    if (!self->announce)
+    if (!link->announce)
         return;
+    self_t *self = link->owner;
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     dsh_packer_map_begin (&packer);
@@ -288,7 +342,15 @@ s_publish (self_t *self, const char *command, bool with_tools)
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     zmsg_t *msg = dsh_proto_pub_message (command, &body);
-    dsh_sock_send (self->announce, &msg);
+    dsh_sock_send (link->announce, &msg);
+}
+
+//  The same to every broker.
+static void
+s_publish_all (self_t *self, const char *command, bool with_tools)
+{
+    for (size_t index = 0; index < self->link_count; index++)
+        s_publish (self->links [index], command, with_tools);
 }
 
 static void
@@ -307,125 +369,208 @@ s_send_hello (zsock_t *sock, const char *id)
     dsh_sock_send (sock, &msg);
 }
 
-//  Sends a RESULT or PROGRESS for a call: "" "DSH1" command token body.
-//  Takes the body's content.
+//  Sends a RESULT or PROGRESS for a call on the link it came on: "" "DSH1"
+//  command token body. Takes the body's content. A link that is finding
+//  its broker again has no WORK: the broker the call came from has gone,
+//  or will have answered the call itself by the time it hears from us.
 static void
-s_send_work (self_t *self, const char *command, uint64_t token, zmq_msg_t *body)
+s_send_work (s_link_t *link, const char *command, uint64_t token, zmq_msg_t *body)
 {
+    if (!link->work)
+        return;
     zmq_msg_t parts [5];
     dsh_sock_head (parts, command);
     dsh_sock_part_mem (&parts [3], &token, sizeof (token));
     zmq_msg_init (&parts [4]);
     zmq_msg_move (&parts [4], body);
-    if (dsh_sock_send_parts (self->work, parts, 5))
-        dsh_log_warning ("%s: a %s could not be sent: %s", self->id, command, zmq_strerror (errno));
+    if (dsh_sock_send_parts (link->work, parts, 5))
+        dsh_log_warning ("%s: a %s to %s could not be sent: %s", link->owner->id, command, link->broker,
+                         zmq_strerror (errno));
 }
 
 //  The same with a body from the codec; takes the frame.
 static void
-s_send_work_frame (self_t *self, const char *command, uint64_t token, zframe_t **body_p)
+s_send_work_frame (s_link_t *link, const char *command, uint64_t token, zframe_t **body_p)
 {
     zmq_msg_t body;
     dsh_sock_part_frame (&body, body_p);
-    s_send_work (self, command, token, &body);
+    s_send_work (link, command, token, &body);
     zmq_msg_close (&body);
 }
 
 //  ---------------------------------------------------------------------
-//  Discovery
+//  Finding a broker, and finding it again
 
 //  Logs a handshake failure once, until the handshake succeeds again.
 static void
-s_tell_failure (self_t *self, dsh_handshake_t *handshake)
+s_tell_failure (s_link_t *link, dsh_handshake_t *handshake)
 {
     const char *failure = handshake? dsh_handshake_failure (handshake): NULL;
-    if (failure && !self->told_failure)
-        zsys_error ("%s: cannot talk to broker at %s: %s", self->id, self->broker, failure);
-    self->told_failure = failure != NULL;
+    if (failure && !link->told_failure)
+        zsys_error ("%s: cannot talk to broker at %s: %s", link->owner->id, link->broker, failure);
+    link->told_failure = failure != NULL;
 }
 
+static int s_front_recv (zloop_t *loop, zsock_t *reader, void *arg);
 static int s_work_recv (zloop_t *loop, zsock_t *reader, void *arg);
 
-//  Says HELLO on WORK; the broker answers SYNC.
+//  A new front connection. Before a WELCOME nothing says how the broker
+//  heartbeats: the defaults heal it.
 static void
-s_work_hello (self_t *self)
+s_link_front (s_link_t *link)
 {
-    s_send_hello (self->work, self->id);
-    if (!self->hello_unanswered_ms)
-        self->hello_unanswered_ms = zclock_mono ();
+    link->front = zsock_new (ZMQ_DEALER);
+    assert (link->front);
+    dsh_sock_limit (link->front, DSH_MAX_MESSAGE_DEFAULT, 100);
+    dsh_sock_heal (link->front, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS);
+    dsh_curve_client (link->front);
+    link->front_handshake = dsh_handshake_new (link->front);
+    zsock_connect (link->front, "%s", link->broker);
+    zloop_reader (link->owner->loop, link->front, s_front_recv, link);
 }
 
-//  A new WORK connection under our id, that says HELLO.
+//  Stops watching a socket's handshakes. The monitor goes first: libzmq's
+//  I/O thread sends every event to it blocking, so a socket still
+//  monitored once the watcher's end is closed hangs every socket of the
+//  process at its next handshake.
 static void
-s_work_connect (self_t *self)
+s_unwatch (zsock_t *sock, dsh_handshake_t **handshake_p)
 {
-    self->work = zsock_new (ZMQ_DEALER);
-    dsh_sock_limit (self->work, self->max_message_bytes, S_QUEUE_LIMIT);
-    zsock_set_identity (self->work, self->id);
-    dsh_curve_client (self->work);
-    self->work_handshake = dsh_handshake_new (self->work);
-    self->work_connections = 0;
-    zsock_connect (self->work, "%s", self->work_endpoint);
-    zloop_reader (self->loop, self->work, s_work_recv, self);
-    self->hello_unanswered_ms = 0;
-    s_work_hello (self);
+    if (sock)
+        zmq_socket_monitor (zsock_resolve (sock), NULL, 0);
+    dsh_handshake_destroy (handshake_p);
 }
 
-static int
-s_heartbeat (zloop_t *loop, int timer_id, void *arg)
+//  Ends the socket's reader and leaves it to be closed in a later loop
+//  pass: the loop may still hold this pass's events of the reader.
+static void
+s_retire (s_link_t *link, zsock_t **sock_p, dsh_handshake_t **handshake_p)
 {
-    (void) loop;
-    (void) timer_id;
-    self_t *self = (self_t *) arg;
-    s_publish (self, DSH_HEARTBEAT, false);
-    //  A WORK connection made again (the broker restarted, the link was
-    //  cut, or the broker dropped it) says HELLO again: under CURVE the
-    //  broker sends calls only on a connection that has spoken
-    size_t connections = dsh_handshake_successes (self->work_handshake);
-    if (connections > self->work_connections) {
-        if (self->work_connections)
-            s_work_hello (self);
-        //  The answer is due from when the connection is made, not from
-        //  when the HELLO was queued for it
-        if (self->hello_unanswered_ms)
-            self->hello_unanswered_ms = zclock_mono ();
-        self->work_connections = connections;
-    }
-    //  Connected, and the HELLO unanswered past the liveness window: the
-    //  broker's ROUTER has our id on another connection (a second process
-    //  under this id) and ignores this one, and goes on ignoring it once
-    //  the other has gone. Only a new connection can take the id then.
-    int64_t silence_ms = (int64_t) self->heartbeat_ms * self->liveness;
-    if (connections && self->hello_unanswered_ms && zclock_mono () - self->hello_unanswered_ms > silence_ms) {
-        zsys_warning ("%s: the broker at %s has not answered on WORK for %" PRId64 " ms (another process may "
-                      "serve id %s, or this key may not); connecting again", self->id, self->broker, silence_ms,
-                      self->id);
-        zloop_reader_end (self->loop, self->work);
-        dsh_handshake_destroy (&self->work_handshake);
-        zsock_destroy (&self->work);
-        s_work_connect (self);
-    }
-    s_tell_failure (self, self->work_handshake);
-    //  A flood of bad messages that stopped still gets its count logged
-    dsh_log_tick ();
-    return 0;
+    zloop_reader_end (link->owner->loop, *sock_p);
+    s_unwatch (*sock_p, handshake_p);
+    zlistx_add_end (link->retired, *sock_p);
+    *sock_p = NULL;
+}
+
+//  Closes the front connection: once welcomed a link needs it no more
+//  (an idle connection costs a ZMTP heartbeat each way per interval), and
+//  finding the broker again makes a new one.
+static void
+s_link_front_close (s_link_t *link)
+{
+    if (link->front)
+        s_retire (link, &link->front, &link->front_handshake);
 }
 
 static int
 s_discover (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
-    (void) timer_id;
-    self_t *self = (self_t *) arg;
-    s_send_hello (self->front, NULL);
-    s_tell_failure (self, self->front_handshake);
+    s_link_t *link = (s_link_t *) arg;
+    if (timer_id != link->discovery_timer)
+        return 0;               //  ended (see s_heartbeat)
+    zlistx_purge (link->retired);
+    s_send_hello (link->front, NULL);
+    s_tell_failure (link, link->front_handshake);
+    return 0;
+}
+
+//  Asks the broker for the endpoints, and again until it answers.
+static void
+s_link_discover (s_link_t *link)
+{
+    s_send_hello (link->front, NULL);
+    link->discovery_timer = zloop_timer (link->owner->loop, S_DISCOVERY_RETRY_MS, 0, s_discover, link);
+}
+
+//  The broker is lost to this link: every socket goes, and it starts
+//  again from a new front connection. Calls running for it are answered
+//  on the next WORK connection if there is one by then.
+static void
+s_link_lost (s_link_t *link)
+{
+    zloop_t *loop = link->owner->loop;
+    zloop_timer_end (loop, link->heartbeat_timer);
+    link->heartbeat_timer = 0;
+    s_retire (link, &link->work, &link->work_handshake);
+    //  Nothing queued for a broker that is gone may hold up the exit
+    zsock_set_linger (link->announce, 0);
+    zsock_destroy (&link->announce);
+    s_link_front (link);
+    s_link_discover (link);
+}
+
+//  A new WORK connection under our id, that says HELLO; the broker
+//  answers SYNC.
+static void
+s_work_connect (s_link_t *link, const char *endpoint)
+{
+    self_t *self = link->owner;
+    link->work = zsock_new (ZMQ_DEALER);
+    assert (link->work);
+    dsh_sock_limit (link->work, link->max_message_bytes, S_QUEUE_LIMIT);
+    dsh_sock_heal (link->work, link->heartbeat_ms, link->liveness);
+    zsock_set_identity (link->work, self->id);
+    dsh_curve_client (link->work);
+    link->work_handshake = dsh_handshake_new (link->work);
+    link->work_connections = 0;
+    zsock_connect (link->work, "%s", endpoint);
+    zloop_reader (self->loop, link->work, s_work_recv, link);
+    s_send_hello (link->work, self->id);
+}
+
+static int
+s_heartbeat (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    s_link_t *link = (s_link_t *) arg;
+    self_t *self = link->owner;
+    //  czmq's zloop (4.2) may run an ended timer once more when the pass
+    //  that ended it also changed readers, as s_link_lost does: only the
+    //  link's current timer acts
+    if (timer_id != link->heartbeat_timer)
+        return 0;
+    zlistx_purge (link->retired);
+    //  The broker answers every HEARTBEAT on WORK, so silence there for
+    //  its liveness window means we cannot reach it, or it cannot reach
+    //  us: it died, stopped, restarted on other ports, moved, or a link
+    //  is cut; or its ROUTER gives our id to another connection (a second
+    //  process under this id, or an old connection of ours not yet gone)
+    //  and ignores this one. In each case only finding the broker again
+    //  from its front, with new connections, helps.
+    int64_t window_ms = (int64_t) link->heartbeat_ms * link->liveness;
+    if (zclock_mono () - link->heard_ms > window_ms) {
+        //  Once per loss: a broker that welcomes us but never answers on
+        //  WORK would otherwise be logged every window
+        if (!link->told_silence)
+            zsys_warning ("%s: the broker at %s has been silent on WORK for %" PRId64 " ms; finding it again",
+                          self->id, link->broker, window_ms);
+        link->told_silence = true;
+        s_link_lost (link);
+        return 0;
+    }
+    s_publish (link, DSH_HEARTBEAT, false);
+    //  A WORK connection made again (the broker restarted on the same
+    //  ports, or libzmq closed a silent connection and made a new one)
+    //  says HELLO again: under CURVE the broker sends nothing, not even
+    //  its heartbeat, on a connection that has not spoken
+    size_t connections = dsh_handshake_successes (link->work_handshake);
+    if (connections > link->work_connections) {
+        if (link->work_connections)
+            s_send_hello (link->work, self->id);
+        link->work_connections = connections;
+    }
+    s_tell_failure (link, link->work_handshake);
+    //  A flood of bad messages that stopped still gets its count logged
+    dsh_log_tick ();
     return 0;
 }
 
 //  The broker told us where everything is: connect and say hello.
 static void
-s_welcomed (self_t *self, dsh_doc_t *doc)
+s_welcomed (s_link_t *link, dsh_doc_t *doc)
 {
+    self_t *self = link->owner;
     const msgpack_object *root = dsh_doc_root (doc);
     char *announce = dsh_doc_strdup (doc, dsh_map_get (root, "announce"));
     char *work = dsh_doc_strdup (doc, dsh_map_get (root, "work"));
@@ -434,42 +579,50 @@ s_welcomed (self_t *self, dsh_doc_t *doc)
     const msgpack_object *max_bytes = dsh_map_get (root, "maxMessageBytes");
     const msgpack_object *protocol = dsh_map_get (root, "protocol");
     if (!protocol || protocol->type != MSGPACK_OBJECT_POSITIVE_INTEGER || protocol->via.u64 != DSH_PROTOCOL_VERSION) {
-        zsys_error ("%s: the broker at %s does not speak dsh/%d; still asking", self->id, self->broker,
+        zsys_error ("%s: the broker at %s does not speak dsh/%d; still asking", self->id, link->broker,
                     DSH_PROTOCOL_VERSION);
         return;
     }
     if (!announce || !work || !heartbeat || heartbeat->type != MSGPACK_OBJECT_POSITIVE_INTEGER
     ||  heartbeat->via.u64 == 0 || heartbeat->via.u64 > 3600000) {
-        dsh_log_warning ("%s: malformed WELCOME from %s; asking again", self->id, self->broker);
+        dsh_log_warning ("%s: malformed WELCOME from %s; asking again", self->id, link->broker);
         return;
     }
-    if (self->work)
+    if (link->work)
         return;                 //  a late second WELCOME; already connected
-    self->heartbeat_ms = (int) heartbeat->via.u64;
-    self->liveness = liveness && liveness->type == MSGPACK_OBJECT_POSITIVE_INTEGER && liveness->via.u64 > 0
+    link->heartbeat_ms = (int) heartbeat->via.u64;
+    link->liveness = liveness && liveness->type == MSGPACK_OBJECT_POSITIVE_INTEGER && liveness->via.u64 > 0
                   && liveness->via.u64 <= 1000? (int) liveness->via.u64: DSH_DEFAULT_LIVENESS;
+    link->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
     if (max_bytes && max_bytes->type == MSGPACK_OBJECT_POSITIVE_INTEGER && max_bytes->via.u64 <= INT_MAX)
-        self->max_message_bytes = (int) max_bytes->via.u64;
-    zloop_timer_end (self->loop, self->discovery_timer);
+        link->max_message_bytes = (int) max_bytes->via.u64;
+    zloop_timer_end (self->loop, link->discovery_timer);
+    link->discovery_timer = 0;
+    s_link_front_close (link);
 
-    char *announce_endpoint = dsh_sock_resolve (announce, self->broker);
-    self->work_endpoint = dsh_sock_resolve (work, self->broker);
-    self->announce = zsock_new (ZMQ_PUB);
-    dsh_sock_limit (self->announce, self->max_message_bytes, S_QUEUE_LIMIT);
+    char *announce_endpoint = dsh_sock_resolve (announce, link->broker);
+    char *work_endpoint = dsh_sock_resolve (work, link->broker);
+    link->announce = zsock_new (ZMQ_PUB);
+    assert (link->announce);
+    dsh_sock_limit (link->announce, link->max_message_bytes, S_QUEUE_LIMIT);
+    dsh_sock_heal (link->announce, link->heartbeat_ms, link->liveness);
     //  A clean exit's WITHDRAW must get out before the socket closes
-    zsock_set_linger (self->announce, 1000);
-    dsh_curve_client (self->announce);
-    zsock_connect (self->announce, "%s", announce_endpoint);
-    s_work_connect (self);
-    self->heartbeat_timer = zloop_timer (self->loop, (size_t) self->heartbeat_ms, 0, s_heartbeat, self);
+    zsock_set_linger (link->announce, 1000);
+    dsh_curve_client (link->announce);
+    zsock_connect (link->announce, "%s", announce_endpoint);
+    s_work_connect (link, work_endpoint);
+    //  The window starts now: the broker answers the HELLO with SYNC
+    link->heard_ms = zclock_mono ();
+    link->heartbeat_timer = zloop_timer (self->loop, (size_t) link->heartbeat_ms, 0, s_heartbeat, link);
     zstr_free (&announce_endpoint);
+    zstr_free (&work_endpoint);
 }
 
 static int
 s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
-    self_t *self = (self_t *) arg;
+    s_link_t *link = (s_link_t *) arg;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
         return 0;
@@ -481,12 +634,47 @@ s_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
         zframe_t *body = zmsg_first (msg);
         dsh_doc_t *doc = dsh_proto_decode_body (body, error, sizeof (error));
         if (doc)
-            s_welcomed (self, doc);
+            s_welcomed (link, doc);
         dsh_doc_destroy (&doc);
     }
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
     return 0;
+}
+
+static s_link_t *
+s_link_new (self_t *self, uint32_t index, const char *broker)
+{
+    s_link_t *link = (s_link_t *) zmalloc (sizeof (s_link_t));
+    assert (link);
+    link->owner = self;
+    link->index = index;
+    link->broker = strdup (broker);
+    link->heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
+    link->liveness = DSH_DEFAULT_LIVENESS;
+    link->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
+    link->retired = zlistx_new ();
+    zlistx_set_destructor (link->retired, (zlistx_destructor_fn *) zsock_destroy);
+    s_link_front (link);
+    return link;
+}
+
+//  Closes the link's sockets; the loop is gone by now.
+static void
+s_link_destroy (s_link_t **link_p)
+{
+    if (*link_p) {
+        s_link_t *link = *link_p;
+        s_unwatch (link->front, &link->front_handshake);
+        s_unwatch (link->work, &link->work_handshake);
+        zsock_destroy (&link->front);
+        zsock_destroy (&link->work);
+        zsock_destroy (&link->announce);
+        zlistx_destroy (&link->retired);
+        zstr_free (&link->broker);
+        free (link);
+        *link_p = NULL;
+    }
 }
 
 //  ---------------------------------------------------------------------
@@ -502,17 +690,19 @@ s_tool_find (self_t *self, const char *name)
 }
 
 static void
-s_handle_call (self_t *self, dsh_sock_msg_t *msg)
+s_handle_call (s_link_t *link, dsh_sock_msg_t *msg)
 {
+    self_t *self = link->owner;
     if (msg->count - msg->body < 2 || zmq_msg_size (&msg->part [msg->body]) != 8) {
-        dsh_log_warning ("%s: CALL without token and body", self->id);
+        dsh_log_warning ("%s: CALL without token and body from %s", self->id, link->broker);
         return;
     }
-    uint64_t token;
-    memcpy (&token, zmq_msg_data (&msg->part [msg->body]), sizeof (token));
+    s_key_t key = { 0, link->index };
+    memcpy (&key.token, zmq_msg_data (&msg->part [msg->body]), sizeof (key.token));
+    uint64_t token = key.token;
     //  The job takes the body first: the call's strings point into it, and
     //  a short body lives inside its zmq_msg_t, which must not move again
-    s_job_t *job = s_job_new (token, &msg->part [msg->body + 1]);
+    s_job_t *job = s_job_new (key, &msg->part [msg->body + 1]);
     char error [256];
     job->call = dsh_call_new (zmq_msg_data (&job->body), zmq_msg_size (&job->body), error, sizeof (error));
     s_tool_t *tool = job->call? s_tool_find (self, dsh_call_name (job->call)): NULL;
@@ -526,7 +716,7 @@ s_handle_call (self_t *self, dsh_sock_msg_t *msg)
         reply = dsh_proto_error_result (dsh_call_id (job->call), DSH_E_UNKNOWN_TOOL, text);
     }
     if (reply) {
-        s_send_work_frame (self, DSH_RESULT, token, &reply);
+        s_send_work_frame (link, DSH_RESULT, token, &reply);
         s_job_destroy (&job);
         return;
     }
@@ -538,19 +728,19 @@ s_handle_call (self_t *self, dsh_sock_msg_t *msg)
     job->pool = self->pool;
     dsh_call_hooks_t hooks = { s_job_progress, s_job_finish };
     dsh_call_set_hooks (job->call, &hooks, job);
-    //  In the table before a worker can have it; the token is the key
-    if (zhashx_insert (self->running, &job->token, job)) {
+    //  In the table before a worker can have it
+    if (zhashx_insert (self->running, &job->key, job)) {
         //  The broker never reuses a token while its call is open
         dsh_log_warning ("%s: a CALL repeats a running call's token; dropped", self->id);
         s_job_destroy (&job);
         return;
     }
     if (dsh_pool_submit (self->pool, job)) {
-        zhashx_delete (self->running, &job->token);
+        zhashx_delete (self->running, &job->key);
         char text [128];
         snprintf (text, sizeof (text), "Error: component \"%.64s\" is overloaded", self->id);
         reply = dsh_proto_error_result (dsh_call_id (job->call), DSH_E_OVERLOADED, text);
-        s_send_work_frame (self, DSH_RESULT, token, &reply);
+        s_send_work_frame (link, DSH_RESULT, token, &reply);
         s_job_destroy (&job);
     }
 }
@@ -558,13 +748,13 @@ s_handle_call (self_t *self, dsh_sock_msg_t *msg)
 //  The broker answered a call already (deadline, or the caller cancelled):
 //  tell its handler, and send nothing for it.
 static void
-s_handle_cancel (self_t *self, dsh_sock_msg_t *msg)
+s_handle_cancel (s_link_t *link, dsh_sock_msg_t *msg)
 {
     if (msg->count == msg->body || zmq_msg_size (&msg->part [msg->body]) != 8)
         return;
-    uint64_t token;
-    memcpy (&token, zmq_msg_data (&msg->part [msg->body]), sizeof (token));
-    s_job_t *job = (s_job_t *) zhashx_lookup (self->running, &token);
+    s_key_t key = { 0, link->index };
+    memcpy (&key.token, zmq_msg_data (&msg->part [msg->body]), sizeof (key.token));
+    s_job_t *job = (s_job_t *) zhashx_lookup (link->owner->running, &key);
     if (job)
         dsh_call_cancel (job->call);
 }
@@ -579,22 +769,23 @@ s_pool_done (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     while ((done = dsh_pool_done (self->pool))) {
         if (*(s_kind_t *) done == S_NOTE) {
             s_note_t *note = (s_note_t *) done;
-            s_send_work_frame (self, DSH_PROGRESS, note->token, &note->body);
+            s_send_work_frame (self->links [note->key.link], DSH_PROGRESS, note->key.token, &note->body);
             s_note_destroy (&note);
             continue;
         }
         s_job_t *job = (s_job_t *) done;
-        zhashx_delete (self->running, &job->token);
+        zhashx_delete (self->running, &job->key);
         if (!dsh_call_cancelled (job->call) && job->is_encoded)
-            s_send_work (self, DSH_RESULT, job->token, &job->encoded);
+            s_send_work (self->links [job->key.link], DSH_RESULT, job->key.token, &job->encoded);
         s_job_destroy (&job);
     }
     return 0;
 }
 
 static void
-s_handle_refused (self_t *self, dsh_sock_msg_t *msg)
+s_handle_refused (s_link_t *link, dsh_sock_msg_t *msg)
 {
+    self_t *self = link->owner;
     //  Rare: the codec's own checks on a frame copy, which the document
     //  points into
     char error [256];
@@ -606,7 +797,7 @@ s_handle_refused (self_t *self, dsh_sock_msg_t *msg)
         const char *tool = dsh_doc_strdup (doc, dsh_map_get (root, "tool"));
         const char *reason = dsh_doc_strdup (doc, dsh_map_get (root, "reason"));
         char *refusal = zsys_sprintf ("%s: %s", tool? tool: "(unnamed)", reason? reason: "refused");
-        dsh_log_warning ("%s: the broker refused %s", self->id, refusal);
+        dsh_log_warning ("%s: the broker at %s refused %s", self->id, link->broker, refusal);
         if (zlistx_size (self->refusals) < 1000)
             zlistx_add_end (self->refusals, refusal);
         else
@@ -619,29 +810,32 @@ s_handle_refused (self_t *self, dsh_sock_msg_t *msg)
 static int
 s_work_recv_one (zsock_t *reader, void *arg)
 {
-    self_t *self = (self_t *) arg;
+    s_link_t *link = (s_link_t *) arg;
     dsh_sock_msg_t msg;
     char error [256];
     if (dsh_sock_recv_msg (reader, &msg, error, sizeof (error))) {
         if (*error)
-            dsh_log_warning ("%s: malformed message from the broker: %s", self->id, error);
+            dsh_log_warning ("%s: malformed message from the broker at %s: %s", link->owner->id, link->broker,
+                             error);
     }
     else
     if (streq (msg.command, DSH_CALL))
-        s_handle_call (self, &msg);
+        s_handle_call (link, &msg);
     else
     if (streq (msg.command, DSH_CANCEL))
-        s_handle_cancel (self, &msg);
+        s_handle_cancel (link, &msg);
     else
     if (streq (msg.command, DSH_SYNC)) {
-        s_publish (self, DSH_ANNOUNCE, true);
-        self->ready = true;
+        s_publish (link, DSH_ANNOUNCE, true);
+        link->owner->ready = true;
     }
     else
     if (streq (msg.command, DSH_REFUSED))
-        s_handle_refused (self, &msg);
+        s_handle_refused (link, &msg);
     else
-        dsh_log_warning ("%s: unknown command \"%s\" from the broker", self->id, msg.command);
+    if (!streq (msg.command, DSH_HEARTBEAT))
+        dsh_log_warning ("%s: unknown command \"%s\" from the broker at %s", link->owner->id, msg.command,
+                         link->broker);
     dsh_sock_msg_close (&msg);
     return 0;
 }
@@ -650,8 +844,11 @@ static int
 s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
     (void) loop;
-    //  Anything from the broker answers the HELLO
-    ((self_t *) arg)->hello_unanswered_ms = 0;
+    //  Anything on WORK says the broker is there; its HEARTBEAT says
+    //  nothing more
+    s_link_t *link = (s_link_t *) arg;
+    link->heard_ms = zclock_mono ();
+    link->told_silence = false;
     return dsh_sock_drain (reader, S_BATCH, s_work_recv_one, arg);
 }
 
@@ -665,7 +862,7 @@ s_announce_due (zloop_t *loop, int timer_id, void *arg)
     (void) timer_id;
     self_t *self = (self_t *) arg;
     self->announce_timer = 0;
-    s_publish (self, DSH_ANNOUNCE, true);
+    s_publish_all (self, DSH_ANNOUNCE, true);
     return 0;
 }
 
@@ -720,12 +917,12 @@ s_add_tool (self_t *self, const s_add_t *add, char *error, size_t error_size)
     return rc;
 }
 
-//  Asks the broker for the endpoints, and again until it answers.
+//  Every link asks its broker for the endpoints.
 static void
 s_start_discovery (self_t *self)
 {
-    s_send_hello (self->front, NULL);
-    self->discovery_timer = zloop_timer (self->loop, S_DISCOVERY_RETRY_MS, 0, s_discover, self);
+    for (size_t index = 0; index < self->link_count; index++)
+        s_link_discover (self->links [index]);
 }
 
 //  The pipe speaks pictures, "sp": a command and, for ADD and REMOVE, a
@@ -787,15 +984,13 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
 static void
 s_provider_actor (zsock_t *pipe, void *args)
 {
-    dsh_provider_options_t *settings = (dsh_provider_options_t *) args;
+    s_settings_t *settings = (s_settings_t *) args;
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     assert (self);
     self->pipe = pipe;
     //  settings live on the caller's stack only until we signal: read it all now
     self->held = settings->held;
     self->id = strdup (settings->id);
-    self->broker = strdup (settings->broker);
-    self->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
     self->tools = zlistx_new ();
     zlistx_set_destructor (self->tools, (zlistx_destructor_fn *) s_tool_destroy);
     self->refusals = zlistx_new ();
@@ -804,29 +999,34 @@ s_provider_actor (zsock_t *pipe, void *args)
     //  repeats one its predecessor used
     self->generation = (uint64_t) zclock_time ();
     self->pool = dsh_pool_new (settings->workers, settings->queue_limit, s_job_run);
+    assert (self->pool);
     self->workers = settings->workers;
     self->running = zhashx_new ();
-    //  Keys are the jobs' own token fields: nothing to copy or free
-    dsh_proto_token_keys (self->running);
-    assert (self->pool);
-    self->front = zsock_new (ZMQ_DEALER);
-    dsh_sock_limit (self->front, DSH_MAX_MESSAGE_DEFAULT, 100);
-    dsh_curve_client (self->front);
-    self->front_handshake = dsh_handshake_new (self->front);
-    zsock_connect (self->front, "%s", self->broker);
-    zsock_signal (pipe, 0);
-
+    //  Keys are the jobs' own key fields: nothing to copy or free
+    zhashx_set_key_hasher (self->running, s_key_hash);
+    zhashx_set_key_comparator (self->running, s_key_compare);
+    zhashx_set_key_duplicator (self->running, NULL);
+    zhashx_set_key_destructor (self->running, NULL);
     self->loop = zloop_new ();
     zloop_set_nonstop (self->loop, true);
+    self->link_count = zlistx_size (settings->fronts);
+    self->links = (s_link_t **) zmalloc (self->link_count * sizeof (s_link_t *));
+    assert (self->links);
+    uint32_t index = 0;
+    for (const char *front = zlistx_first (settings->fronts); front; front = zlistx_next (settings->fronts)) {
+        self->links [index] = s_link_new (self, index, front);
+        index++;
+    }
+    zsock_signal (pipe, 0);
+
     zloop_reader (self->loop, pipe, s_self_handle_pipe, self);
-    zloop_reader (self->loop, self->front, s_front_recv, self);
     zmq_pollitem_t pool_item = { NULL, dsh_pool_fd (self->pool), ZMQ_POLLIN, 0 };
     zloop_poller (self->loop, &pool_item, s_pool_done, self);
     if (!self->held)
         s_start_discovery (self);
     zloop_start (self->loop);
 
-    s_publish (self, DSH_WITHDRAW, false);
+    s_publish_all (self, DSH_WITHDRAW, false);
     zloop_destroy (&self->loop);
     //  Calls still here will not be answered by us: tell their handlers, and
     //  give them a moment to let go of their calls
@@ -845,21 +1045,47 @@ s_provider_actor (zsock_t *pipe, void *args)
         //  must outlive it, so it stays with the process
         zsys_warning ("%s: %zu call(s) still held by handlers at exit", self->id, zhashx_size (self->running));
     zhashx_destroy (&self->running);
-    dsh_handshake_destroy (&self->front_handshake);
-    dsh_handshake_destroy (&self->work_handshake);
-    zstr_free (&self->work_endpoint);
-    zsock_destroy (&self->front);
-    zsock_destroy (&self->work);
-    zsock_destroy (&self->announce);
+    for (size_t link = 0; link < self->link_count; link++)
+        s_link_destroy (&self->links [link]);
+    free (self->links);
     zlistx_destroy (&self->tools);
     zlistx_destroy (&self->refusals);
     zstr_free (&self->id);
-    zstr_free (&self->broker);
     free (self);
 }
 
 //  ---------------------------------------------------------------------
 //  The handle
+
+//  Turns the broker list into the front endpoints the links connect to:
+//  an entry "beacon" or "beacon:PORT" becomes the brokers heard there now
+//  (dsh_beacon_expand). Returns a list (caller destroys), or NULL with a
+//  reason.
+static zlistx_t *
+s_front_endpoints (const char *spec, char *error, size_t error_size)
+{
+    zlistx_t *named = dsh_sock_brokers (spec, error, error_size);
+    //  Beacon entries become the brokers heard now, once
+    zlistx_t *brokers = named? dsh_beacon_expand (named, 0, error, error_size): NULL;
+    zlistx_destroy (&named);
+    if (!brokers)
+        return NULL;
+    zlistx_t *fronts = zlistx_new ();
+    zlistx_set_destructor (fronts, (zlistx_destructor_fn *) zstr_free);
+    zlistx_set_comparator (fronts, (zlistx_comparator_fn *) strcmp);
+    for (const char *entry = zlistx_first (brokers); entry; entry = zlistx_next (brokers)) {
+        //  Two links to one broker would both take calls under one id: its
+        //  ROUTER would ignore the second, which would never be heard
+        if (zlistx_find (fronts, (void *) entry)) {
+            snprintf (error, error_size, "broker \"%s\" is listed twice", entry);
+            zlistx_destroy (&fronts);
+            break;
+        }
+        zlistx_add_end (fronts, strdup (entry));
+    }
+    zlistx_destroy (&brokers);
+    return fronts;
+}
 
 dsh_provider_t *
 dsh_provider_new (const char *broker, const char *id, size_t workers)
@@ -872,14 +1098,17 @@ dsh_provider_t *
 dsh_provider_new_options (const dsh_provider_options_t *options)
 {
     assert (options);
-    const char *broker = options->broker;
     const char *id = options->id;
-    if (!broker)
-        broker = getenv ("DSH_BROKER");
-    if (!broker || !*broker)
-        broker = DSH_DEFAULT_ENDPOINT;
-    if (id && !dsh_proto_valid_id (id, strlen (id)))
+    if (id && !dsh_proto_valid_id (id, strlen (id))) {
+        zsys_error ("dsh_provider: invalid component id \"%s\"", id);
         return NULL;
+    }
+    char error [512];
+    zlistx_t *fronts = s_front_endpoints (options->broker, error, sizeof (error));
+    if (!fronts) {
+        zsys_error ("dsh_provider: %s", error);
+        return NULL;
+    }
     dsh_provider_t *self = (dsh_provider_t *) zmalloc (sizeof (dsh_provider_t));
     assert (self);
     if (id)
@@ -889,13 +1118,14 @@ dsh_provider_new_options (const dsh_provider_options_t *options)
         self->id = zsys_sprintf ("c-%.12s", zuuid_str (uuid));
         zuuid_destroy (&uuid);
     }
-    dsh_provider_options_t settings = {
-        broker, self->id,
+    s_settings_t settings = {
+        fronts, self->id,
         options->workers? options->workers: S_DEFAULT_WORKERS,
         options->queue_limit? options->queue_limit: S_DEFAULT_QUEUE_LIMIT,
         options->held
     };
     self->actor = zactor_new (s_provider_actor, &settings);
+    zlistx_destroy (&fronts);
     return self;
 }
 

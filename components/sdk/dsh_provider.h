@@ -1,8 +1,12 @@
 /*  =========================================================================
-    dsh_provider - serve tools to a dsh broker from any process
+    dsh_provider - serve tools to dsh brokers from any process
 
-    A provider is a component: it finds the broker from one address,
-    announces its tools, heartbeats, takes calls and answers them. Handlers
+    A provider is a component: it finds each broker it follows from one
+    address, announces its tools to each, heartbeats, takes calls from any
+    of them and answers each on the connection it came on. A broker silent
+    for its liveness window is found again from its address, so a broker
+    that restarted (even on other ports) or moved gets the tools back with
+    no help from the program. Handlers
     run on a pool of worker threads, so a slow call never holds up a fast
     one or the heartbeat. Tools can be added and removed at any time; each
     change is announced. Destroying the provider withdraws every tool (the
@@ -33,7 +37,8 @@ typedef struct _dsh_provider_t dsh_provider_t;
 
 //  How a provider runs.
 typedef struct {
-    const char *broker;         //  front endpoint (NULL: $DSH_BROKER, else the default)
+    const char *broker;         //  front endpoint, or a comma list of them
+                                //  (NULL: $DSH_BROKER, else the default)
     const char *id;             //  component id (NULL: a fresh UUID-based one)
     size_t workers;             //  handler threads (0: 4)
     size_t queue_limit;         //  calls waiting for a worker before new ones
@@ -43,11 +48,11 @@ typedef struct {
 } dsh_provider_options_t;
 
 //  Start a provider with default options but these. NULL if the arguments
-//  are bad.
+//  are bad (an invalid id or broker list; the reason is logged).
 dsh_provider_t *
     dsh_provider_new (const char *broker, const char *id, size_t workers);
 
-//  Start a provider with options. NULL if they are bad.
+//  Start a provider with options. NULL if they are bad (logged).
 dsh_provider_t *
     dsh_provider_new_options (const dsh_provider_options_t *options);
 
@@ -82,8 +87,10 @@ int
 int
     dsh_provider_remove (dsh_provider_t *self, const char *name);
 
-//  Wait until the broker has acknowledged this provider (it asked for and
-//  got an announcement) or timeout_ms passed. Returns 0 or -1.
+//  Wait until a broker has acknowledged this provider (it asked for and
+//  got an announcement) or timeout_ms passed: with several brokers, the
+//  first one to ask makes it ready, since calls can come from then on; the
+//  others get the tools as they answer. Returns 0 or -1.
 int
     dsh_provider_wait_ready (dsh_provider_t *self, int timeout_ms);
 

@@ -1,0 +1,273 @@
+/*  =========================================================================
+    test_heal - components that follow several brokers and find a broker
+    again when it goes silent; real brokers and components on loopback
+
+    A broker killed and started again on the same front but other work and
+    announce ports gets the tools back from the running component; a broker
+    stopped past the liveness window and let go is found again; a component
+    serving two brokers keeps serving one while the other is down, and is
+    back at the other when it returns; a bad broker list is refused.
+    Heartbeats are 500 ms, a liveness window of 1.5 s; the waits allow for
+    a loaded machine and no assertion is on a timing.
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <signal.h>
+
+#include "dsh.h"
+#include "dsh_testkit.h"
+
+#define DEMO "components/demo/dsh-demo"
+#define HEARTBEAT "500"
+#define BACK_MS 20000           //  tools back after a broker returns, at most
+
+//  A free loopback port for a broker's front, below czmq's range for "!"
+//  and "*" binds and the kernel's for outgoing connections, so nothing
+//  else takes it while the broker is down.
+static int
+s_free_port (void)
+{
+    for (int attempt = 0; attempt < 50; attempt++) {
+        int port = 20000 + randof (12000);
+        zsock_t *probe = zsock_new (ZMQ_ROUTER);
+        bool free_port = zsock_bind (probe, "tcp://127.0.0.1:%d", port) != -1;
+        zsock_destroy (&probe);
+        if (free_port)
+            return port;
+    }
+    return -1;
+}
+
+//  A broker on a fixed front whose other sockets take random ports, so
+//  one started again on the same front has other work and announce ports.
+typedef struct {
+    char endpoint [64];
+    dsh_testproc_t *process;
+} s_broker_t;
+
+static void
+s_broker_start (s_broker_t *broker)
+{
+    const char *argv [] = { "broker/dsh-broker", "--endpoint", broker->endpoint,
+                            "--announce", "tcp://127.0.0.1:!", "--work", "tcp://127.0.0.1:!",
+                            "--events", "tcp://127.0.0.1:!", "--heartbeat-ms", HEARTBEAT, NULL };
+    broker->process = dsh_testproc_start (argv);
+    assert_non_null (broker->process);
+    char *line = dsh_testproc_wait_line (broker->process, "listening on", 10000);
+    assert_non_null (line);
+    free (line);
+}
+
+static void
+s_broker_new (s_broker_t *broker)
+{
+    int port = s_free_port ();
+    assert_true (port > 0);
+    snprintf (broker->endpoint, sizeof (broker->endpoint), "tcp://127.0.0.1:%d", port);
+    s_broker_start (broker);
+}
+
+static void
+s_broker_kill (s_broker_t *broker)
+{
+    dsh_testproc_signal (broker->process, SIGKILL);
+    dsh_testproc_wait (broker->process, 5000);
+    dsh_testproc_destroy (&broker->process);
+}
+
+//  echo through the broker at endpoint answers message.
+static void
+s_echo (const char *endpoint, const char *message)
+{
+    dsh_client_t *client = dsh_client_new (endpoint);
+    char args [128];
+    snprintf (args, sizeof (args), "{\"message\":\"%s\"}", message);
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (client, "echo", args, NULL, 10000, error, sizeof (error));
+    if (!reply)
+        fail_msg ("echo via %s: %s", endpoint, error);
+    assert_string_equal (dsh_reply_command (reply), DSH_RESULT);
+    assert_false (dsh_reply_is_error (reply));
+    assert_string_equal (dsh_reply_text (reply), message);
+    dsh_reply_destroy (&reply);
+    dsh_client_destroy (&client);
+}
+
+//  Waits until the file at path holds text; true if it did in time.
+static bool
+s_file_says (const char *path, const char *text, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (true) {
+        FILE *file = fopen (path, "r");
+        bool found = false;
+        if (file) {
+            char line [1024];
+            while (!found && fgets (line, sizeof (line), file))
+                found = strstr (line, text) != NULL;
+            fclose (file);
+        }
+        if (found)
+            return true;
+        if (zclock_mono () >= give_up)
+            return false;
+        zclock_sleep (50);
+    }
+}
+
+static void
+test_restart_on_other_ports (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    s_broker_new (&broker);
+    dsh_testproc_t *demo = dsh_testkit_component (DEMO, broker.endpoint, "healer", NULL);
+    assert_non_null (demo);
+    assert_int_equal (dsh_testkit_wait_tools (broker.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 10000), 0);
+
+    //  The component's work and announce connections lead to ports nobody
+    //  listens on any more: only the front, asked again, tells the new ones
+    s_broker_kill (&broker);
+    s_broker_start (&broker);
+    int64_t restarted = zclock_mono ();
+    assert_int_equal (dsh_testkit_wait_tools (broker.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, BACK_MS), 0);
+    printf ("      restart on other ports: tools back after %" PRId64 " ms (heartbeat %s ms)\n",
+            zclock_mono () - restarted, HEARTBEAT);
+    s_echo (broker.endpoint, "found again");
+    assert_int_equal (dsh_testproc_wait (demo, 0), -1);
+    dsh_testproc_destroy (&demo);
+    dsh_testproc_destroy (&broker.process);
+}
+
+static void
+test_stopped_past_the_window (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    s_broker_new (&broker);
+    char path [] = "/tmp/dsh-heal-XXXXXX";
+    int log_fd = mkstemp (path);
+    assert_true (log_fd >= 0);
+    const char *argv [] = { DEMO, "--broker", broker.endpoint, "--id", "sleeper", NULL };
+    dsh_testproc_t *demo = dsh_testproc_start_fds (argv, -1, log_fd);
+    assert_non_null (demo);
+    free (dsh_testproc_wait_line (demo, "serving", 10000));
+    assert_int_equal (dsh_testkit_wait_tools (broker.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 10000), 0);
+
+    //  Twice the liveness window: the component must notice the silence
+    dsh_testproc_signal (broker.process, SIGSTOP);
+    bool noticed = s_file_says (path, "finding it again", 10000);
+    zclock_sleep (1000);
+    dsh_testproc_signal (broker.process, SIGCONT);
+    assert_true (noticed);
+    assert_int_equal (dsh_testproc_wait (demo, 0), -1);
+    int64_t resumed = zclock_mono ();
+    assert_int_equal (dsh_testkit_wait_tools (broker.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, BACK_MS), 0);
+    printf ("      stopped broker: tools listed after %" PRId64 " ms (heartbeat %s ms)\n",
+            zclock_mono () - resumed, HEARTBEAT);
+    s_echo (broker.endpoint, "awake");
+    assert_int_equal (dsh_testproc_wait (demo, 0), -1);
+    dsh_testproc_destroy (&demo);
+    dsh_testproc_destroy (&broker.process);
+    close (log_fd);
+    unlink (path);
+}
+
+static void
+test_two_brokers (void **state)
+{
+    (void) state;
+    s_broker_t first, second;
+    s_broker_new (&first);
+    s_broker_new (&second);
+    char both [160];
+    snprintf (both, sizeof (both), "%s,%s", first.endpoint, second.endpoint);
+    dsh_testproc_t *demo = dsh_testkit_component (DEMO, both, "twofold", NULL);
+    assert_non_null (demo);
+    assert_int_equal (dsh_testkit_wait_tools (first.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 10000), 0);
+    assert_int_equal (dsh_testkit_wait_tools (second.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 10000), 0);
+    s_echo (first.endpoint, "via first");
+    s_echo (second.endpoint, "via second");
+
+    //  Calls at once through both: each answer goes back the way it came
+    dsh_client_t *at_first = dsh_client_new (first.endpoint);
+    dsh_client_t *at_second = dsh_client_new (second.endpoint);
+    dsh_reply_t *slow_first = NULL, *slow_second = NULL;
+    const char *id_first = dsh_testkit_send_json (at_first, NULL, "sleep_ms", "{\"ms\":300}", 10000);
+    const char *id_second = dsh_testkit_send_json (at_second, NULL, "sleep_ms", "{\"ms\":300}", 10000);
+    assert_non_null (id_first);
+    assert_non_null (id_second);
+    slow_first = dsh_client_recv (at_first, 10000);
+    slow_second = dsh_client_recv (at_second, 10000);
+    assert_non_null (slow_first);
+    assert_non_null (slow_second);
+    assert_false (dsh_reply_is_error (slow_first));
+    assert_false (dsh_reply_is_error (slow_second));
+    dsh_reply_destroy (&slow_first);
+    dsh_reply_destroy (&slow_second);
+    dsh_client_destroy (&at_first);
+    dsh_client_destroy (&at_second);
+
+    //  One broker gone: the other keeps serving, past the first's window
+    s_broker_kill (&first);
+    for (int round = 0; round < 6; round++) {
+        s_echo (second.endpoint, "still here");
+        zclock_sleep (500);
+    }
+    //  ... and the first, back (on other work and announce ports), gets
+    //  the tools again
+    s_broker_start (&first);
+    assert_int_equal (dsh_testkit_wait_tools (first.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, BACK_MS), 0);
+    s_echo (first.endpoint, "first again");
+    s_echo (second.endpoint, "second still");
+    assert_int_equal (dsh_testproc_wait (demo, 0), -1);
+    dsh_testproc_destroy (&demo);
+    dsh_testproc_destroy (&first.process);
+    dsh_testproc_destroy (&second.process);
+}
+
+//  A list that is not one is the user's to fix, said at once.
+static void
+test_bad_lists (void **state)
+{
+    (void) state;
+    const char *malformed [] = { DEMO, "--broker", "tcp://127.0.0.1:7001,,tcp://127.0.0.1:7002", NULL };
+    dsh_testproc_t *demo = dsh_testproc_start_merged (malformed);
+    assert_non_null (demo);
+    assert_int_equal (dsh_testproc_wait (demo, 10000), 2);
+    assert_non_null (strstr (dsh_testproc_output (demo, 1000), "broker list"));
+    dsh_testproc_destroy (&demo);
+
+    //  A broker listed twice is followed once: two links under one id
+    //  would fight over the broker's route
+    const char *twice [] = { DEMO, "--broker", "tcp://127.0.0.1:7001,tcp://127.0.0.1:7001", NULL };
+    demo = dsh_testproc_start_merged (twice);
+    assert_non_null (demo);
+    char *line = dsh_testproc_wait_line (demo, "serving", 10000);
+    assert_non_null (line);
+    assert_non_null (strstr (line, "via tcp://127.0.0.1:7001"));
+    assert_null (strstr (line, "7001,"));
+    free (line);
+    dsh_testproc_destroy (&demo);
+
+    dsh_provider_t *provider = dsh_provider_new ("tcp://127.0.0.1:7001, nonsense", "bad", 1);
+    assert_null (provider);
+}
+
+int
+main (void)
+{
+    zsys_init ();
+    srandom ((unsigned) (zclock_usecs () ^ (int64_t) getpid ()));
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_restart_on_other_ports),
+        cmocka_unit_test (test_stopped_past_the_window),
+        cmocka_unit_test (test_two_brokers),
+        cmocka_unit_test (test_bad_lists),
+    };
+    return cmocka_run_group_tests (tests, NULL, NULL);
+}
