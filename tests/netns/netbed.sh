@@ -226,6 +226,8 @@ bed_spawn () {
     ip netns exec "$(bed_ns "$host")" "$@" >"$log" 2>&1 &
     BED_PID=$!
     BED_PIDS+=("$BED_PID")
+    #  Killing it is the test's business: no "Killed" notice from bash
+    disown "$BED_PID"
 }
 
 bed_cut () {
