@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 #  Scenario (g): 50 ms delay and 5 %, then 20 % loss, each way, on the
 #  links of the agent host (the caller) and the tool host (the component).
-#  At each level: echo calls one at a time for 10 s (60 s with
-#  DSH_NETNS_LONG=1) from one long-lived client (dsh-bench --drive), and 10
+#  At each level: echo calls one at a time for 6 s (60 s with
+#  DSH_NETNS_LONG=1) from one long-lived client (dsh-bench --drive), and 8
 #  (100) calls each from a fresh `dsh` process (connect, HELLO, CALL).
 #  Prints the error rates, p50/p99 latencies, and how often the component's
 #  tools flapped (were unregistered). Asserted: at 5 %, no errors and no
@@ -11,8 +11,8 @@
 source "$(dirname "$0")/scenario.sh"
 BED_IMPAIR_HOSTS="agent tool"
 SC_BENCH_BIN=$SC_BUILD/tests/bench/dsh-bench
-drive_seconds=10
-cli_calls=10
+drive_seconds=6
+cli_calls=8
 if [ "${DSH_NETNS_LONG:-0}" = 1 ]; then
     drive_seconds=60
     cli_calls=100

@@ -5,8 +5,10 @@
 #  (issue 12): within 2 s plus 2 heartbeat intervals, whatever the length
 #  of the partition; asserted with 3 s of slack on top.
 source "$(dirname "$0")/scenario.sh"
+#  DSH_NETNS_PARTITIONS="S ..." sets the lengths by hand
 partitions=(10)
 [ "${DSH_NETNS_LONG:-0}" = 1 ] && partitions=(10 30 60)
+[ -n "${DSH_NETNS_PARTITIONS:-}" ] && read -r -a partitions <<< "$DSH_NETNS_PARTITIONS"
 bound_ms=$((2000 + 2 * SC_HEARTBEAT_MS + 3000))
 sc_start
 broker=$(sc_endpoint broker)
