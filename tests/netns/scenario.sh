@@ -43,18 +43,23 @@ sc_fail () {
 #  Ends the test now: the rest depends on what just failed.
 sc_abort () {
     echo "FAIL: $*"
-    echo "(logs: BED_KEEP_LOGS=1 keeps $BED_DIR)"
+    [ "${BED_KEEP_LOGS:-0}" = 1 ] || echo "(BED_KEEP_LOGS=1 keeps the programs' logs)"
     exit 1
 }
 
 sc_finish () {
-    [ "$SC_FAILED" = 0 ] && echo "PASS" || echo "(logs: BED_KEEP_LOGS=1 keeps them)"
+    if [ "$SC_FAILED" = 0 ]; then
+        echo "PASS"
+    elif [ "${BED_KEEP_LOGS:-0}" != 1 ]; then
+        echo "(BED_KEEP_LOGS=1 keeps the programs' logs)"
+    fi
     exit "$SC_FAILED"
 }
 
 sc_endpoint () { echo "tcp://$(bed_addr "$1"):$SC_PORT"; }
 
-#  A broker on HOST; sets SC_PID and SC_LOG (or on the address in SC_BIND, for the floating one).
+#  A broker on HOST (on the address in SC_BIND if set: the floating one);
+#  sets SC_PID and SC_LOG.
 sc_broker () {
     local host=$1; shift
     local address=${SC_BIND:-$(bed_addr "$host")}
