@@ -43,8 +43,8 @@ median=$(field "$result" median_rtt_ms)
 echo "FIGURE: relay delay 100 ms each way: median round trip $median ms"
 if ! awk -v m="$median" 'BEGIN { exit !(m >= 190 && m < 1500) }'; then echo "FAIL: delay not applied"; fail=1; fi
 
-bed_impair agent 0 0
-printf 'cut 1\n' > "$BED_DIR/netem-agent.ctl"
+#  The whole file at once: two SIGHUPs close together may be read as one
+printf 'delay_ms 0\nloss_pct 0\ncut 1\n' > "$BED_DIR/netem-agent.ctl"
 kill -HUP "${BED_RELAY_PIDS[agent]}"
 result=$(probe_round 9004 20 10)
 received=$(field "$result" received)
@@ -57,4 +57,6 @@ result=$(probe_round 9005 50 2)
 received=$(field "$result" received)
 echo "healed: $result"
 if [ "$received" -ne 50 ]; then echo "FAIL: frames lost after healing the relay"; fail=1; fi
+median=$(field "$result" median_rtt_ms)
+if ! awk -v m="$median" 'BEGIN { exit !(m < 100) }'; then echo "FAIL: delay still applied after it was set to 0"; fail=1; fi
 exit $fail
