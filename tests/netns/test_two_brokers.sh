@@ -3,7 +3,8 @@
 #  with no shared state. The demo component on the tool host follows both
 #  (--broker A,B); callers on the agent host use "A,B" too. Then:
 #    1. broker A is killed: calls go on through B; only calls in flight at
-#       A may fail;
+#       A may fail: an idempotent one in flight is retried on B, one that
+#       is not gets BROKER_GONE;
 #    2. A is started again: the component's tools are back at A;
 #    3. A's host drops off the network: calls go on through B;
 #    4. A's host comes back: the tools are listed at A again.
@@ -60,9 +61,26 @@ check_phase () {
 }
 
 sleep 3
+#  One idempotent call (sleep_ms) and one that is not (tick) in flight at
+#  A, the first broker of the callers' list, when it dies
+bed_run agent timeout 40 "$SC_DSH_BIN" --broker "$both" --timeout-ms 20000 call sleep_ms '{"ms":3000}' \
+    >"$BED_DIR/idempotent.out" 2>&1 &
+idempotent_pid=$!
+bed_run agent timeout 40 "$SC_DSH_BIN" --broker "$both" --timeout-ms 20000 call tick '{"ms":3000}' \
+    >"$BED_DIR/tick.out" 2>&1 &
+tick_pid=$!
+sleep 1
 echo a-killed > "$phase_file"
 kill -KILL "$a_pid"
 sleep 8
+idempotent_status=0
+wait "$idempotent_pid" || idempotent_status=$?
+tick_status=0
+wait "$tick_pid" || tick_status=$?
+echo "FIGURE: two brokers: an idempotent call in flight at the killed A: exit $idempotent_status ($(head -c 150 "$BED_DIR/idempotent.out" | tr '\n' ' '))"
+echo "FIGURE: two brokers: a non-idempotent call in flight at the killed A: exit $tick_status ($(head -c 150 "$BED_DIR/tick.out" | tr '\n' ' '))"
+[ "$idempotent_status" = 0 ] || sc_fail "the idempotent call in flight at A was lost (exit $idempotent_status), not retried on B"
+grep -q BROKER_GONE "$BED_DIR/tick.out" || sc_fail "the non-idempotent call in flight at A did not end with BROKER_GONE"
 echo a-restarting > "$phase_file"
 sc_broker broker
 a_pid=$SC_PID
