@@ -228,6 +228,18 @@ s_release (direction_t *self, int fd)
     return -1;
 }
 
+//  Frees the frames still queued (at exit: they are never sent).
+static void
+s_discard (direction_t *self)
+{
+    while (self->count) {
+        free (self->ring [self->head].bytes);
+        self->head = (self->head + 1) % QUEUE_FRAMES_MAX;
+        self->count--;
+    }
+    self->bytes = 0;
+}
+
 static void
 s_print_counters (const direction_t *direction)
 {
@@ -354,6 +366,8 @@ main (int argc, char *argv [])
     }
     s_print_counters (&out);
     s_print_counters (&in);
+    s_discard (&out);
+    s_discard (&in);
     close (packet);
     close (tap);
     return 0;
