@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 #  Scenario (g): 50 ms delay and 5 %, then 20 % loss, each way, on the
 #  links of the agent host (the caller) and the tool host (the component).
-#  At each level: echo calls one at a time for 6 s (60 s with
+#  At each level: echo calls one at a time for 6 s at 5 %, 12 s at 20 % (60 s with
 #  DSH_NETNS_LONG=1) from one long-lived client (dsh-bench --drive), and 8
 #  (100) calls each from a fresh `dsh` process (connect, HELLO, CALL).
 #  Prints the error rates, p50/p99 latencies, and how often the component's
@@ -11,10 +11,11 @@
 source "$(dirname "$0")/scenario.sh"
 BED_IMPAIR_HOSTS="agent tool"
 SC_BENCH_BIN=$SC_BUILD/tests/bench/dsh-bench
-drive_seconds=6
+#  At 20 % a call takes about a second: 6 s would give too few samples
+declare -A drive_seconds=([5]=6 [20]=12)
 cli_calls=8
 if [ "${DSH_NETNS_LONG:-0}" = 1 ]; then
-    drive_seconds=60
+    drive_seconds=([5]=60 [20]=60)
     cli_calls=100
 fi
 sc_start
@@ -29,8 +30,8 @@ for loss in 5 20; do
     bed_impair agent 50 "$loss"
     bed_impair tool 50 "$loss"
     flaps_before=$(grep -c '"kind":"tool.unregistered"' "$watch_out" || true)
-    drive=$(bed_run agent timeout $((drive_seconds + 60)) "$SC_BENCH_BIN" --drive "$broker" --inflight 1 \
-        --seconds "$drive_seconds" 2>&1 || true)
+    drive=$(bed_run agent timeout $((drive_seconds[$loss] + 60)) "$SC_BENCH_BIN" --drive "$broker" --inflight 1 \
+        --seconds "${drive_seconds[$loss]}" 2>&1 || true)
     drive_errors=$(echo "$drive" | grep -o '[0-9]* errors' | head -n 1 | cut -d' ' -f1)
     echo "FIGURE: ${loss}% loss, 50 ms delay each way on caller and component links, one client: $(echo "$drive" | grep '^drive:' | tr '\n' ' ')"
     latencies="$BED_DIR/latency-$loss.txt"
