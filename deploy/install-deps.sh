@@ -3,12 +3,14 @@
 #  Idempotent and quiet when everything is there already.
 set -euo pipefail
 
+#  iproute2 (ip, bridge, tc) builds the netns test bed of tests/netns/.
 #  nats-server and libnats-dev are only for dsh-bench's NATS column (the
 #  peer it is measured against); dsh itself never links or runs them
 packages=(gcc pkg-config meson ninja-build python3
           clang libfuzzer-14-dev
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
           valgrind
+          iproute2
           nats-server libnats-dev)
 
 #  The MCP tests run real MCP software from npm; a node of 18 or later that
