@@ -4,7 +4,11 @@
     A broker killed (-9) and started again, 20 times, on its front
     endpoint, its tools re-announced by a component that kept running: a
     watcher that ran throughout has, after every restart, a snapshot of the
-    new broker instance and the new broker's exact tool list. A broker that
+    new broker instance and the new broker's exact tool list. So has a
+    `dsh watch` process that was stopped (SIGSTOP) while the broker
+    restarted and relearnt its tools, and continued after: a watcher whose
+    event connection comes back after the relearning, as on a slow host or
+    link, with no event left to show it the new broker. A broker that
     comes back on other (ephemeral) announce, work and events ports is
     found again. A watcher given "A,B" follows A, and when A is killed
     resyncs from B and goes on receiving B's events.
@@ -153,6 +157,96 @@ s_follows (watched_t *self, const char *front, json_int_t epoch, size_t count)
     return false;
 }
 
+//  What a `dsh watch` process showed: its view, rebuilt from its lines.
+typedef struct {
+    dsh_testproc_t *process;
+    json_int_t epoch;           //  of its latest snapshot
+    json_t *names;              //  the tool names in its view, in order
+} printed_t;
+
+static void
+s_names_remove (json_t *names, const char *name)
+{
+    for (size_t index = 0; index < json_array_size (names); index++)
+        if (streq (json_string_value (json_array_get (names, index)), name)) {
+            json_array_remove (names, index);
+            return;
+        }
+}
+
+//  Applies the lines printed so far (PROTOCOL.md, the Clone procedure:
+//  the watcher has dropped what does not follow on).
+static void
+s_printed_read (printed_t *self, int timeout_ms)
+{
+    char *line;
+    while ((line = dsh_testproc_wait_line (self->process, "{", timeout_ms))) {
+        timeout_ms = 0;
+        json_t *notice = json_loads (line, 0, NULL);
+        assert_non_null (notice);
+        const char *kind = json_string_value (json_object_get (notice, "kind"));
+        const char *name = json_string_value (json_object_get (notice, "name"));
+        assert_non_null (kind);
+        if (streq (kind, "snapshot")) {
+            self->epoch = json_integer_value (json_object_get (notice, "epoch"));
+            json_array_clear (self->names);
+            json_t *tools = json_object_get (notice, "tools");
+            for (size_t index = 0; index < json_array_size (tools); index++)
+                json_array_append (self->names, json_object_get (json_object_get (json_array_get (tools, index),
+                                                                                   "tool"), "name"));
+        }
+        else
+        if (streq (kind, DSH_EV_REGISTERED) || streq (kind, DSH_EV_UPDATED)) {
+            assert_non_null (name);
+            s_names_remove (self->names, name);
+            json_array_append_new (self->names, json_string (name));
+        }
+        else
+        if (streq (kind, DSH_EV_UNREGISTERED)) {
+            assert_non_null (name);
+            s_names_remove (self->names, name);
+        }
+        json_decref (notice);
+        free (line);
+    }
+}
+
+//  As s_follows, for the process.
+static bool
+s_printed_follows (printed_t *self, const char *front, json_int_t epoch, size_t count)
+{
+    int64_t give_up = zclock_mono () + SETTLE_MS;
+    while (zclock_mono () < give_up) {
+        s_printed_read (self, 100);
+        if (self->epoch != epoch)
+            continue;
+        json_int_t seq = 0;
+        json_t *listed = s_listed (front, &seq);
+        bool same = listed && json_array_size (listed) >= count && json_equal (listed, self->names);
+        json_decref (listed);
+        if (same)
+            return true;
+    }
+    return false;
+}
+
+//  Waits until the broker at front lists count tools. True if it did.
+static bool
+s_relearnt (const char *front, size_t count)
+{
+    int64_t give_up = zclock_mono () + SETTLE_MS;
+    while (zclock_mono () < give_up) {
+        json_int_t seq;
+        json_t *listed = s_listed (front, &seq);
+        size_t size = listed? json_array_size (listed): 0;
+        json_decref (listed);
+        if (size >= count)
+            return true;
+        zclock_sleep (50);
+    }
+    return false;
+}
+
 static void
 test_restarts_resync (void **state)
 {
@@ -164,28 +258,45 @@ test_restarts_resync (void **state)
     assert_non_null (demo);
     watched_t watched = { .watcher = dsh_watcher_new (fixed.front) };
     assert_non_null (watched.watcher);
-    assert_true (s_follows (&watched, fixed.front, s_epoch (fixed.front), DSH_TESTKIT_DEMO_TOOLS));
+    const char *argv [] = { "components/cli/dsh", "--broker", fixed.front, "watch", NULL };
+    printed_t printed = { .process = dsh_testproc_start (argv), .names = json_array () };
+    assert_non_null (printed.process);
+    json_int_t epoch = s_epoch (fixed.front);
+    assert_true (s_follows (&watched, fixed.front, epoch, DSH_TESTKIT_DEMO_TOOLS));
+    assert_true (s_printed_follows (&printed, fixed.front, epoch, DSH_TESTKIT_DEMO_TOOLS));
 
     //  The same four endpoints each time: the component, still running,
     //  finds the new broker by itself and announces its tools again
-    size_t resynced = 0;
+    size_t resynced = 0, printed_resynced = 0;
     for (int cycle = 0; cycle < RESTARTS; cycle++) {
-        json_int_t old_epoch = watched.epoch;
+        json_int_t old_epoch = epoch;
+        dsh_testproc_signal (printed.process, SIGSTOP);
         s_broker_kill (&broker);
         endpoints_t bound;
         broker = s_broker_start (&fixed, &bound);
         assert_string_equal (bound.events, fixed.events);
-        json_int_t epoch = s_epoch (fixed.front);
+        epoch = s_epoch (fixed.front);
         assert_true (epoch != 0 && epoch != old_epoch);
+        assert_true (s_relearnt (fixed.front, DSH_TESTKIT_DEMO_TOOLS));
+        dsh_testproc_signal (printed.process, SIGCONT);
         if (s_follows (&watched, fixed.front, epoch, DSH_TESTKIT_DEMO_TOOLS))
             resynced++;
         else
             print_message ("restart %d: the watcher did not resync (its epoch %lld, the broker's %lld)\n",
                            cycle + 1, (long long) watched.epoch, (long long) epoch);
+        if (s_printed_follows (&printed, fixed.front, epoch, DSH_TESTKIT_DEMO_TOOLS))
+            printed_resynced++;
+        else
+            print_message ("restart %d: dsh watch did not resync (its epoch %lld, the broker's %lld)\n",
+                           cycle + 1, (long long) printed.epoch, (long long) epoch);
     }
-    print_message ("the watcher resynced after %zu of %d restarts\n", resynced, RESTARTS);
+    print_message ("the watcher resynced after %zu of %d restarts, dsh watch (stopped meanwhile) after %zu\n",
+                   resynced, RESTARTS, printed_resynced);
     assert_int_equal (resynced, RESTARTS);
+    assert_int_equal (printed_resynced, RESTARTS);
 
+    json_decref (printed.names);
+    dsh_testproc_destroy (&printed.process);
     dsh_watcher_destroy (&watched.watcher);
     dsh_testproc_destroy (&demo);
     dsh_testproc_destroy (&broker);
