@@ -152,15 +152,19 @@ static void
 s_usage (FILE *stream, const command_t *command)
 {
     if (command) {
-        fprintf (stream, "usage: dsh [--broker ENDPOINT] [--timeout-ms N] [--cert FILE --broker-cert FILE] %s\n\n%s\n",
+        fprintf (stream, "usage: dsh [--broker ENDPOINT[,ENDPOINT...]] [--timeout-ms N] [--cert FILE --broker-cert FILE] "
+                 "%s\n\n%s\n",
                  command->synopsis, command->summary);
         return;
     }
-    fprintf (stream, "usage: dsh [--broker ENDPOINT] [--timeout-ms N] COMMAND ...\n\ncommands:\n");
+    fprintf (stream, "usage: dsh [--broker ENDPOINT[,ENDPOINT...]] [--timeout-ms N] COMMAND ...\n\ncommands:\n");
     for (size_t index = 0; index < COMMAND_COUNT; index++)
         fprintf (stream, "  %s\n      %s\n", s_commands [index].synopsis, s_commands [index].summary);
     fprintf (stream, "\noptions:\n"
-             "  --broker ENDPOINT   the broker's front (default $DSH_BROKER, else %s)\n"
+             "  --broker ENDPOINT[,ENDPOINT...]\n"
+             "                      the broker's front, or a list of brokers (default $DSH_BROKER,\n"
+             "                      else %s): commands use one at a time and move to\n"
+             "                      the next when it is silent; mode is set in every one\n"
              "  --timeout-ms N      how long to wait for the broker (default %d; for call: the call's\n"
              "                      deadline, default %d, plus a margin)\n"
              "  --cert FILE         our CURVE keypair, from dsh keygen (default $DSH_CERT)\n"
@@ -761,20 +765,22 @@ s_schemas (options_t *options)
 //  Sends a control command to stage and returns its reply body (without
 //  the id) as JSON. NULL, with the reason on stderr and *exit_code set, if
 //  no reply came or the stage said {ok: false}.
+//  A control command through the broker at endpoint; the reply body, or
+//  NULL with the reason in error and *exit_code set.
 static json_t *
-s_control (options_t *options, const char *stage, const char *command, json_t *args, int *exit_code)
+s_control_at (options_t *options, const char *endpoint, const char *stage, const char *command, json_t *args,
+              int *exit_code, char *error, size_t error_size)
 {
-    dsh_client_t *client = s_client (options);
+    dsh_client_t *client = dsh_client_new (endpoint);
     if (!client) {
+        snprintf (error, error_size, "cannot connect to broker at %s", endpoint);
         *exit_code = EXIT_NO_BROKER;
         return NULL;
     }
-    char error [512];
     int timeout_ms = options->timeout_ms? options->timeout_ms: CONTROL_TIMEOUT_MS;
-    dsh_reply_t *reply = dsh_client_control (client, stage, command, args, timeout_ms, error, sizeof (error));
+    dsh_reply_t *reply = dsh_client_control (client, stage, command, args, timeout_ms, error, error_size);
     dsh_client_destroy (&client);
     if (!reply) {
-        fprintf (stderr, "dsh: %s\n", error);
         *exit_code = EXIT_NO_BROKER;
         return NULL;
     }
@@ -783,12 +789,12 @@ s_control (options_t *options, const char *stage, const char *command, json_t *a
         //  {ok: false} from the stage, or an ERROR from a broker that
         //  cannot take CONTROL
         const char *text = dsh_reply_text (reply);
-        fprintf (stderr, "dsh: %s\n", text? text: "the stage refused the command");
+        snprintf (error, error_size, "%s", text? text: "the stage refused the command");
         *exit_code = EXIT_TOOL_ERROR;
     }
     else
     if (!streq (dsh_reply_command (reply), DSH_CONTROL)) {
-        fprintf (stderr, "dsh: unexpected %s reply to CONTROL\n", dsh_reply_command (reply));
+        snprintf (error, error_size, "unexpected %s reply to CONTROL", dsh_reply_command (reply));
         *exit_code = EXIT_TOOL_ERROR;
     }
     else {
@@ -796,11 +802,22 @@ s_control (options_t *options, const char *stage, const char *command, json_t *a
         if (body)
             json_object_del (body, "id");
         else {
-            fprintf (stderr, "dsh: the CONTROL reply has no JSON form\n");
+            snprintf (error, error_size, "the CONTROL reply has no JSON form");
             *exit_code = EXIT_TOOL_ERROR;
         }
     }
     dsh_reply_destroy (&reply);
+    return body;
+}
+
+static json_t *
+s_control (options_t *options, const char *stage, const char *command, json_t *args, int *exit_code)
+{
+    char error [512];
+    json_t *body = s_control_at (options, s_endpoint (options), stage, command, args, exit_code,
+                                 error, sizeof (error));
+    if (!body)
+        fprintf (stderr, "dsh: %s\n", error);
     return body;
 }
 
@@ -841,14 +858,51 @@ s_chain (options_t *options)
     return exit_code;
 }
 
+//  A mode is state in each broker's stage, and a client may be served by
+//  any broker of the list: so it is set in every one, and each answer is
+//  shown. With one broker the answer's data is printed as it is; with
+//  several, an array of {broker, ok, data | error}, one per broker in list
+//  order, and the exit code says whether every broker took it.
 static int
 s_mode (options_t *options)
 {
     const char *mode = options->args [1];
     if (!streq (mode, "plan") && !streq (mode, "normal"))
         return s_usage_error (s_command_named ("mode"), "the mode is plan or normal, not \"%s\"", mode);
-    return s_control_print (options, options->stage? options->stage: "plan", "mode",
-                            json_pack ("{s:s, s:s}", "agent", options->args [0], "mode", mode));
+    const char *stage = options->stage? options->stage: "plan";
+    json_t *args = json_pack ("{s:s, s:s}", "agent", options->args [0], "mode", mode);
+    char error [512];
+    zlistx_t *brokers = dsh_sock_brokers (s_endpoint (options), error, sizeof (error));
+    assert (brokers);           //  main checked the list
+    if (zlistx_size (brokers) == 1) {
+        zlistx_destroy (&brokers);
+        return s_control_print (options, stage, "mode", args);
+    }
+    int exit_code = 0;
+    json_t *answers = json_array ();
+    for (const char *broker = zlistx_first (brokers); broker; broker = zlistx_next (brokers)) {
+        int broker_exit = 0;
+        json_t *body = s_control_at (options, broker, stage, "mode", args, &broker_exit, error, sizeof (error));
+        json_t *answer = json_pack ("{s:s, s:b}", "broker", broker, "ok", body != NULL);
+        if (body) {
+            json_t *data = json_object_get (body, "data");
+            json_object_set (answer, "data", data? data: body);
+        }
+        else {
+            fprintf (stderr, "dsh: broker %s did not take mode %s for agent %s: %s\n", broker, mode,
+                     options->args [0], error);
+            json_object_set_new (answer, "error", json_string (error));
+            if (!exit_code)
+                exit_code = broker_exit;
+        }
+        json_array_append_new (answers, answer);
+        json_decref (body);
+    }
+    s_print (answers, JSON_DOCUMENT);
+    json_decref (answers);
+    json_decref (args);
+    zlistx_destroy (&brokers);
+    return exit_code;
 }
 
 static int
@@ -1429,6 +1483,14 @@ main (int argc, char *argv [])
     if (s_parse (argc, argv, index + 1, command, &options, &exit_code) < 0)
         return exit_code;
     char error [512];
+    if (command->run != s_keygen) {
+        zlistx_t *brokers = dsh_sock_brokers (s_endpoint (&options), error, sizeof (error));
+        if (!brokers) {
+            fprintf (stderr, "dsh: %s\n", error);
+            return EXIT_USAGE;
+        }
+        zlistx_destroy (&brokers);
+    }
     if (command->run != s_keygen && dsh_curve_setup (options.cert, options.broker_cert, error, sizeof (error))) {
         fprintf (stderr, "dsh: %s\n", error);
         return EXIT_USAGE;
