@@ -2,9 +2,8 @@
     test_stage_brokers - the chain's outside parts on several brokers
 
     One `dsh-stage --broker A,B` process serves the external stage of both
-    brokers' chains: calls through either broker, many at once and with
-    the same chain tokens on both, pass it and come back on the broker they
-    came from. `dsh --broker A,B mode AGENT plan` sets the mode in both
+    brokers' chains: calls through either broker, many at once on both,
+    pass it and come back on the broker they came from. `dsh --broker A,B mode AGENT plan` sets the mode in both
     brokers' plan stages, and says which broker did not take it when one
     is down. Bad broker lists are usage errors (exit 2), with the entry
     named, in dsh, dsh-stage and dsh-mcp.
