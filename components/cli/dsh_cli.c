@@ -941,7 +941,12 @@ s_json_release (json_t **json_p)
 }
 
 typedef struct {
-    zsock_t *dealer;
+    //  One DEALER per approvals socket: one broker's built-in permission
+    //  stage each, or one for a stage process that serves several brokers
+    zsock_t *dealers [DSH_BROKERS_MAX];
+    char *endpoints [DSH_BROKERS_MAX];
+    size_t dealer_count;
+    zhashx_t *routes;           //  open request id -> the index of its dealer, plus 1
     const char *auto_outcome;   //  "allow", "deny", or NULL: decisions come from stdin
     bool terminal;              //  readable requests and a y/N prompt
     zlistx_t *open;             //  PENDING bodies (json_t) not yet resolved, oldest first
@@ -956,9 +961,9 @@ typedef struct {
     bool stdin_done;
 } approver_t;
 
-//  Sends COMMAND body on the approvals socket; returns 0 or -1.
+//  Sends COMMAND body on approvals socket index; returns 0 or -1.
 static int
-s_approver_send (approver_t *self, const char *command, json_t *body)
+s_approver_send (approver_t *self, size_t index, const char *command, json_t *body)
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
@@ -967,12 +972,20 @@ s_approver_send (approver_t *self, const char *command, json_t *body)
         zmsg_t *msg = dsh_proto_message (NULL, command);
         zframe_t *frame = dsh_packer_frame (&packer);
         zmsg_append (msg, &frame);
-        rc = dsh_sock_send (self->dealer, &msg);
+        rc = dsh_sock_send (self->dealers [index], &msg);
     }
     dsh_packer_release (&packer);
     if (rc)
-        fprintf (stderr, "dsh: cannot send %s to the approvals socket\n", command);
+        fprintf (stderr, "dsh: cannot send %s to the approvals socket at %s\n", command, self->endpoints [index]);
     return rc;
+}
+
+//  Sends COMMAND body on every approvals socket.
+static void
+s_approver_send_all (approver_t *self, const char *command, json_t *body)
+{
+    for (size_t index = 0; index < self->dealer_count; index++)
+        s_approver_send (self, index, command, body);
 }
 
 //  Sends DECIDE; on a terminal, waits for its outcome before showing the
@@ -982,7 +995,11 @@ s_approver_decide (approver_t *self, const char *id, const char *outcome)
 {
     json_t *body = json_pack ("{s:s, s:s}", "id", id, "outcome", outcome);
     char *decided = strdup (id);
-    if (s_approver_send (self, "DECIDE", body) == 0 && self->terminal) {
+    //  To the stage that asked; an id no stage asked for goes to the first,
+    //  which says there is no such request
+    size_t route = (size_t) zhashx_lookup (self->routes, id);
+    size_t index = route? route - 1: 0;
+    if (s_approver_send (self, index, "DECIDE", body) == 0 && self->terminal) {
         zstr_free (&self->decided);
         self->decided = decided;
         decided = NULL;
@@ -1220,9 +1237,9 @@ s_terminal_resolved (approver_t *self, const char *id, const char *outcome)
 
 //  Handles one message from the stage.
 static void
-s_approver_receive (approver_t *self)
+s_approver_receive (approver_t *self, size_t index)
 {
-    zmsg_t *msg = zmsg_recv (self->dealer);
+    zmsg_t *msg = zmsg_recv (self->dealers [index]);
     if (!msg)
         return;
     zmsg_t *envelope = NULL;
@@ -1252,6 +1269,7 @@ s_approver_receive (approver_t *self)
     else
     if (streq (command, "PENDING") && id) {
         bool known = s_approver_find (self, id) != NULL;
+        zhashx_update (self->routes, id, (void *) (index + 1));
         if (!known)
             zlistx_add_end (self->open, json_incref (body));
         if (!self->terminal) {
@@ -1277,6 +1295,7 @@ s_approver_receive (approver_t *self)
             s_approver_print ("resolved", body);
         if (s_approver_find (self, id))
             zlistx_delete (self->open, zlistx_cursor (self->open));
+        zhashx_delete (self->routes, id);
         if (self->terminal)
             s_terminal_resolved (self, id, json_string_value (json_object_get (body, "outcome")));
     }
@@ -1378,64 +1397,103 @@ s_approver_check_stage (approver_t *self)
     }
 }
 
+//  Asks the stage through the broker at broker for its approvals socket
+//  and connects a DEALER to it, unless one is connected there already (a
+//  stage process that serves several brokers has one socket). Returns 0,
+//  or -1 after saying why, with *exit_code set.
+static int
+s_approver_connect (approver_t *self, options_t *options, const char *broker, const char *stage, int *exit_code)
+{
+    char error [512];
+    json_t *body = s_control_at (options, broker, stage, "approvals", NULL, exit_code, error, sizeof (error));
+    if (!body) {
+        fprintf (stderr, "dsh: broker %s: %s\n", broker, error);
+        return -1;
+    }
+    const char *advertised = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
+    const char *server_key = json_string_value (json_object_get (json_object_get (body, "data"), "serverKey"));
+    char *endpoint = advertised? dsh_sock_resolve (advertised, broker): NULL;
+    char *approvals_key = server_key && strlen (server_key) == 40? strdup (server_key): NULL;
+    json_decref (body);
+    int rc = 0;
+    if (!endpoint) {
+        fprintf (stderr, "dsh: broker %s: stage \"%s\" has no approvals endpoint\n", broker, stage);
+        *exit_code = EXIT_TOOL_ERROR;
+        rc = -1;
+    }
+    for (size_t index = 0; rc == 0 && index < self->dealer_count; index++)
+        if (streq (self->endpoints [index], endpoint)) {
+            zstr_free (&endpoint);
+            zstr_free (&approvals_key);
+            return 0;
+        }
+    zsock_t *dealer = rc == 0? zsock_new (ZMQ_DEALER): NULL;
+    if (dealer) {
+        dsh_sock_limit (dealer, APPROVER_MAX_MESSAGE, 1000);
+        //  Give a decision made just before stdin ends, and the goodbye, the
+        //  time to leave
+        zsock_set_linger (dealer, 1000);
+        dsh_curve_client (dealer);
+        //  An external stage serves approvals with its own key, which the
+        //  broker relayed with the endpoint
+        if (approvals_key && dsh_curve_on ())
+            zsock_set_curve_serverkey (dealer, approvals_key);
+        if (zsock_connect (dealer, "%s", endpoint)) {
+            fprintf (stderr, "dsh: cannot connect to the approvals socket at %s\n", endpoint);
+            zsock_destroy (&dealer);
+            *exit_code = EXIT_NO_BROKER;
+            rc = -1;
+        }
+    }
+    if (dealer) {
+        self->dealers [self->dealer_count] = dealer;
+        self->endpoints [self->dealer_count] = endpoint;
+        self->dealer_count++;
+        endpoint = NULL;
+    }
+    zstr_free (&endpoint);
+    zstr_free (&approvals_key);
+    return rc;
+}
+
+//  With a list of brokers, the approver serves the stage of every one that
+//  answers; the others are named on stderr.
 static int
 s_approver (options_t *options)
 {
     const char *stage = options->stage? options->stage: "permission";
     int exit_code = 0;
-    json_t *body = s_control (options, stage, "approvals", NULL, &exit_code);
-    if (!body)
-        return exit_code;
-    const char *advertised = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
-    const char *server_key = json_string_value (json_object_get (json_object_get (body, "data"), "serverKey"));
-    char *endpoint = advertised? dsh_sock_resolve (advertised, s_endpoint (options)): NULL;
-    char *approvals_key = server_key && strlen (server_key) == 40? strdup (server_key): NULL;
-    json_decref (body);
-    if (!endpoint) {
-        fprintf (stderr, "dsh: stage \"%s\" has no approvals endpoint\n", stage);
-        zstr_free (&approvals_key);
-        return EXIT_TOOL_ERROR;
-    }
     approver_t self = {
         .auto_outcome = options->auto_outcome,
         .terminal = isatty (STDIN_FILENO) && isatty (STDOUT_FILENO)
     };
-    self.dealer = zsock_new (ZMQ_DEALER);
-    assert (self.dealer);
-    dsh_sock_limit (self.dealer, APPROVER_MAX_MESSAGE, 1000);
-    //  Give a decision made just before stdin ends, and the goodbye, the
-    //  time to leave
-    zsock_set_linger (self.dealer, 1000);
-    dsh_curve_client (self.dealer);
-    //  An external stage serves approvals with its own key, which the
-    //  broker relayed with the endpoint
-    if (approvals_key && dsh_curve_on ())
-        zsock_set_curve_serverkey (self.dealer, approvals_key);
-    zstr_free (&approvals_key);
-    if (zsock_connect (self.dealer, "%s", endpoint)) {
-        fprintf (stderr, "dsh: cannot connect to the approvals socket at %s\n", endpoint);
-        zsock_destroy (&self.dealer);
-        zstr_free (&endpoint);
-        return EXIT_NO_BROKER;
-    }
-    zstr_free (&endpoint);
+    char error [512];
+    zlistx_t *brokers = dsh_sock_brokers (s_endpoint (options), error, sizeof (error));
+    assert (brokers);           //  main checked the list
+    for (const char *broker = zlistx_first (brokers); broker; broker = zlistx_next (brokers))
+        s_approver_connect (&self, options, broker, stage, &exit_code);
+    zlistx_destroy (&brokers);
+    if (self.dealer_count == 0)
+        return exit_code;
+    exit_code = 0;
+    self.routes = zhashx_new ();
     self.open = zlistx_new ();
     zlistx_set_destructor (self.open, (czmq_destructor *) s_json_release);
     if (self.terminal)
         printf ("Waiting for requests to approve (stage \"%s\"); Ctrl-C or Ctrl-D ends.\n", stage);
 
     //  zpoller takes no file descriptors, so stdin needs zmq_poll
-    zmq_pollitem_t items [] = {
-        { zsock_resolve (self.dealer), 0, ZMQ_POLLIN, 0 },
-        { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 }
-    };
-    int item_count = self.auto_outcome? 1: 2;
+    zmq_pollitem_t items [DSH_BROKERS_MAX + 1];
+    for (size_t index = 0; index < self.dealer_count; index++)
+        items [index] = (zmq_pollitem_t) { zsock_resolve (self.dealers [index]), 0, ZMQ_POLLIN, 0 };
+    items [self.dealer_count] = (zmq_pollitem_t) { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 };
+    int item_count = (int) self.dealer_count + (self.auto_outcome? 0: 1);
     json_t *hello = json_object ();
     int64_t next_hello = zclock_mono ();
     while (!zsys_interrupted && !self.stdin_done) {
         int64_t now = zclock_mono ();
         if (now >= next_hello) {
-            s_approver_send (&self, "APPROVER", hello);
+            s_approver_send_all (&self, "APPROVER", hello);
             next_hello = now + APPROVER_HELLO_MS;
         }
         s_approver_check_stage (&self);
@@ -1448,20 +1506,25 @@ s_approver (options_t *options)
             exit_code = EXIT_NO_BROKER;
             break;
         }
-        if (rc > 0 && (items [0].revents & ZMQ_POLLIN))
-            s_approver_receive (&self);
-        if (rc > 0 && item_count > 1 && (items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
+        for (size_t index = 0; rc > 0 && index < self.dealer_count; index++)
+            if (items [index].revents & ZMQ_POLLIN)
+                s_approver_receive (&self, index);
+        if (rc > 0 && !self.auto_outcome && (items [self.dealer_count].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
             s_approver_stdin (&self);
     }
     //  Leaving on purpose: the stage stops counting on us now, not 3 s later
-    s_approver_send (&self, "GOODBYE", hello);
+    s_approver_send_all (&self, "GOODBYE", hello);
     if (self.terminal)
         s_terminal_break (&self);
     json_decref (hello);
     zlistx_destroy (&self.open);
+    zhashx_destroy (&self.routes);
     zstr_free (&self.decided);
     zstr_free (&self.shown);
-    zsock_destroy (&self.dealer);
+    for (size_t index = 0; index < self.dealer_count; index++) {
+        zsock_destroy (&self.dealers [index]);
+        zstr_free (&self.endpoints [index]);
+    }
     return exit_code;
 }
 

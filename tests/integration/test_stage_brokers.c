@@ -5,7 +5,8 @@
     brokers' chains: calls through either broker, many at once on both,
     pass it and come back on the broker they came from. `dsh --broker A,B mode AGENT plan` sets the mode in both
     brokers' plan stages, and says which broker did not take it when one
-    is down. Bad broker lists are usage errors (exit 2), with the entry
+    is down. `dsh --broker A,B approver` answers the asks of both brokers'
+    permission stages, each on the socket it came from. Bad broker lists are usage errors (exit 2), with the entry
     named, in dsh, dsh-stage and dsh-mcp.
     =========================================================================
 */
@@ -228,6 +229,63 @@ test_mode_on_every_broker (void **state)
     s_site_stop (&a);
 }
 
+static const char *s_ask_chain =
+    "chain\n"
+    "    stage\n"
+    "        name = \"permission\"\n"
+    "        kind = \"permission\"\n"
+    "        default = \"allow\"\n"
+    "        rule\n"
+    "            tool = \"echo\"\n"
+    "            action = \"ask\"\n";
+
+static void
+test_approver_on_every_broker (void **state)
+{
+    (void) state;
+    site_t a = { NULL }, b = { NULL };
+    s_site_start (&a, s_ask_chain);
+    s_site_start (&b, s_ask_chain);
+    char list [600];
+    snprintf (list, sizeof (list), "%s,%s", a.endpoint, b.endpoint);
+    const char *argv [] = { "components/cli/dsh", "--broker", list, "approver", "--auto", "allow", NULL };
+    dsh_testproc_t *approver = dsh_testproc_start (argv);
+    assert_non_null (approver);
+
+    //  Until the approver has said hello to both stages, an ask is refused
+    //  at once; then calls through either broker are asked and allowed
+    site_t *sites [] = { &a, &b };
+    for (size_t index = 0; index < 2; index++) {
+        int64_t give_up = zclock_mono () + 10000;
+        char *text = NULL, *code = NULL;
+        while (zclock_mono () < give_up) {
+            zstr_free (&text);
+            zstr_free (&code);
+            text = s_echo (sites [index], "asked", NULL, &code);
+            if (!code)
+                break;
+            zclock_sleep (100);
+        }
+        assert_null (code);
+        assert_string_equal (text, "asked");
+        zstr_free (&text);
+    }
+    //  Each request was shown once, and resolved
+    dsh_testproc_signal (approver, SIGTERM);
+    assert_int_equal (dsh_testproc_wait (approver, 10000), 0);
+    const char *output = dsh_testproc_output (approver, 1000);
+    size_t pending = 0, allowed = 0;
+    for (const char *cursor = output; (cursor = strstr (cursor, "\"event\":\"pending\"")); cursor++)
+        pending++;
+    for (const char *cursor = output; (cursor = strstr (cursor, "\"outcome\":\"allowed\"")); cursor++)
+        allowed++;
+    assert_int_equal (pending, 2);
+    assert_int_equal (allowed, 2);
+    dsh_testproc_destroy (&approver);
+    s_site_stop (&a);
+    s_site_stop (&b);
+}
+
 static void
 test_bad_lists (void **state)
 {
@@ -270,6 +328,7 @@ main (void)
         cmocka_unit_test (test_one_stage_two_brokers),
         cmocka_unit_test (test_stage_on_a_broker_without_it),
         cmocka_unit_test (test_mode_on_every_broker),
+        cmocka_unit_test (test_approver_on_every_broker),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
