@@ -341,6 +341,7 @@ dsh_identity_offers (const dsh_identity_t *self, const char *tool)
 //  Handshake watch
 
 struct _dsh_handshake_t {
+    void *watched;              //  the socket watched (its libzmq handle)
     zsock_t *monitor;           //  PAIR: libzmq's events for the socket
     char failure [256];
     bool failed;
@@ -358,7 +359,8 @@ dsh_handshake_new (zsock_t *sock)
     snprintf (endpoint, sizeof (endpoint), "inproc://dsh-handshake-%p-%d", (void *) self, ++sequence);
     int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
                | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
-    if (zmq_socket_monitor (zsock_resolve (sock), endpoint, events) == 0) {
+    self->watched = zsock_resolve (sock);
+    if (zmq_socket_monitor (self->watched, endpoint, events) == 0) {
         self->monitor = zsock_new (ZMQ_PAIR);
         if (self->monitor && zsock_connect (self->monitor, "%s", endpoint))
             zsock_destroy (&self->monitor);
@@ -372,6 +374,12 @@ dsh_handshake_destroy (dsh_handshake_t **self_p)
     assert (self_p);
     if (*self_p) {
         dsh_handshake_t *self = *self_p;
+        //  libzmq sends each event with a blocking send, from its I/O
+        //  thread: an event for a PAIR that has gone would stall every
+        //  socket of the process. So the monitor is stopped first (this
+        //  waits for an event being sent, which the PAIR still takes)
+        if (self->monitor)
+            zmq_socket_monitor (self->watched, NULL, 0);
         zsock_destroy (&self->monitor);
         free (self);
         *self_p = NULL;

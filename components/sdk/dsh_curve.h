@@ -154,7 +154,7 @@ typedef struct _dsh_handshake_t dsh_handshake_t;
 dsh_handshake_t *
     dsh_handshake_new (zsock_t *sock);
 
-//  Destroy; safe twice.
+//  Stop watching and destroy; call before destroying the socket. Safe twice.
 void
     dsh_handshake_destroy (dsh_handshake_t **self_p);
 
