@@ -329,7 +329,8 @@ dsh_sock_brokers (const char *spec, char *error, size_t error_size)
             zlistx_destroy (&brokers);
             return NULL;
         }
-        zlistx_add_end (brokers, entry);
+        zlistx_add_end (brokers, entry);    //  the list's duplicator copies it
+        zstr_free (&entry);
         if (!comma)
             break;
         cursor = comma + 1;

@@ -282,7 +282,9 @@ test_handshake_watch_ends_cleanly (void **state)
     assert_non_null (first);
     zsock_t *watched = zsock_new (ZMQ_DEALER);
     dsh_handshake_t *handshake = dsh_handshake_new (watched);
-    assert_int_equal (zsock_connect (watched, "%s", zsock_last_endpoint (first)), 0);
+    char *endpoint = zsock_last_endpoint (first);
+    assert_int_equal (zsock_connect (watched, "%s", endpoint), 0);
+    zstr_free (&endpoint);
     for (int attempt = 0; attempt < 50 && dsh_handshake_successes (handshake) == 0; attempt++)
         zclock_sleep (100);
     assert_int_equal (dsh_handshake_successes (handshake), 1);
@@ -292,11 +294,15 @@ test_handshake_watch_ends_cleanly (void **state)
     //  A handshake after the watch ended, then two other sockets talk
     zsock_t *second = zsock_new_router ("tcp://127.0.0.1:*");
     assert_non_null (second);
-    assert_int_equal (zsock_connect (watched, "%s", zsock_last_endpoint (second)), 0);
+    endpoint = zsock_last_endpoint (second);
+    assert_int_equal (zsock_connect (watched, "%s", endpoint), 0);
+    zstr_free (&endpoint);
     zstr_send (watched, "one");
     zstr_send (watched, "two");
     zsock_t *router = zsock_new_router ("tcp://127.0.0.1:*");
-    zsock_t *dealer = zsock_new_dealer (zsock_last_endpoint (router));
+    endpoint = zsock_last_endpoint (router);
+    zsock_t *dealer = zsock_new_dealer (endpoint);
+    zstr_free (&endpoint);
     assert_non_null (dealer);
     zstr_send (dealer, "hello");
     zsock_set_rcvtimeo (router, 5000);
