@@ -26,14 +26,28 @@
 
 #define S_NAME_MAX 64
 #define S_BATCH 64             //  messages per wakeup, at most
+#define S_LINK_TICK_MS 100     //  how often attached links look at their broker
 
-//  The stage's attachment to one broker's slot.
+//  The stage's attachment to one broker's slot. An attached stage also
+//  keeps a DEALER on the broker's front: PING every heartbeat shows a
+//  broker that restarted (another `broker` id) or went silent, and HELLO
+//  {stage} then finds the slot again, wherever it is now; a broker that
+//  did not answer when the stage attached is asked the same way.
 typedef struct {
     dsh_stage_t *stage;
     char *broker;               //  the broker's front, for logs ("inline" inline)
-    zsock_t *upstream;          //  ROUTER, connected to the broker's feed
+    zsock_t *upstream;          //  ROUTER, connected to the broker's feed; NULL: no slot yet
     zsock_t *downstream;        //  DEALER, connected to the broker's drain
+    char *feed;                 //  the slot's endpoints, as connected
+    char *drain;
     zhashx_t *calls;            //  chain token -> dsh_stage_call_t *
+    zsock_t *front;             //  DEALER to the broker's front; NULL: not attached by HELLO
+    char *broker_id;            //  WELCOME's `broker`
+    int heartbeat_ms;           //  WELCOME's, else the defaults
+    int liveness;
+    int64_t heard;              //  when the front last answered
+    int64_t hello_due;          //  when to send HELLO next; 0 while the slot is known
+    int64_t ping_due;
 } s_link_t;
 
 struct _dsh_stage_t {
@@ -111,7 +125,24 @@ s_link_new (dsh_stage_t *stage, const char *broker)
     self->broker = strdup (broker);
     self->calls = zhashx_new ();
     dsh_proto_token_keys (self->calls);
+    self->heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
+    self->liveness = DSH_DEFAULT_LIVENESS;
     return self;
+}
+
+//  Closes the slot's sockets (their readers first).
+static void
+s_link_close (s_link_t *self)
+{
+    zloop_t *loop = self->stage->loop;
+    if (loop && self->upstream)
+        zloop_reader_end (loop, self->upstream);
+    if (loop && self->downstream)
+        zloop_reader_end (loop, self->downstream);
+    zsock_destroy (&self->upstream);
+    zsock_destroy (&self->downstream);
+    zstr_free (&self->feed);
+    zstr_free (&self->drain);
 }
 
 static void
@@ -122,8 +153,11 @@ s_link_destroy (s_link_t **self_p)
         for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
             s_call_destroy (&call);
         zhashx_destroy (&self->calls);
-        zsock_destroy (&self->upstream);
-        zsock_destroy (&self->downstream);
+        s_link_close (self);
+        if (self->front && self->stage->loop)
+            zloop_reader_end (self->stage->loop, self->front);
+        zsock_destroy (&self->front);
+        zstr_free (&self->broker_id);
         zstr_free (&self->broker);
         free (self);
         *self_p = NULL;
@@ -610,8 +644,10 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
 //  One broker's slot, as attach found it.
 typedef struct {
     char *broker;
-    char *feed;
+    char *feed;                 //  NULL: the broker did not answer yet
     char *drain;
+    char *broker_id;            //  WELCOME's, when attached by HELLO
+    bool attached;              //  by HELLO: the link follows the broker's front
     int heartbeat_ms;           //  the broker's (WELCOME), for dsh_sock_heal
     int liveness;
 } s_slot_t;
@@ -624,6 +660,7 @@ s_slot_destroy (s_slot_t **self_p)
         zstr_free (&self->broker);
         zstr_free (&self->feed);
         zstr_free (&self->drain);
+        zstr_free (&self->broker_id);
         free (self);
         *self_p = NULL;
     }
@@ -635,8 +672,8 @@ s_slot_new (const char *broker, const char *feed, const char *drain, int heartbe
     s_slot_t *self = (s_slot_t *) zmalloc (sizeof (s_slot_t));
     assert (self);
     self->broker = strdup (broker);
-    self->feed = strdup (feed);
-    self->drain = strdup (drain);
+    self->feed = feed? strdup (feed): NULL;
+    self->drain = drain? strdup (drain): NULL;
     self->heartbeat_ms = heartbeat_ms;
     self->liveness = liveness;
     return self;
@@ -647,17 +684,17 @@ typedef struct {
     zlistx_t *slots;            //  s_slot_t *
 } s_start_t;
 
-//  A link to one broker's slot; NULL if an endpoint is not one.
-static s_link_t *
-s_link_connect (dsh_stage_t *stage, s_slot_t *slot)
+//  Connects the link to the slot at feed and drain (the loop reads them,
+//  once it runs). Returns 0, or -1 if an endpoint is not one.
+static int
+s_link_open (s_link_t *self, const char *feed, const char *drain)
 {
-    s_link_t *self = s_link_new (stage, slot->broker);
     self->upstream = zsock_new (ZMQ_ROUTER);
     self->downstream = zsock_new (ZMQ_DEALER);
     dsh_sock_limit (self->upstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
     dsh_sock_limit (self->downstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
-    dsh_sock_heal (self->upstream, slot->heartbeat_ms, slot->liveness);
-    dsh_sock_heal (self->downstream, slot->heartbeat_ms, slot->liveness);
+    dsh_sock_heal (self->upstream, self->heartbeat_ms, self->liveness);
+    dsh_sock_heal (self->downstream, self->heartbeat_ms, self->liveness);
     zsock_set_router_mandatory (self->upstream, 1);
     //  Downstream first, so that calls arriving the moment the feed is up
     //  have somewhere to go. The DEALER queues while its connection comes
@@ -665,11 +702,193 @@ s_link_connect (dsh_stage_t *stage, s_slot_t *slot)
     //  reach this link either, and the broker times out what it sent)
     dsh_curve_client (self->upstream);
     dsh_curve_client (self->downstream);
-    if (zsock_connect (self->downstream, "%s", slot->drain)
-    ||  zsock_connect (self->upstream, "%s", slot->feed)) {
-        zsys_error ("stage %s: cannot connect to the slot at %s (feed %s, drain %s)", stage->name,
-                    slot->broker, slot->feed, slot->drain);
+    if (zsock_connect (self->downstream, "%s", drain)
+    ||  zsock_connect (self->upstream, "%s", feed)) {
+        zsys_error ("stage %s: cannot connect to the slot at %s (feed %s, drain %s)", self->stage->name,
+                    self->broker, feed, drain);
+        s_link_close (self);
+        return -1;
+    }
+    self->feed = strdup (feed);
+    self->drain = strdup (drain);
+    if (self->stage->loop) {
+        zloop_reader (self->stage->loop, self->upstream, s_upstream_recv, self);
+        zloop_reader (self->stage->loop, self->downstream, s_downstream_recv, self);
+    }
+    return 0;
+}
+
+//  The broker's slot moved (it restarted on other ports): the calls this
+//  link holds went with the old broker, so they are let go of (as when
+//  cancelled), and the link connects to the new slot.
+static void
+s_link_move (s_link_t *self, const char *feed, const char *drain)
+{
+    zlistx_t *tokens = zlistx_new ();
+    for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
+        zlistx_add_end (tokens, call);
+    for (dsh_stage_call_t *call = zlistx_first (tokens); call; call = zlistx_next (tokens))
+        s_cancel (self, call->token);
+    zlistx_destroy (&tokens);
+    s_link_close (self);
+    if (s_link_open (self, feed, drain) == 0)
+        zsys_info ("stage %s: attached to %s (feed %s, drain %s)", self->stage->name, self->broker, feed, drain);
+}
+
+//  Sends HELLO {stage} or PING on the link's front.
+static void
+s_link_ask (s_link_t *self, const char *command)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, streq (command, DSH_HELLO)? 1: 0);
+    if (streq (command, DSH_HELLO))
+        dsh_packer_kv_str (&packer, "stage", self->stage->name);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    zmsg_t *msg = dsh_proto_message (NULL, command);
+    zmsg_append (msg, &body);
+    dsh_sock_send (self->front, &msg);
+}
+
+//  A uint member of a reply in [1, limit], else fallback.
+static int
+s_reply_setting (dsh_doc_t *doc, const char *key, int limit, int fallback)
+{
+    const msgpack_object *value = dsh_map_get (dsh_doc_root (doc), key);
+    if (value && value->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+    &&  value->via.u64 >= 1 && value->via.u64 <= (uint64_t) limit)
+        return (int) value->via.u64;
+    return fallback;
+}
+
+static void
+s_link_welcome (s_link_t *self, dsh_doc_t *doc)
+{
+    if (!self->hello_due)
+        return;                 //  an answer to a HELLO re-sent before
+    const msgpack_object *root = dsh_doc_root (doc);
+    const msgpack_object *slot = dsh_map_get (root, "stage");
+    const char *feed = dsh_doc_strdup (doc, dsh_map_get (slot, "feed"));
+    const char *drain = dsh_doc_strdup (doc, dsh_map_get (slot, "drain"));
+    const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (root, "broker"));
+    if (!feed || !drain || !broker_id) {
+        dsh_log_warning ("stage %s: the broker at %s has no external stage of that name", self->stage->name,
+                         self->broker);
+        return;                 //  asked again when due: its config may change
+    }
+    self->heartbeat_ms = s_reply_setting (doc, "heartbeatMs", 3600000, DSH_DEFAULT_HEARTBEAT_MS);
+    self->liveness = s_reply_setting (doc, "liveness", 1000, DSH_DEFAULT_LIVENESS);
+    char *feed_endpoint = dsh_sock_resolve (feed, self->broker);
+    char *drain_endpoint = dsh_sock_resolve (drain, self->broker);
+    if (!self->upstream || !streq (self->feed, feed_endpoint) || !streq (self->drain, drain_endpoint))
+        s_link_move (self, feed_endpoint, drain_endpoint);
+    zstr_free (&feed_endpoint);
+    zstr_free (&drain_endpoint);
+    zstr_free (&self->broker_id);
+    self->broker_id = strdup (broker_id);
+    self->hello_due = 0;
+    self->ping_due = zclock_mono () + self->heartbeat_ms;
+}
+
+static int
+s_link_front_recv_one (zsock_t *reader, void *arg)
+{
+    s_link_t *self = (s_link_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
+    if (!msg)
+        return 0;
+    self->heard = zclock_mono ();
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256];
+    dsh_doc_t *doc = NULL;
+    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
+    &&  zmsg_size (msg) == 1
+    &&  (doc = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error)))) {
+        if (streq (command, DSH_WELCOME))
+            s_link_welcome (self, doc);
+        else
+        if (streq (command, DSH_PONG) && self->broker_id) {
+            const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "broker"));
+            if (broker_id && !streq (broker_id, self->broker_id) && !self->hello_due) {
+                //  Restarted: its slot may be elsewhere now
+                dsh_log_info ("stage %s: the broker at %s restarted; asking for its slot again",
+                              self->stage->name, self->broker);
+                self->hello_due = zclock_mono ();
+            }
+        }
+    }
+    dsh_doc_destroy (&doc);
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+    return 0;
+}
+
+static int
+s_link_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    return dsh_sock_drain (reader, S_BATCH, s_link_front_recv_one, arg);
+}
+
+//  Follows the broker of an attached link: HELLO until its slot is known,
+//  then PING; silence for its liveness window means asking again.
+static int
+s_links_tick (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    dsh_stage_t *stage = (dsh_stage_t *) arg;
+    int64_t now = zclock_mono ();
+    for (s_link_t *link = zlistx_first (stage->links); link; link = zlistx_next (stage->links)) {
+        if (!link->front)
+            continue;
+        if (!link->hello_due && now - link->heard > (int64_t) link->heartbeat_ms * link->liveness) {
+            dsh_log_info ("stage %s: no answer from the broker at %s for %d ms; asking for its slot again",
+                          stage->name, link->broker, link->heartbeat_ms * link->liveness);
+            link->hello_due = now;
+        }
+        if (link->hello_due && now >= link->hello_due) {
+            s_link_ask (link, DSH_HELLO);
+            link->hello_due = now + 1000;
+        }
+        else
+        if (!link->hello_due && now >= link->ping_due) {
+            s_link_ask (link, DSH_PING);
+            link->ping_due = now + link->heartbeat_ms;
+        }
+    }
+    return 0;
+}
+
+//  The link to slot's broker; NULL if an endpoint is not one.
+static s_link_t *
+s_link_connect (dsh_stage_t *stage, s_slot_t *slot)
+{
+    s_link_t *self = s_link_new (stage, slot->broker);
+    self->heartbeat_ms = slot->heartbeat_ms;
+    self->liveness = slot->liveness;
+    if (slot->feed && s_link_open (self, slot->feed, slot->drain)) {
         s_link_destroy (&self);
+        return NULL;
+    }
+    if (slot->attached) {
+        self->front = zsock_new (ZMQ_DEALER);
+        assert (self->front);
+        dsh_sock_heal (self->front, self->heartbeat_ms, self->liveness);
+        dsh_curve_client (self->front);
+        if (zsock_connect (self->front, "%s", slot->broker)) {
+            s_link_destroy (&self);
+            return NULL;
+        }
+        zloop_reader (stage->loop, self->front, s_link_front_recv, self);
+        self->heard = zclock_mono ();
+        self->broker_id = slot->broker_id? strdup (slot->broker_id): NULL;
+        if (slot->feed)
+            self->ping_due = zclock_mono () + self->heartbeat_ms;
+        else
+            self->hello_due = zclock_mono ();
     }
     return self;
 }
@@ -681,32 +900,32 @@ s_stage_actor (zsock_t *pipe, void *args)
     dsh_stage_t *self = start->stage;
     self->pipe = pipe;
     self->links = zlistx_new ();
+    self->loop = zloop_new ();
+    zloop_set_nonstop (self->loop, true);
     int rc = 0;
+    bool attached = false;
     for (s_slot_t *slot = zlistx_first (start->slots); slot && rc == 0; slot = zlistx_next (start->slots)) {
         s_link_t *link = s_link_connect (self, slot);
         if (link)
             zlistx_add_end (self->links, link);
         else
             rc = -1;
+        attached = attached || slot->attached;
     }
     self->connected = rc == 0;
     zsock_signal (pipe, rc == 0? 0: 1);
     if (rc == 0) {
-        self->loop = zloop_new ();
-        zloop_set_nonstop (self->loop, true);
         zloop_reader (self->loop, pipe, s_self_handle_pipe, self);
-        for (s_link_t *link = zlistx_first (self->links); link; link = zlistx_next (self->links)) {
-            zloop_reader (self->loop, link->upstream, s_upstream_recv, link);
-            zloop_reader (self->loop, link->downstream, s_downstream_recv, link);
-        }
+        if (attached)
+            zloop_timer (self->loop, S_LINK_TICK_MS, 0, s_links_tick, self);
         if (self->callbacks.on_init)
             self->callbacks.on_init (self, self->arg);
         zloop_start (self->loop);
-        zloop_destroy (&self->loop);
     }
     for (s_link_t *link = zlistx_first (self->links); link; link = zlistx_next (self->links))
         s_link_destroy (&link);
     zlistx_destroy (&self->links);
+    zloop_destroy (&self->loop);
     //  A stage that never ran leaves its arg to the handle's destroy
     if (rc == 0 && self->callbacks.on_destroy)
         self->callbacks.on_destroy (self->arg);
@@ -787,17 +1006,6 @@ dsh_stage_connect (dsh_stage_t *self, const char *feed, const char *drain)
     return s_stage_start (self, &slots);
 }
 
-//  A uint member of WELCOME in [1, limit], else fallback.
-static int
-s_welcome_setting (dsh_doc_t *doc, const char *key, int limit, int fallback)
-{
-    const msgpack_object *value = dsh_map_get (dsh_doc_root (doc), key);
-    if (value && value->type == MSGPACK_OBJECT_POSITIVE_INTEGER
-    &&  value->via.u64 >= 1 && value->via.u64 <= (uint64_t) limit)
-        return (int) value->via.u64;
-    return fallback;
-}
-
 //  The slot a WELCOME from broker names for this stage, or NULL (said why).
 static s_slot_t *
 s_welcome_slot (dsh_stage_t *self, const char *broker, zmsg_t *reply)
@@ -817,8 +1025,11 @@ s_welcome_slot (dsh_stage_t *self, const char *broker, zmsg_t *reply)
             char *feed_endpoint = dsh_sock_resolve (feed, broker);
             char *drain_endpoint = dsh_sock_resolve (drain, broker);
             slot = s_slot_new (broker, feed_endpoint, drain_endpoint,
-                               s_welcome_setting (doc, "heartbeatMs", 3600000, DSH_DEFAULT_HEARTBEAT_MS),
-                               s_welcome_setting (doc, "liveness", 1000, DSH_DEFAULT_LIVENESS));
+                               s_reply_setting (doc, "heartbeatMs", 3600000, DSH_DEFAULT_HEARTBEAT_MS),
+                               s_reply_setting (doc, "liveness", 1000, DSH_DEFAULT_LIVENESS));
+            const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "broker"));
+            slot->broker_id = broker_id? strdup (broker_id): NULL;
+            slot->attached = true;
             zstr_free (&feed_endpoint);
             zstr_free (&drain_endpoint);
         }
@@ -892,20 +1103,28 @@ dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms)
     }
     //  A broker that answered without a slot for this stage is a mistake in
     //  the list or the config: no attaching then. One that did not answer
-    //  (down, or a standby not up yet) fails closed without this stage
-    //  until the stage attaches again; the others are served meanwhile
+    //  (down, or a standby not up yet) is asked again by the stage, which
+    //  attaches there once it answers; the others are served meanwhile
     zlistx_t *slots = s_slots_new ();
     int rc = refused? -1: 0;
+    size_t attached = 0;
     for (index = 0; index < count; index++) {
-        if (found [index])
+        if (found [index]) {
             zlistx_add_end (slots, found [index]);
+            attached++;
+        }
         else
-        if (!refused && fronts [index])
-            zsys_warning ("stage %s: no answer from the broker at %s within %d ms; not attached there",
-                          self->name, names [index], timeout_ms);
+        if (!refused && fronts [index]) {
+            zsys_warning ("stage %s: no answer from the broker at %s within %d ms; attaching there when it "
+                          "answers", self->name, names [index], timeout_ms);
+            s_slot_t *later = s_slot_new (names [index], NULL, NULL, DSH_DEFAULT_HEARTBEAT_MS,
+                                          DSH_DEFAULT_LIVENESS);
+            later->attached = true;
+            zlistx_add_end (slots, later);
+        }
         zsock_destroy (&fronts [index]);
     }
-    if (zlistx_size (slots) == 0)
+    if (attached == 0)
         rc = -1;
     zpoller_destroy (&poller);
     if (rc == 0)

@@ -127,10 +127,12 @@ int
 //  Start as an external stage: ask the broker at broker, or each broker of
 //  a comma list (NULL: $DSH_BROKER, else the default), for this stage's
 //  slot, waiting up to timeout_ms, then connect to every slot: one link per
-//  broker, each call answered on the link it came from. Returns 0, or -1
-//  if the list is not valid, a broker that answered has no external stage
-//  of this name, or no broker answered (a broker that did not answer is
-//  logged and left out).
+//  broker, each call answered on the link it came from. The stage then
+//  follows each broker (PING every heartbeat): one that restarted, went
+//  silent or did not answer in time is asked for its slot again, and the
+//  link moves there. Returns 0, or -1 if the list is not valid, a broker
+//  that answered has no external stage of this name, or no broker
+//  answered.
 int
     dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms);
 

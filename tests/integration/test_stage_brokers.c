@@ -3,7 +3,9 @@
 
     One `dsh-stage --broker A,B` process serves the external stage of both
     brokers' chains: calls through either broker, many at once on both,
-    pass it and come back on the broker they came from. `dsh --broker A,B mode AGENT plan` sets the mode in both
+    pass it and come back on the broker they came from. A broker that was
+    down when the stage started gets the stage once it is up, and again
+    after it restarts on other ports. `dsh --broker A,B mode AGENT plan` sets the mode in both
     brokers' plan stages, and says which broker did not take it when one
     is down. `dsh --broker A,B approver` answers the asks of both brokers'
     permission stages, each on the socket it came from. Bad broker lists are usage errors (exit 2), with the entry
@@ -16,6 +18,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include "dsh.h"
 #include "dsh_testkit.h"
@@ -170,6 +173,96 @@ test_stage_on_a_broker_without_it (void **state)
     dsh_testproc_destroy (&stage);
     s_site_stop (&a);
     s_site_stop (&b);
+}
+
+//  dsh-broker on front (its other sockets on any free port) with config;
+//  its front endpoint into endpoint.
+static dsh_testproc_t *
+s_broker_at (const char *front, const char *config, char *endpoint, size_t size)
+{
+    char path [] = "/tmp/dsh-config-XXXXXX";
+    int fd = mkstemp (path);
+    assert_true (fd >= 0);
+    assert_int_equal (write (fd, config, strlen (config)), (ssize_t) strlen (config));
+    close (fd);
+    const char *argv [] = { "broker/dsh-broker", "-c", path, "--endpoint", front,
+                            "--announce", "tcp://127.0.0.1:!", "--work", "tcp://127.0.0.1:!",
+                            "--events", "tcp://127.0.0.1:!", "--heartbeat-ms", "200", NULL };
+    dsh_testproc_t *broker = dsh_testproc_start (argv);
+    assert_non_null (broker);
+    char *line = dsh_testproc_wait_line (broker, "listening on ", 10000);
+    unlink (path);
+    assert_non_null (line);
+    const char *start = strstr (line, "listening on ") + strlen ("listening on ");
+    snprintf (endpoint, size, "%.*s", (int) strcspn (start, " "), start);
+    free (line);
+    return broker;
+}
+
+//  Calls echo through site until the stage is there; its text.
+static char *
+s_echo_staged (site_t *self)
+{
+    int64_t give_up = zclock_mono () + 15000;
+    char *text = NULL;
+    while (zclock_mono () < give_up) {
+        zstr_free (&text);
+        text = s_echo (self, "m", NULL, NULL);
+        if (!strstr (text, "not connected"))
+            break;
+        zclock_sleep (100);
+    }
+    return text;
+}
+
+static void
+test_stage_follows_a_broker_back (void **state)
+{
+    (void) state;
+    site_t a = { NULL }, b = { NULL };
+    s_site_start (&a, s_external_chain);
+    //  B's front, free now: B is down when the stage starts
+    b.broker = s_broker_at ("tcp://127.0.0.1:!", s_external_chain, b.endpoint, sizeof (b.endpoint));
+    dsh_testproc_signal (b.broker, SIGKILL);
+    dsh_testproc_wait (b.broker, 5000);
+    dsh_testproc_destroy (&b.broker);
+
+    char list [600];
+    snprintf (list, sizeof (list), "%s,%s", a.endpoint, b.endpoint);
+    const char *argv [] = { "components/middleware/dsh-stage", "--broker", list, "--name", "remote",
+                            "--kind", "trace", NULL };
+    dsh_testproc_t *stage = dsh_testproc_start (argv);
+    assert_non_null (stage);
+    char *line = dsh_testproc_wait_line (stage, "attached", 10000);
+    assert_non_null (line);
+    free (line);
+    char *text = s_echo_staged (&a);
+    assert_string_equal (text, "m remote:before remote:after");
+    zstr_free (&text);
+
+    //  B comes up, then restarts with its other sockets on new ports: each
+    //  time the stage finds its slot, and calls through B pass it
+    for (int round = 0; round < 2; round++) {
+        char endpoint [256];
+        b.broker = s_broker_at (b.endpoint, s_external_chain, endpoint, sizeof (endpoint));
+        assert_string_equal (endpoint, b.endpoint);
+        b.demo = dsh_testkit_component (DEMO, b.endpoint, "demo", NULL);
+        assert_non_null (b.demo);
+        assert_int_equal (dsh_testkit_wait_tools (b.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 10000), 0);
+        b.client = dsh_client_new (b.endpoint);
+        text = s_echo_staged (&b);
+        assert_string_equal (text, "m remote:before remote:after");
+        zstr_free (&text);
+        dsh_testproc_signal (b.broker, SIGKILL);
+        dsh_testproc_wait (b.broker, 5000);
+        s_site_stop (&b);
+    }
+    //  A was served throughout
+    text = s_echo_staged (&a);
+    assert_string_equal (text, "m remote:before remote:after");
+    zstr_free (&text);
+    dsh_testproc_destroy (&stage);
+    s_site_stop (&a);
 }
 
 static const char *s_plan_chain =
@@ -327,6 +420,7 @@ main (void)
         cmocka_unit_test (test_bad_lists),
         cmocka_unit_test (test_one_stage_two_brokers),
         cmocka_unit_test (test_stage_on_a_broker_without_it),
+        cmocka_unit_test (test_stage_follows_a_broker_back),
         cmocka_unit_test (test_mode_on_every_broker),
         cmocka_unit_test (test_approver_on_every_broker),
     };
