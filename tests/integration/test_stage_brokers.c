@@ -215,6 +215,33 @@ s_echo_staged (site_t *self)
     return text;
 }
 
+//  An external stage whose slot is on random ports: a broker restarted
+//  with it binds others
+static const char *s_moving_chain =
+    "chain\n"
+    "    stage\n"
+    "        name = \"remote\"\n"
+    "        kind = \"external\"\n"
+    "        timeout_ms = 3000\n"
+    "        feed = \"tcp://127.0.0.1:!\"\n"
+    "        drain = \"tcp://127.0.0.1:!\"\n";
+
+//  Where the stage "remote" of the broker at site has its feed (CHAIN).
+static char *
+s_feed (site_t *self)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_request (self->client, DSH_CHAIN, NULL, 5000, error, sizeof (error));
+    assert_non_null (reply);
+    json_t *body = dsh_reply_json (reply);
+    dsh_reply_destroy (&reply);
+    json_t *stage = json_array_get (json_object_get (body, "stages"), 0);
+    assert_non_null (stage);
+    char *where = strdup (json_string_value (json_object_get (stage, "where")));
+    json_decref (body);
+    return where;
+}
+
 static void
 test_stage_follows_a_broker_back (void **state)
 {
@@ -222,7 +249,7 @@ test_stage_follows_a_broker_back (void **state)
     site_t a = { NULL }, b = { NULL };
     s_site_start (&a, s_external_chain);
     //  B's front, free now: B is down when the stage starts
-    b.broker = s_broker_at ("tcp://127.0.0.1:!", s_external_chain, b.endpoint, sizeof (b.endpoint));
+    b.broker = s_broker_at ("tcp://127.0.0.1:!", s_moving_chain, b.endpoint, sizeof (b.endpoint));
     dsh_testproc_signal (b.broker, SIGKILL);
     dsh_testproc_wait (b.broker, 5000);
     dsh_testproc_destroy (&b.broker);
@@ -240,16 +267,18 @@ test_stage_follows_a_broker_back (void **state)
     assert_string_equal (text, "m remote:before remote:after");
     zstr_free (&text);
 
-    //  B comes up, then restarts with its other sockets on new ports: each
-    //  time the stage finds its slot, and calls through B pass it
+    //  B comes up, then restarts with its slot on new ports: each time the
+    //  stage finds the slot, and calls through B pass it
+    char *feeds [2] = { NULL, NULL };
     for (int round = 0; round < 2; round++) {
         char endpoint [256];
-        b.broker = s_broker_at (b.endpoint, s_external_chain, endpoint, sizeof (endpoint));
+        b.broker = s_broker_at (b.endpoint, s_moving_chain, endpoint, sizeof (endpoint));
         assert_string_equal (endpoint, b.endpoint);
         b.demo = dsh_testkit_component (DEMO, b.endpoint, "demo", NULL);
         assert_non_null (b.demo);
         assert_int_equal (dsh_testkit_wait_tools (b.endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 10000), 0);
         b.client = dsh_client_new (b.endpoint);
+        feeds [round] = s_feed (&b);
         text = s_echo_staged (&b);
         assert_string_equal (text, "m remote:before remote:after");
         zstr_free (&text);
@@ -257,6 +286,9 @@ test_stage_follows_a_broker_back (void **state)
         dsh_testproc_wait (b.broker, 5000);
         s_site_stop (&b);
     }
+    assert_string_not_equal (feeds [0], feeds [1]);
+    zstr_free (&feeds [0]);
+    zstr_free (&feeds [1]);
     //  A was served throughout
     text = s_echo_staged (&a);
     assert_string_equal (text, "m remote:before remote:after");
