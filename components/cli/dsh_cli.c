@@ -158,15 +158,19 @@ static void
 s_usage (FILE *stream, const command_t *command)
 {
     if (command) {
-        fprintf (stream, "usage: dsh [--broker ENDPOINT] [--timeout-ms N] [--cert FILE --broker-cert FILE] %s\n\n%s\n",
+        fprintf (stream, "usage: dsh [--broker ENDPOINT[,ENDPOINT...]] [--timeout-ms N] [--cert FILE --broker-cert FILE] "
+                 "%s\n\n%s\n",
                  command->synopsis, command->summary);
         return;
     }
-    fprintf (stream, "usage: dsh [--broker ENDPOINT] [--timeout-ms N] COMMAND ...\n\ncommands:\n");
+    fprintf (stream, "usage: dsh [--broker ENDPOINT[,ENDPOINT...]] [--timeout-ms N] COMMAND ...\n\ncommands:\n");
     for (size_t index = 0; index < COMMAND_COUNT; index++)
         fprintf (stream, "  %s\n      %s\n", s_commands [index].synopsis, s_commands [index].summary);
     fprintf (stream, "\noptions:\n"
-             "  --broker ENDPOINT   the broker's front (default $DSH_BROKER, else %s)\n"
+             "  --broker ENDPOINT[,ENDPOINT...]\n"
+             "                      the broker's front, or a list of brokers (default $DSH_BROKER,\n"
+             "                      else %s): commands use one at a time and move to\n"
+             "                      the next when it is silent; mode is set in every one\n"
              "  --timeout-ms N      how long to wait for the broker (default %d; for call: the call's\n"
              "                      deadline, default %d, plus a margin)\n"
              "  --cert FILE         our CURVE keypair, from dsh keygen (default $DSH_CERT)\n"
@@ -767,20 +771,22 @@ s_schemas (options_t *options)
 //  Sends a control command to stage and returns its reply body (without
 //  the id) as JSON. NULL, with the reason on stderr and *exit_code set, if
 //  no reply came or the stage said {ok: false}.
+//  A control command through the broker at endpoint; the reply body, or
+//  NULL with the reason in error and *exit_code set.
 static json_t *
-s_control (options_t *options, const char *stage, const char *command, json_t *args, int *exit_code)
+s_control_at (options_t *options, const char *endpoint, const char *stage, const char *command, json_t *args,
+              int *exit_code, char *error, size_t error_size)
 {
-    dsh_client_t *client = s_client (options);
+    dsh_client_t *client = dsh_client_new (endpoint);
     if (!client) {
+        snprintf (error, error_size, "cannot connect to broker at %s", endpoint);
         *exit_code = EXIT_NO_BROKER;
         return NULL;
     }
-    char error [512];
     int timeout_ms = options->timeout_ms? options->timeout_ms: CONTROL_TIMEOUT_MS;
-    dsh_reply_t *reply = dsh_client_control (client, stage, command, args, timeout_ms, error, sizeof (error));
+    dsh_reply_t *reply = dsh_client_control (client, stage, command, args, timeout_ms, error, error_size);
     dsh_client_destroy (&client);
     if (!reply) {
-        fprintf (stderr, "dsh: %s\n", error);
         *exit_code = EXIT_NO_BROKER;
         return NULL;
     }
@@ -789,12 +795,12 @@ s_control (options_t *options, const char *stage, const char *command, json_t *a
         //  {ok: false} from the stage, or an ERROR from a broker that
         //  cannot take CONTROL
         const char *text = dsh_reply_text (reply);
-        fprintf (stderr, "dsh: %s\n", text? text: "the stage refused the command");
+        snprintf (error, error_size, "%s", text? text: "the stage refused the command");
         *exit_code = EXIT_TOOL_ERROR;
     }
     else
     if (!streq (dsh_reply_command (reply), DSH_CONTROL)) {
-        fprintf (stderr, "dsh: unexpected %s reply to CONTROL\n", dsh_reply_command (reply));
+        snprintf (error, error_size, "unexpected %s reply to CONTROL", dsh_reply_command (reply));
         *exit_code = EXIT_TOOL_ERROR;
     }
     else {
@@ -802,11 +808,22 @@ s_control (options_t *options, const char *stage, const char *command, json_t *a
         if (body)
             json_object_del (body, "id");
         else {
-            fprintf (stderr, "dsh: the CONTROL reply has no JSON form\n");
+            snprintf (error, error_size, "the CONTROL reply has no JSON form");
             *exit_code = EXIT_TOOL_ERROR;
         }
     }
     dsh_reply_destroy (&reply);
+    return body;
+}
+
+static json_t *
+s_control (options_t *options, const char *stage, const char *command, json_t *args, int *exit_code)
+{
+    char error [512];
+    json_t *body = s_control_at (options, s_endpoint (options), stage, command, args, exit_code,
+                                 error, sizeof (error));
+    if (!body)
+        fprintf (stderr, "dsh: %s\n", error);
     return body;
 }
 
@@ -847,14 +864,51 @@ s_chain (options_t *options)
     return exit_code;
 }
 
+//  A mode is state in each broker's stage, and a client may be served by
+//  any broker of the list: so it is set in every one, and each answer is
+//  shown. With one broker the answer's data is printed as it is; with
+//  several, an array of {broker, ok, data | error}, one per broker in list
+//  order, and the exit code says whether every broker took it.
 static int
 s_mode (options_t *options)
 {
     const char *mode = options->args [1];
     if (!streq (mode, "plan") && !streq (mode, "normal"))
         return s_usage_error (s_command_named ("mode"), "the mode is plan or normal, not \"%s\"", mode);
-    return s_control_print (options, options->stage? options->stage: "plan", "mode",
-                            json_pack ("{s:s, s:s}", "agent", options->args [0], "mode", mode));
+    const char *stage = options->stage? options->stage: "plan";
+    json_t *args = json_pack ("{s:s, s:s}", "agent", options->args [0], "mode", mode);
+    char error [512];
+    zlistx_t *brokers = dsh_sock_brokers (s_endpoint (options), error, sizeof (error));
+    assert (brokers);           //  main checked the list
+    if (zlistx_size (brokers) == 1) {
+        zlistx_destroy (&brokers);
+        return s_control_print (options, stage, "mode", args);
+    }
+    int exit_code = 0;
+    json_t *answers = json_array ();
+    for (const char *broker = zlistx_first (brokers); broker; broker = zlistx_next (brokers)) {
+        int broker_exit = 0;
+        json_t *body = s_control_at (options, broker, stage, "mode", args, &broker_exit, error, sizeof (error));
+        json_t *answer = json_pack ("{s:s, s:b}", "broker", broker, "ok", body != NULL);
+        if (body) {
+            json_t *data = json_object_get (body, "data");
+            json_object_set (answer, "data", data? data: body);
+        }
+        else {
+            fprintf (stderr, "dsh: broker %s did not take mode %s for agent %s: %s\n", broker, mode,
+                     options->args [0], error);
+            json_object_set_new (answer, "error", json_string (error));
+            if (!exit_code)
+                exit_code = broker_exit;
+        }
+        json_array_append_new (answers, answer);
+        json_decref (body);
+    }
+    s_print (answers, JSON_DOCUMENT);
+    json_decref (answers);
+    json_decref (args);
+    zlistx_destroy (&brokers);
+    return exit_code;
 }
 
 static int
@@ -893,7 +947,12 @@ s_json_release (json_t **json_p)
 }
 
 typedef struct {
-    zsock_t *dealer;
+    //  One DEALER per approvals socket: one broker's built-in permission
+    //  stage each, or one for a stage process that serves several brokers
+    zsock_t *dealers [DSH_BROKERS_MAX];
+    char *endpoints [DSH_BROKERS_MAX];
+    size_t dealer_count;
+    zhashx_t *routes;           //  open request id -> the index of its dealer, plus 1
     const char *auto_outcome;   //  "allow", "deny", or NULL: decisions come from stdin
     bool terminal;              //  readable requests and a y/N prompt
     zlistx_t *open;             //  PENDING bodies (json_t) not yet resolved, oldest first
@@ -908,9 +967,9 @@ typedef struct {
     bool stdin_done;
 } approver_t;
 
-//  Sends COMMAND body on the approvals socket; returns 0 or -1.
+//  Sends COMMAND body on approvals socket index; returns 0 or -1.
 static int
-s_approver_send (approver_t *self, const char *command, json_t *body)
+s_approver_send (approver_t *self, size_t index, const char *command, json_t *body)
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
@@ -919,12 +978,20 @@ s_approver_send (approver_t *self, const char *command, json_t *body)
         zmsg_t *msg = dsh_proto_message (NULL, command);
         zframe_t *frame = dsh_packer_frame (&packer);
         zmsg_append (msg, &frame);
-        rc = dsh_sock_send (self->dealer, &msg);
+        rc = dsh_sock_send (self->dealers [index], &msg);
     }
     dsh_packer_release (&packer);
     if (rc)
-        fprintf (stderr, "dsh: cannot send %s to the approvals socket\n", command);
+        fprintf (stderr, "dsh: cannot send %s to the approvals socket at %s\n", command, self->endpoints [index]);
     return rc;
+}
+
+//  Sends COMMAND body on every approvals socket.
+static void
+s_approver_send_all (approver_t *self, const char *command, json_t *body)
+{
+    for (size_t index = 0; index < self->dealer_count; index++)
+        s_approver_send (self, index, command, body);
 }
 
 //  Sends DECIDE; on a terminal, waits for its outcome before showing the
@@ -934,7 +1001,11 @@ s_approver_decide (approver_t *self, const char *id, const char *outcome)
 {
     json_t *body = json_pack ("{s:s, s:s}", "id", id, "outcome", outcome);
     char *decided = strdup (id);
-    if (s_approver_send (self, "DECIDE", body) == 0 && self->terminal) {
+    //  To the stage that asked; an id no stage asked for goes to the first,
+    //  which says there is no such request
+    size_t route = (size_t) zhashx_lookup (self->routes, id);
+    size_t index = route? route - 1: 0;
+    if (s_approver_send (self, index, "DECIDE", body) == 0 && self->terminal) {
         zstr_free (&self->decided);
         self->decided = decided;
         decided = NULL;
@@ -1172,9 +1243,9 @@ s_terminal_resolved (approver_t *self, const char *id, const char *outcome)
 
 //  Handles one message from the stage.
 static void
-s_approver_receive (approver_t *self)
+s_approver_receive (approver_t *self, size_t index)
 {
-    zmsg_t *msg = zmsg_recv (self->dealer);
+    zmsg_t *msg = zmsg_recv (self->dealers [index]);
     if (!msg)
         return;
     zmsg_t *envelope = NULL;
@@ -1204,6 +1275,7 @@ s_approver_receive (approver_t *self)
     else
     if (streq (command, "PENDING") && id) {
         bool known = s_approver_find (self, id) != NULL;
+        zhashx_update (self->routes, id, (void *) (index + 1));
         if (!known)
             zlistx_add_end (self->open, json_incref (body));
         if (!self->terminal) {
@@ -1229,6 +1301,7 @@ s_approver_receive (approver_t *self)
             s_approver_print ("resolved", body);
         if (s_approver_find (self, id))
             zlistx_delete (self->open, zlistx_cursor (self->open));
+        zhashx_delete (self->routes, id);
         if (self->terminal)
             s_terminal_resolved (self, id, json_string_value (json_object_get (body, "outcome")));
     }
@@ -1330,64 +1403,103 @@ s_approver_check_stage (approver_t *self)
     }
 }
 
+//  Asks the stage through the broker at broker for its approvals socket
+//  and connects a DEALER to it, unless one is connected there already (a
+//  stage process that serves several brokers has one socket). Returns 0,
+//  or -1 after saying why, with *exit_code set.
+static int
+s_approver_connect (approver_t *self, options_t *options, const char *broker, const char *stage, int *exit_code)
+{
+    char error [512];
+    json_t *body = s_control_at (options, broker, stage, "approvals", NULL, exit_code, error, sizeof (error));
+    if (!body) {
+        fprintf (stderr, "dsh: broker %s: %s\n", broker, error);
+        return -1;
+    }
+    const char *advertised = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
+    const char *server_key = json_string_value (json_object_get (json_object_get (body, "data"), "serverKey"));
+    char *endpoint = advertised? dsh_sock_resolve (advertised, broker): NULL;
+    char *approvals_key = server_key && strlen (server_key) == 40? strdup (server_key): NULL;
+    json_decref (body);
+    int rc = 0;
+    if (!endpoint) {
+        fprintf (stderr, "dsh: broker %s: stage \"%s\" has no approvals endpoint\n", broker, stage);
+        *exit_code = EXIT_TOOL_ERROR;
+        rc = -1;
+    }
+    for (size_t index = 0; rc == 0 && index < self->dealer_count; index++)
+        if (streq (self->endpoints [index], endpoint)) {
+            zstr_free (&endpoint);
+            zstr_free (&approvals_key);
+            return 0;
+        }
+    zsock_t *dealer = rc == 0? zsock_new (ZMQ_DEALER): NULL;
+    if (dealer) {
+        dsh_sock_limit (dealer, APPROVER_MAX_MESSAGE, 1000);
+        //  Give a decision made just before stdin ends, and the goodbye, the
+        //  time to leave
+        zsock_set_linger (dealer, 1000);
+        dsh_curve_client (dealer);
+        //  An external stage serves approvals with its own key, which the
+        //  broker relayed with the endpoint
+        if (approvals_key && dsh_curve_on ())
+            zsock_set_curve_serverkey (dealer, approvals_key);
+        if (zsock_connect (dealer, "%s", endpoint)) {
+            fprintf (stderr, "dsh: cannot connect to the approvals socket at %s\n", endpoint);
+            zsock_destroy (&dealer);
+            *exit_code = EXIT_NO_BROKER;
+            rc = -1;
+        }
+    }
+    if (dealer) {
+        self->dealers [self->dealer_count] = dealer;
+        self->endpoints [self->dealer_count] = endpoint;
+        self->dealer_count++;
+        endpoint = NULL;
+    }
+    zstr_free (&endpoint);
+    zstr_free (&approvals_key);
+    return rc;
+}
+
+//  With a list of brokers, the approver serves the stage of every one that
+//  answers; the others are named on stderr.
 static int
 s_approver (options_t *options)
 {
     const char *stage = options->stage? options->stage: "permission";
     int exit_code = 0;
-    json_t *body = s_control (options, stage, "approvals", NULL, &exit_code);
-    if (!body)
-        return exit_code;
-    const char *advertised = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
-    const char *server_key = json_string_value (json_object_get (json_object_get (body, "data"), "serverKey"));
-    char *endpoint = advertised? dsh_sock_resolve (advertised, s_endpoint (options)): NULL;
-    char *approvals_key = server_key && strlen (server_key) == 40? strdup (server_key): NULL;
-    json_decref (body);
-    if (!endpoint) {
-        fprintf (stderr, "dsh: stage \"%s\" has no approvals endpoint\n", stage);
-        zstr_free (&approvals_key);
-        return EXIT_TOOL_ERROR;
-    }
     approver_t self = {
         .auto_outcome = options->auto_outcome,
         .terminal = isatty (STDIN_FILENO) && isatty (STDOUT_FILENO)
     };
-    self.dealer = zsock_new (ZMQ_DEALER);
-    assert (self.dealer);
-    dsh_sock_limit (self.dealer, APPROVER_MAX_MESSAGE, 1000);
-    //  Give a decision made just before stdin ends, and the goodbye, the
-    //  time to leave
-    zsock_set_linger (self.dealer, 1000);
-    dsh_curve_client (self.dealer);
-    //  An external stage serves approvals with its own key, which the
-    //  broker relayed with the endpoint
-    if (approvals_key && dsh_curve_on ())
-        zsock_set_curve_serverkey (self.dealer, approvals_key);
-    zstr_free (&approvals_key);
-    if (zsock_connect (self.dealer, "%s", endpoint)) {
-        fprintf (stderr, "dsh: cannot connect to the approvals socket at %s\n", endpoint);
-        zsock_destroy (&self.dealer);
-        zstr_free (&endpoint);
-        return EXIT_NO_BROKER;
-    }
-    zstr_free (&endpoint);
+    char error [512];
+    zlistx_t *brokers = dsh_sock_brokers (s_endpoint (options), error, sizeof (error));
+    assert (brokers);           //  main checked the list
+    for (const char *broker = zlistx_first (brokers); broker; broker = zlistx_next (brokers))
+        s_approver_connect (&self, options, broker, stage, &exit_code);
+    zlistx_destroy (&brokers);
+    if (self.dealer_count == 0)
+        return exit_code;
+    exit_code = 0;
+    self.routes = zhashx_new ();
     self.open = zlistx_new ();
     zlistx_set_destructor (self.open, (czmq_destructor *) s_json_release);
     if (self.terminal)
         printf ("Waiting for requests to approve (stage \"%s\"); Ctrl-C or Ctrl-D ends.\n", stage);
 
     //  zpoller takes no file descriptors, so stdin needs zmq_poll
-    zmq_pollitem_t items [] = {
-        { zsock_resolve (self.dealer), 0, ZMQ_POLLIN, 0 },
-        { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 }
-    };
-    int item_count = self.auto_outcome? 1: 2;
+    zmq_pollitem_t items [DSH_BROKERS_MAX + 1];
+    for (size_t index = 0; index < self.dealer_count; index++)
+        items [index] = (zmq_pollitem_t) { zsock_resolve (self.dealers [index]), 0, ZMQ_POLLIN, 0 };
+    items [self.dealer_count] = (zmq_pollitem_t) { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 };
+    int item_count = (int) self.dealer_count + (self.auto_outcome? 0: 1);
     json_t *hello = json_object ();
     int64_t next_hello = zclock_mono ();
     while (!zsys_interrupted && !self.stdin_done) {
         int64_t now = zclock_mono ();
         if (now >= next_hello) {
-            s_approver_send (&self, "APPROVER", hello);
+            s_approver_send_all (&self, "APPROVER", hello);
             next_hello = now + APPROVER_HELLO_MS;
         }
         s_approver_check_stage (&self);
@@ -1400,20 +1512,25 @@ s_approver (options_t *options)
             exit_code = EXIT_NO_BROKER;
             break;
         }
-        if (rc > 0 && (items [0].revents & ZMQ_POLLIN))
-            s_approver_receive (&self);
-        if (rc > 0 && item_count > 1 && (items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
+        for (size_t index = 0; rc > 0 && index < self.dealer_count; index++)
+            if (items [index].revents & ZMQ_POLLIN)
+                s_approver_receive (&self, index);
+        if (rc > 0 && !self.auto_outcome && (items [self.dealer_count].revents & (ZMQ_POLLIN | ZMQ_POLLERR)))
             s_approver_stdin (&self);
     }
     //  Leaving on purpose: the stage stops counting on us now, not 3 s later
-    s_approver_send (&self, "GOODBYE", hello);
+    s_approver_send_all (&self, "GOODBYE", hello);
     if (self.terminal)
         s_terminal_break (&self);
     json_decref (hello);
     zlistx_destroy (&self.open);
+    zhashx_destroy (&self.routes);
     zstr_free (&self.decided);
     zstr_free (&self.shown);
-    zsock_destroy (&self.dealer);
+    for (size_t index = 0; index < self.dealer_count; index++) {
+        zsock_destroy (&self.dealers [index]);
+        zstr_free (&self.endpoints [index]);
+    }
     return exit_code;
 }
 
@@ -1435,6 +1552,14 @@ main (int argc, char *argv [])
     if (s_parse (argc, argv, index + 1, command, &options, &exit_code) < 0)
         return exit_code;
     char error [512];
+    if (command->run != s_keygen) {
+        zlistx_t *brokers = dsh_sock_brokers (s_endpoint (&options), error, sizeof (error));
+        if (!brokers) {
+            fprintf (stderr, "dsh: %s\n", error);
+            return EXIT_USAGE;
+        }
+        zlistx_destroy (&brokers);
+    }
     if (command->run != s_keygen && dsh_curve_setup (options.cert, options.broker_cert, error, sizeof (error))) {
         fprintf (stderr, "dsh: %s\n", error);
         return EXIT_USAGE;

@@ -1,7 +1,7 @@
 /*  =========================================================================
     dsh-mcp - a dsh broker's tools, offered as one MCP server on stdio
 
-        dsh-mcp [--broker E] [--agent ID] [--timeout-ms N] [-v]
+        dsh-mcp [--broker E[,E...]] [--agent ID] [--timeout-ms N] [-v]
 
     An MCP client (a coding agent, the MCP inspector) starts this program
     and sees every tool registered with the broker. tools/list is the
@@ -22,6 +22,7 @@
 #include "dsh_json.h"
 #include "dsh_jsonrpc.h"
 #include "dsh_proto.h"
+#include "dsh_sock.h"
 #include "dsh_watcher.h"
 
 #include <getopt.h>
@@ -509,9 +510,11 @@ static void
 s_usage (FILE *stream)
 {
     fprintf (stream,
-        "usage: dsh-mcp [--broker ENDPOINT] [--agent ID] [--timeout-ms N] [-v]\n"
+        "usage: dsh-mcp [--broker ENDPOINT[,ENDPOINT...]] [--agent ID] [--timeout-ms N] [-v]\n"
         "Serve a dsh broker's tools as an MCP server on stdin/stdout.\n"
-        "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
+        "  --broker ENDPOINT[,ENDPOINT...]\n"
+        "                     the broker's front endpoint, or a list of brokers used one at a\n"
+        "                     time (default: $DSH_BROKER, else %s)\n"
         "  --agent ID         the agent id every call is made as (policies apply to it);\n"
         "                     tools/list shows only what the permission stage could allow it\n"
         "  --timeout-ms N     each call's deadline (default: the broker's, 60000)\n"
@@ -591,6 +594,11 @@ main (int argc, char *argv [])
         if (broker && !*broker)
             broker = NULL;
     }
+    char list_error [512];
+    zlistx_t *brokers = dsh_sock_brokers (broker, list_error, sizeof (list_error));
+    if (!brokers)
+        return s_bad_usage ("%s", list_error);
+    zlistx_destroy (&brokers);
     //  stdout is the MCP channel: nothing else may write there
     zsys_set_logstream (stderr);
     zsys_init ();

@@ -26,6 +26,7 @@
 #include "dsh_mcp_content.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
+#include "dsh_sock.h"
 #include "dsh_provider.h"
 
 #include <errno.h>
@@ -839,7 +840,9 @@ s_usage (FILE *stream)
     fprintf (stream,
         "usage: dsh-mcp-bridge [options] -- COMMAND [ARGS...]\n"
         "Start an MCP server on stdio and serve its tools to a dsh broker.\n"
-        "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
+        "  --broker ENDPOINT[,ENDPOINT...]\n"
+        "                     the broker's front endpoint, or a list of brokers, each served\n"
+        "                     (default: $DSH_BROKER, else %s)\n"
         "  --name NAME        the server's name in logs (default: the command's basename)\n"
         "  --prefix P         prefix every tool name with P (e.g. \"everything__\")\n"
         "  --id ID            the component id (default: mcp-NAME)\n"
@@ -949,6 +952,13 @@ main (int argc, char *argv [])
         if (self.broker && !*self.broker)
             self.broker = NULL;
     }
+    char list_error [512];
+    zlistx_t *brokers = dsh_sock_brokers (self.broker, list_error, sizeof (list_error));
+    if (!brokers) {
+        zstr_free (&self.component_id);
+        return s_bad_usage ("%s", list_error);
+    }
+    zlistx_destroy (&brokers);
 
     zsys_init ();
     //  stdout carries only the ready lines, for whoever launched us

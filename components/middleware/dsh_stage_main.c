@@ -15,6 +15,7 @@
 #include "dsh_curve.h"
 #include "dsh_middleware.h"
 #include "dsh_proto.h"
+#include "dsh_sock.h"
 
 #define ATTACH_TIMEOUT_MS 5000
 
@@ -22,11 +23,13 @@ static void
 s_usage (FILE *stream)
 {
     fprintf (stream,
-        "usage: dsh-stage --name NAME --kind KIND [--broker ENDPOINT] [--config FILE]\n"
+        "usage: dsh-stage --name NAME --kind KIND [--broker ENDPOINT[,ENDPOINT...]] [--config FILE]\n"
         "Run a built-in middleware as the external stage NAME of a broker's chain.\n"
         "  --name NAME        the stage's name in the broker's chain config (required)\n"
         "  --kind KIND        permission, plan, hooks, sandbox or trace (required)\n"
-        "  --broker ENDPOINT  the broker's front endpoint (default: $DSH_BROKER, else %s)\n"
+        "  --broker ENDPOINT[,ENDPOINT...]\n"
+        "                     the broker's front endpoint, or a list of brokers: the stage\n"
+        "                     attaches to each (default: $DSH_BROKER, else %s)\n"
         "  --config FILE      a ZPL file whose root children are the stage's settings\n"
         "  --cert FILE        this stage's CURVE keypair, role stage (default: $DSH_CERT)\n"
         "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
@@ -121,6 +124,11 @@ main (int argc, char *argv [])
         if (!broker || !*broker)
             broker = DSH_DEFAULT_ENDPOINT;
     }
+    char list_error [512];
+    zlistx_t *brokers = dsh_sock_brokers (broker, list_error, sizeof (list_error));
+    if (!brokers)
+        return s_fail ("%s", list_error);
+    zlistx_destroy (&brokers);
     zsys_init ();
     //  stdout carries only the start line, for whoever launched us
     zsys_set_logstream (stderr);
@@ -158,7 +166,8 @@ main (int argc, char *argv [])
     if (dsh_stage_attach (stage, broker, ATTACH_TIMEOUT_MS)) {
         dsh_stage_destroy (&stage);
         zactor_destroy (&auth);
-        return s_fail ("cannot attach stage %s to %s (is it an external stage of that broker?)", name, broker);
+        return s_fail ("cannot attach stage %s to %s (is it an external stage of that broker? the log above "
+                       "says which broker)", name, broker);
     }
     printf ("dsh-stage: %s (%s) attached to %s\n", name, kind, broker);
     fflush (stdout);

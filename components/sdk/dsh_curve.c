@@ -341,7 +341,7 @@ dsh_identity_offers (const dsh_identity_t *self, const char *tool)
 //  Handshake watch
 
 struct _dsh_handshake_t {
-    void *watched;              //  the socket watched (libzmq's handle)
+    void *watched;              //  the socket watched (its libzmq handle)
     zsock_t *monitor;           //  PAIR: libzmq's events for the socket
     char failure [256];
     bool failed;
@@ -376,9 +376,10 @@ dsh_handshake_destroy (dsh_handshake_t **self_p)
     assert (self_p);
     if (*self_p) {
         dsh_handshake_t *self = *self_p;
-        //  Stop the monitor first: libzmq's I/O thread sends its events
-        //  blocking, so a socket still monitored after its PAIR is gone
-        //  stalls every socket of the process at its next event
+        //  libzmq sends each event with a blocking send, from its I/O
+        //  thread: an event for a PAIR that has gone would stall every
+        //  socket of the process. So the monitor is stopped first (this
+        //  waits for an event being sent, which the PAIR still takes)
         if (self->monitor)
             zmq_socket_monitor (self->watched, NULL, 0);
         zsock_destroy (&self->monitor);

@@ -154,8 +154,7 @@ typedef struct _dsh_handshake_t dsh_handshake_t;
 dsh_handshake_t *
     dsh_handshake_new (zsock_t *sock);
 
-//  Stop watching and destroy; safe twice. Call it before the socket is
-//  destroyed: it stops the socket's monitor.
+//  Stop watching and destroy; call before destroying the socket. Safe twice.
 void
     dsh_handshake_destroy (dsh_handshake_t **self_p);
 

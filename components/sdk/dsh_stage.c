@@ -1,13 +1,17 @@
 /*  =========================================================================
     dsh_stage - write a middleware stage of the execution chain as callbacks
 
-    The actor holds the upstream ROUTER, the downstream DEALER and a table
-    of the calls it still has business with: deferred ones, and passed ones
-    whose result it watches. The table's key is the chain token, as an
-    integer: the first envelope frame after the ROUTER's own identity on
-    sockets (PROTOCOL.md, "The execution chain"), or the host's token when
-    the stage runs inline. A result whose call is not in the table goes up
-    frame for frame, untouched.
+    The actor holds one link per broker it is attached to (several when it
+    was given a list of brokers): the link's upstream ROUTER, its downstream
+    DEALER and a table of the calls it still has business with: deferred
+    ones, and passed ones whose result it watches. A call goes down, and
+    its answer or result goes up, on the link it came from; tokens are each
+    broker's own, so each link has its own table. The table's key is the
+    chain token, as an integer: the first envelope frame after the ROUTER's
+    own identity on sockets (PROTOCOL.md, "The execution chain"), or the
+    host's token when the stage runs inline (one link, with no sockets). A
+    result whose call is not in the table goes up frame for frame,
+    untouched.
     =========================================================================
 */
 
@@ -22,6 +26,29 @@
 
 #define S_NAME_MAX 64
 #define S_BATCH 64             //  messages per wakeup, at most
+#define S_LINK_TICK_MS 100     //  how often attached links look at their broker
+
+//  The stage's attachment to one broker's slot. An attached stage also
+//  keeps a DEALER on the broker's front: PING every heartbeat shows a
+//  broker that restarted (another `broker` id) or went silent, and HELLO
+//  {stage} then finds the slot again, wherever it is now; a broker that
+//  did not answer when the stage attached is asked the same way.
+typedef struct {
+    dsh_stage_t *stage;
+    char *broker;               //  the broker's front, for logs ("inline" inline)
+    zsock_t *upstream;          //  ROUTER, connected to the broker's feed; NULL: no slot yet
+    zsock_t *downstream;        //  DEALER, connected to the broker's drain
+    char *feed;                 //  the slot's endpoints, as connected
+    char *drain;
+    zhashx_t *calls;            //  chain token -> dsh_stage_call_t *
+    zsock_t *front;             //  DEALER to the broker's front; NULL: not attached by HELLO
+    char *broker_id;            //  WELCOME's `broker`
+    int heartbeat_ms;           //  WELCOME's, else the defaults
+    int liveness;
+    int64_t heard;              //  when the front last answered
+    int64_t hello_due;          //  when to send HELLO next; 0 while the slot is known
+    int64_t ping_due;
+} s_link_t;
 
 struct _dsh_stage_t {
     char *name;
@@ -31,9 +58,7 @@ struct _dsh_stage_t {
     //  Owned by the actor's thread once it runs
     zsock_t *pipe;
     zloop_t *loop;
-    zsock_t *upstream;          //  ROUTER, connected to the broker's feed
-    zsock_t *downstream;        //  DEALER, connected to the broker's drain
-    zhashx_t *calls;            //  chain token (hex) -> dsh_stage_call_t *
+    zlistx_t *links;            //  s_link_t *, one per broker; one inline
     bool connected;             //  set by the actor before it signals
     bool inline_mode;           //  run in the host's thread, through host
     dsh_stage_host_t host;
@@ -41,6 +66,7 @@ struct _dsh_stage_t {
 
 struct _dsh_stage_call_t {
     dsh_stage_t *stage;
+    s_link_t *link;             //  where it came from, and goes on and back
     uint64_t token;             //  the chain's token for the call: its key
     zmsg_t *envelope;           //  on sockets: everything before the empty delimiter
     zframe_t *body;
@@ -85,6 +111,54 @@ s_call_destroy (dsh_stage_call_t **self_p)
         zstr_free (&self->new_agent);
         json_decref (self->answer);
         json_decref (self->new_result);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static s_link_t *
+s_link_new (dsh_stage_t *stage, const char *broker)
+{
+    s_link_t *self = (s_link_t *) zmalloc (sizeof (s_link_t));
+    assert (self);
+    self->stage = stage;
+    self->broker = strdup (broker);
+    self->calls = zhashx_new ();
+    dsh_proto_token_keys (self->calls);
+    self->heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
+    self->liveness = DSH_DEFAULT_LIVENESS;
+    return self;
+}
+
+//  Closes the slot's sockets (their readers first).
+static void
+s_link_close (s_link_t *self)
+{
+    zloop_t *loop = self->stage->loop;
+    if (loop && self->upstream)
+        zloop_reader_end (loop, self->upstream);
+    if (loop && self->downstream)
+        zloop_reader_end (loop, self->downstream);
+    zsock_destroy (&self->upstream);
+    zsock_destroy (&self->downstream);
+    zstr_free (&self->feed);
+    zstr_free (&self->drain);
+}
+
+static void
+s_link_destroy (s_link_t **self_p)
+{
+    if (*self_p) {
+        s_link_t *self = *self_p;
+        for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
+            s_call_destroy (&call);
+        zhashx_destroy (&self->calls);
+        s_link_close (self);
+        if (self->front && self->stage->loop)
+            zloop_reader_end (self->stage->loop, self->front);
+        zsock_destroy (&self->front);
+        zstr_free (&self->broker_id);
+        zstr_free (&self->broker);
         free (self);
         *self_p = NULL;
     }
@@ -175,8 +249,9 @@ s_send_up (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **body_p)
     if (self->inline_mode)
         self->host.up (self->host.arg, call->token, body_p);
     else
-    if (s_send (self->upstream, call->envelope, DSH_RESULT, body_p, NULL))
-        dsh_log_warning ("stage %s: cannot send a result up: %s", self->name, zmq_strerror (errno));
+    if (s_send (call->link->upstream, call->envelope, DSH_RESULT, body_p, NULL))
+        dsh_log_warning ("stage %s: cannot send a result up to %s: %s", self->name, call->link->broker,
+                         zmq_strerror (errno));
 }
 
 static void
@@ -229,7 +304,7 @@ s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
 {
     //  The DEALER's queue is full: fail before the frames move, while the
     //  call can still be read for its callId
-    bool writable = self->inline_mode || (zsock_events (self->downstream) & ZMQ_POLLOUT) != 0;
+    bool writable = self->inline_mode || (zsock_events (call->link->downstream) & ZMQ_POLLOUT) != 0;
     zframe_t *body = NULL;
     zframe_t *tool = NULL;
     char error [256] = "";
@@ -267,7 +342,7 @@ s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
             self->host.pass (self->host.arg, call->token, &body);
             return true;
         }
-        if (body && s_send (self->downstream, call->envelope, DSH_CALL, &body, &tool) == 0)
+        if (body && s_send (call->link->downstream, call->envelope, DSH_CALL, &body, &tool) == 0)
             return true;
     }
     zframe_destroy (&body);
@@ -286,7 +361,7 @@ s_decide (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict
 {
     if (call->cancelled) {
         //  Answered already, upstream: nothing goes anywhere
-        zhashx_delete (self->calls, &call->token);
+        zhashx_delete (call->link->calls, &call->token);
         s_call_destroy (&call);
         return;
     }
@@ -301,12 +376,13 @@ s_decide (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict
         s_answer (self, call);
     else
         keep = s_pass (self, call) && call->watch;
+    zhashx_t *calls = call->link->calls;
     if (keep) {
-        if (!zhashx_lookup (self->calls, &call->token))
-            zhashx_insert (self->calls, &call->token, call);
+        if (!zhashx_lookup (calls, &call->token))
+            zhashx_insert (calls, &call->token, call);
     }
     else {
-        zhashx_delete (self->calls, &call->token);
+        zhashx_delete (calls, &call->token);
         s_call_destroy (&call);
     }
 }
@@ -315,11 +391,13 @@ s_decide (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict
 //  Receiving
 
 static void
-s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
+s_handle_call (s_link_t *link, zmsg_t **envelope_p, zmsg_t *msg)
 {
+    dsh_stage_t *self = link->stage;
     dsh_stage_call_t *call = (dsh_stage_call_t *) zmalloc (sizeof (dsh_stage_call_t));
     assert (call);
     call->stage = self;
+    call->link = link;
     call->envelope = *envelope_p;
     *envelope_p = NULL;
     call->body = zmsg_pop (msg);
@@ -350,7 +428,7 @@ s_handle_call (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
         s_call_destroy (&call);
         return;
     }
-    if (zhashx_lookup (self->calls, &call->token)) {
+    if (zhashx_lookup (link->calls, &call->token)) {
         dsh_log_warning ("stage %s: a second call with one chain token; dropped", self->name);
         s_call_destroy (&call);
         return;
@@ -394,19 +472,20 @@ s_control_reply (dsh_stage_t *self, zframe_t *request_body)
 }
 
 static void
-s_handle_control (dsh_stage_t *self, zmsg_t **envelope_p, zmsg_t *msg)
+s_handle_control (s_link_t *link, zmsg_t **envelope_p, zmsg_t *msg)
 {
-    zframe_t *frame = s_control_reply (self, zmsg_first (msg));
-    if (frame && s_send (self->upstream, *envelope_p, DSH_CONTROL, &frame, NULL))
-        dsh_log_warning ("stage %s: cannot answer a control command", self->name);
+    zframe_t *frame = s_control_reply (link->stage, zmsg_first (msg));
+    if (frame && s_send (link->upstream, *envelope_p, DSH_CONTROL, &frame, NULL))
+        dsh_log_warning ("stage %s: cannot answer a control command from %s", link->stage->name, link->broker);
     zframe_destroy (&frame);
 }
 
 //  The call with token was answered without this stage: let go of it.
 static void
-s_cancel (dsh_stage_t *self, uint64_t token)
+s_cancel (s_link_t *link, uint64_t token)
 {
-    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (self->calls, &token);
+    dsh_stage_t *self = link->stage;
+    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (link->calls, &token);
     if (!call || call->cancelled)
         return;
     if (call->deferred || call->result_deferred) {
@@ -418,24 +497,25 @@ s_cancel (dsh_stage_t *self, uint64_t token)
     }
     else {
         //  Passed and watched: its result will never come back
-        zhashx_delete (self->calls, &call->token);
+        zhashx_delete (link->calls, &call->token);
         s_call_destroy (&call);
     }
 }
 
 //  The caller cancelled a call this stage holds.
 static void
-s_handle_cancel (dsh_stage_t *self, zmsg_t *envelope)
+s_handle_cancel (s_link_t *link, zmsg_t *envelope)
 {
     uint64_t token;
     if (s_envelope_token (envelope, &token))
-        s_cancel (self, token);
+        s_cancel (link, token);
 }
 
 static int
 s_upstream_recv_one (zsock_t *reader, void *arg)
 {
-    dsh_stage_t *self = (dsh_stage_t *) arg;
+    s_link_t *link = (s_link_t *) arg;
+    dsh_stage_t *self = link->stage;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
         return 0;
@@ -446,13 +526,13 @@ s_upstream_recv_one (zsock_t *reader, void *arg)
         dsh_log_warning ("stage %s: malformed message from upstream: %s", self->name, error);
     else
     if (streq (command, DSH_CALL))
-        s_handle_call (self, &envelope, msg);
+        s_handle_call (link, &envelope, msg);
     else
     if (streq (command, DSH_CONTROL))
-        s_handle_control (self, &envelope, msg);
+        s_handle_control (link, &envelope, msg);
     else
     if (streq (command, DSH_CANCEL))
-        s_handle_cancel (self, envelope);
+        s_handle_cancel (link, envelope);
     else
         dsh_log_warning ("stage %s: unknown command \"%s\" from upstream", self->name, command);
     zmsg_destroy (&envelope);
@@ -474,7 +554,7 @@ s_finish_result (dsh_stage_t *self, dsh_stage_call_t *call)
 {
     if (call->cancelled) {
         //  Answered already, without this stage
-        zhashx_delete (self->calls, &call->token);
+        zhashx_delete (call->link->calls, &call->token);
         s_call_destroy (&call);
         return;
     }
@@ -486,7 +566,7 @@ s_finish_result (dsh_stage_t *self, dsh_stage_call_t *call)
         call->result = NULL;
     }
     s_send_up (self, call, &body);
-    zhashx_delete (self->calls, &call->token);
+    zhashx_delete (call->link->calls, &call->token);
     s_call_destroy (&call);
 }
 
@@ -506,7 +586,8 @@ s_take_result (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **result_p)
 static int
 s_downstream_recv_one (zsock_t *reader, void *arg)
 {
-    dsh_stage_t *self = (dsh_stage_t *) arg;
+    s_link_t *link = (s_link_t *) arg;
+    dsh_stage_t *self = link->stage;
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
         return 0;
@@ -518,7 +599,7 @@ s_downstream_recv_one (zsock_t *reader, void *arg)
     if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
     &&  streq (command, DSH_RESULT) && zmsg_size (msg) == 1
     &&  s_envelope_token (envelope, &token))
-        call = (dsh_stage_call_t *) zhashx_lookup (self->calls, &token);
+        call = (dsh_stage_call_t *) zhashx_lookup (link->calls, &token);
     if (call && call->watch && !call->deferred && !call->result) {
         zframe_t *result = zmsg_pop (msg);
         s_take_result (self, call, &result);
@@ -531,7 +612,7 @@ s_downstream_recv_one (zsock_t *reader, void *arg)
             zframe_t *frame = zmsg_pop (msg);
             zmsg_append (copy, &frame);
         }
-        dsh_sock_send (self->upstream, &copy);
+        dsh_sock_send (link->upstream, &copy);
     }
     else
         dsh_log_warning ("stage %s: malformed message from downstream: %s", self->name, error);
@@ -560,11 +641,257 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
     return rc;
 }
 
+//  One broker's slot, as attach found it.
+typedef struct {
+    char *broker;
+    char *feed;                 //  NULL: the broker did not answer yet
+    char *drain;
+    char *broker_id;            //  WELCOME's, when attached by HELLO
+    bool attached;              //  by HELLO: the link follows the broker's front
+    int heartbeat_ms;           //  the broker's (WELCOME), for dsh_sock_heal
+    int liveness;
+} s_slot_t;
+
+static void
+s_slot_destroy (s_slot_t **self_p)
+{
+    if (*self_p) {
+        s_slot_t *self = *self_p;
+        zstr_free (&self->broker);
+        zstr_free (&self->feed);
+        zstr_free (&self->drain);
+        zstr_free (&self->broker_id);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+static s_slot_t *
+s_slot_new (const char *broker, const char *feed, const char *drain, int heartbeat_ms, int liveness)
+{
+    s_slot_t *self = (s_slot_t *) zmalloc (sizeof (s_slot_t));
+    assert (self);
+    self->broker = strdup (broker);
+    self->feed = feed? strdup (feed): NULL;
+    self->drain = drain? strdup (drain): NULL;
+    self->heartbeat_ms = heartbeat_ms;
+    self->liveness = liveness;
+    return self;
+}
+
 typedef struct {
     dsh_stage_t *stage;
-    const char *feed;
-    const char *drain;
+    zlistx_t *slots;            //  s_slot_t *
 } s_start_t;
+
+//  Connects the link to the slot at feed and drain (the loop reads them,
+//  once it runs). Returns 0, or -1 if an endpoint is not one.
+static int
+s_link_open (s_link_t *self, const char *feed, const char *drain)
+{
+    self->upstream = zsock_new (ZMQ_ROUTER);
+    self->downstream = zsock_new (ZMQ_DEALER);
+    dsh_sock_limit (self->upstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
+    dsh_sock_limit (self->downstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
+    dsh_sock_heal (self->upstream, self->heartbeat_ms, self->liveness);
+    dsh_sock_heal (self->downstream, self->heartbeat_ms, self->liveness);
+    zsock_set_router_mandatory (self->upstream, 1);
+    //  Downstream first, so that calls arriving the moment the feed is up
+    //  have somewhere to go. The DEALER queues while its connection comes
+    //  up (drain and feed belong to one broker: if it is gone, no call can
+    //  reach this link either, and the broker times out what it sent)
+    dsh_curve_client (self->upstream);
+    dsh_curve_client (self->downstream);
+    if (zsock_connect (self->downstream, "%s", drain)
+    ||  zsock_connect (self->upstream, "%s", feed)) {
+        zsys_error ("stage %s: cannot connect to the slot at %s (feed %s, drain %s)", self->stage->name,
+                    self->broker, feed, drain);
+        s_link_close (self);
+        return -1;
+    }
+    self->feed = strdup (feed);
+    self->drain = strdup (drain);
+    if (self->stage->loop) {
+        zloop_reader (self->stage->loop, self->upstream, s_upstream_recv, self);
+        zloop_reader (self->stage->loop, self->downstream, s_downstream_recv, self);
+    }
+    return 0;
+}
+
+//  The broker's slot moved (it restarted on other ports): the calls this
+//  link holds went with the old broker, so they are let go of (as when
+//  cancelled), and the link connects to the new slot.
+static void
+s_link_move (s_link_t *self, const char *feed, const char *drain)
+{
+    zlistx_t *tokens = zlistx_new ();
+    for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
+        zlistx_add_end (tokens, call);
+    for (dsh_stage_call_t *call = zlistx_first (tokens); call; call = zlistx_next (tokens))
+        s_cancel (self, call->token);
+    zlistx_destroy (&tokens);
+    s_link_close (self);
+    if (s_link_open (self, feed, drain) == 0)
+        zsys_info ("stage %s: attached to %s (feed %s, drain %s)", self->stage->name, self->broker, feed, drain);
+}
+
+//  Sends HELLO {stage} or PING on the link's front.
+static void
+s_link_ask (s_link_t *self, const char *command)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, streq (command, DSH_HELLO)? 1: 0);
+    if (streq (command, DSH_HELLO))
+        dsh_packer_kv_str (&packer, "stage", self->stage->name);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    zmsg_t *msg = dsh_proto_message (NULL, command);
+    zmsg_append (msg, &body);
+    dsh_sock_send (self->front, &msg);
+}
+
+//  A uint member of a reply in [1, limit], else fallback.
+static int
+s_reply_setting (dsh_doc_t *doc, const char *key, int limit, int fallback)
+{
+    const msgpack_object *value = dsh_map_get (dsh_doc_root (doc), key);
+    if (value && value->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+    &&  value->via.u64 >= 1 && value->via.u64 <= (uint64_t) limit)
+        return (int) value->via.u64;
+    return fallback;
+}
+
+static void
+s_link_welcome (s_link_t *self, dsh_doc_t *doc)
+{
+    if (!self->hello_due)
+        return;                 //  an answer to a HELLO re-sent before
+    const msgpack_object *root = dsh_doc_root (doc);
+    const msgpack_object *slot = dsh_map_get (root, "stage");
+    const char *feed = dsh_doc_strdup (doc, dsh_map_get (slot, "feed"));
+    const char *drain = dsh_doc_strdup (doc, dsh_map_get (slot, "drain"));
+    const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (root, "broker"));
+    if (!feed || !drain || !broker_id) {
+        dsh_log_warning ("stage %s: the broker at %s has no external stage of that name", self->stage->name,
+                         self->broker);
+        return;                 //  asked again when due: its config may change
+    }
+    self->heartbeat_ms = s_reply_setting (doc, "heartbeatMs", 3600000, DSH_DEFAULT_HEARTBEAT_MS);
+    self->liveness = s_reply_setting (doc, "liveness", 1000, DSH_DEFAULT_LIVENESS);
+    char *feed_endpoint = dsh_sock_resolve (feed, self->broker);
+    char *drain_endpoint = dsh_sock_resolve (drain, self->broker);
+    if (!self->upstream || !streq (self->feed, feed_endpoint) || !streq (self->drain, drain_endpoint))
+        s_link_move (self, feed_endpoint, drain_endpoint);
+    zstr_free (&feed_endpoint);
+    zstr_free (&drain_endpoint);
+    zstr_free (&self->broker_id);
+    self->broker_id = strdup (broker_id);
+    self->hello_due = 0;
+    self->ping_due = zclock_mono () + self->heartbeat_ms;
+}
+
+static int
+s_link_front_recv_one (zsock_t *reader, void *arg)
+{
+    s_link_t *self = (s_link_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
+    if (!msg)
+        return 0;
+    self->heard = zclock_mono ();
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256];
+    dsh_doc_t *doc = NULL;
+    if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
+    &&  zmsg_size (msg) == 1
+    &&  (doc = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error)))) {
+        if (streq (command, DSH_WELCOME))
+            s_link_welcome (self, doc);
+        else
+        if (streq (command, DSH_PONG) && self->broker_id) {
+            const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "broker"));
+            if (broker_id && !streq (broker_id, self->broker_id) && !self->hello_due) {
+                //  Restarted: its slot may be elsewhere now
+                dsh_log_info ("stage %s: the broker at %s restarted; asking for its slot again",
+                              self->stage->name, self->broker);
+                self->hello_due = zclock_mono ();
+            }
+        }
+    }
+    dsh_doc_destroy (&doc);
+    zmsg_destroy (&envelope);
+    zmsg_destroy (&msg);
+    return 0;
+}
+
+static int
+s_link_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    return dsh_sock_drain (reader, S_BATCH, s_link_front_recv_one, arg);
+}
+
+//  Follows the broker of an attached link: HELLO until its slot is known,
+//  then PING; silence for its liveness window means asking again.
+static int
+s_links_tick (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    dsh_stage_t *stage = (dsh_stage_t *) arg;
+    int64_t now = zclock_mono ();
+    for (s_link_t *link = zlistx_first (stage->links); link; link = zlistx_next (stage->links)) {
+        if (!link->front)
+            continue;
+        if (!link->hello_due && now - link->heard > (int64_t) link->heartbeat_ms * link->liveness) {
+            dsh_log_info ("stage %s: no answer from the broker at %s for %d ms; asking for its slot again",
+                          stage->name, link->broker, link->heartbeat_ms * link->liveness);
+            link->hello_due = now;
+        }
+        if (link->hello_due && now >= link->hello_due) {
+            s_link_ask (link, DSH_HELLO);
+            link->hello_due = now + 1000;
+        }
+        else
+        if (!link->hello_due && now >= link->ping_due) {
+            s_link_ask (link, DSH_PING);
+            link->ping_due = now + link->heartbeat_ms;
+        }
+    }
+    return 0;
+}
+
+//  The link to slot's broker; NULL if an endpoint is not one.
+static s_link_t *
+s_link_connect (dsh_stage_t *stage, s_slot_t *slot)
+{
+    s_link_t *self = s_link_new (stage, slot->broker);
+    self->heartbeat_ms = slot->heartbeat_ms;
+    self->liveness = slot->liveness;
+    if (slot->feed && s_link_open (self, slot->feed, slot->drain)) {
+        s_link_destroy (&self);
+        return NULL;
+    }
+    if (slot->attached) {
+        self->front = zsock_new (ZMQ_DEALER);
+        assert (self->front);
+        dsh_sock_heal (self->front, self->heartbeat_ms, self->liveness);
+        dsh_curve_client (self->front);
+        if (zsock_connect (self->front, "%s", slot->broker)) {
+            s_link_destroy (&self);
+            return NULL;
+        }
+        zloop_reader (stage->loop, self->front, s_link_front_recv, self);
+        self->heard = zclock_mono ();
+        self->broker_id = slot->broker_id? strdup (slot->broker_id): NULL;
+        if (slot->feed)
+            self->ping_due = zclock_mono () + self->heartbeat_ms;
+        else
+            self->hello_due = zclock_mono ();
+    }
+    return self;
+}
 
 static void
 s_stage_actor (zsock_t *pipe, void *args)
@@ -572,43 +899,59 @@ s_stage_actor (zsock_t *pipe, void *args)
     s_start_t *start = (s_start_t *) args;
     dsh_stage_t *self = start->stage;
     self->pipe = pipe;
-    self->calls = zhashx_new ();
-    dsh_proto_token_keys (self->calls);
-    self->upstream = zsock_new (ZMQ_ROUTER);
-    self->downstream = zsock_new (ZMQ_DEALER);
-    dsh_sock_limit (self->upstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
-    dsh_sock_limit (self->downstream, DSH_MAX_MESSAGE_DEFAULT, 100000);
-    zsock_set_router_mandatory (self->upstream, 1);
-    //  Downstream first, so that calls arriving the moment the feed is up
-    //  have somewhere to go. The DEALER queues while its connection comes
-    //  up (drain and feed belong to one broker: if it is gone, no call can
-    //  reach this stage either, and the broker times out what it sent)
-    dsh_curve_client (self->upstream);
-    dsh_curve_client (self->downstream);
-    int rc = zsock_connect (self->downstream, "%s", start->drain);
-    if (rc == 0)
-        rc = zsock_connect (self->upstream, "%s", start->feed);
+    self->links = zlistx_new ();
+    self->loop = zloop_new ();
+    zloop_set_nonstop (self->loop, true);
+    int rc = 0;
+    bool attached = false;
+    for (s_slot_t *slot = zlistx_first (start->slots); slot && rc == 0; slot = zlistx_next (start->slots)) {
+        s_link_t *link = s_link_connect (self, slot);
+        if (link)
+            zlistx_add_end (self->links, link);
+        else
+            rc = -1;
+        attached = attached || slot->attached;
+    }
     self->connected = rc == 0;
     zsock_signal (pipe, rc == 0? 0: 1);
     if (rc == 0) {
-        self->loop = zloop_new ();
-        zloop_set_nonstop (self->loop, true);
         zloop_reader (self->loop, pipe, s_self_handle_pipe, self);
-        zloop_reader (self->loop, self->upstream, s_upstream_recv, self);
-        zloop_reader (self->loop, self->downstream, s_downstream_recv, self);
+        if (attached)
+            zloop_timer (self->loop, S_LINK_TICK_MS, 0, s_links_tick, self);
         if (self->callbacks.on_init)
             self->callbacks.on_init (self, self->arg);
         zloop_start (self->loop);
-        zloop_destroy (&self->loop);
     }
-    for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
-        s_call_destroy (&call);
-    zhashx_destroy (&self->calls);
+    for (s_link_t *link = zlistx_first (self->links); link; link = zlistx_next (self->links))
+        s_link_destroy (&link);
+    zlistx_destroy (&self->links);
+    zloop_destroy (&self->loop);
     //  A stage that never ran leaves its arg to the handle's destroy
     if (rc == 0 && self->callbacks.on_destroy)
         self->callbacks.on_destroy (self->arg);
-    zsock_destroy (&self->upstream);
-    zsock_destroy (&self->downstream);
+}
+
+//  Starts the actor on slots (taken). Returns 0 or -1.
+static int
+s_stage_start (dsh_stage_t *self, zlistx_t **slots_p)
+{
+    s_start_t start = { self, *slots_p };
+    *slots_p = NULL;
+    self->actor = zactor_new (s_stage_actor, &start);
+    zlistx_destroy (&start.slots);
+    if (!self->connected) {
+        zactor_destroy (&self->actor);
+        return -1;
+    }
+    return 0;
+}
+
+static zlistx_t *
+s_slots_new (void)
+{
+    zlistx_t *slots = zlistx_new ();
+    zlistx_set_destructor (slots, (zlistx_destructor_fn *) s_slot_destroy);
+    return slots;
 }
 
 //  ---------------------------------------------------------------------
@@ -638,10 +981,10 @@ dsh_stage_destroy (dsh_stage_t **self_p)
             zactor_destroy (&self->actor);
         else {
             //  Inline or never started: the calls and arg are ours to free
-            if (self->calls)
-                for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
-                    s_call_destroy (&call);
-            zhashx_destroy (&self->calls);
+            if (self->links)
+                for (s_link_t *link = zlistx_first (self->links); link; link = zlistx_next (self->links))
+                    s_link_destroy (&link);
+            zlistx_destroy (&self->links);
             if (self->callbacks.on_destroy)
                 self->callbacks.on_destroy (self->arg);
         }
@@ -658,68 +1001,136 @@ dsh_stage_connect (dsh_stage_t *self, const char *feed, const char *drain)
     assert (feed && drain);
     if (self->actor)
         return -1;
-    s_start_t start = { self, feed, drain };
-    self->actor = zactor_new (s_stage_actor, &start);
-    if (!self->connected) {
-        zactor_destroy (&self->actor);
-        return -1;
+    zlistx_t *slots = s_slots_new ();
+    zlistx_add_end (slots, s_slot_new (feed, feed, drain, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS));
+    return s_stage_start (self, &slots);
+}
+
+//  The slot a WELCOME from broker names for this stage, or NULL (said why).
+static s_slot_t *
+s_welcome_slot (dsh_stage_t *self, const char *broker, zmsg_t *reply)
+{
+    zmsg_t *envelope = NULL;
+    char command [DSH_COMMAND_MAX + 1];
+    char error [256] = "";
+    dsh_doc_t *doc = NULL;
+    s_slot_t *slot = NULL;
+    if (dsh_proto_split (reply, &envelope, command, sizeof (command), error, sizeof (error)) == 0
+    &&  streq (command, DSH_WELCOME)
+    &&  (doc = dsh_proto_decode_body (zmsg_first (reply), error, sizeof (error)))) {
+        const msgpack_object *stage = dsh_map_get (dsh_doc_root (doc), "stage");
+        const char *feed = dsh_doc_strdup (doc, dsh_map_get (stage, "feed"));
+        const char *drain = dsh_doc_strdup (doc, dsh_map_get (stage, "drain"));
+        if (feed && drain) {
+            char *feed_endpoint = dsh_sock_resolve (feed, broker);
+            char *drain_endpoint = dsh_sock_resolve (drain, broker);
+            slot = s_slot_new (broker, feed_endpoint, drain_endpoint,
+                               s_reply_setting (doc, "heartbeatMs", 3600000, DSH_DEFAULT_HEARTBEAT_MS),
+                               s_reply_setting (doc, "liveness", 1000, DSH_DEFAULT_LIVENESS));
+            const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "broker"));
+            slot->broker_id = broker_id? strdup (broker_id): NULL;
+            slot->attached = true;
+            zstr_free (&feed_endpoint);
+            zstr_free (&drain_endpoint);
+        }
+        else
+            zsys_error ("stage %s: the broker at %s has no external stage of that name", self->name, broker);
     }
-    return 0;
+    else
+        zsys_error ("stage %s: bad answer to HELLO from the broker at %s: %s", self->name, broker,
+                    *error? error: command);
+    dsh_doc_destroy (&doc);
+    zmsg_destroy (&envelope);
+    return slot;
 }
 
 int
 dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms)
 {
     assert (self);
-    if (!broker)
-        broker = getenv ("DSH_BROKER");
-    if (!broker || !*broker)
-        broker = DSH_DEFAULT_ENDPOINT;
-    zsock_t *front = zsock_new (ZMQ_DEALER);
-    dsh_curve_client (front);
-    zsock_connect (front, "%s", broker);
-    dsh_packer_t packer;
-    dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 1);
-    dsh_packer_kv_str (&packer, "stage", self->name);
-    zframe_t *body = dsh_packer_frame (&packer);
-    dsh_packer_release (&packer);
-    zmsg_t *hello = dsh_proto_message (NULL, DSH_HELLO);
-    zmsg_append (hello, &body);
-    dsh_sock_send (front, &hello);
-
-    int rc = -1;
-    zpoller_t *poller = zpoller_new (front, NULL);
-    if (zpoller_wait (poller, timeout_ms) == front) {
-        zmsg_t *reply = zmsg_recv (front);
-        zmsg_t *envelope = NULL;
-        char command [DSH_COMMAND_MAX + 1];
-        char error [256];
-        dsh_doc_t *doc = NULL;
-        if (dsh_proto_split (reply, &envelope, command, sizeof (command), error, sizeof (error)) == 0
-        &&  streq (command, DSH_WELCOME)
-        &&  (doc = dsh_proto_decode_body (zmsg_first (reply), error, sizeof (error)))) {
-            const msgpack_object *slot = dsh_map_get (dsh_doc_root (doc), "stage");
-            char *feed = dsh_doc_strdup (doc, dsh_map_get (slot, "feed"));
-            char *drain = dsh_doc_strdup (doc, dsh_map_get (slot, "drain"));
-            if (feed && drain) {
-                char *feed_endpoint = dsh_sock_resolve (feed, broker);
-                char *drain_endpoint = dsh_sock_resolve (drain, broker);
-                rc = dsh_stage_connect (self, feed_endpoint, drain_endpoint);
-                zstr_free (&feed_endpoint);
-                zstr_free (&drain_endpoint);
-            }
-            else
-                zsys_error ("stage %s: the broker at %s has no external stage of that name", self->name, broker);
-        }
-        dsh_doc_destroy (&doc);
-        zmsg_destroy (&envelope);
-        zmsg_destroy (&reply);
+    if (self->actor)
+        return -1;
+    char error [512];
+    zlistx_t *brokers = dsh_sock_brokers (broker, error, sizeof (error));
+    if (!brokers) {
+        zsys_error ("stage %s: %s", self->name, error);
+        return -1;
     }
-    else
-        zsys_error ("stage %s: no answer from the broker at %s within %d ms", self->name, broker, timeout_ms);
+    //  HELLO {stage} to every broker at once, each on its own DEALER
+    size_t count = zlistx_size (brokers);
+    zsock_t *fronts [DSH_BROKERS_MAX] = { NULL };
+    const char *names [DSH_BROKERS_MAX] = { NULL };
+    s_slot_t *found [DSH_BROKERS_MAX] = { NULL };
+    zpoller_t *poller = zpoller_new (NULL);
+    size_t index = 0;
+    for (const char *name = zlistx_first (brokers); name; name = zlistx_next (brokers), index++) {
+        names [index] = name;
+        fronts [index] = zsock_new (ZMQ_DEALER);
+        dsh_curve_client (fronts [index]);
+        if (zsock_connect (fronts [index], "%s", name)) {
+            zsys_error ("stage %s: cannot connect to the broker at %s", self->name, name);
+            zsock_destroy (&fronts [index]);
+            continue;
+        }
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        msgpack_pack_map (&packer.pk, 1);
+        dsh_packer_kv_str (&packer, "stage", self->name);
+        zframe_t *body = dsh_packer_frame (&packer);
+        dsh_packer_release (&packer);
+        zmsg_t *hello = dsh_proto_message (NULL, DSH_HELLO);
+        zmsg_append (hello, &body);
+        dsh_sock_send (fronts [index], &hello);
+        zpoller_add (poller, fronts [index]);
+    }
+    size_t answered = 0;
+    bool refused = false;
+    int64_t deadline = zclock_mono () + timeout_ms;
+    while (answered < count && !refused) {
+        int64_t left = deadline - zclock_mono ();
+        void *which = left > 0? zpoller_wait (poller, (int) left): NULL;
+        if (!which)
+            break;
+        for (index = 0; index < count; index++)
+            if (which == fronts [index]) {
+                zmsg_t *reply = zmsg_recv (fronts [index]);
+                found [index] = reply? s_welcome_slot (self, names [index], reply): NULL;
+                zmsg_destroy (&reply);
+                refused = found [index] == NULL;
+                zpoller_remove (poller, fronts [index]);
+                answered++;
+            }
+    }
+    //  A broker that answered without a slot for this stage is a mistake in
+    //  the list or the config: no attaching then. One that did not answer
+    //  (down, or a standby not up yet) is asked again by the stage, which
+    //  attaches there once it answers; the others are served meanwhile
+    zlistx_t *slots = s_slots_new ();
+    int rc = refused? -1: 0;
+    size_t attached = 0;
+    for (index = 0; index < count; index++) {
+        if (found [index]) {
+            zlistx_add_end (slots, found [index]);
+            attached++;
+        }
+        else
+        if (!refused && fronts [index]) {
+            zsys_warning ("stage %s: no answer from the broker at %s within %d ms; attaching there when it "
+                          "answers", self->name, names [index], timeout_ms);
+            s_slot_t *later = s_slot_new (names [index], NULL, NULL, DSH_DEFAULT_HEARTBEAT_MS,
+                                          DSH_DEFAULT_LIVENESS);
+            later->attached = true;
+            zlistx_add_end (slots, later);
+        }
+        zsock_destroy (&fronts [index]);
+    }
+    if (attached == 0)
+        rc = -1;
     zpoller_destroy (&poller);
-    zsock_destroy (&front);
+    if (rc == 0)
+        rc = s_stage_start (self, &slots);
+    zlistx_destroy (&slots);
+    zlistx_destroy (&brokers);
     return rc;
 }
 
@@ -734,8 +1145,8 @@ dsh_stage_start_inline (dsh_stage_t *self, zloop_t *loop, const dsh_stage_host_t
     self->inline_mode = true;
     self->host = *host;
     self->loop = loop;
-    self->calls = zhashx_new ();
-    dsh_proto_token_keys (self->calls);
+    self->links = zlistx_new ();
+    zlistx_add_end (self->links, s_link_new (self, "inline"));
     if (self->callbacks.on_init)
         self->callbacks.on_init (self, self->arg);
     return 0;
@@ -749,12 +1160,13 @@ dsh_stage_inline_call (dsh_stage_t *self, uint64_t token, zframe_t **body_p, zfr
     dsh_stage_call_t *call = (dsh_stage_call_t *) zmalloc (sizeof (dsh_stage_call_t));
     assert (call);
     call->stage = self;
+    call->link = (s_link_t *) zlistx_first (self->links);
     call->token = token;
     call->body = *body_p;
     *body_p = NULL;
     call->tool = tool? zframe_dup (tool): zframe_new_empty ();
     call->deadline_ms = deadline_ms;
-    if (zhashx_lookup (self->calls, &call->token)) {
+    if (zhashx_lookup (call->link->calls, &call->token)) {
         dsh_log_warning ("stage %s: a second call with one token; dropped", self->name);
         s_call_destroy (&call);
         return;
@@ -766,7 +1178,8 @@ bool
 dsh_stage_inline_result (dsh_stage_t *self, uint64_t token, zframe_t **body_p)
 {
     assert (self && self->inline_mode);
-    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (self->calls, &token);
+    s_link_t *link = (s_link_t *) zlistx_first (self->links);
+    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (link->calls, &token);
     if (!call || !call->watch || call->deferred || call->result)
         return false;
     s_take_result (self, call, body_p);
@@ -777,7 +1190,7 @@ void
 dsh_stage_inline_cancel (dsh_stage_t *self, uint64_t token)
 {
     assert (self && self->inline_mode);
-    s_cancel (self, token);
+    s_cancel ((s_link_t *) zlistx_first (self->links), token);
 }
 
 zframe_t *

@@ -26,8 +26,9 @@
     and readers, and DEFER).
 
     Built-in stages are attached by the broker (inproc); an external stage
-    is a process that calls dsh_stage_attach with the broker's address and
-    its name from the broker's chain configuration.
+    is a process that calls dsh_stage_attach with the broker's address (or
+    a list of brokers, each of which gets a link) and its name from the
+    broker's chain configuration.
     =========================================================================
 */
 
@@ -123,10 +124,15 @@ void
 int
     dsh_stage_connect (dsh_stage_t *self, const char *feed, const char *drain);
 
-//  Start as an external stage: ask the broker at broker (NULL: $DSH_BROKER,
-//  else the default) for this stage's slot, waiting up to timeout_ms, then
-//  connect. Returns 0, or -1 if the broker has no external stage of this
-//  name or did not answer.
+//  Start as an external stage: ask the broker at broker, or each broker of
+//  a comma list (NULL: $DSH_BROKER, else the default), for this stage's
+//  slot, waiting up to timeout_ms, then connect to every slot: one link per
+//  broker, each call answered on the link it came from. The stage then
+//  follows each broker (PING every heartbeat): one that restarted, went
+//  silent or did not answer in time is asked for its slot again, and the
+//  link moves there. Returns 0, or -1 if the list is not valid, a broker
+//  that answered has no external stage of this name, or no broker
+//  answered.
 int
     dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms);
 

@@ -353,6 +353,13 @@ dsh_view_snapshot (dsh_view_t *self, const void *data, size_t size,
     return DSH_VIEW_OK;
 }
 
+void
+dsh_view_lose (dsh_view_t *self)
+{
+    assert (self);
+    s_lose (self);
+}
+
 json_t *
 dsh_view_notice (dsh_view_t *self)
 {

@@ -57,6 +57,12 @@ dsh_view_verdict_t
     dsh_view_snapshot (dsh_view_t *self, const void *data, size_t size,
                        char *error, size_t error_size);
 
+//  Declare the view lost without an event saying so (its broker restarted
+//  or is gone, its event connection was made again): queued events are
+//  dropped and the view waits for a snapshot.
+void
+    dsh_view_lose (dsh_view_t *self);
+
 //  The next notice for the user, oldest first (caller owns), or NULL: a
 //  {kind:"snapshot", seq, epoch, tools, components} after each sync, and
 //  each applied event's body.

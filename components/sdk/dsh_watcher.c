@@ -2,9 +2,10 @@
     dsh_watcher - a gap-free view of the registry's tool set, kept current
 
     An actor owns the sockets and the view (dsh_view, which holds the Clone
-    rules): a DEALER to the broker's front for HELLO (to learn the events
-    endpoint) and SNAPSHOT, and a SUB to the events endpoint. The caller's
-    side of the pipe only asks and listens. Pipe traffic, actor -> caller:
+    rules): a DEALER to the front of the broker it follows, for HELLO (to
+    learn the events endpoint), PING (its liveness) and SNAPSHOT, and a SUB
+    to that broker's events endpoint. The caller's side of the pipe only
+    asks and listens. Pipe traffic, actor -> caller:
 
         "NOTICE" json-text                 each notice, in order
         COMMAND request-id value           the answer to a command
@@ -14,10 +15,25 @@
     answer are kept for dsh_watcher_recv; the request id lets a late answer
     to a command that timed out be told apart and dropped.
 
-    Each SNAPSHOT request carries an id that the broker echoes: a request
-    that gets no reply in time is re-sent with the same id, so whichever
-    reply comes first is used, while replies to an abandoned request (the
-    view was lost again in between) are dropped.
+    A new broker is never left to be noticed through an event of a new
+    epoch, which may never come (a restarted broker relearns its tools
+    before a SUB has reconnected, and then stays quiet). Instead:
+
+    - every connection of the SUB, the first and each one made again, is
+      followed by a SNAPSHOT request, so what was published while it was
+      down is in the snapshot;
+    - the front is PINGed every heartbeat: a PONG from another broker
+      instance (its `broker` id changed: it restarted) sends the watcher
+      back to HELLO, so endpoints that moved (ephemeral ports) are learnt
+      again, then a new SUB and a snapshot;
+    - nothing heard from the front for heartbeat x liveness means the
+      broker is gone: the watcher follows the next broker of its list (or
+      the same one again, with new sockets) from HELLO on.
+
+    Each HELLO and SNAPSHOT request carries an id that the broker echoes: a
+    request that gets no reply in time is re-sent with the same id, so
+    whichever reply comes first is used, while replies to an abandoned
+    request (the view was lost again in between) are dropped.
     =========================================================================
 */
 
@@ -39,8 +55,12 @@
 
 //  The subscription has to reach the broker's PUB before the snapshot is
 //  taken, or events in between are missed until the next one shows the
-//  gap; a SUB cannot see when that has happened, so it is given a moment.
+//  gap. The SUB's handshake is seen; its subscription, sent right after,
+//  is not, so it is given a moment more.
 #define SUBSCRIBE_SETTLE_MS 200
+//  How often the SUB's handshakes are looked at, at most: libzmq reports
+//  them on a monitor socket that the loop reads when it wakes
+#define CONNECTION_CHECK_MS 100
 #define BATCH               64      //  messages handled per wakeup, at most
 
 struct _dsh_watcher_t {
@@ -49,67 +69,142 @@ struct _dsh_watcher_t {
     uint64_t command_id;
 };
 
-//  What dsh_watcher_new hands to the actor, and learns back from it.
+//  What dsh_watcher_new hands to the actor.
 typedef struct {
-    const char *front;
-    int rc;
+    zlistx_t *brokers;          //  the actor takes it
 } s_start_t;
 
 //  The actor's state.
 typedef struct {
     zsock_t *pipe;
-    char *front;                //  the endpoint the watcher was given
-    zsock_t *front_sock;        //  DEALER to the broker's front
+    zlistx_t *brokers;          //  front endpoints, followed one at a time
+    const char *front;          //  the one followed now (an item of brokers)
+    zsock_t *front_sock;        //  DEALER to its front; NULL if it cannot connect
     zsock_t *events;            //  SUB, once WELCOME told where
+    dsh_handshake_t *events_handshake;
+    size_t events_connections;  //  SUB handshakes that were followed by a snapshot
     zpoller_t *poller;
     dsh_view_t *view;
     bool terminated;
+    char *broker_id;            //  WELCOME's `broker`: the instance followed
+    int heartbeat_ms;           //  WELCOME's, else the defaults
+    int liveness;
+    int64_t heard;              //  when the front last answered anything
     int64_t hello_due;          //  when to send HELLO next; 0 once welcomed
+    uint64_t hello_id;          //  the HELLO whose WELCOME is awaited
+    int64_t ping_due;           //  when to PING next, once welcomed
     uint64_t request_id;        //  SNAPSHOT request awaited, 0 = none
-    uint64_t last_request_id;
+    uint64_t last_request_id;   //  ids of HELLO and SNAPSHOT requests
     int64_t request_due;        //  when to (re)send it
 } self_t;
+
+static void
+s_events_close (self_t *self)
+{
+    if (self->events)
+        zpoller_remove (self->poller, self->events);
+    dsh_handshake_destroy (&self->events_handshake);
+    zsock_destroy (&self->events);
+    self->events_connections = 0;
+}
 
 static void
 s_self_destroy (self_t **self_p)
 {
     if (*self_p) {
         self_t *self = *self_p;
+        s_events_close (self);
         zpoller_destroy (&self->poller);
-        zsock_destroy (&self->events);
         zsock_destroy (&self->front_sock);
         dsh_view_destroy (&self->view);
-        zstr_free (&self->front);
+        zlistx_destroy (&self->brokers);
+        zstr_free (&self->broker_id);
         free (self);
         *self_p = NULL;
     }
 }
 
+//  Back to HELLO with the broker followed: its endpoints may have moved.
+//  The view is lost until a snapshot comes from the new SUB.
+static void
+s_rediscover (self_t *self)
+{
+    s_events_close (self);
+    dsh_view_lose (self->view);
+    self->request_id = 0;
+    self->hello_id = ++self->last_request_id;
+    self->hello_due = zclock_mono ();
+    self->heard = zclock_mono ();
+}
+
+//  Follow the broker at front (an item of brokers), with new sockets:
+//  nothing queued for, or from, the one before is kept.
+static void
+s_follow (self_t *self, const char *front)
+{
+    self->front = front;
+    if (self->front_sock)
+        zpoller_remove (self->poller, self->front_sock);
+    zsock_destroy (&self->front_sock);
+    zstr_free (&self->broker_id);
+    s_rediscover (self);
+    zsock_t *front_sock = zsock_new (ZMQ_DEALER);
+    assert (front_sock);
+    //  Requests re-sent while the broker is away queue up and are all
+    //  answered once it appears: replies to a HELLO or SNAPSHOT other than
+    //  the one awaited are ignored
+    dsh_sock_limit (front_sock, MAX_REPLY_BYTES, 1000);
+    dsh_sock_heal (front_sock, self->heartbeat_ms, self->liveness);
+    dsh_curve_client (front_sock);
+    if (zsock_connect (front_sock, "%s", front)) {
+        //  Not an endpoint this process can connect to: the silence rule
+        //  moves on to the next broker
+        dsh_log_warning ("dsh_watcher: cannot connect to \"%s\"", front);
+        zsock_destroy (&front_sock);
+        return;
+    }
+    self->front_sock = front_sock;
+    zpoller_add (self->poller, self->front_sock);
+}
+
+//  The broker followed is silent: follow the next one in the list (the
+//  same one, if it is alone).
+static void
+s_fail_over (self_t *self)
+{
+    const char *next = NULL;
+    for (const char *broker = zlistx_first (self->brokers); broker; broker = zlistx_next (self->brokers))
+        if (broker == self->front) {
+            next = zlistx_next (self->brokers);
+            break;
+        }
+    if (!next)
+        next = zlistx_first (self->brokers);
+    if (zlistx_size (self->brokers) > 1)
+        dsh_log_warning ("dsh_watcher: no answer from \"%s\" for %d ms; following \"%s\"",
+                         self->front, self->heartbeat_ms * self->liveness, next);
+    else
+        dsh_log_info ("dsh_watcher: no answer from \"%s\" for %d ms; connecting again",
+                      self->front, self->heartbeat_ms * self->liveness);
+    s_follow (self, next);
+}
+
 static self_t *
-s_self_new (zsock_t *pipe, const char *front)
+s_self_new (zsock_t *pipe, zlistx_t **brokers_p)
 {
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     assert (self);
     self->pipe = pipe;
-    self->front = strdup (front);
+    self->brokers = *brokers_p;
+    *brokers_p = NULL;
     self->view = dsh_view_new (EVENT_QUEUE_LIMIT);
-    self->front_sock = zsock_new (ZMQ_DEALER);
-    assert (self->front_sock);
-    //  Requests re-sent while the broker is away queue up and are all
-    //  answered once it appears: replies to HELLO after the first, and to
-    //  SNAPSHOT once the view is synchronised, are ignored.
-    dsh_sock_limit (self->front_sock, MAX_REPLY_BYTES, 1000);
-    dsh_curve_client (self->front_sock);
-    if (zsock_connect (self->front_sock, "%s", front)) {
-        zsys_error ("dsh_watcher: cannot connect to \"%s\"", front);
-        s_self_destroy (&self);
-        return NULL;
-    }
-    self->poller = zpoller_new (pipe, self->front_sock, NULL);
+    self->heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
+    self->liveness = DSH_DEFAULT_LIVENESS;
+    self->poller = zpoller_new (pipe, NULL);
     assert (self->poller);
     //  The caller's SIGINT is the caller's business: the actor ends on $TERM
     zpoller_set_nonstop (self->poller, true);
-    self->hello_due = zclock_mono ();
+    s_follow (self, zlistx_first (self->brokers));
     return self;
 }
 
@@ -117,6 +212,8 @@ s_self_new (zsock_t *pipe, const char *front)
 static void
 s_send_request (self_t *self, const char *command, uint64_t id)
 {
+    if (!self->front_sock)
+        return;
     zmsg_t *msg = dsh_proto_message (NULL, command);
     dsh_packer_t packer;
     dsh_packer_init (&packer);
@@ -145,6 +242,10 @@ s_deliver_notices (self_t *self)
 {
     json_t *notice;
     while ((notice = dsh_view_notice (self->view))) {
+        //  After a failover the user can tell whose view this is
+        const char *kind = json_string_value (json_object_get (notice, "kind"));
+        if (kind && streq (kind, "snapshot"))
+            json_object_set_new (notice, "broker", json_string (self->front));
         char *text = json_dumps (notice, JSON_COMPACT | JSON_PRESERVE_ORDER);
         json_decref (notice);
         if (text)
@@ -153,33 +254,77 @@ s_deliver_notices (self_t *self)
     }
 }
 
+//  True if the reply's id is id.
+static bool
+s_answers (dsh_doc_t *doc, uint64_t id)
+{
+    const msgpack_object *echoed = dsh_map_get (dsh_doc_root (doc), "id");
+    return echoed && echoed->type == MSGPACK_OBJECT_POSITIVE_INTEGER && echoed->via.u64 == id;
+}
+
+//  A uint member in [1, limit], else fallback.
+static int
+s_setting (dsh_doc_t *doc, const char *key, int limit, int fallback)
+{
+    const msgpack_object *value = dsh_map_get (dsh_doc_root (doc), key);
+    if (value && value->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+    &&  value->via.u64 >= 1 && value->via.u64 <= (uint64_t) limit)
+        return (int) value->via.u64;
+    return fallback;
+}
+
 static void
 s_handle_welcome (self_t *self, dsh_doc_t *doc)
 {
-    if (!self->hello_due)
-        return;                 //  an answer to a re-sent HELLO
-    char *advertised = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "events"));
-    if (!advertised) {
-        dsh_log_warning ("dsh_watcher: WELCOME from \"%s\" names no events endpoint", self->front);
+    if (!self->hello_due || !s_answers (doc, self->hello_id))
+        return;                 //  an answer to a re-sent or abandoned HELLO
+    const msgpack_object *root = dsh_doc_root (doc);
+    const char *advertised = dsh_doc_strdup (doc, dsh_map_get (root, "events"));
+    const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (root, "broker"));
+    if (!advertised || !broker_id) {
+        dsh_log_warning ("dsh_watcher: WELCOME from \"%s\" names no events endpoint or broker id", self->front);
         return;
     }
+    self->heartbeat_ms = s_setting (doc, "heartbeatMs", 3600000, DSH_DEFAULT_HEARTBEAT_MS);
+    self->liveness = s_setting (doc, "liveness", 1000, DSH_DEFAULT_LIVENESS);
     char *endpoint = dsh_sock_resolve (advertised, self->front);
     zsock_t *events = zsock_new (ZMQ_SUB);
     assert (events);
     dsh_sock_limit (events, MAX_REPLY_BYTES, EVENT_HWM);
+    dsh_sock_heal (events, self->heartbeat_ms, self->liveness);
     zsock_set_subscribe (events, "");
     dsh_curve_client (events);
+    dsh_handshake_t *handshake = dsh_handshake_new (events);
     if (zsock_connect (events, "%s", endpoint)) {
         dsh_log_warning ("dsh_watcher: cannot connect to events endpoint \"%s\"", endpoint);
+        dsh_handshake_destroy (&handshake);
         zsock_destroy (&events);
     }
     else {
+        //  The snapshot is asked for once the SUB has connected (s_run_timers)
         self->events = events;
+        self->events_handshake = handshake;
+        self->events_connections = 0;
         zpoller_add (self->poller, self->events);
+        zstr_free (&self->broker_id);
+        self->broker_id = strdup (broker_id);
         self->hello_due = 0;
-        s_request_snapshot (self, zclock_mono () + SUBSCRIBE_SETTLE_MS);
+        self->ping_due = zclock_mono () + self->heartbeat_ms;
     }
     zstr_free (&endpoint);
+}
+
+static void
+s_handle_pong (self_t *self, dsh_doc_t *doc)
+{
+    if (!self->broker_id)
+        return;                 //  not welcomed yet: HELLO is under way
+    const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "broker"));
+    if (broker_id && !streq (broker_id, self->broker_id)) {
+        dsh_log_info ("dsh_watcher: the broker at \"%s\" restarted; resynchronising", self->front);
+        zstr_free (&self->broker_id);
+        s_rediscover (self);
+    }
 }
 
 static void
@@ -209,6 +354,8 @@ s_handle_front (zsock_t *reader, void *arg)
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
         return 0;
+    //  Any reply at all shows the broker is there
+    self->heard = zclock_mono ();
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256] = "";
@@ -226,6 +373,9 @@ s_handle_front (zsock_t *reader, void *arg)
     else
     if (streq (command, DSH_WELCOME))
         s_handle_welcome (self, doc);
+    else
+    if (streq (command, DSH_PONG))
+        s_handle_pong (self, doc);
     else
     if (streq (command, DSH_SNAPSHOT))
         s_handle_snapshot (self, body, doc);
@@ -305,18 +455,46 @@ s_handle_pipe (self_t *self)
     zmsg_destroy (&msg);
 }
 
-//  Sends what is due; returns how long the loop may sleep.
+//  Sends what is due, follows the SUB's connections and the broker's
+//  liveness; returns how long the loop may sleep.
 static int
 s_run_timers (self_t *self)
 {
     int64_t now = zclock_mono ();
-    int64_t next = now + HELLO_RETRY_MS;
+    if (now - self->heard > (int64_t) self->heartbeat_ms * self->liveness) {
+        s_fail_over (self);
+        now = zclock_mono ();
+    }
+    int64_t next = now + self->heartbeat_ms;
     if (self->hello_due) {
         if (now >= self->hello_due) {
-            s_send_request (self, DSH_HELLO, 0);
+            s_send_request (self, DSH_HELLO, self->hello_id);
             self->hello_due = now + HELLO_RETRY_MS;
         }
         next = self->hello_due;
+    }
+    else {
+        if (now >= self->ping_due) {
+            s_send_request (self, DSH_PING, 0);
+            self->ping_due = now + self->heartbeat_ms;
+        }
+        if (self->ping_due < next)
+            next = self->ping_due;
+    }
+    if (self->events) {
+        //  Each connection of the SUB, the first one too, may follow events
+        //  it never got (the broker restarted, the link was cut): only a
+        //  snapshot taken after it is whole
+        size_t connections = dsh_handshake_successes (self->events_handshake);
+        if (connections > self->events_connections) {
+            if (self->events_connections)
+                dsh_log_info ("dsh_watcher: events from \"%s\" connected again; resynchronising", self->front);
+            self->events_connections = connections;
+            dsh_view_lose (self->view);
+            s_request_snapshot (self, now + SUBSCRIBE_SETTLE_MS);
+        }
+        if (now + CONNECTION_CHECK_MS < next)
+            next = now + CONNECTION_CHECK_MS;
     }
     if (self->request_id) {
         if (now >= self->request_due) {
@@ -326,6 +504,10 @@ s_run_timers (self_t *self)
         if (self->request_due < next)
             next = self->request_due;
     }
+    //  The silence rule is checked at least this often
+    int64_t silence_due = self->heard + (int64_t) self->heartbeat_ms * self->liveness + 1;
+    if (silence_due < next)
+        next = silence_due;
     return (int) (next > now? next - now: 0);
 }
 
@@ -333,11 +515,8 @@ static void
 s_watcher_actor (zsock_t *pipe, void *args)
 {
     s_start_t *start = (s_start_t *) args;
-    self_t *self = s_self_new (pipe, start->front);
-    start->rc = self? 0: -1;
+    self_t *self = s_self_new (pipe, &start->brokers);
     zsock_signal (pipe, 0);
-    if (!self)
-        return;
     while (!self->terminated) {
         int timeout = s_run_timers (self);
         void *which = zpoller_wait (self->poller, timeout);
@@ -358,18 +537,17 @@ s_watcher_actor (zsock_t *pipe, void *args)
 dsh_watcher_t *
 dsh_watcher_new (const char *broker)
 {
-    if (!broker || !*broker)
-        broker = getenv ("DSH_BROKER");
-    if (!broker || !*broker)
-        broker = DSH_DEFAULT_ENDPOINT;
-    s_start_t start = { .front = broker, .rc = -1 };
-    zactor_t *actor = zactor_new (s_watcher_actor, &start);
-    if (!actor)
-        return NULL;
-    if (start.rc) {
-        zactor_destroy (&actor);
+    char error [512];
+    zlistx_t *brokers = dsh_sock_brokers (broker, error, sizeof (error));
+    if (!brokers) {
+        zsys_error ("dsh_watcher: %s", error);
         return NULL;
     }
+    s_start_t start = { .brokers = brokers };
+    zactor_t *actor = zactor_new (s_watcher_actor, &start);
+    zlistx_destroy (&start.brokers);
+    if (!actor)
+        return NULL;
     dsh_watcher_t *self = (dsh_watcher_t *) zmalloc (sizeof (dsh_watcher_t));
     assert (self);
     self->actor = actor;

@@ -4,9 +4,13 @@
     The zguide's Clone pattern, done for its user: subscribe to the change
     events first, then ask for a snapshot, drop events at or below the
     snapshot's sequence number, apply the rest in order. A gap in sequence
-    numbers, or a new broker epoch (a restarted broker), starts the dance
-    again. The user sees a "snapshot" notice after each (re)sync and every
-    event after it, in order, with nothing missing or repeated.
+    numbers, a new broker epoch, an event connection made again, or a
+    broker that restarted or went silent (the watcher PINGs it every
+    heartbeat) starts the dance again. Given a list of brokers, it follows
+    one at a time and moves to the next when the one it follows is silent
+    for its liveness window. The user sees a "snapshot" notice after each
+    (re)sync and every event after it, in order, with nothing missing or
+    repeated.
     =========================================================================
 */
 
@@ -22,7 +26,9 @@ extern "C" {
 
 typedef struct _dsh_watcher_t dsh_watcher_t;
 
-//  Start watching the broker at broker (NULL: $DSH_BROKER, else default).
+//  Start watching the broker at broker, one front endpoint or a comma list
+//  of them followed one at a time (NULL: $DSH_BROKER, else default). NULL,
+//  with the reason logged, if the list is not valid (dsh_sock_brokers).
 dsh_watcher_t *
     dsh_watcher_new (const char *broker);
 
@@ -32,7 +38,8 @@ void
 
 //  The next notice as JSON (caller owns), or NULL if none within
 //  timeout_ms. A notice is either {kind:"snapshot", seq, epoch, tools:[...],
-//  components:[...]} after a (re)sync, or a change event {seq, epoch, kind,
+//  components:[...], broker} after a (re)sync, broker being the front
+//  endpoint the snapshot came from, or a change event {seq, epoch, kind,
 //  component, name?, tool?, tools?, reason?}.
 json_t *
     dsh_watcher_recv (dsh_watcher_t *self, int timeout_ms);

@@ -271,6 +271,51 @@ test_identity_from_metadata (void **state)
     s_server_stop (&server);
 }
 
+//  A handshake watch destroyed while its socket lives on: the socket's next
+//  handshake must not stall the process's other sockets (libzmq sends each
+//  monitor event with a blocking send from its I/O thread)
+static void
+test_handshake_watch_ends_cleanly (void **state)
+{
+    (void) state;
+    zsock_t *first = zsock_new_router ("tcp://127.0.0.1:*");
+    assert_non_null (first);
+    zsock_t *watched = zsock_new (ZMQ_DEALER);
+    dsh_handshake_t *handshake = dsh_handshake_new (watched);
+    char *endpoint = zsock_last_endpoint (first);
+    assert_int_equal (zsock_connect (watched, "%s", endpoint), 0);
+    zstr_free (&endpoint);
+    for (int attempt = 0; attempt < 50 && dsh_handshake_successes (handshake) == 0; attempt++)
+        zclock_sleep (100);
+    assert_int_equal (dsh_handshake_successes (handshake), 1);
+    dsh_handshake_destroy (&handshake);
+    dsh_handshake_destroy (&handshake);
+
+    //  A handshake after the watch ended, then two other sockets talk
+    zsock_t *second = zsock_new_router ("tcp://127.0.0.1:*");
+    assert_non_null (second);
+    endpoint = zsock_last_endpoint (second);
+    assert_int_equal (zsock_connect (watched, "%s", endpoint), 0);
+    zstr_free (&endpoint);
+    zstr_send (watched, "one");
+    zstr_send (watched, "two");
+    zsock_t *router = zsock_new_router ("tcp://127.0.0.1:*");
+    endpoint = zsock_last_endpoint (router);
+    zsock_t *dealer = zsock_new_dealer (endpoint);
+    zstr_free (&endpoint);
+    assert_non_null (dealer);
+    zstr_send (dealer, "hello");
+    zsock_set_rcvtimeo (router, 5000);
+    zmsg_t *msg = zmsg_recv (router);
+    assert_non_null (msg);
+    zmsg_destroy (&msg);
+    zsock_destroy (&dealer);
+    zsock_destroy (&router);
+    zsock_destroy (&watched);
+    zsock_destroy (&second);
+    zsock_destroy (&first);
+}
+
 int
 main (void)
 {
@@ -280,6 +325,7 @@ main (void)
         cmocka_unit_test (test_keygen_checks),
         cmocka_unit_test (test_setup_errors),
         cmocka_unit_test (test_identity_from_metadata),
+        cmocka_unit_test (test_handshake_watch_ends_cleanly),
     };
     int rc = cmocka_run_group_tests (tests, s_setup, s_teardown);
     char error [64];

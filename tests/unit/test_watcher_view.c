@@ -340,6 +340,34 @@ s_teardown (void **state)
     return 0;
 }
 
+//  Lost by its owner (a new broker, a SUB connected again): a snapshot is
+//  taken again even at a lower seq (another broker instance counts from
+//  its own start), and what it holds already is not applied twice
+static void
+test_lose_takes_a_new_snapshot (void **state)
+{
+    (void) state;
+    dsh_view_t *view = dsh_view_new (0);
+    assert_int_equal (s_snapshot (view, 10, EPOCH, (const char *[]) { "a", "b", NULL }), DSH_VIEW_OK);
+    s_assert_notice (view, "snapshot", 10);
+    dsh_view_lose (view);
+    assert_false (dsh_view_synced (view));
+    //  Queued while lost, then found in the snapshot of the new broker
+    assert_int_equal (s_tool_event (view, 2, EPOCH + 1, "tool.registered", "z"), DSH_VIEW_OK);
+    assert_int_equal (s_snapshot (view, 3, EPOCH + 1, (const char *[]) { "z", NULL }), DSH_VIEW_OK);
+    assert_true (dsh_view_synced (view));
+    assert_int_equal (dsh_view_seq (view), 3);
+    assert_int_equal (dsh_view_syncs (view), 2);
+    s_assert_tools (view, "[\"z\"]");
+    s_assert_notice (view, "snapshot", 3);
+    s_assert_no_notice (view);
+    //  Losing it twice is losing it once
+    dsh_view_lose (view);
+    dsh_view_lose (view);
+    assert_false (dsh_view_synced (view));
+    dsh_view_destroy (&view);
+}
+
 int
 main (void)
 {
@@ -353,6 +381,7 @@ main (void)
         cmocka_unit_test (test_full_queue_resyncs),
         cmocka_unit_test (test_snapshot_ignored_when_synced),
         cmocka_unit_test (test_malformed_input_is_ignored),
+        cmocka_unit_test (test_lose_takes_a_new_snapshot),
     };
     zsys_init ();
     return cmocka_run_group_tests (tests, s_setup, s_teardown);
