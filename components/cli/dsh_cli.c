@@ -1564,7 +1564,20 @@ main (int argc, char *argv [])
         fprintf (stderr, "dsh: %s\n", error);
         return EXIT_USAGE;
     }
-    return command->run (&options);
+    //  Beacon entries become the brokers heard now, once for the whole
+    //  command (dsh brokers listens by itself)
+    char *resolved = NULL;
+    if (command->run != s_keygen && command->run != s_brokers && strstr (s_endpoint (&options), "beacon")) {
+        resolved = dsh_beacon_resolve (s_endpoint (&options), 0, error, sizeof (error));
+        if (!resolved) {
+            fprintf (stderr, "dsh: %s\n", error);
+            return EXIT_NO_BROKER;
+        }
+        options.broker = resolved;
+    }
+    int rc = command->run (&options);
+    zstr_free (&resolved);
+    return rc;
 }
 
 static int

@@ -18,6 +18,7 @@
 */
 
 #include "dsh_curve.h"
+#include "dsh_beacon.h"
 #include "dsh_client.h"
 #include "dsh_json.h"
 #include "dsh_jsonrpc.h"
@@ -599,6 +600,17 @@ main (int argc, char *argv [])
     if (!brokers)
         return s_bad_usage ("%s", list_error);
     zlistx_destroy (&brokers);
+    //  Beacon entries become the brokers heard now, once for the client
+    //  and the watcher alike
+    char *resolved = NULL;
+    if (broker && strstr (broker, "beacon")) {
+        resolved = dsh_beacon_resolve (broker, 0, list_error, sizeof (list_error));
+        if (!resolved) {
+            fprintf (stderr, "dsh-mcp: %s\n", list_error);
+            return 3;
+        }
+        broker = resolved;
+    }
     //  stdout is the MCP channel: nothing else may write there
     zsys_set_logstream (stderr);
     zsys_init ();
@@ -608,6 +620,7 @@ main (int argc, char *argv [])
     if (!self.watcher) {
         fprintf (stderr, "dsh-mcp: cannot connect to the broker\n");
         dsh_client_destroy (&self.client);
+        zstr_free (&resolved);
         return 1;
     }
     self.rpc = dsh_jsonrpc_new (STDIN_FILENO, STDOUT_FILENO, MAX_LINE_BYTES);
@@ -622,5 +635,6 @@ main (int argc, char *argv [])
     dsh_jsonrpc_destroy (&self.rpc);
     dsh_watcher_destroy (&self.watcher);
     dsh_client_destroy (&self.client);
+    zstr_free (&resolved);
     return 0;
 }

@@ -20,6 +20,7 @@
 #include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
+#include "dsh_beacon.h"
 #include "dsh_curve.h"
 
 #include <stdarg.h>
@@ -1051,7 +1052,10 @@ dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms)
     if (self->actor)
         return -1;
     char error [512];
-    zlistx_t *brokers = dsh_sock_brokers (broker, error, sizeof (error));
+    //  Beacon entries become the brokers heard now, once
+    zlistx_t *named = dsh_sock_brokers (broker, error, sizeof (error));
+    zlistx_t *brokers = named? dsh_beacon_expand (named, 0, error, sizeof (error)): NULL;
+    zlistx_destroy (&named);
     if (!brokers) {
         zsys_error ("stage %s: %s", self->name, error);
         return -1;

@@ -41,6 +41,7 @@
 #include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
+#include "dsh_beacon.h"
 #include "dsh_curve.h"
 #include "dsh_view.h"
 
@@ -538,7 +539,10 @@ dsh_watcher_t *
 dsh_watcher_new (const char *broker)
 {
     char error [512];
-    zlistx_t *brokers = dsh_sock_brokers (broker, error, sizeof (error));
+    //  Beacon entries become the brokers heard now, once
+    zlistx_t *named = dsh_sock_brokers (broker, error, sizeof (error));
+    zlistx_t *brokers = named? dsh_beacon_expand (named, 0, error, sizeof (error)): NULL;
+    zlistx_destroy (&named);
     if (!brokers) {
         zsys_error ("dsh_watcher: %s", error);
         return NULL;
