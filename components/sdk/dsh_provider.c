@@ -292,13 +292,16 @@ s_publish (self_t *self, const char *command, bool with_tools)
 }
 
 static void
-s_send_hello (zsock_t *sock, const char *id)
+s_send_hello (zsock_t *sock, const char *id, uint64_t generation)
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     dsh_packer_map_begin (&packer);
-    if (id)
+    if (id) {
         dsh_packer_kv_str (&packer, "component", id);
+        dsh_pack_cstr (&packer.pk, "generation");
+        msgpack_pack_uint64 (&packer.pk, generation);
+    }
     dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
@@ -350,7 +353,7 @@ static int s_work_recv (zloop_t *loop, zsock_t *reader, void *arg);
 static void
 s_work_hello (self_t *self)
 {
-    s_send_hello (self->work, self->id);
+    s_send_hello (self->work, self->id, self->generation);
     if (!self->hello_unanswered_ms)
         self->hello_unanswered_ms = zclock_mono ();
 }
@@ -361,7 +364,14 @@ s_work_connect (self_t *self)
 {
     self->work = zsock_new (ZMQ_DEALER);
     dsh_sock_limit (self->work, self->max_message_bytes, S_QUEUE_LIMIT);
-    zsock_set_identity (self->work, self->id);
+    //  A routing id of this connection's own (the id, a space, a random
+    //  tag): the broker hears a second process under the id, and can
+    //  tell it the id is taken, instead of libzmq ignoring its connection
+    zuuid_t *tag = zuuid_new ();
+    char routing_id [DSH_ID_MAX + 34];
+    snprintf (routing_id, sizeof (routing_id), "%s %s", self->id, zuuid_str (tag));
+    zuuid_destroy (&tag);
+    zsock_set_identity (self->work, routing_id);
     dsh_curve_client (self->work);
     self->work_handshake = dsh_handshake_new (self->work);
     self->work_connections = 0;
@@ -383,7 +393,10 @@ s_heartbeat (zloop_t *loop, int timer_id, void *arg)
     //  broker sends calls only on a connection that has spoken
     size_t connections = dsh_handshake_successes (self->work_handshake);
     if (connections > self->work_connections) {
-        if (self->work_connections)
+        //  Also when this is the first look: the broker may have restarted
+        //  since the first connection, and a HELLO is what gives the new
+        //  one our route (one too many only costs an ANNOUNCE)
+        if (self->work_connections || connections > 1)
             s_work_hello (self);
         //  The answer is due from when the connection is made, not from
         //  when the HELLO was queued for it
@@ -417,7 +430,7 @@ s_discover (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     self_t *self = (self_t *) arg;
-    s_send_hello (self->front, NULL);
+    s_send_hello (self->front, NULL, 0);
     s_tell_failure (self, self->front_handshake);
     return 0;
 }
@@ -724,7 +737,7 @@ s_add_tool (self_t *self, const s_add_t *add, char *error, size_t error_size)
 static void
 s_start_discovery (self_t *self)
 {
-    s_send_hello (self->front, NULL);
+    s_send_hello (self->front, NULL, 0);
     self->discovery_timer = zloop_timer (self->loop, S_DISCOVERY_RETRY_MS, 0, s_discover, self);
 }
 

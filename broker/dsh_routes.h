@@ -1,0 +1,109 @@
+/*  =========================================================================
+    dsh_routes - which WORK connection serves which component id
+
+    A component id is owned: the WORK connection that claimed it (by its
+    HELLO, or by its first message when its routing id is the id) is the
+    one calls go to, until that connection closes or another claim takes
+    the id over. Connections refused the id, still open, wait in line for
+    it. The registry decides whether a claim may take a held id
+    (PROTOCOL.md, "Component ids are owned"); this table only remembers
+    the answer: the route, the key and generation it was claimed with, and
+    the generations refused the id while it held it.
+
+    Pure data, no sockets: the registry feeds it claims and the fds of
+    connections that closed.
+    =========================================================================
+*/
+
+#ifndef DSH_ROUTES_H_INCLUDED
+#define DSH_ROUTES_H_INCLUDED
+
+#include <czmq.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+//  Generations refused a held id that are remembered, at most
+#define DSH_ROUTES_REFUSED_MAX 8
+//  Connections that wait for one id, at most (the oldest goes first)
+#define DSH_ROUTES_WAITING_MAX 8
+
+typedef struct _dsh_routes_t dsh_routes_t;
+
+//  One component id's route.
+typedef struct {
+    char *component;
+    char *routing_id;           //  its WORK connection's routing id
+    int fd;                     //  that connection's fd (ZMQ_SRCFD), or -1
+    uint64_t generation;        //  what its claim said, 0 if nothing
+    char *key;                  //  under CURVE, the key that claimed it
+    int64_t claimed_ms;         //  wall clock, for refusals' reasons
+    int64_t claimed_mono_ms;    //  monotonic, for the liveness window
+    uint64_t refused [DSH_ROUTES_REFUSED_MAX];  //  0: empty slot
+    size_t refused_next;
+} dsh_route_t;
+
+//  Create an empty table.
+dsh_routes_t *
+    dsh_routes_new (void);
+
+//  Destroy the table; safe twice.
+void
+    dsh_routes_destroy (dsh_routes_t **self_p);
+
+//  The route of a component id, or NULL.
+dsh_route_t *
+    dsh_routes_lookup (dsh_routes_t *self, const char *component);
+
+//  The route a WORK connection's routing id holds, or NULL.
+dsh_route_t *
+    dsh_routes_link (dsh_routes_t *self, const char *routing_id);
+
+//  Give component's id to the connection routing_id, replacing whatever
+//  route it had (and whatever id routing_id held). key may be NULL.
+//  Returns the new route.
+dsh_route_t *
+    dsh_routes_bind (dsh_routes_t *self, const char *component, const char *routing_id, int fd,
+                     uint64_t generation, const char *key, int64_t now_ms, int64_t now_mono_ms);
+
+//  Note the connection's fd, if it changed (a connection made again under
+//  the same routing id).
+void
+    dsh_routes_set_fd (dsh_routes_t *self, dsh_route_t *route, int fd);
+
+//  Remember that a claim at generation was refused the route's id.
+void
+    dsh_routes_refuse (dsh_route_t *route, uint64_t generation);
+
+//  True if a claim at generation was refused the route's id (0 never was).
+bool
+    dsh_routes_refused (const dsh_route_t *route, uint64_t generation);
+
+//  Note that a connection that claimed component's id (refused, or taken
+//  over by another connection of its owner) is still open and waits: it
+//  gets the id when the route's connection closes (dsh_routes_promote).
+void
+    dsh_routes_wait (dsh_routes_t *self, const char *component, const char *routing_id, int fd,
+                     uint64_t generation, const char *key);
+
+//  Give component's id to the connection that has waited longest for it,
+//  if any. Returns the new route, or NULL.
+dsh_route_t *
+    dsh_routes_promote (dsh_routes_t *self, const char *component, int64_t now_ms, int64_t now_mono_ms);
+
+//  The connection on fd closed: remove the routes it held and its waits,
+//  and return the ids of the routes, in a new list of char * (caller
+//  destroys).
+zlistx_t *
+    dsh_routes_closed (dsh_routes_t *self, int fd);
+
+//  Number of routes.
+size_t
+    dsh_routes_size (dsh_routes_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
