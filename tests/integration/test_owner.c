@@ -1,0 +1,248 @@
+/*  =========================================================================
+    test_owner - component ids are owned (no CURVE)
+
+    Real dsh-broker and dsh-demo processes on loopback. Each dsh-demo runs
+    with -v, so its output names every call it served: the test tells the
+    two processes under one id apart by whose output holds a call's id.
+    A second process under a live id is refused (it is told, a subscriber
+    sees component.refused) and gets none of the calls; its going, clean or
+    not, changes nothing for the owner; a crashed owner's id goes at once
+    to a new process, and the calls the dead one held are answered
+    TOOL_GONE, not left to their deadline.
+    =========================================================================
+*/
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "dsh.h"
+#include "dsh_json.h"
+#include "dsh_testkit.h"
+
+#include <signal.h>
+
+//  Expiry and re-announces take about a second, and a loaded machine does
+//  not expire a live component
+#define S_HEARTBEAT_MS  500
+#define S_ID            "demoT"
+
+typedef struct {
+    char endpoint [256];
+    dsh_testproc_t *broker;
+    dsh_client_t *client;
+    zsock_t *events;            //  SUB to component.* events
+} s_bed_t;
+
+static s_bed_t *
+s_bed (void)
+{
+    s_bed_t *bed = (s_bed_t *) zmalloc (sizeof (s_bed_t));
+    bed->broker = dsh_testkit_broker (S_HEARTBEAT_MS, NULL, bed->endpoint, sizeof (bed->endpoint));
+    assert_non_null (bed->broker);
+    bed->client = dsh_client_new (bed->endpoint);
+    char error [256];
+    dsh_reply_t *welcome = dsh_client_request (bed->client, DSH_HELLO, NULL, 5000, error, sizeof (error));
+    assert_non_null (welcome);
+    const msgpack_object *events = dsh_map_get (dsh_reply_body (welcome), "events");
+    assert_non_null (events);
+    char *endpoint = strndup (events->via.str.ptr, events->via.str.size);
+    bed->events = zsock_new_sub (endpoint, "component.");
+    assert_non_null (bed->events);
+    free (endpoint);
+    dsh_reply_destroy (&welcome);
+    //  Slow joiner: let the subscription reach the broker before anything
+    zclock_sleep (200);
+    return bed;
+}
+
+static void
+s_bed_destroy (s_bed_t **bed_p)
+{
+    s_bed_t *bed = *bed_p;
+    zsock_destroy (&bed->events);
+    dsh_client_destroy (&bed->client);
+    dsh_testproc_destroy (&bed->broker);
+    free (bed);
+    *bed_p = NULL;
+}
+
+//  dsh-demo -v under S_ID, its log in its output; once it has started.
+static dsh_testproc_t *
+s_demo (s_bed_t *bed)
+{
+    const char *argv [] = { "components/demo/dsh-demo", "--broker", bed->endpoint, "--id", S_ID, "-v", NULL };
+    dsh_testproc_t *demo = dsh_testproc_start_merged (argv);
+    assert_non_null (demo);
+    char *line = dsh_testproc_wait_line (demo, "component " S_ID " serving", 10000);
+    assert_non_null (line);
+    free (line);
+    return demo;
+}
+
+//  Waits until process says the broker refused it the id.
+static void
+s_wait_refused (dsh_testproc_t *process)
+{
+    //  Anywhere in its output: it may come before the start line
+    const char *told = "component id " S_ID " is held by a live component";
+    int64_t give_up = zclock_mono () + 10000;
+    while (!strstr (dsh_testproc_output (process, 100), told) && zclock_mono () < give_up)
+        ;
+    if (!strstr (dsh_testproc_output (process, 0), told))
+        fail_msg ("not refused; its output:\n%s", dsh_testproc_output (process, 0));
+}
+
+//  The next component.* event of kind within timeout_ms, as JSON, or NULL.
+static json_t *
+s_event (s_bed_t *bed, const char *kind, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    zpoller_t *poller = zpoller_new (bed->events, NULL);
+    json_t *found = NULL;
+    while (!found && zclock_mono () < give_up
+       &&  zpoller_wait (poller, (int) (give_up - zclock_mono ())) == bed->events) {
+        zmsg_t *msg = zmsg_recv (bed->events);
+        char *got = zmsg_popstr (msg);
+        zframe_t *body = zmsg_pop (msg);
+        char error [128];
+        dsh_doc_t *doc = dsh_doc_new (zframe_data (body), zframe_size (body), error, sizeof (error));
+        assert_non_null (doc);
+        if (streq (got, kind))
+            found = dsh_json_from_msgpack (dsh_doc_root (doc));
+        dsh_doc_destroy (&doc);
+        zframe_destroy (&body);
+        zstr_free (&got);
+        zmsg_destroy (&msg);
+    }
+    zpoller_destroy (&poller);
+    return found;
+}
+
+//  Calls echo count times; each must succeed, and be served by serving
+//  (its output names the call) and not by other (may be NULL).
+static void
+s_calls_served_by (s_bed_t *bed, int count, dsh_testproc_t *serving, dsh_testproc_t *other)
+{
+    zlistx_t *call_ids = zlistx_new ();
+    zlistx_set_destructor (call_ids, (zlistx_destructor_fn *) zstr_free);
+    for (int index = 0; index < count; index++) {
+        char error [256];
+        dsh_reply_t *reply = dsh_client_call (bed->client, "echo", "{\"message\": \"owned\"}", NULL, 10000,
+                                              error, sizeof (error));
+        if (!reply)
+            fail_msg ("call %d: %s", index, error);
+        if (dsh_reply_is_error (reply))
+            fail_msg ("call %d: %s %s", index, dsh_reply_error_code (reply), dsh_reply_text (reply));
+        zlistx_add_end (call_ids, strdup (dsh_reply_call_id (reply)));
+        dsh_reply_destroy (&reply);
+    }
+    //  The handlers log before they answer: all is in the output already
+    const char *served = dsh_testproc_output (serving, 200);
+    const char *not_served = other? dsh_testproc_output (other, 0): "";
+    for (const char *call_id = zlistx_first (call_ids); call_id; call_id = zlistx_next (call_ids)) {
+        if (!strstr (served, call_id))
+            fail_msg ("call %s was not served by the process that should have", call_id);
+        if (strstr (not_served, call_id))
+            fail_msg ("call %s was served by the process that should not have", call_id);
+    }
+    zlistx_destroy (&call_ids);
+}
+
+//  ---------------------------------------------------------------------
+//  A second process under a live id is refused, told why, seen by
+//  monitors, and gets none of the calls; its clean exit (its WITHDRAW)
+//  does not take the owner out of the catalog
+
+static void
+test_duplicate_refused (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed ();
+    dsh_testproc_t *owner = s_demo (bed);
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "echo", 1, 5000), 0);
+    json_t *joined = s_event (bed, DSH_EV_JOINED, 5000);
+    assert_non_null (joined);
+    json_decref (joined);
+
+    dsh_testproc_t *second = s_demo (bed);
+    s_wait_refused (second);
+    json_t *refused = s_event (bed, DSH_EV_REFUSED, 5000);
+    assert_non_null (refused);
+    assert_string_equal (json_string_value (json_object_get (refused, "component")), S_ID);
+    assert_non_null (strstr (json_string_value (json_object_get (refused, "reason")), "choose another id"));
+    json_decref (refused);
+
+    s_calls_served_by (bed, 10, owner, second);
+
+    //  It exits cleanly (WITHDRAW at its own generation): the owner stays
+    dsh_testproc_signal (second, SIGTERM);
+    assert_int_equal (dsh_testproc_wait (second, 5000), 0);
+    s_calls_served_by (bed, 10, owner, NULL);
+    json_t *left = s_event (bed, DSH_EV_LEFT, 2 * S_HEARTBEAT_MS);
+    if (left)
+        fail_msg ("the owner left when the refused process exited: %s", json_dumps (left, 0));
+    dsh_testproc_destroy (&second);
+
+    //  Another one, killed this time: still nothing changes
+    second = s_demo (bed);
+    s_wait_refused (second);
+    dsh_testproc_signal (second, SIGKILL);
+    dsh_testproc_wait (second, 5000);
+    dsh_testproc_destroy (&second);
+    s_calls_served_by (bed, 10, owner, NULL);
+
+    dsh_testproc_destroy (&owner);
+    s_bed_destroy (&bed);
+}
+
+//  ---------------------------------------------------------------------
+//  The owner crashes: a new process under its id takes it at once (not
+//  refused), serves the calls, and the call the dead one held is answered
+//  TOOL_GONE at once, not at its deadline
+
+static void
+test_crash_frees_id (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed ();
+    dsh_testproc_t *owner = s_demo (bed);
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "sleep_ms", 1, 5000), 0);
+    s_calls_served_by (bed, 3, owner, NULL);
+
+    //  A call the owner will never answer, with a deadline far away
+    const char *sent = dsh_testkit_send_json (bed->client, "held-by-the-dead", "sleep_ms", "{\"ms\": 60000}", 60000);
+    assert_non_null (sent);
+    char *started = dsh_testproc_wait_line (owner, "held-by-the-dead", 5000);
+    assert_non_null (started);
+    free (started);
+    dsh_testproc_signal (owner, SIGKILL);
+    dsh_testproc_wait (owner, 5000);
+
+    dsh_testproc_t *restarted = s_demo (bed);
+    dsh_reply_t *reply = dsh_client_recv (bed->client, 20000);
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_call_id (reply), "held-by-the-dead");
+    assert_true (dsh_reply_is_error (reply));
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_TOOL_GONE);
+    dsh_reply_destroy (&reply);
+
+    s_calls_served_by (bed, 10, restarted, NULL);
+    assert_null (strstr (dsh_testproc_output (restarted, 0), "is held by a live component"));
+
+    dsh_testproc_destroy (&restarted);
+    dsh_testproc_destroy (&owner);
+    s_bed_destroy (&bed);
+}
+
+int
+main (void)
+{
+    zsys_init ();
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_duplicate_refused),
+        cmocka_unit_test (test_crash_frees_id),
+    };
+    return cmocka_run_group_tests (tests, NULL, NULL);
+}
