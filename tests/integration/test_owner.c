@@ -8,7 +8,9 @@
     sees component.refused) and gets none of the calls; its going, clean or
     not, changes nothing for the owner; a crashed owner's id goes at once
     to a new process, and the calls the dead one held are answered
-    TOOL_GONE, not left to their deadline.
+    TOOL_GONE, not left to their deadline; a refused process still running
+    gets the id when the owner dies. test_security has the same under
+    CURVE, where the id follows the key.
     =========================================================================
 */
 
@@ -236,6 +238,41 @@ test_crash_frees_id (void **state)
     s_bed_destroy (&bed);
 }
 
+//  ---------------------------------------------------------------------
+//  A refused process waits in line: when the owner dies, it gets the id
+//  without connecting again, and serves the calls
+
+static void
+test_refused_takes_over (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed ();
+    dsh_testproc_t *owner = s_demo (bed);
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "echo", 1, 5000), 0);
+    dsh_testproc_t *second = s_demo (bed);
+    s_wait_refused (second);
+    dsh_testproc_signal (owner, SIGKILL);
+    dsh_testproc_wait (owner, 5000);
+
+    //  Routable again within the liveness window (the test allows more)
+    bool served = false;
+    for (int attempt = 0; attempt < 50 && !served; attempt++) {
+        char error [256];
+        dsh_reply_t *reply = dsh_client_call (bed->client, "echo", "{\"message\": \"back\"}", NULL, 2000,
+                                              error, sizeof (error));
+        served = reply && !dsh_reply_is_error (reply);
+        dsh_reply_destroy (&reply);
+        if (!served)
+            zclock_sleep (100);
+    }
+    assert_true (served);
+    s_calls_served_by (bed, 10, second, NULL);
+
+    dsh_testproc_destroy (&second);
+    dsh_testproc_destroy (&owner);
+    s_bed_destroy (&bed);
+}
+
 int
 main (void)
 {
@@ -243,6 +280,7 @@ main (void)
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_duplicate_refused),
         cmocka_unit_test (test_crash_frees_id),
+        cmocka_unit_test (test_refused_takes_over),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
