@@ -7,6 +7,11 @@
     that is full or gone costs the call it concerns an error reply, never
     the loop.
 
+    WORK routes are the registry's own (dsh_routes): a component id is
+    owned by the connection that claimed it with a HELLO, and a claim on a
+    live component's id is refused (PROTOCOL.md, "Component ids are
+    owned").
+
     A call's path: FRONT -> the head decoded once, strictly -> a record in
     dsh_inflight (token, route, callId, tool, one deadline) -> the chain's
     stages, if any -> a provider of the tool decided at FRONT -> WORK with
@@ -125,12 +130,11 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
     if (self->curve)
         dsh_curve_server (sock, self->cert);
     if (type == ZMQ_ROUTER) {
-        //  No handover: a second connection under an id that is connected
-        //  already is ignored by libzmq (kept open, never read), so the
-        //  first comer keeps its route while it lives (one started by
-        //  mistake cannot take it); the SDK drops a connection whose HELLO
-        //  goes unanswered and connects again, so the id is taken back
-        //  once the old connection is gone
+        //  No handover: a second connection under a routing id that is
+        //  connected already is ignored by libzmq (kept open, never read).
+        //  Who owns a component id is the registry's to decide (dsh_routes),
+        //  not libzmq's: the SDK gives each WORK socket a routing id of its
+        //  own, so a second process under a live id is heard, and told
         zsock_set_router_mandatory (sock, 1);
         //  ... and a connection whose peer vanished without a word (a host
         //  that crashed, a cut link) is gone within the liveness window, not
@@ -1382,7 +1386,13 @@ s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char 
     s_work_monitor_drain (self);
     dsh_route_t *holder = dsh_routes_lookup (self->routes, component);
     if (holder && s_holder_live (self, holder) && !s_same_owner (self, holder, &peer, generation)) {
-        s_refuse_claim (self, routing_id, fd, holder, generation, peer.key);
+        //  A HELLO is told (once per HELLO); anything else from it is not
+        //  a claim worth an event each time
+        if (streq (parts->command, DSH_HELLO))
+            s_refuse_claim (self, routing_id, fd, holder, generation, peer.key);
+        else
+            dsh_log_warning ("dsh-broker: %s on a WORK connection that does not own component id %s: dropped",
+                             parts->command, component);
         return -1;
     }
     uint64_t announced;
