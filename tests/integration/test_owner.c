@@ -221,6 +221,7 @@ test_crash_frees_id (void **state)
     free (started);
     dsh_testproc_signal (owner, SIGKILL);
     dsh_testproc_wait (owner, 5000);
+    int64_t killed = zclock_mono ();
 
     dsh_testproc_t *restarted = s_demo (bed);
     dsh_reply_t *reply = dsh_client_recv (bed->client, 20000);
@@ -229,6 +230,8 @@ test_crash_frees_id (void **state)
     assert_true (dsh_reply_is_error (reply));
     assert_string_equal (dsh_reply_error_code (reply), DSH_E_TOOL_GONE);
     dsh_reply_destroy (&reply);
+    printf ("      owner killed: its call answered TOOL_GONE after %" PRId64 " ms, a new process under the id "
+            "started meanwhile (heartbeat %d ms)\n", zclock_mono () - killed, S_HEARTBEAT_MS);
 
     s_calls_served_by (bed, 10, restarted, NULL);
     assert_null (strstr (dsh_testproc_output (restarted, 0), "is held by a live component"));
@@ -253,6 +256,7 @@ test_refused_takes_over (void **state)
     s_wait_refused (second);
     dsh_testproc_signal (owner, SIGKILL);
     dsh_testproc_wait (owner, 5000);
+    int64_t killed = zclock_mono ();
 
     //  Routable again within the liveness window (the test allows more)
     bool served = false;
@@ -266,6 +270,8 @@ test_refused_takes_over (void **state)
             zclock_sleep (100);
     }
     assert_true (served);
+    printf ("      owner killed: the refused process served a call after %" PRId64 " ms (heartbeat %d ms)\n",
+            zclock_mono () - killed, S_HEARTBEAT_MS);
     s_calls_served_by (bed, 10, second, NULL);
 
     dsh_testproc_destroy (&second);
