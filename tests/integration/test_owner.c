@@ -279,6 +279,98 @@ test_refused_takes_over (void **state)
     s_bed_destroy (&bed);
 }
 
+//  ---------------------------------------------------------------------
+//  A component whose WORK connection closed, but whose heartbeats go on
+//  (a hand-made one, its DEALER closed, its PUB still heartbeating), is
+//  never left unreachable: it expires within the liveness window
+
+//  Publishes "DSH1" command body (JSON) on pub.
+static void
+s_publish (zsock_t *pub, const char *command, const char *json)
+{
+    msgpack_sbuffer sbuf;
+    char error [128];
+    assert_int_equal (dsh_json_text_to_msgpack (json, &sbuf, error, sizeof (error)), 0);
+    zmsg_t *msg = zmsg_new ();
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, command);
+    zmsg_addmem (msg, sbuf.data, sbuf.size);
+    zmsg_send (&msg, pub);
+    msgpack_sbuffer_destroy (&sbuf);
+}
+
+//  The endpoint WELCOME names for key, resolved against the front.
+static char *
+s_welcome_endpoint (s_bed_t *bed, const char *key)
+{
+    char error [256];
+    dsh_reply_t *welcome = dsh_client_request (bed->client, DSH_HELLO, NULL, 5000, error, sizeof (error));
+    assert_non_null (welcome);
+    const msgpack_object *value = dsh_map_get (dsh_reply_body (welcome), key);
+    assert_non_null (value);
+    char *given = strndup (value->via.str.ptr, value->via.str.size);
+    char *endpoint = dsh_sock_resolve (given, bed->endpoint);
+    free (given);
+    dsh_reply_destroy (&welcome);
+    return endpoint;
+}
+
+static void
+test_lost_route_expires (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed ();
+    char *announce = s_welcome_endpoint (bed, "announce");
+    char *work = s_welcome_endpoint (bed, "work");
+    zsock_t *pub = zsock_new (ZMQ_PUB);
+    assert_int_equal (zsock_connect (pub, "%s", announce), 0);
+    zsock_t *dealer = zsock_new (ZMQ_DEALER);
+    zsock_set_identity (dealer, "ghost");
+    assert_int_equal (zsock_connect (dealer, "%s", work), 0);
+    zstr_free (&announce);
+    zstr_free (&work);
+    msgpack_sbuffer sbuf;
+    char error [128];
+    assert_int_equal (dsh_json_text_to_msgpack ("{\"component\": \"ghost\", \"generation\": 7}", &sbuf,
+                                                error, sizeof (error)), 0);
+    zmsg_t *hello = zmsg_new ();
+    zmsg_addmem (hello, NULL, 0);
+    zmsg_addstr (hello, DSH_PROTOCOL);
+    zmsg_addstr (hello, DSH_HELLO);
+    zmsg_addmem (hello, sbuf.data, sbuf.size);
+    zmsg_send (&hello, dealer);
+    msgpack_sbuffer_destroy (&sbuf);
+    const char *presence = "{\"component\": \"ghost\", \"generation\": 7, \"tools\": [{\"name\": \"ghost_tool\","
+                           " \"description\": \"never answers\", \"parameters\": {\"type\": \"object\"}}]}";
+    int listed = -1;
+    for (int attempt = 0; attempt < 25 && listed; attempt++) {
+        s_publish (pub, DSH_ANNOUNCE, presence);
+        listed = dsh_testkit_wait_tools (bed->endpoint, "ghost_tool", 1, 200);
+    }
+    assert_int_equal (listed, 0);
+
+    //  Its WORK connection goes; its heartbeats do not
+    zsock_destroy (&dealer);
+    int64_t closed = zclock_mono ();
+    json_t *left = NULL;
+    int64_t give_up = zclock_mono () + 20 * S_HEARTBEAT_MS;
+    while (!left && zclock_mono () < give_up) {
+        s_publish (pub, DSH_HEARTBEAT, "{\"component\": \"ghost\", \"generation\": 7}");
+        left = s_event (bed, DSH_EV_LEFT, S_HEARTBEAT_MS / 2);
+    }
+    if (!left)
+        fail_msg ("a component with no WORK connection, heartbeating, stayed in the catalog");
+    assert_string_equal (json_string_value (json_object_get (left, "component")), "ghost");
+    assert_string_equal (json_string_value (json_object_get (left, "reason")), "expired");
+    json_decref (left);
+    printf ("      WORK connection closed, heartbeats on: expired after %" PRId64 " ms (liveness window %d ms)\n",
+            zclock_mono () - closed, 3 * S_HEARTBEAT_MS);
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "ghost_tool", 0, 5000), 0);
+
+    zsock_destroy (&pub);
+    s_bed_destroy (&bed);
+}
+
 int
 main (void)
 {
@@ -287,6 +379,7 @@ main (void)
         cmocka_unit_test (test_duplicate_refused),
         cmocka_unit_test (test_crash_frees_id),
         cmocka_unit_test (test_refused_takes_over),
+        cmocka_unit_test (test_lost_route_expires),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
