@@ -9,7 +9,10 @@
     not, changes nothing for the owner; a crashed owner's id goes at once
     to a new process, and the calls the dead one held are answered
     TOOL_GONE, not left to their deadline; a refused process still running
-    gets the id when the owner dies. test_security has the same under
+    gets the id when the owner dies; a component whose WORK connection
+    closed while it goes on heartbeating expires within the liveness
+    window instead of staying listed and unreachable. test_security has
+    the same under
     CURVE, where the id follows the key.
     =========================================================================
 */
