@@ -516,14 +516,6 @@ dsh_catalog_remove (dsh_catalog_t *self, const char *component, const char *reas
     return 0;
 }
 
-bool
-dsh_catalog_live (dsh_catalog_t *self, const char *component, int64_t now_ms, int64_t silence_ms)
-{
-    assert (self);
-    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
-    return record && !record->unreachable_ms && now_ms - record->last_seen_ms <= silence_ms;
-}
-
 void
 dsh_catalog_refuse_id (dsh_catalog_t *self, const char *component, const char *reason, zlistx_t *events)
 {

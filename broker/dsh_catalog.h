@@ -112,11 +112,6 @@ int
     dsh_catalog_remove (dsh_catalog_t *self, const char *component, const char *reason,
                         zlistx_t *events);
 
-//  True if a known component was heard from within silence_ms of now_ms
-//  and no send to it has found it unreachable since.
-bool
-    dsh_catalog_live (dsh_catalog_t *self, const char *component, int64_t now_ms, int64_t silence_ms);
-
 //  Note that a WORK connection was refused component's id (held by a live
 //  component): a component.refused event with the reason, numbered like
 //  every change, appended to events. The catalog itself does not change.

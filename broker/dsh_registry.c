@@ -1247,33 +1247,34 @@ s_handle_progress (self_t *self, const char *component, zmq_msg_t *token_part, z
 }
 
 //  True if the connection that holds a route still counts as its id's
-//  owner: its connection is open (a closed one has no route any more),
-//  and the component was heard from within the liveness window and not
-//  found unreachable since (before its first ANNOUNCE: claimed within it).
+//  owner: its connection is open (a closed one has no route any more, and
+//  libzmq's heartbeats close a silent one within the liveness window), and
+//  its component is in the catalog, i.e. has not expired (was heard from
+//  within the window) nor withdrawn; before its first ANNOUNCE, if it
+//  claimed the id within the window. Not the last heartbeat's age itself:
+//  on a loaded host one late heartbeat would hand a live owner's id to a
+//  duplicate, where expiry, a tick later, allows for it.
 static bool
 s_holder_live (self_t *self, dsh_route_t *holder)
 {
-    int64_t now = zclock_mono ();
-    int64_t window_ms = (int64_t) self->heartbeat_ms * self->liveness;
     uint64_t generation;
     if (dsh_catalog_generation (self->catalog, holder->component, &generation) == 0)
-        return dsh_catalog_live (self->catalog, holder->component, now, window_ms);
-    return now - holder->claimed_mono_ms <= window_ms;
+        return true;
+    int64_t window_ms = (int64_t) self->heartbeat_ms * self->liveness;
+    return zclock_mono () - holder->claimed_mono_ms <= window_ms;
 }
 
 //  True if a claim comes from whoever holds the id: under CURVE the same
 //  key (a restart elsewhere with the key takes its id over); without it
-//  the same incarnation (its generation), i.e. a connection made again.
+//  the same incarnation (the generation its HELLOs stated), i.e. a
+//  connection made again. Not the catalog's generation: an ANNOUNCE on the
+//  announce channel is anyone's.
 static bool
 s_same_owner (self_t *self, dsh_route_t *holder, dsh_identity_t *peer, uint64_t generation)
 {
     if (self->curve)
         return holder->key && peer->key && streq (holder->key, peer->key);
-    uint64_t announced;
-    return generation
-        && (generation == holder->generation
-            || (dsh_catalog_generation (self->catalog, holder->component, &announced) == 0
-                && generation == announced));
+    return generation && generation == holder->generation;
 }
 
 //  Tells a connection that claimed a held id that it may not have it: a
@@ -1295,7 +1296,6 @@ s_refuse_claim (self_t *self, const char *routing_id, int fd, dsh_route_t *holde
         snprintf (reason, sizeof (reason), "component id %s is held by a live component (generation %" PRIu64
                   ") since %s; choose another id", holder->component, holder->generation, stamp);
     dsh_log_warning ("dsh-broker: a WORK connection at generation %" PRIu64 " refused: %s", generation, reason);
-    dsh_routes_refuse (holder, generation);
     dsh_routes_wait (self->routes, holder->component, routing_id, fd, generation, key);
     dsh_packer_t packer;
     dsh_packer_init (&packer);
@@ -1365,8 +1365,14 @@ s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char 
             dsh_routes_set_fd (self->routes, route, fd);
     }
     uint64_t generation = 0;
-    if (route)
+    if (route) {
         snprintf (component, DSH_ID_MAX + 1, "%s", route->component);
+        //  The owner's HELLO states its generation when it changes
+        char named [DSH_ID_MAX + 1];
+        if (streq (parts->command, DSH_HELLO) && s_claimed_id (parts, routing_id, named, &generation) == 0
+        &&  generation && streq (named, component))
+            route->generation = generation;
+    }
     else
     if (s_claimed_id (parts, routing_id, component, &generation)) {
         self->bad_messages++;
@@ -1400,7 +1406,8 @@ s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char 
                   && generation != announced;
     if (holder) {
         //  Its connection is open: it waits in line, and is told why
-        dsh_log_info ("dsh-broker: component id %s taken over by a new WORK connection of its owner", component);
+        dsh_log_info ("dsh-broker: component id %s taken over by a new WORK connection (%s)", component,
+                      s_holder_live (self, holder)? "of its owner": "the owner had expired or withdrawn");
         char *displaced = strdup (holder->routing_id);
         dsh_routes_wait (self->routes, component, displaced, holder->fd, holder->generation, holder->key);
         dsh_packer_t packer;
@@ -1597,17 +1604,21 @@ s_handle_announce (self_t *self, dsh_presence_t *presence, dsh_identity_t *peer)
     zlistx_destroy (&events);
 }
 
-//  True if a presence message comes from a process that was refused its
-//  component's id on WORK (by its generation): it is dropped.
+//  True if a presence message is not the owner's: while a WORK connection
+//  owns the id at a generation its HELLO stated, presence at any other
+//  generation comes from another process (refused the id, or not heard on
+//  WORK yet), and is dropped. The owner says HELLO with its new
+//  generation when its tool set changes; an ANNOUNCE that overtakes that
+//  HELLO is dropped, and the SYNC the HELLO brings repairs it.
 static bool
-s_refused_incarnation (self_t *self, dsh_presence_t *presence, const char *command)
+s_foreign_presence (self_t *self, dsh_presence_t *presence, const char *command)
 {
     dsh_route_t *route = dsh_routes_lookup (self->routes, presence->component);
-    if (!route || !dsh_routes_refused (route, presence->generation))
+    if (!route || !route->generation || presence->generation == route->generation)
         return false;
     if (self->verbose && !streq (command, DSH_HEARTBEAT))
-        dsh_log_info ("dsh-broker: %s of %s at generation %" PRIu64 " dropped: that process was refused the id",
-                      command, presence->component, presence->generation);
+        dsh_log_info ("dsh-broker: %s of %s at generation %" PRIu64 " dropped: the id's owner is at generation %"
+                      PRIu64, command, presence->component, presence->generation, route->generation);
     return true;
 }
 
@@ -1647,8 +1658,8 @@ s_announce_one (zsock_t *reader, void *arg)
                          peer.key? peer.key: "?", peer.role? peer.role: "none", presence.component, command);
     }
     else
-    if (s_refused_incarnation (self, &presence, command)) {
-        //  Refused the id on WORK already: its presence is not the owner's
+    if (s_foreign_presence (self, &presence, command)) {
+        //  Another process's, under an id it does not own
     }
     else
     if (streq (command, DSH_ANNOUNCE))

@@ -168,28 +168,6 @@ dsh_routes_set_fd (dsh_routes_t *self, dsh_route_t *route, int fd)
     route->fd = fd;
 }
 
-void
-dsh_routes_refuse (dsh_route_t *route, uint64_t generation)
-{
-    assert (route);
-    if (!generation || dsh_routes_refused (route, generation))
-        return;
-    route->refused [route->refused_next] = generation;
-    route->refused_next = (route->refused_next + 1) % DSH_ROUTES_REFUSED_MAX;
-}
-
-bool
-dsh_routes_refused (const dsh_route_t *route, uint64_t generation)
-{
-    assert (route);
-    if (!generation)
-        return false;
-    for (size_t index = 0; index < DSH_ROUTES_REFUSED_MAX; index++)
-        if (route->refused [index] == generation)
-            return true;
-    return false;
-}
-
 zlistx_t *
 dsh_routes_closed (dsh_routes_t *self, int fd)
 {

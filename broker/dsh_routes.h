@@ -7,8 +7,7 @@
     the id over. Connections refused the id, still open, wait in line for
     it. The registry decides whether a claim may take a held id
     (PROTOCOL.md, "Component ids are owned"); this table only remembers
-    the answer: the route, the key and generation it was claimed with, and
-    the generations refused the id while it held it.
+    the answer: the route, and the key and generation it was claimed with.
 
     Pure data, no sockets: the registry feeds it claims and the fds of
     connections that closed.
@@ -24,8 +23,6 @@
 extern "C" {
 #endif
 
-//  Generations refused a held id that are remembered, at most
-#define DSH_ROUTES_REFUSED_MAX 8
 //  Connections that wait for one id, at most (the oldest goes first)
 #define DSH_ROUTES_WAITING_MAX 8
 
@@ -36,12 +33,10 @@ typedef struct {
     char *component;
     char *routing_id;           //  its WORK connection's routing id
     int fd;                     //  that connection's fd (ZMQ_SRCFD), or -1
-    uint64_t generation;        //  what its claim said, 0 if nothing
+    uint64_t generation;        //  its latest HELLO's, 0 if it never said
     char *key;                  //  under CURVE, the key that claimed it
     int64_t claimed_ms;         //  wall clock, for refusals' reasons
     int64_t claimed_mono_ms;    //  monotonic, for the liveness window
-    uint64_t refused [DSH_ROUTES_REFUSED_MAX];  //  0: empty slot
-    size_t refused_next;
 } dsh_route_t;
 
 //  Create an empty table.
@@ -71,14 +66,6 @@ dsh_route_t *
 //  the same routing id).
 void
     dsh_routes_set_fd (dsh_routes_t *self, dsh_route_t *route, int fd);
-
-//  Remember that a claim at generation was refused the route's id.
-void
-    dsh_routes_refuse (dsh_route_t *route, uint64_t generation);
-
-//  True if a claim at generation was refused the route's id (0 never was).
-bool
-    dsh_routes_refused (const dsh_route_t *route, uint64_t generation);
 
 //  Note that a connection that claimed component's id (refused, or taken
 //  over by another connection of its owner) is still open and waits: it

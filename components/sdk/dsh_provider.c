@@ -678,6 +678,12 @@ s_announce_due (zloop_t *loop, int timer_id, void *arg)
     (void) timer_id;
     self_t *self = (self_t *) arg;
     self->announce_timer = 0;
+    //  The broker takes presence at a new generation only once our WORK
+    //  connection has stated it (another process could announce under our
+    //  id); the SYNC it answers with brings the ANNOUNCE again if this one
+    //  gets there first
+    if (self->work)
+        s_work_hello (self);
     s_publish (self, DSH_ANNOUNCE, true);
     return 0;
 }

@@ -374,6 +374,46 @@ test_lost_route_expires (void **state)
     s_bed_destroy (&bed);
 }
 
+//  ---------------------------------------------------------------------
+//  The owner's tool set changes while it runs: each new generation is
+//  taken (the owner states it on WORK), though presence at a generation
+//  other than the owner's is not
+
+static int
+s_answer (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) call;
+    (void) arg;
+    dsh_result_text (result, "late");
+    return 0;
+}
+
+static void
+test_owner_changes_tools (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed ();
+    dsh_provider_t *provider = dsh_provider_new (bed->endpoint, "changing", 1);
+    assert_non_null (provider);
+    assert_int_equal (dsh_provider_add_raw (provider, "{\"name\": \"late_a\", \"description\": \"a\", "
+                                            "\"parameters\": {\"type\": \"object\"}}", s_answer, NULL), 0);
+    assert_int_equal (dsh_provider_wait_ready (provider, 10000), 0);
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "late_", 1, 10000), 0);
+    assert_int_equal (dsh_provider_add_raw (provider, "{\"name\": \"late_b\", \"description\": \"b\", "
+                                            "\"parameters\": {\"type\": \"object\"}}", s_answer, NULL), 0);
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "late_", 2, 10000), 0);
+    assert_int_equal (dsh_provider_remove (provider, "late_a"), 0);
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "late_a", 0, 10000), 0);
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "late_b", 1, 10000), 0);
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (bed->client, "late_b", "{}", NULL, 10000, error, sizeof (error));
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_text (reply), "late");
+    dsh_reply_destroy (&reply);
+    dsh_provider_destroy (&provider);
+    s_bed_destroy (&bed);
+}
+
 int
 main (void)
 {
@@ -383,6 +423,7 @@ main (void)
         cmocka_unit_test (test_crash_frees_id),
         cmocka_unit_test (test_refused_takes_over),
         cmocka_unit_test (test_lost_route_expires),
+        cmocka_unit_test (test_owner_changes_tools),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 /*  =========================================================================
-    test_routes - dsh_routes: claims, the two lookups, closed connections,
-    refused generations and the line of waiting connections
+    test_routes - dsh_routes: claims, the two lookups, closed connections
+    and the line of waiting connections
     =========================================================================
 */
 
@@ -61,25 +61,6 @@ test_closed_frees_ids (void **state)
 }
 
 static void
-test_refused_generations (void **state)
-{
-    (void) state;
-    dsh_routes_t *routes = dsh_routes_new ();
-    dsh_route_t *route = dsh_routes_bind (routes, "a", "a 1", 7, 1, NULL, 0, 0);
-    assert_false (dsh_routes_refused (route, 5));
-    dsh_routes_refuse (route, 5);
-    dsh_routes_refuse (route, 0);
-    assert_true (dsh_routes_refused (route, 5));
-    assert_false (dsh_routes_refused (route, 0));
-    //  Only the newest are remembered
-    for (uint64_t generation = 10; generation < 10 + DSH_ROUTES_REFUSED_MAX; generation++)
-        dsh_routes_refuse (route, generation);
-    assert_false (dsh_routes_refused (route, 5));
-    assert_true (dsh_routes_refused (route, 10));
-    dsh_routes_destroy (&routes);
-}
-
-static void
 test_waiting_line (void **state)
 {
     (void) state;
@@ -124,7 +105,6 @@ main (void)
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_bind_and_lookups),
         cmocka_unit_test (test_closed_frees_ids),
-        cmocka_unit_test (test_refused_generations),
         cmocka_unit_test (test_waiting_line),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
