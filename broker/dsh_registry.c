@@ -700,6 +700,7 @@ s_remove_component (self_t *self, const char *component, const char *reason)
     zlistx_t *events = zlistx_new ();
     zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
     if (dsh_catalog_remove (self->catalog, component, reason, events) == 0) {
+        dsh_routes_forget (self->routes, component);
         dsh_log_info ("dsh-broker: component %s %s", component, reason);
         s_fail_component_calls (self, component, reason);
         s_publish (self, events);
@@ -1264,6 +1265,20 @@ s_holder_live (self_t *self, dsh_route_t *holder)
     return zclock_mono () - holder->claimed_mono_ms <= window_ms;
 }
 
+//  True if a claim at generation comes from another process than the one
+//  that owned the id last (its connection may have closed already): the
+//  calls that one was given will not be answered. Its generation as its
+//  HELLO stated it, not the catalog's: an ANNOUNCE from the new process may
+//  have overtaken its HELLO.
+static bool
+s_new_incarnation (self_t *self, const char *component, uint64_t generation)
+{
+    uint64_t owned_at = dsh_routes_owned_at (self->routes, component);
+    if (!owned_at && dsh_catalog_generation (self->catalog, component, &owned_at))
+        return false;
+    return generation && generation != owned_at;
+}
+
 //  True if a claim comes from whoever holds the id: under CURVE the same
 //  key (a restart elsewhere with the key takes its id over); without it
 //  the same incarnation (the generation its HELLOs stated), i.e. a
@@ -1371,7 +1386,7 @@ s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char 
         char named [DSH_ID_MAX + 1];
         if (streq (parts->command, DSH_HELLO) && s_claimed_id (parts, routing_id, named, &generation) == 0
         &&  generation && streq (named, component))
-            route->generation = generation;
+            dsh_routes_set_generation (self->routes, route, generation);
     }
     else
     if (s_claimed_id (parts, routing_id, component, &generation)) {
@@ -1401,9 +1416,7 @@ s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char 
                              parts->command, component);
         return -1;
     }
-    uint64_t announced;
-    bool restarted = generation && dsh_catalog_generation (self->catalog, component, &announced) == 0
-                  && generation != announced;
+    bool restarted = s_new_incarnation (self, component, generation);
     if (holder) {
         //  Its connection is open: it waits in line, and is told why
         dsh_log_info ("dsh-broker: component id %s taken over by a new WORK connection (%s)", component,
@@ -1436,13 +1449,12 @@ s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char 
 static void
 s_promote (self_t *self, const char *component)
 {
+    uint64_t owned_at = dsh_routes_owned_at (self->routes, component);
     dsh_route_t *route = dsh_routes_promote (self->routes, component, zclock_time (), zclock_mono ());
     if (!route)
         return;
     dsh_log_info ("dsh-broker: component id %s goes to the WORK connection that waited longest for it", component);
-    uint64_t announced;
-    if (route->generation && dsh_catalog_generation (self->catalog, component, &announced) == 0
-    &&  announced != route->generation)
+    if (route->generation && owned_at && route->generation != owned_at)
         s_fail_component_calls (self, component, "restarted");
     dsh_catalog_seen (self->catalog, component, zclock_mono ());
     s_send_sync (self, component);

@@ -14,6 +14,7 @@ struct _dsh_routes_t {
     zhashx_t *by_component;     //  component id -> dsh_route_t *, owns them
     zhashx_t *by_link;          //  routing id -> dsh_route_t * (borrowed)
     zhashx_t *waiting;          //  component id -> zlistx of dsh_route_t *, oldest first
+    zhashx_t *owned_at;         //  component id -> uint64_t *, its latest owner's generation
 };
 
 static void
@@ -39,6 +40,8 @@ dsh_routes_new (void)
     self->by_link = zhashx_new ();
     self->waiting = zhashx_new ();
     zhashx_set_destructor (self->waiting, (zhashx_destructor_fn *) zlistx_destroy);
+    self->owned_at = zhashx_new ();
+    zhashx_set_destructor (self->owned_at, (zhashx_destructor_fn *) zstr_free);
     return self;
 }
 
@@ -50,6 +53,7 @@ dsh_routes_destroy (dsh_routes_t **self_p)
         dsh_routes_t *self = *self_p;
         zhashx_destroy (&self->by_link);
         zhashx_destroy (&self->waiting);
+        zhashx_destroy (&self->owned_at);
         zhashx_destroy (&self->by_component);
         free (self);
         *self_p = NULL;
@@ -157,7 +161,22 @@ dsh_routes_bind (dsh_routes_t *self, const char *component, const char *routing_
     //  The route's own strings: a promoted wait's are gone with it
     zhashx_insert (self->by_component, route->component, route);
     zhashx_insert (self->by_link, route->routing_id, route);
+    dsh_routes_set_generation (self, route, generation);
     return route;
+}
+
+void
+dsh_routes_set_generation (dsh_routes_t *self, dsh_route_t *route, uint64_t generation)
+{
+    assert (self);
+    assert (route);
+    if (!generation)
+        return;
+    route->generation = generation;
+    uint64_t *owned_at = (uint64_t *) zmalloc (sizeof (uint64_t));
+    assert (owned_at);
+    *owned_at = generation;
+    zhashx_update (self->owned_at, route->component, owned_at);
 }
 
 void
@@ -192,6 +211,22 @@ dsh_routes_closed (dsh_routes_t *self, int fd)
     }
     zlistx_destroy (&lines);
     return closed;
+}
+
+uint64_t
+dsh_routes_owned_at (dsh_routes_t *self, const char *component)
+{
+    assert (self);
+    uint64_t *owned_at = (uint64_t *) zhashx_lookup (self->owned_at, component);
+    return owned_at? *owned_at: 0;
+}
+
+void
+dsh_routes_forget (dsh_routes_t *self, const char *component)
+{
+    assert (self);
+    if (!dsh_routes_lookup (self, component))
+        zhashx_delete (self->owned_at, component);
 }
 
 size_t

@@ -67,6 +67,11 @@ dsh_route_t *
 void
     dsh_routes_set_fd (dsh_routes_t *self, dsh_route_t *route, int fd);
 
+//  Note the generation the route's owner states now (its tool set
+//  changed); 0 changes nothing.
+void
+    dsh_routes_set_generation (dsh_routes_t *self, dsh_route_t *route, uint64_t generation);
+
 //  Note that a connection that claimed component's id (refused, or taken
 //  over by another connection of its owner) is still open and waits: it
 //  gets the id when the route's connection closes (dsh_routes_promote).
@@ -84,6 +89,17 @@ dsh_route_t *
 //  destroys).
 zlistx_t *
     dsh_routes_closed (dsh_routes_t *self, int fd);
+
+//  The generation the id's latest owner claimed it at, even if its
+//  connection has closed since (so a claim can tell a reconnection of the
+//  same process from a new one), or 0 if none is known.
+uint64_t
+    dsh_routes_owned_at (dsh_routes_t *self, const char *component);
+
+//  Forget what dsh_routes_owned_at knows of an id that has no route (its
+//  component has left the catalog).
+void
+    dsh_routes_forget (dsh_routes_t *self, const char *component);
 
 //  Number of routes.
 size_t

@@ -60,6 +60,29 @@ test_closed_frees_ids (void **state)
     dsh_routes_destroy (&routes);
 }
 
+//  The latest owner's generation outlives its connection, until forgotten
+static void
+test_owned_at (void **state)
+{
+    (void) state;
+    dsh_routes_t *routes = dsh_routes_new ();
+    assert_int_equal (dsh_routes_owned_at (routes, "a"), 0);
+    dsh_route_t *route = dsh_routes_bind (routes, "a", "a 1", 7, 5, NULL, 0, 0);
+    assert_int_equal (dsh_routes_owned_at (routes, "a"), 5);
+    dsh_routes_set_generation (routes, route, 6);
+    dsh_routes_set_generation (routes, route, 0);
+    assert_int_equal (route->generation, 6);
+    assert_int_equal (dsh_routes_owned_at (routes, "a"), 6);
+    dsh_routes_forget (routes, "a");
+    assert_int_equal (dsh_routes_owned_at (routes, "a"), 6);
+    zlistx_t *closed = dsh_routes_closed (routes, 7);
+    zlistx_destroy (&closed);
+    assert_int_equal (dsh_routes_owned_at (routes, "a"), 6);
+    dsh_routes_forget (routes, "a");
+    assert_int_equal (dsh_routes_owned_at (routes, "a"), 0);
+    dsh_routes_destroy (&routes);
+}
+
 static void
 test_waiting_line (void **state)
 {
@@ -105,6 +128,7 @@ main (void)
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_bind_and_lookups),
         cmocka_unit_test (test_closed_frees_ids),
+        cmocka_unit_test (test_owned_at),
         cmocka_unit_test (test_waiting_line),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
