@@ -1407,11 +1407,12 @@ s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char 
     s_work_monitor_drain (self);
     dsh_route_t *holder = dsh_routes_lookup (self->routes, component);
     if (holder && s_holder_live (self, holder) && !s_same_owner (self, holder, &peer, generation)) {
-        //  A HELLO is told (once per HELLO); anything else from it is not
-        //  a claim worth an event each time
-        if (streq (parts->command, DSH_HELLO))
+        //  A connection is told once, at its first HELLO; anything else
+        //  from it is not a claim worth an event each time
+        if (streq (parts->command, DSH_HELLO) && !dsh_routes_waits (self->routes, component, routing_id))
             s_refuse_claim (self, routing_id, fd, holder, generation, peer.key);
         else
+        if (!streq (parts->command, DSH_HELLO))
             dsh_log_warning ("dsh-broker: %s on a WORK connection that does not own component id %s: dropped",
                              parts->command, component);
         return -1;

@@ -129,6 +129,17 @@ dsh_routes_wait (dsh_routes_t *self, const char *component, const char *routing_
     zlistx_add_end (line, s_route_new (component, routing_id, fd, generation, key));
 }
 
+bool
+dsh_routes_waits (dsh_routes_t *self, const char *component, const char *routing_id)
+{
+    assert (self);
+    zlistx_t *line = (zlistx_t *) zhashx_lookup (self->waiting, component);
+    for (dsh_route_t *waiting = line? zlistx_first (line): NULL; waiting; waiting = zlistx_next (line))
+        if (streq (waiting->routing_id, routing_id))
+            return true;
+    return false;
+}
+
 dsh_route_t *
 dsh_routes_promote (dsh_routes_t *self, const char *component, int64_t now_ms, int64_t now_mono_ms)
 {

@@ -79,6 +79,10 @@ void
     dsh_routes_wait (dsh_routes_t *self, const char *component, const char *routing_id, int fd,
                      uint64_t generation, const char *key);
 
+//  True if the connection routing_id waits for component's id.
+bool
+    dsh_routes_waits (dsh_routes_t *self, const char *component, const char *routing_id);
+
 //  Give component's id to the connection that has waited longest for it,
 //  if any. Returns the new route, or NULL.
 dsh_route_t *

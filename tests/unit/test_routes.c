@@ -93,6 +93,8 @@ test_waiting_line (void **state)
     dsh_routes_wait (routes, "a", "a 2", 8, 2, NULL);
     dsh_routes_wait (routes, "a", "a 3", 9, 3, "KEY");
     dsh_routes_wait (routes, "a", "a 2", 8, 2, NULL);      //  again: to the back
+    assert_true (dsh_routes_waits (routes, "a", "a 2"));
+    assert_false (dsh_routes_waits (routes, "a", "a 1"));
     //  A waiting connection that closes leaves the line
     zlistx_t *closed = dsh_routes_closed (routes, 9);
     assert_int_equal (zlistx_size (closed), 0);
