@@ -1420,17 +1420,19 @@ s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char 
     bool restarted = s_new_incarnation (self, component, generation);
     if (holder) {
         //  Its connection is open: it waits in line, and is told why
-        dsh_log_info ("dsh-broker: component id %s taken over by a new WORK connection (%s)", component,
-                      s_holder_live (self, holder)? "of its owner": "the owner had expired or withdrawn");
+        const char *why = !s_holder_live (self, holder)? "this connection's component had expired or withdrawn":
+                          self->curve? "it has the same key": "it is of the same generation";
+        dsh_log_info ("dsh-broker: component id %s taken over by a new WORK connection: %s", component, why);
         char *displaced = strdup (holder->routing_id);
         dsh_routes_wait (self->routes, component, displaced, holder->fd, holder->generation, holder->key);
+        char reason [256];
+        snprintf (reason, sizeof (reason), "component id taken over by a new connection (%s); this one gets it "
+                  "back if that one goes", why);
         dsh_packer_t packer;
         dsh_packer_init (&packer);
         dsh_packer_map_begin (&packer);
         dsh_packer_kv_str (&packer, "component", component);
-        dsh_packer_kv_str (&packer, "reason", self->curve?
-            "component id taken over by a new connection with the same key; this one gets it back if that one goes":
-            "component id taken over by a new connection of the same generation; this one gets it back if that one goes");
+        dsh_packer_kv_str (&packer, "reason", reason);
         dsh_packer_map_end (&packer);
         zframe_t *body = dsh_packer_frame (&packer);
         dsh_packer_release (&packer);
