@@ -516,6 +516,15 @@ dsh_catalog_remove (dsh_catalog_t *self, const char *component, const char *reas
     return 0;
 }
 
+void
+dsh_catalog_refuse_id (dsh_catalog_t *self, const char *component, const char *reason, zlistx_t *events)
+{
+    assert (self);
+    dsh_event_t *event = s_event_new (self, DSH_EV_REFUSED, component, NULL);
+    event->reason = strdup (reason);
+    zlistx_add_end (events, event);
+}
+
 zlistx_t *
 dsh_catalog_silent (dsh_catalog_t *self, int64_t now_ms, int64_t silence_ms)
 {

@@ -39,7 +39,8 @@ typedef struct {
     char *name;                 //  tool events: the tool's name
     zchunk_t *tool;             //  registered, updated: the canonical entry
     zlistx_t *tools;            //  component events: names of its tools
-    char *reason;               //  component.left: "withdrawn" or "expired"
+    char *reason;               //  component.left: "withdrawn" or "expired";
+                                //  component.refused: why
 } dsh_event_t;
 
 //  One announced tool the catalog would not take, and why.
@@ -110,6 +111,13 @@ int
 int
     dsh_catalog_remove (dsh_catalog_t *self, const char *component, const char *reason,
                         zlistx_t *events);
+
+//  Note that a WORK connection was refused component's id (held by a live
+//  component): a component.refused event with the reason, numbered like
+//  every change, appended to events. The catalog itself does not change.
+void
+    dsh_catalog_refuse_id (dsh_catalog_t *self, const char *component, const char *reason,
+                           zlistx_t *events);
 
 //  Ids of components not seen since now_ms - silence_ms, or whose WORK
 //  route has been gone that long (heartbeats on the announce channel do not

@@ -7,6 +7,11 @@
     that is full or gone costs the call it concerns an error reply, never
     the loop.
 
+    WORK routes are the registry's own (dsh_routes): a component id is
+    owned by the connection that claimed it with a HELLO, and a claim on a
+    live component's id is refused (PROTOCOL.md, "Component ids are
+    owned").
+
     A call's path: FRONT -> the head decoded once, strictly -> a record in
     dsh_inflight (token, route, callId, tool, one deadline) -> the chain's
     stages, if any -> a provider of the tool decided at FRONT -> WORK with
@@ -29,6 +34,7 @@
 #include "dsh_inflight.h"
 #include "dsh_log.h"
 #include "dsh_proto.h"
+#include "dsh_routes.h"
 #include "dsh_sock.h"
 
 //  Messages taken from one socket per wakeup, at most
@@ -43,11 +49,10 @@ typedef struct {
     zsock_t *announce;          //  SUB: component announcements, heartbeats
     zsock_t *work;              //  ROUTER: component calls and results
     zsock_t *events;            //  PUB: change events
-    zsock_t *work_monitor;      //  PAIR: WORK's disconnections, under CURVE
+    zsock_t *work_monitor;      //  PAIR: WORK's disconnections
     bool curve;                 //  every socket authenticated: identities enforced
     zcert_t *cert;              //  the broker's keypair (the config's)
-    zhashx_t *routes;           //  component id -> its WORK connection's fd + 1,
-                                //  for routes a key allowed for the id spoke on
+    dsh_routes_t *routes;       //  component id <-> the WORK connection that owns it
     dsh_catalog_t *catalog;
     dsh_inflight_t *inflight;   //  every call, from FRONT to its answer
     dsh_chain_t *chain;         //  the middleware stages every call runs through
@@ -125,12 +130,11 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
     if (self->curve)
         dsh_curve_server (sock, self->cert);
     if (type == ZMQ_ROUTER) {
-        //  No handover: a second connection under an id that is connected
-        //  already is ignored by libzmq (kept open, never read), so the
-        //  first comer keeps its route while it lives (one started by
-        //  mistake cannot take it); the SDK drops a connection whose HELLO
-        //  goes unanswered and connects again, so the id is taken back
-        //  once the old connection is gone
+        //  No handover: a second connection under a routing id that is
+        //  connected already is ignored by libzmq (kept open, never read).
+        //  Who owns a component id is the registry's to decide (dsh_routes),
+        //  not libzmq's: the SDK gives each WORK socket a routing id of its
+        //  own, so a second process under a live id is heard, and told
         zsock_set_router_mandatory (sock, 1);
     }
     //  A connection whose peer vanished without a word (a host that
@@ -163,7 +167,7 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->max_in_flight = (size_t) config->max_in_flight;
     self->curve = config->curve && config->cert;
     self->cert = config->cert;
-    self->routes = zhashx_new ();
+    self->routes = dsh_routes_new ();
     self->catalog = dsh_catalog_new ();
     dsh_catalog_set_limits (self->catalog, (size_t) config->max_tool_bytes, (size_t) config->max_tools);
     self->inflight = dsh_inflight_new (s_reply_route, self);
@@ -194,10 +198,13 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     //  and takes a snapshot, as the Clone procedure says
     if (self->work)
         self->events = s_bind (self, ZMQ_PUB, config->events, 3, dsh_config_events_hwm (config));
-    if (self->events && self->curve) {
-        //  A WORK connection that closes takes its route's verification
-        //  with it: a later connection under the same id must speak, with
-        //  a key allowed for the id, before a call goes to it
+    if (self->events) {
+        //  A WORK connection that closes takes its route with it: the id
+        //  is free for the next claim at once (a crashed component's
+        //  kernel closed its socket), and until one comes the component
+        //  counts as unreachable, so it expires within the liveness window
+        //  if none does; under CURVE a later connection must speak, with a
+        //  key allowed for the id, before a call goes to it
         char endpoint [64];
         snprintf (endpoint, sizeof (endpoint), "inproc://dsh-work-monitor-%p", (void *) self);
         if (zmq_socket_monitor (zsock_resolve (self->work), endpoint, ZMQ_EVENT_DISCONNECTED) == 0) {
@@ -234,7 +241,7 @@ s_self_destroy (self_t **self_p)
         dsh_fairq_destroy (&self->fairq);
         dsh_inflight_destroy (&self->inflight);
         zsock_destroy (&self->work_monitor);
-        zhashx_destroy (&self->routes);
+        dsh_routes_destroy (&self->routes);
         zsock_destroy (&self->front);
         zsock_destroy (&self->announce);
         zsock_destroy (&self->work);
@@ -333,9 +340,6 @@ s_answer_error (self_t *self, dsh_record_t **record_p, const char *code, const c
     s_answer (self, record_p, &body);
 }
 
-//  True if a message to component may go out on WORK: always without
-//  CURVE; under CURVE only once the connection holding the id has spoken
-//  with a key allowed for it, so an id taken by another key gets nothing.
 static int s_work_monitor_recv (zloop_t *loop, zsock_t *reader, void *arg);
 
 //  Applies every WORK disconnection libzmq has reported and the loop has
@@ -347,29 +351,37 @@ s_work_monitor_drain (self_t *self)
         s_work_monitor_recv (self->loop, self->work_monitor, self);
 }
 
-static bool
-s_route_trusted (self_t *self, const char *component)
+//  The WORK connection that owns component's id, or NULL: only a
+//  connection that claimed the id (and, under CURVE, spoke with a key
+//  allowed for it) gets anything sent to the id.
+static dsh_route_t *
+s_route (self_t *self, const char *component)
 {
-    if (!self->curve)
-        return true;
-    //  A disconnection not read yet counts already: its id may be held by
-    //  another connection by now
-    s_work_monitor_drain (self);
-    return zhashx_lookup (self->routes, component) != NULL;
+    //  Under CURVE a disconnection not read yet counts already: its id may
+    //  be held by another connection by now
+    if (self->curve)
+        s_work_monitor_drain (self);
+    return dsh_routes_lookup (self->routes, component);
 }
 
-//  Sends [component] "" DSH1 command [token] body on the work socket.
-static int
-s_send_work (self_t *self, const char *component, const char *command, const uint64_t *token, zframe_t **body_p)
+//  The routing id a message to component goes to: its route's; without
+//  CURVE, for a component that has not spoken on WORK yet, the id itself
+//  (a component whose routing id is its id may announce before its HELLO).
+//  NULL if there is none.
+static const char *
+s_route_link (self_t *self, const char *component)
 {
-    if (!s_route_trusted (self, component)) {
-        zframe_destroy (body_p);
-        errno = EHOSTUNREACH;
-        return -1;
-    }
+    dsh_route_t *route = s_route (self, component);
+    return route? route->routing_id: self->curve? NULL: component;
+}
+
+//  Sends [routing_id] "" DSH1 command [token] body on the work socket.
+static int
+s_send_link (self_t *self, const char *routing_id, const char *command, const uint64_t *token, zframe_t **body_p)
+{
     zmq_msg_t parts [6];
     size_t count = 0;
-    dsh_sock_part_mem (&parts [count++], component, strlen (component));
+    dsh_sock_part_mem (&parts [count++], routing_id, strlen (routing_id));
     dsh_sock_head (&parts [count], command);
     count += 3;
     if (token) {
@@ -382,6 +394,19 @@ s_send_work (self_t *self, const char *component, const char *command, const uin
     return dsh_sock_send_parts (self->work, parts, count);
 }
 
+//  Sends command [token] body to the connection that owns component's id.
+static int
+s_send_work (self_t *self, const char *component, const char *command, const uint64_t *token, zframe_t **body_p)
+{
+    const char *routing_id = s_route_link (self, component);
+    if (!routing_id) {
+        zframe_destroy (body_p);
+        errno = EHOSTUNREACH;
+        return -1;
+    }
+    return s_send_link (self, routing_id, command, token, body_p);
+}
+
 static void
 s_send_sync (self_t *self, const char *component)
 {
@@ -390,8 +415,14 @@ s_send_sync (self_t *self, const char *component)
     msgpack_pack_map (&packer.pk, 0);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
-    if (s_send_work (self, component, DSH_SYNC, NULL, &body) && self->verbose)
-        dsh_log_info ("dsh-broker: SYNC to %s not sent yet: %s", component, zmq_strerror (errno));
+    if (s_send_work (self, component, DSH_SYNC, NULL, &body)) {
+        //  A component heartbeating with no WORK route: it expires within
+        //  the liveness window unless a connection claims its id again
+        if (errno == EHOSTUNREACH)
+            dsh_catalog_unreachable (self->catalog, component, zclock_mono ());
+        if (self->verbose)
+            dsh_log_info ("dsh-broker: SYNC to %s not sent yet: %s", component, zmq_strerror (errno));
+    }
 }
 
 //  Answers a known component's HEARTBEAT on WORK: a component hears
@@ -407,6 +438,13 @@ s_send_heartbeat (self_t *self, const char *component)
     msgpack_pack_map (&packer.pk, 0);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
+    //  The connections refused the id and waiting for it hear it too: they
+    //  are alive while the broker is, and must not go looking for it
+    zlistx_t *waiting = dsh_routes_waiting (self->routes, component);
+    for (dsh_route_t *route = waiting? zlistx_first (waiting): NULL; route; route = zlistx_next (waiting)) {
+        zframe_t *copy = zframe_dup (body);
+        s_send_link (self, route->routing_id, DSH_HEARTBEAT, NULL, &copy);
+    }
     s_send_work (self, component, DSH_HEARTBEAT, NULL, &body);
 }
 
@@ -471,12 +509,13 @@ s_release (self_t *self, dsh_record_t *record, const char *reason)
 static int
 s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *body)
 {
-    if (!s_route_trusted (self, component)) {
+    const char *routing_id = s_route_link (self, component);
+    if (!routing_id) {
         errno = EHOSTUNREACH;
         return -1;
     }
     zmq_msg_t parts [6];
-    dsh_sock_part_mem (&parts [0], component, strlen (component));
+    dsh_sock_part_mem (&parts [0], routing_id, strlen (routing_id));
     dsh_sock_head (&parts [1], DSH_CALL);
     byte data [8];
     for (int index = 0; index < 8; index++)
@@ -650,6 +689,7 @@ s_fail_component_calls (self_t *self, const char *component, const char *why)
     zmq_msg_init (&body);
     dsh_record_t *held;
     while ((held = dsh_fairq_pop (self->fairq, component, &body))) {
+        dsh_catalog_waiting (self->catalog, component, -1);
         if (dsh_catalog_provider (self->catalog, held->tool, NULL))
             s_dispatch (self, held, &body);
         else {
@@ -669,6 +709,7 @@ s_fail_component_calls (self_t *self, const char *component, const char *why)
         char text [DSH_NAME_MAX + DSH_ID_MAX + 96];
         snprintf (text, sizeof (text), "Error: tool \"%s\" is gone: component \"%s\" %s",
                   record->tool, component, why);
+        dsh_catalog_outstanding (self->catalog, component, -1);
         dsh_record_t *orphan = record;
         s_answer_error (self, &orphan, DSH_E_TOOL_GONE, text);
     }
@@ -681,6 +722,7 @@ s_remove_component (self_t *self, const char *component, const char *reason)
     zlistx_t *events = zlistx_new ();
     zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
     if (dsh_catalog_remove (self->catalog, component, reason, events) == 0) {
+        dsh_routes_forget (self->routes, component);
         dsh_log_info ("dsh-broker: component %s %s", component, reason);
         s_fail_component_calls (self, component, reason);
         s_publish (self, events);
@@ -1234,31 +1276,225 @@ s_handle_progress (self_t *self, const char *component, zmq_msg_t *token_part, z
     s_send_route (self, record->route, record->route_size, false, DSH_PROGRESS, &report);
 }
 
-//  Under CURVE a WORK message (part: one of its frames from the wire)
-//  speaks for the component its routing id names only if its key may serve
-//  that id; one that may is what makes the
-//  route trusted (until its connection closes). Returns 0 if the message
-//  may be heard, -1 if it is dropped.
-static int
-s_work_claim (self_t *self, const char *component, zmq_msg_t *part)
+//  True if the connection that holds a route still counts as its id's
+//  owner: its connection is open (a closed one has no route any more, and
+//  libzmq's heartbeats close a silent one within the liveness window), and
+//  its component is in the catalog, i.e. has not expired (was heard from
+//  within the window) nor withdrawn; before its first ANNOUNCE, if it
+//  claimed the id within the window. Not the last heartbeat's age itself:
+//  on a loaded host one late heartbeat would hand a live owner's id to a
+//  duplicate, where expiry, a tick later, allows for it.
+static bool
+s_holder_live (self_t *self, dsh_route_t *holder)
 {
-    dsh_identity_t peer;
-    dsh_identity_read (&peer, part);
-    if (!dsh_identity_serves (&peer, component)) {
+    uint64_t generation;
+    if (dsh_catalog_generation (self->catalog, holder->component, &generation) == 0)
+        return true;
+    int64_t window_ms = (int64_t) self->heartbeat_ms * self->liveness;
+    return zclock_mono () - holder->claimed_mono_ms <= window_ms;
+}
+
+//  True if a claim at generation comes from another process than the one
+//  that owned the id last (its connection may have closed already): the
+//  calls that one was given will not be answered. Its generation as its
+//  HELLO stated it, not the catalog's: an ANNOUNCE from the new process may
+//  have overtaken its HELLO.
+static bool
+s_new_incarnation (self_t *self, const char *component, uint64_t generation)
+{
+    uint64_t owned_at = dsh_routes_owned_at (self->routes, component);
+    if (!owned_at && dsh_catalog_generation (self->catalog, component, &owned_at))
+        return false;
+    return generation && generation != owned_at;
+}
+
+//  True if a claim comes from whoever holds the id: under CURVE the same
+//  key (a restart elsewhere with the key takes its id over); without it
+//  the same incarnation (the generation its HELLOs stated), i.e. a
+//  connection made again. Not the catalog's generation: an ANNOUNCE on the
+//  announce channel is anyone's.
+static bool
+s_same_owner (self_t *self, dsh_route_t *holder, dsh_identity_t *peer, uint64_t generation)
+{
+    if (self->curve)
+        return holder->key && peer->key && streq (holder->key, peer->key);
+    return generation && generation == holder->generation;
+}
+
+//  Tells a connection that claimed a held id that it may not have it: a
+//  REFUSED on WORK, a log line and a component.refused event. It waits in
+//  line for the id, which it gets if the holder's connection closes.
+static void
+s_refuse_claim (self_t *self, const char *routing_id, int fd, dsh_route_t *holder, uint64_t generation,
+                const char *key)
+{
+    time_t since = (time_t) (holder->claimed_ms / 1000);
+    struct tm utc;
+    char stamp [32];
+    strftime (stamp, sizeof (stamp), "%Y-%m-%dT%H:%M:%SZ", gmtime_r (&since, &utc));
+    char reason [DSH_ID_MAX + 256];
+    if (self->curve)
+        snprintf (reason, sizeof (reason), "component id %s is held by a live component (key %.8s...) since %s; "
+                  "choose another id", holder->component, holder->key? holder->key: "?", stamp);
+    else
+        snprintf (reason, sizeof (reason), "component id %s is held by a live component (generation %" PRIu64
+                  ") since %s; choose another id", holder->component, holder->generation, stamp);
+    dsh_log_warning ("dsh-broker: a WORK connection at generation %" PRIu64 " refused: %s", generation, reason);
+    dsh_routes_wait (self->routes, holder->component, routing_id, fd, generation, key);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_packer_map_begin (&packer);
+    dsh_packer_kv_str (&packer, "component", holder->component);
+    dsh_packer_kv_str (&packer, "reason", reason);
+    dsh_packer_map_end (&packer);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    s_send_link (self, routing_id, DSH_REFUSED, NULL, &body);
+    zlistx_t *events = zlistx_new ();
+    zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
+    dsh_catalog_refuse_id (self->catalog, holder->component, reason, events);
+    s_publish (self, events);
+    zlistx_destroy (&events);
+}
+
+//  The id a WORK message from a connection that holds none claims, and the
+//  generation it claims it at: a HELLO's component and generation, else
+//  (a component whose routing id is its id, speaking before its HELLO)
+//  the routing id. Returns 0, or -1 if it names no valid id.
+static int
+s_claimed_id (dsh_sock_msg_t *parts, const char *routing_id, char *component, uint64_t *generation)
+{
+    *generation = 0;
+    *component = 0;
+    if (streq (parts->command, DSH_HELLO) && parts->body < parts->count) {
+        zmq_msg_t *body = &parts->part [parts->body];
+        char error [128];
+        dsh_doc_t *doc = dsh_doc_new (zmq_msg_data (body), zmq_msg_size (body), error, sizeof (error));
+        const msgpack_object *root = doc? dsh_doc_root (doc): NULL;
+        const msgpack_object *id = root? dsh_map_get (root, "component"): NULL;
+        const msgpack_object *number = root? dsh_map_get (root, "generation"): NULL;
+        if (id && id->type == MSGPACK_OBJECT_STR && dsh_proto_valid_id (id->via.str.ptr, id->via.str.size))
+            snprintf (component, DSH_ID_MAX + 1, "%.*s", (int) id->via.str.size, id->via.str.ptr);
+        if (number && number->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            *generation = number->via.u64;
+        dsh_doc_destroy (&doc);
+    }
+    if (!*component && dsh_proto_valid_id (routing_id, strlen (routing_id)))
+        snprintf (component, DSH_ID_MAX + 1, "%s", routing_id);
+    return *component? 0: -1;
+}
+
+//  Who a WORK message speaks for (component, DSH_ID_MAX + 1 bytes): the id
+//  its connection holds, or the one it claims if it may have it. An id is
+//  owned (PROTOCOL.md, "Component ids are owned"): a claim on an id held by
+//  a live component is refused unless it comes from the holder's key
+//  (CURVE) or incarnation; a closed or silent holder loses it to the claim.
+//  Under CURVE a message is heard only if its key may serve the id.
+//  Returns 0 if the message may be heard, -1 if it is dropped.
+static int
+s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char *component)
+{
+    zmq_msg_t *part = &parts->part [parts->count - 1];
+    dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL };
+    if (self->curve)
+        dsh_identity_read (&peer, part);
+    int fd = zmq_msg_get (part, ZMQ_SRCFD);
+    dsh_route_t *route = dsh_routes_link (self->routes, routing_id);
+    if (route && route->fd != fd) {
+        //  The same routing id on a new connection: the old one's
+        //  disconnection first, which may have taken the route
+        s_work_monitor_drain (self);
+        route = dsh_routes_link (self->routes, routing_id);
+        if (route)
+            dsh_routes_set_fd (self->routes, route, fd);
+    }
+    uint64_t generation = 0;
+    if (route) {
+        snprintf (component, DSH_ID_MAX + 1, "%s", route->component);
+        //  The owner's HELLO states its generation when it changes
+        char named [DSH_ID_MAX + 1];
+        if (streq (parts->command, DSH_HELLO) && s_claimed_id (parts, routing_id, named, &generation) == 0
+        &&  generation && streq (named, component))
+            dsh_routes_set_generation (self->routes, route, generation);
+    }
+    else
+    if (s_claimed_id (parts, routing_id, component, &generation)) {
+        self->bad_messages++;
+        dsh_log_warning ("dsh-broker: a WORK connection whose routing id is not a component id sent %s "
+                         "before a HELLO naming its component: dropped", parts->command);
+        return -1;
+    }
+    if (self->curve && !dsh_identity_serves (&peer, component)) {
         self->forbidden++;
         dsh_log_warning ("dsh-broker: key %.8s... (role %s) may not serve component %s: its WORK message is dropped",
                          peer.key? peer.key: "?", peer.role? peer.role: "none", component);
         return -1;
     }
-    //  An old connection's disconnection first: its fd may be this one's
-    //  now, and must not untrust it afterwards
+    if (route)
+        return 0;
+    //  A closed holder is no holder: its disconnection may not be read yet
     s_work_monitor_drain (self);
-    int fd = zmq_msg_get (part, ZMQ_SRCFD);
-    zhashx_update (self->routes, component, (void *) (intptr_t) (fd >= 0? fd + 1: INT_MAX));
+    dsh_route_t *holder = dsh_routes_lookup (self->routes, component);
+    if (holder && s_holder_live (self, holder) && !s_same_owner (self, holder, &peer, generation)) {
+        //  A connection is told once, at its first HELLO; anything else
+        //  from it is not a claim worth an event each time
+        if (streq (parts->command, DSH_HELLO) && !dsh_routes_waits (self->routes, component, routing_id))
+            s_refuse_claim (self, routing_id, fd, holder, generation, peer.key);
+        else
+        if (!streq (parts->command, DSH_HELLO))
+            dsh_log_warning ("dsh-broker: %s on a WORK connection that does not own component id %s: dropped",
+                             parts->command, component);
+        return -1;
+    }
+    bool restarted = s_new_incarnation (self, component, generation);
+    if (holder) {
+        //  Its connection is open: it waits in line, and is told why
+        const char *why = !s_holder_live (self, holder)? "this connection's component had expired or withdrawn":
+                          self->curve? "it has the same key": "it is of the same generation";
+        dsh_log_info ("dsh-broker: component id %s taken over by a new WORK connection: %s", component, why);
+        char *displaced = strdup (holder->routing_id);
+        dsh_routes_wait (self->routes, component, displaced, holder->fd, holder->generation, holder->key);
+        char reason [256];
+        snprintf (reason, sizeof (reason), "component id taken over by a new connection (%s); this one gets it "
+                  "back if that one goes", why);
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        dsh_packer_map_begin (&packer);
+        dsh_packer_kv_str (&packer, "component", component);
+        dsh_packer_kv_str (&packer, "reason", reason);
+        dsh_packer_map_end (&packer);
+        zframe_t *body = dsh_packer_frame (&packer);
+        dsh_packer_release (&packer);
+        s_send_link (self, displaced, DSH_REFUSED, NULL, &body);
+        zstr_free (&displaced);
+    }
+    dsh_routes_bind (self->routes, component, routing_id, fd, generation, peer.key, zclock_time (), zclock_mono ());
+    //  Another incarnation has the id now: whatever the old one was given
+    //  will not be answered
+    if (restarted)
+        s_fail_component_calls (self, component, "restarted");
     return 0;
 }
 
-//  A WORK connection closed: the ids it held are no longer trusted.
+//  Gives a component's id to the connection that waited longest for it, if
+//  one did, and asks it to announce.
+static void
+s_promote (self_t *self, const char *component)
+{
+    uint64_t owned_at = dsh_routes_owned_at (self->routes, component);
+    dsh_route_t *route = dsh_routes_promote (self->routes, component, zclock_time (), zclock_mono ());
+    if (!route)
+        return;
+    dsh_log_info ("dsh-broker: component id %s goes to the WORK connection that waited longest for it", component);
+    if (route->generation && owned_at && route->generation != owned_at)
+        s_fail_component_calls (self, component, "restarted");
+    dsh_catalog_seen (self->catalog, component, zclock_mono ());
+    s_send_sync (self, component);
+}
+
+//  A WORK connection closed: the ids it held are free (to whoever waits
+//  for them), and their components unreachable until a connection claims
+//  them again.
 static int
 s_work_monitor_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
@@ -1269,12 +1505,11 @@ s_work_monitor_recv (zloop_t *loop, zsock_t *reader, void *arg)
     if (event && zframe_size (event) == 6) {
         uint32_t fd;
         memcpy (&fd, zframe_data (event) + 2, 4);
-        zlistx_t *gone = zlistx_new ();
-        for (void *route = zhashx_first (self->routes); route; route = zhashx_next (self->routes))
-            if ((intptr_t) route == (intptr_t) fd + 1)
-                zlistx_add_end (gone, (void *) zhashx_cursor (self->routes));
-        for (const char *component = zlistx_first (gone); component; component = zlistx_next (gone))
-            zhashx_delete (self->routes, component);
+        zlistx_t *gone = dsh_routes_closed (self->routes, (int) fd);
+        for (const char *component = zlistx_first (gone); component; component = zlistx_next (gone)) {
+            dsh_catalog_unreachable (self->catalog, component, zclock_mono ());
+            s_promote (self, component);
+        }
         zlistx_destroy (&gone);
     }
     zmsg_destroy (&msg);
@@ -1284,16 +1519,20 @@ s_work_monitor_recv (zloop_t *loop, zsock_t *reader, void *arg)
 static void
 s_work_message (self_t *self, dsh_sock_msg_t *parts)
 {
-    //  [component] "" DSH1 command (token body)
-    if (parts->envelope != 1 || zmq_msg_size (&parts->part [0]) > DSH_ID_MAX) {
+    //  [routing id] "" DSH1 command (token body)
+    size_t id_size = parts->envelope == 1? zmq_msg_size (&parts->part [0]): 0;
+    if (parts->envelope != 1 || id_size == 0 || id_size > 255
+    ||  memchr (zmq_msg_data (&parts->part [0]), 0, id_size)) {
         self->bad_messages++;
-        dsh_log_warning ("dsh-broker: malformed message on the work socket: the envelope is not one component id");
+        dsh_log_warning ("dsh-broker: malformed message on the work socket: the envelope is not one routing id "
+                         "(a component sets its own, without zero bytes)");
         return;
     }
+    char routing_id [256];
+    memcpy (routing_id, zmq_msg_data (&parts->part [0]), id_size);
+    routing_id [id_size] = 0;
     char component [DSH_ID_MAX + 1];
-    snprintf (component, sizeof (component), "%.*s", (int) zmq_msg_size (&parts->part [0]),
-              (const char *) zmq_msg_data (&parts->part [0]));
-    if (self->curve && s_work_claim (self, component, &parts->part [parts->count - 1]))
+    if (s_work_claim (self, routing_id, parts, component))
         return;
     dsh_catalog_seen (self->catalog, component, zclock_mono ());
     const char *command = parts->command;
@@ -1409,6 +1648,24 @@ s_handle_announce (self_t *self, dsh_presence_t *presence, dsh_identity_t *peer)
     zlistx_destroy (&events);
 }
 
+//  True if a presence message is not the owner's: while a WORK connection
+//  owns the id at a generation its HELLO stated, presence at any other
+//  generation comes from another process (refused the id, or not heard on
+//  WORK yet), and is dropped. The owner says HELLO with its new
+//  generation when its tool set changes; an ANNOUNCE that overtakes that
+//  HELLO is dropped, and the SYNC the HELLO brings repairs it.
+static bool
+s_foreign_presence (self_t *self, dsh_presence_t *presence, const char *command)
+{
+    dsh_route_t *route = dsh_routes_lookup (self->routes, presence->component);
+    if (!route || !route->generation || presence->generation == route->generation)
+        return false;
+    if (self->verbose && !streq (command, DSH_HEARTBEAT))
+        dsh_log_info ("dsh-broker: %s of %s at generation %" PRIu64 " dropped: the id's owner is at generation %"
+                      PRIu64, command, presence->component, presence->generation, route->generation);
+    return true;
+}
+
 static int
 s_announce_one (zsock_t *reader, void *arg)
 {
@@ -1445,6 +1702,10 @@ s_announce_one (zsock_t *reader, void *arg)
                          peer.key? peer.key: "?", peer.role? peer.role: "none", presence.component, command);
     }
     else
+    if (s_foreign_presence (self, &presence, command)) {
+        //  Another process's, under an id it does not own
+    }
+    else
     if (streq (command, DSH_ANNOUNCE))
         s_handle_announce (self, &presence, &peer);
     else
@@ -1457,10 +1718,18 @@ s_announce_one (zsock_t *reader, void *arg)
     else {
         uint64_t generation;
         //  A WITHDRAW from an older incarnation must not remove a newer one
-        //  (generations start from the clock, so they grow across restarts)
+        //  (generations start from the clock, so they grow across restarts),
+        //  nor one from another process under the id, unheard on WORK, the
+        //  owner whose connection is open: only the owner's generation, or
+        //  a newer one once no connection holds the id
         if (dsh_catalog_generation (self->catalog, presence.component, &generation) == 0
-        &&  presence.generation >= generation)
+        &&  (presence.generation == generation
+             || (presence.generation > generation && !s_route (self, presence.component))))
             s_remove_component (self, presence.component, "withdrawn");
+        else
+        if (self->verbose)
+            dsh_log_info ("dsh-broker: WITHDRAW of %s at generation %" PRIu64 " ignored: not its owner's",
+                          presence.component, presence.generation);
     }
 
     dsh_doc_destroy (&doc);
@@ -1489,8 +1758,13 @@ s_expire_components (zloop_t *loop, int timer_id, void *arg)
     self_t *self = (self_t *) arg;
     zlistx_t *silent = dsh_catalog_silent (self->catalog, zclock_mono (),
                                            (int64_t) self->heartbeat_ms * self->liveness);
-    for (char *component = zlistx_first (silent); component; component = zlistx_next (silent))
+    for (char *component = zlistx_first (silent); component; component = zlistx_next (silent)) {
         s_remove_component (self, component, "expired");
+        //  A silent owner whose connection is open still holds the id:
+        //  whoever waits for it takes it
+        if (dsh_routes_lookup (self->routes, component))
+            s_promote (self, component);
+    }
     zlistx_destroy (&silent);
     //  Here, not on timers of their own: once a heartbeat is often enough
     //  to give back what a subscriber or a connection storm left free, and

@@ -65,6 +65,7 @@ extern "C" {
 #define DSH_EV_UNREGISTERED     "tool.unregistered"
 #define DSH_EV_JOINED           "component.joined"
 #define DSH_EV_LEFT             "component.left"
+#define DSH_EV_REFUSED          "component.refused"
 
 //  Error codes carried in error.code of a RESULT, or code of an ERROR
 #define DSH_E_BAD_REQUEST       "BAD_REQUEST"

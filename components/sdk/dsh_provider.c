@@ -353,14 +353,19 @@ s_publish_all (self_t *self, const char *command, bool with_tools)
         s_publish (self->links [index], command, with_tools);
 }
 
+//  HELLO on a front (id NULL) or on WORK, where it claims the id at this
+//  generation (the broker refuses a claim to an id a live component holds)
 static void
-s_send_hello (zsock_t *sock, const char *id)
+s_send_hello (zsock_t *sock, const char *id, uint64_t generation)
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     dsh_packer_map_begin (&packer);
-    if (id)
+    if (id) {
         dsh_packer_kv_str (&packer, "component", id);
+        dsh_pack_cstr (&packer.pk, "generation");
+        msgpack_pack_uint64 (&packer.pk, generation);
+    }
     dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
@@ -470,7 +475,7 @@ s_discover (zloop_t *loop, int timer_id, void *arg)
     if (timer_id != link->discovery_timer)
         return 0;               //  ended (see s_heartbeat)
     zlistx_purge (link->retired);
-    s_send_hello (link->front, NULL);
+    s_send_hello (link->front, NULL, 0);
     s_tell_failure (link, link->front_handshake);
     return 0;
 }
@@ -479,7 +484,7 @@ s_discover (zloop_t *loop, int timer_id, void *arg)
 static void
 s_link_discover (s_link_t *link)
 {
-    s_send_hello (link->front, NULL);
+    s_send_hello (link->front, NULL, 0);
     link->discovery_timer = zloop_timer (link->owner->loop, S_DISCOVERY_RETRY_MS, 0, s_discover, link);
 }
 
@@ -510,13 +515,20 @@ s_work_connect (s_link_t *link, const char *endpoint)
     assert (link->work);
     dsh_sock_limit (link->work, link->max_message_bytes, S_QUEUE_LIMIT);
     dsh_sock_heal (link->work, link->heartbeat_ms, link->liveness);
-    zsock_set_identity (link->work, self->id);
+    //  A routing id of this connection's own (the id, a space, a random
+    //  tag): the broker hears a second process under the id, and can
+    //  tell it the id is taken, instead of libzmq ignoring its connection
+    zuuid_t *tag = zuuid_new ();
+    char routing_id [DSH_ID_MAX + 34];
+    snprintf (routing_id, sizeof (routing_id), "%s %s", self->id, zuuid_str (tag));
+    zuuid_destroy (&tag);
+    zsock_set_identity (link->work, routing_id);
     dsh_curve_client (link->work);
     link->work_handshake = dsh_handshake_new (link->work);
     link->work_connections = 0;
     zsock_connect (link->work, "%s", endpoint);
     zloop_reader (self->loop, link->work, s_work_recv, link);
-    s_send_hello (link->work, self->id);
+    s_send_hello (link->work, self->id, self->generation);
 }
 
 static int
@@ -556,8 +568,11 @@ s_heartbeat (zloop_t *loop, int timer_id, void *arg)
     //  its heartbeat, on a connection that has not spoken
     size_t connections = dsh_handshake_successes (link->work_handshake);
     if (connections > link->work_connections) {
-        if (link->work_connections)
-            s_send_hello (link->work, self->id);
+        //  Also at the first look if the connection was made more than
+        //  once: the broker may have restarted meanwhile, and a HELLO is
+        //  what gives the new one our route (one too many costs an ANNOUNCE)
+        if (link->work_connections || connections > 1)
+            s_send_hello (link->work, self->id, self->generation);
         link->work_connections = connections;
     }
     s_tell_failure (link, link->work_handshake);
@@ -795,8 +810,13 @@ s_handle_refused (s_link_t *link, dsh_sock_msg_t *msg)
     if (doc) {
         const msgpack_object *root = dsh_doc_root (doc);
         const char *tool = dsh_doc_strdup (doc, dsh_map_get (root, "tool"));
+        const char *component = dsh_doc_strdup (doc, dsh_map_get (root, "component"));
         const char *reason = dsh_doc_strdup (doc, dsh_map_get (root, "reason"));
-        char *refusal = zsys_sprintf ("%s: %s", tool? tool: "(unnamed)", reason? reason: "refused");
+        //  An id refused: this connection waits in line for it, and the
+        //  broker sends SYNC if the holder goes
+        char *refusal = tool || !component?
+            zsys_sprintf ("%s: %s", tool? tool: "(unnamed)", reason? reason: "refused"):
+            zsys_sprintf ("component id %s: %s (waiting until it is free)", component, reason? reason: "refused");
         dsh_log_warning ("%s: the broker at %s refused %s", self->id, link->broker, refusal);
         if (zlistx_size (self->refusals) < 1000)
             zlistx_add_end (self->refusals, refusal);
@@ -862,6 +882,13 @@ s_announce_due (zloop_t *loop, int timer_id, void *arg)
     (void) timer_id;
     self_t *self = (self_t *) arg;
     self->announce_timer = 0;
+    //  A broker takes presence at a new generation only once our WORK
+    //  connection has stated it (another process could announce under our
+    //  id); the SYNC it answers with brings the ANNOUNCE again if this one
+    //  gets there first
+    for (size_t index = 0; index < self->link_count; index++)
+        if (self->links [index]->work)
+            s_send_hello (self->links [index]->work, self->id, self->generation);
     s_publish_all (self, DSH_ANNOUNCE, true);
     return 0;
 }

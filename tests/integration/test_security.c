@@ -42,6 +42,7 @@ static const struct {
 } s_keys [] = {
     { "broker", DSH_ROLE_ADMIN, NULL, NULL, false },
     { "demo", DSH_ROLE_COMPONENT, "demo", NULL, true },
+    { "demo-b", DSH_ROLE_COMPONENT, "demo", NULL, true },
     { "rogue", DSH_ROLE_COMPONENT, "rogue", NULL, true },
     { "stranger", DSH_ROLE_COMPONENT, "rogue", NULL, false },
     { "alice", DSH_ROLE_AGENT, NULL, "alice", true },
@@ -1110,6 +1111,82 @@ test_stages_and_approvals (void **state)
     s_bed_destroy (&bed);
 }
 
+//  ---------------------------------------------------------------------
+//  12. The id follows the key: another key allowed for "demo" is refused
+//  it while demo's owner is live (it is told, and serves nothing); the
+//  owner's own key, from a new process, takes it over (a restart on
+//  another host) and serves the calls
+
+//  dsh-demo -v --id demo with the named key, its log in its output.
+static dsh_testproc_t *
+s_demo_logged (s_bed_t *bed, const char *key)
+{
+    char *cert = s_key (key);
+    char *broker = s_key ("broker");
+    const char *argv [] = { "components/demo/dsh-demo", "--broker", bed->endpoint, "--id", "demo", "-v",
+                            "--cert", cert, "--broker-cert", broker, NULL };
+    dsh_testproc_t *demo = dsh_testproc_start_merged (argv);
+    zstr_free (&cert);
+    zstr_free (&broker);
+    assert_non_null (demo);
+    return demo;
+}
+
+//  True once text is in process's output, waiting up to 10 s.
+static bool
+s_says (dsh_testproc_t *process, const char *text)
+{
+    int64_t give_up = zclock_mono () + 10000;
+    while (!strstr (dsh_testproc_output (process, 100), text) && zclock_mono () < give_up)
+        ;
+    return strstr (dsh_testproc_output (process, 0), text) != NULL;
+}
+
+static void
+test_id_follows_key (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed (NULL, NULL, true);
+    zsock_t *alice = s_socket (ZMQ_DEALER, "alice", NULL, bed->endpoint);
+    s_echo_ok (alice, "before");
+
+    dsh_testproc_t *other = s_demo_logged (bed, "demo-b");
+    if (!s_says (other, "component id demo is held by a live component"))
+        fail_msg ("another key was not refused the id; its output:\n%s", dsh_testproc_output (other, 0));
+    for (int index = 0; index < 10; index++) {
+        char message [32];
+        snprintf (message, sizeof (message), "owner-%d", index);
+        s_echo_ok (alice, message);
+        if (strstr (dsh_testproc_output (other, 0), message))
+            fail_msg ("call %s went to the key that was refused the id", message);
+    }
+
+    //  The owner's key from a new process: it takes the id over at once
+    dsh_testproc_t *restarted = s_demo_logged (bed, "demo");
+    assert_true (s_says (restarted, "component demo serving"));
+    bool taken = false;
+    for (int attempt = 0; attempt < 50 && !taken; attempt++) {
+        char message [32];
+        snprintf (message, sizeof (message), "moved-%d", attempt);
+        s_echo_ok (alice, message);
+        taken = strstr (dsh_testproc_output (restarted, 100), message) != NULL;
+    }
+    assert_true (taken);
+    assert_null (strstr (dsh_testproc_output (restarted, 0), "is held by a live component"));
+    for (int index = 0; index < 10; index++) {
+        char message [32];
+        snprintf (message, sizeof (message), "new-owner-%d", index);
+        s_echo_ok (alice, message);
+        assert_true (s_says (restarted, message));
+        assert_null (strstr (dsh_testproc_output (other, 0), message));
+    }
+
+    dsh_testproc_destroy (&restarted);
+    dsh_testproc_destroy (&other);
+    zsock_destroy (&alice);
+    s_bed_destroy (&bed);
+}
+
 int
 main (void)
 {
@@ -1127,6 +1204,7 @@ main (void)
         cmocka_unit_test (test_revoked_key),
         cmocka_unit_test (test_insecure_needs_flag),
         cmocka_unit_test (test_displaced_route_heals),
+        cmocka_unit_test (test_id_follows_key),
         cmocka_unit_test (test_stages_and_approvals),
     };
     return cmocka_run_group_tests (tests, s_setup_keys, s_teardown_keys);

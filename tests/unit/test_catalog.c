@@ -546,6 +546,25 @@ test_silent (void **state)
     assert_int_equal (dsh_catalog_component_count (s_catalog), 3);
 }
 
+//  A refused claim is an event of its own, numbered, that changes nothing
+static void
+test_refused_id (void **state)
+{
+    (void) state;
+    s_announce ("a", 1, "[" T1 "]", 1000);
+    zlistx_purge (s_events);
+    dsh_catalog_refuse_id (s_catalog, "a", "component id a is held", s_events);
+    s_check_seq ();
+    assert_int_equal (zlistx_size (s_events), 1);
+    dsh_event_t *event = (dsh_event_t *) zlistx_first (s_events);
+    assert_string_equal (event->kind, DSH_EV_REFUSED);
+    assert_string_equal (event->component, "a");
+    assert_string_equal (event->reason, "component id a is held");
+    assert_null (event->tools);
+    assert_int_equal (dsh_catalog_component_count (s_catalog), 1);
+    assert_int_equal (dsh_catalog_tool_count (s_catalog), 1);
+}
+
 static void
 test_provider_choice (void **state)
 {
@@ -881,6 +900,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_pack_tools_order, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_pack_snapshot, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_event_encode, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_refused_id, s_setup, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
