@@ -54,6 +54,9 @@ struct _dsh_client_t {
     int64_t heard_ms;           //  when the broker was last heard (or the wait began)
     int64_t pinged_ms;          //  when the last liveness PING went, or 0
     size_t failovers;           //  brokers given up on, in all
+    size_t handshakes;          //  the handshake watch's count when the
+                                //  current broker was connected to
+    bool reached;               //  a connection to it was made since
 };
 
 //  An open call as sent, kept to send again to the next broker.
@@ -115,6 +118,8 @@ s_brokers_resolve (const char *spec, char *error, size_t error_size)
 static void
 s_connect (dsh_client_t *self)
 {
+    self->handshakes = self->handshake? dsh_handshake_successes (self->handshake): 0;
+    self->reached = false;
     zsock_connect (self->dealer, "%s", self->endpoint);
     self->heard_ms = zclock_mono ();
     self->pinged_ms = 0;
@@ -489,6 +494,31 @@ s_own_reply (dsh_client_t *self, dsh_reply_t *reply)
     return true;
 }
 
+//  UNKNOWN_TOOL from one of several brokers: its view may lack what
+//  another's has (it restarted, or lost the component for a while), and
+//  nothing ran, so the call may go to the next broker. Done only for the
+//  only thing awaited, since moving drops what else is in flight there.
+//  True if the call went on (the reply is to be dropped).
+static void s_move (dsh_client_t *self, bool resend_all, const char *code, const char *text);
+
+static bool
+s_try_elsewhere (dsh_client_t *self, dsh_reply_t *reply)
+{
+    if (!reply->code || !streq (reply->code, DSH_E_UNKNOWN_TOOL) || !reply->call_id
+    ||  zlistx_size (self->brokers) < 2 || zhashx_size (self->open_calls) != 1 || self->waiting)
+        return false;
+    s_retained_t *retained = (s_retained_t *) zhashx_lookup (self->retained, reply->call_id);
+    if (!retained || retained->attempts >= zlistx_size (self->brokers))
+        return false;
+    char *was = strdup (self->endpoint);
+    char *tool = strdup (retained->tool);
+    s_move (self, true, reply->code, reply->text? reply->text: "Error: unknown tool");
+    dsh_log_info ("dsh_client: the broker at %s does not know tool \"%s\"; trying %s", was, tool, self->endpoint);
+    zstr_free (&was);
+    zstr_free (&tool);
+    return true;
+}
+
 //  Takes one message waiting on the socket, if any, as a reply to deliver.
 //  Returns 0 with *reply_p set, or NULL if the message was dropped
 //  (malformed, or not to be delivered); -1 if nothing was waiting.
@@ -516,6 +546,8 @@ s_take_one (dsh_client_t *self, dsh_reply_t **reply_p)
         dsh_reply_destroy (&reply);
     if (reply)
         reply = s_filter_cancelled (self, reply);
+    if (reply && s_try_elsewhere (self, reply))
+        dsh_reply_destroy (&reply);
     if (reply && reply->call_id && streq (reply->command, DSH_RESULT)) {
         zhashx_delete (self->open_calls, reply->call_id);
         if (zhashx_size (self->retained))
@@ -533,19 +565,28 @@ s_made_result (const char *call_id, const char *code, const char *text)
     return s_reply_from (DSH_RESULT, &body);
 }
 
-//  The broker has been silent past the liveness window: it died, its host
-//  or the link went, or it is wedged. Its calls will get no answer. With
-//  one broker, each open call is answered BROKER_GONE and the connection is
-//  made afresh; with several, the client moves to the next broker, sends it
-//  again every open call whose tool is read-only or idempotent (until every
-//  broker has had it), and answers the others BROKER_GONE.
+//  True if a connection to the current broker has been made since the
+//  client connected to it: until then nothing sent can have reached it.
+static bool
+s_reached (dsh_client_t *self)
+{
+    if (!self->reached)
+        self->reached = !self->handshake || dsh_handshake_successes (self->handshake) > self->handshakes;
+    return self->reached;
+}
+
+//  The client leaves its broker for the next in its list (or, with one
+//  broker, connects to it afresh), having said why. Each open call is sent
+//  again to the next broker if that is safe, else answered here: safe is
+//  a call that cannot have run (resend_all: the broker was never reached,
+//  or it answered UNKNOWN_TOOL to the only call open) or one to a tool
+//  whose entry says it is read-only or idempotent; and only until every
+//  broker has had it. The others get code, with text.
 static void
-s_broker_gone (dsh_client_t *self)
+s_move (dsh_client_t *self, bool resend_all, const char *code, const char *text)
 {
     size_t count = zlistx_size (self->brokers);
-    char *gone = strdup (self->endpoint);
-    int64_t silence_ms = zclock_mono () - self->heard_ms;
-    zsock_disconnect (self->dealer, "%s", gone);
+    zsock_disconnect (self->dealer, "%s", self->endpoint);
     if (count > 1) {
         //  The next broker in the list, round and round
         char *entry = (char *) zlistx_first (self->brokers);
@@ -556,16 +597,11 @@ s_broker_gone (dsh_client_t *self)
     }
     s_connect (self);
     self->failovers++;
-    dsh_log_warning ("dsh_client: no answer from the broker at %s for %" PRId64 " ms; %zu call(s) open; "
-                     "now using %s", gone, silence_ms, zhashx_size (self->open_calls), self->endpoint);
-    char text [400];
-    snprintf (text, sizeof (text), "Error: the broker at %.200s went silent (no answer for %" PRId64
-              " ms) with the call in flight", gone, silence_ms);
     zlistx_t *call_ids = zhashx_keys (self->open_calls);
     for (const char *call_id = zlistx_first (call_ids); call_id; call_id = zlistx_next (call_ids)) {
         s_retained_t *retained = (s_retained_t *) zhashx_lookup (self->retained, call_id);
         if (retained && retained->attempts < count && !zhashx_lookup (self->cancelled, call_id)
-        &&  zhashx_lookup (self->retryable, retained->tool)) {
+        &&  (resend_all || zhashx_lookup (self->retryable, retained->tool))) {
             zmq_msg_t parts [4];
             dsh_sock_head (parts, DSH_CALL);
             zmq_msg_init (&parts [3]);
@@ -578,17 +614,36 @@ s_broker_gone (dsh_client_t *self)
         bool cancelled = zhashx_lookup (self->cancelled, call_id) != NULL;
         dsh_reply_t *reply = cancelled?
             s_made_result (call_id, DSH_E_CANCELLED, "Error: the call was cancelled"):
-            s_made_result (call_id, DSH_E_BROKER_GONE, text);
+            s_made_result (call_id, code, text);
         if (reply)
             zlistx_add_end (self->made, reply);
         zhashx_delete (self->open_calls, call_id);
         zhashx_delete (self->retained, call_id);
     }
     zlistx_destroy (&call_ids);
-    //  The gone broker's answers to cancels will never come
+    //  The old broker's answers to cancels will never come
     zhashx_purge (self->cancelled);
     if (count > 1)
         s_ask_tools (self, true);
+}
+
+//  The broker has been silent past the liveness window (or, with other
+//  brokers to go to, was never reached within a heartbeat): it died, its
+//  host or the link went, or it is wedged. Its calls will get no answer:
+//  each is sent again or answered BROKER_GONE (s_move).
+static void
+s_broker_gone (dsh_client_t *self)
+{
+    char *gone = strdup (self->endpoint);
+    int64_t silence_ms = zclock_mono () - self->heard_ms;
+    bool reached = s_reached (self);
+    char text [400];
+    snprintf (text, sizeof (text), "Error: the broker at %.200s went silent (no answer for %" PRId64
+              " ms) with the call in flight", gone, silence_ms);
+    size_t open = zhashx_size (self->open_calls);
+    s_move (self, !reached, DSH_E_BROKER_GONE, text);
+    dsh_log_warning ("dsh_client: %s the broker at %s for %" PRId64 " ms; %zu call(s) were open; now using %s",
+                     reached? "no answer from": "no connection to", gone, silence_ms, open, self->endpoint);
     zstr_free (&gone);
 }
 
@@ -601,7 +656,11 @@ s_check_broker (dsh_client_t *self, int64_t now)
     if (!self->waiting && zhashx_size (self->open_calls) == 0)
         return INT64_MAX;
     int64_t window = (int64_t) self->heartbeat_ms * self->liveness;
-    if (now - self->heard_ms >= window) {
+    //  A broker not even reached within a heartbeat (the connect timeout)
+    //  is not waited for when another may answer: nothing reached it
+    bool others = zlistx_size (self->brokers) > 1;
+    if (now - self->heard_ms >= window
+    || (others && now - self->heard_ms >= self->heartbeat_ms && !s_reached (self))) {
         s_broker_gone (self);
         return now;
     }
@@ -611,7 +670,7 @@ s_check_broker (dsh_client_t *self, int64_t now)
         self->pinged_ms = last = now;
     }
     int64_t ping_due = last + self->heartbeat_ms;
-    int64_t gone_due = self->heard_ms + window;
+    int64_t gone_due = self->heard_ms + (others && !s_reached (self)? self->heartbeat_ms: window);
     return ping_due < gone_due? ping_due: gone_due;
 }
 

@@ -235,6 +235,61 @@ test_query_fails_over (void **state)
     s_pair_stop (&pair);
 }
 
+//  A first broker never reached (nothing listens there): even a call to
+//  a tool that is not idempotent goes to the next, since it cannot have
+//  run, and without waiting out the whole liveness window
+static void
+test_unreached_broker_skipped (void **state)
+{
+    (void) state;
+    pair_t pair;
+    s_pair_start (&pair);
+    dsh_testproc_signal (pair.broker [0], SIGKILL);
+    dsh_testproc_wait (pair.broker [0], 5000);
+    dsh_client_t *client = dsh_client_new (pair.list);
+    assert_non_null (client);
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (client, "tick", "{\"ms\": 10}", NULL, 20000, error, sizeof (error));
+    if (!reply)
+        fail_msg ("tick through the list: %s", error);
+    if (dsh_reply_is_error (reply))
+        fail_msg ("tick through the list: %s", dsh_reply_text (reply));
+    dsh_reply_destroy (&reply);
+    assert_string_equal (dsh_client_endpoint (client), pair.endpoint [1]);
+    dsh_client_destroy (&client);
+    s_pair_stop (&pair);
+}
+
+//  A broker that lacks the tool (it lost or never had the component) is
+//  not the last word when another may have it: nothing ran, so the call
+//  goes on to the next broker
+static void
+test_unknown_tool_tried_elsewhere (void **state)
+{
+    (void) state;
+    pair_t pair;
+    s_pair_start (&pair);
+    dsh_testproc_destroy (&pair.demo [0]);
+    assert_int_equal (dsh_testkit_wait_tools (pair.endpoint [0], "", 0, 5000), 0);
+    dsh_client_t *client = dsh_client_new (pair.list);
+    assert_non_null (client);
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (client, "tick", "{\"ms\": 10}", NULL, 20000, error, sizeof (error));
+    if (!reply)
+        fail_msg ("tick through the list: %s", error);
+    if (dsh_reply_is_error (reply))
+        fail_msg ("tick through the list: %s", dsh_reply_text (reply));
+    dsh_reply_destroy (&reply);
+    assert_string_equal (dsh_client_endpoint (client), pair.endpoint [1]);
+    //  Known nowhere: UNKNOWN_TOOL, once every broker has said so
+    reply = dsh_client_call (client, "no_such_tool", "{}", NULL, 20000, error, sizeof (error));
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_UNKNOWN_TOOL);
+    dsh_reply_destroy (&reply);
+    dsh_client_destroy (&client);
+    s_pair_stop (&pair);
+}
+
 //  A malformed broker list is refused, not half used
 static void
 test_bad_list (void **state)
@@ -253,6 +308,8 @@ main (void)
         cmocka_unit_test (test_broker_frozen),
         cmocka_unit_test (test_failover_retries_idempotent),
         cmocka_unit_test (test_query_fails_over),
+        cmocka_unit_test (test_unreached_broker_skipped),
+        cmocka_unit_test (test_unknown_tool_tried_elsewhere),
         cmocka_unit_test (test_bad_list),
     };
     int rc = cmocka_run_group_tests (tests, NULL, NULL);
