@@ -57,6 +57,7 @@ struct _dsh_client_t {
     size_t handshakes;          //  the handshake watch's count when the
                                 //  current broker was connected to
     bool reached;               //  a connection to it was made since
+    bool asked_liveness;        //  a PING went to it to learn its liveness
 };
 
 //  An open call as sent, kept to send again to the next broker.
@@ -120,6 +121,7 @@ s_connect (dsh_client_t *self)
 {
     self->handshakes = self->handshake? dsh_handshake_successes (self->handshake): 0;
     self->reached = false;
+    self->asked_liveness = false;
     zsock_connect (self->dealer, "%s", self->endpoint);
     self->heard_ms = zclock_mono ();
     self->pinged_ms = 0;
@@ -229,17 +231,6 @@ s_make_call_id (dsh_client_t *self)
     *end = 0;
 }
 
-//  A wait begins (a call or a request now awaited where none was): the
-//  broker's silence is counted from now.
-static void
-s_watch (dsh_client_t *self)
-{
-    if (!self->waiting && zhashx_size (self->open_calls) == 0) {
-        self->heard_ms = zclock_mono ();
-        self->pinged_ms = 0;
-    }
-}
-
 //  Sends a query the client makes for itself: id is its prefix plus a
 //  number, so its reply is told from the user's.
 static void
@@ -258,6 +249,23 @@ s_send_own (dsh_client_t *self, const char *command, const char *prefix)
 
 #define S_LIVE_PREFIX   "live-"     //  liveness PINGs
 #define S_TOOLS_PREFIX  "tools-"    //  which tools may be sent again
+
+//  A wait begins (a call or a request now awaited where none was): the
+//  broker's silence is counted from now.
+static void
+s_watch (dsh_client_t *self)
+{
+    if (!self->waiting && zhashx_size (self->open_calls) == 0) {
+        self->heard_ms = zclock_mono ();
+        self->pinged_ms = 0;
+    }
+    //  The broker's heartbeat and liveness come in its PONG: ask once, so
+    //  the first silence is judged by the broker's window, not the default
+    if (!self->asked_liveness) {
+        self->asked_liveness = true;
+        s_send_own (self, DSH_PING, S_LIVE_PREFIX);
+    }
+}
 
 //  With several brokers, learns (again, if force or it is old) which tools
 //  a failed-over call may be sent again for.
@@ -597,6 +605,8 @@ s_move (dsh_client_t *self, bool resend_all, const char *code, const char *text)
     }
     s_connect (self);
     self->failovers++;
+    self->asked_liveness = true;
+    s_send_own (self, DSH_PING, S_LIVE_PREFIX);
     zlistx_t *call_ids = zhashx_keys (self->open_calls);
     for (const char *call_id = zlistx_first (call_ids); call_id; call_id = zlistx_next (call_ids)) {
         s_retained_t *retained = (s_retained_t *) zhashx_lookup (self->retained, call_id);
