@@ -666,11 +666,14 @@ s_check_broker (dsh_client_t *self, int64_t now)
     if (!self->waiting && zhashx_size (self->open_calls) == 0)
         return INT64_MAX;
     int64_t window = (int64_t) self->heartbeat_ms * self->liveness;
-    //  A broker not even reached within a heartbeat (the connect timeout)
-    //  is not waited for when another may answer: nothing reached it
+    //  A broker never reached has none of our calls: with another to go
+    //  to, it is left after a heartbeat (the connect timeout); alone, it
+    //  is waited for until the calls' own deadlines, since a lossy link
+    //  may take a while to connect and there is nowhere else to go
     bool others = zlistx_size (self->brokers) > 1;
-    if (now - self->heard_ms >= window
-    || (others && now - self->heard_ms >= self->heartbeat_ms && !s_reached (self))) {
+    bool reached = s_reached (self);
+    if ((reached && now - self->heard_ms >= window)
+    ||  (!reached && others && now - self->heard_ms >= self->heartbeat_ms)) {
         s_broker_gone (self);
         return now;
     }
@@ -680,7 +683,7 @@ s_check_broker (dsh_client_t *self, int64_t now)
         self->pinged_ms = last = now;
     }
     int64_t ping_due = last + self->heartbeat_ms;
-    int64_t gone_due = self->heard_ms + (others && !s_reached (self)? self->heartbeat_ms: window);
+    int64_t gone_due = self->heard_ms + (others && !reached? self->heartbeat_ms: window);
     return ping_due < gone_due? ping_due: gone_due;
 }
 
