@@ -1436,6 +1436,7 @@ s_approver_connect (approver_t *self, options_t *options, const char *broker, co
     zsock_t *dealer = rc == 0? zsock_new (ZMQ_DEALER): NULL;
     if (dealer) {
         dsh_sock_limit (dealer, APPROVER_MAX_MESSAGE, 1000);
+        dsh_sock_heal (dealer, 0, 0);
         //  Give a decision made just before stdin ends, and the goodbye, the
         //  time to leave
         zsock_set_linger (dealer, 1000);

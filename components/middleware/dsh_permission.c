@@ -837,6 +837,8 @@ dsh_permission_setup (zconfig_t *settings, const dsh_middleware_context_t *conte
     //  A send to an approver that is gone fails instead of vanishing: that
     //  is how a killed approver is noticed without waiting for its silence
     zsock_set_router_mandatory (self->approvals, 1);
+    //  An approver's host that vanishes loses its connection in the window
+    dsh_sock_heal (self->approvals, 0, 0);
     //  Under CURVE only keys in the broker's allow-list connect, and of
     //  those only approvers and admins are heard (s_handle_approvals)
     dsh_curve_server (self->approvals, NULL);

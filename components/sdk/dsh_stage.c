@@ -1070,6 +1070,7 @@ dsh_stage_attach (dsh_stage_t *self, const char *broker, int timeout_ms)
     for (const char *name = zlistx_first (brokers); name; name = zlistx_next (brokers), index++) {
         names [index] = name;
         fronts [index] = zsock_new (ZMQ_DEALER);
+        dsh_sock_heal (fronts [index], 0, 0);
         dsh_curve_client (fronts [index]);
         if (zsock_connect (fronts [index], "%s", name)) {
             zsys_error ("stage %s: cannot connect to the broker at %s", self->name, name);
