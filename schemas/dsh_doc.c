@@ -336,6 +336,17 @@ dsh_map_get (const msgpack_object *map, const char *key)
     return NULL;
 }
 
+int
+dsh_map_int_in (const msgpack_object *map, const char *key, int min, int max, int fallback)
+{
+    assert (min >= 0 && min <= max);
+    const msgpack_object *value = dsh_map_get (map, key);
+    if (value && value->type == MSGPACK_OBJECT_POSITIVE_INTEGER
+    &&  value->via.u64 >= (uint64_t) min && value->via.u64 <= (uint64_t) max)
+        return (int) value->via.u64;
+    return fallback;
+}
+
 bool
 dsh_str_eq (const msgpack_object *obj, const char *text)
 {

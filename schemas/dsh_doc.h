@@ -72,6 +72,12 @@ size_t
 const msgpack_object *
     dsh_map_get (const msgpack_object *map, const char *key);
 
+//  The unsigned integer under key in a map object if it lies in [min, max],
+//  else fallback: a setting a peer sends (heartbeatMs, liveness), never
+//  trusted beyond its bounds.
+int
+    dsh_map_int_in (const msgpack_object *map, const char *key, int min, int max, int fallback);
+
 //  True if obj is a str equal to text.
 bool
     dsh_str_eq (const msgpack_object *obj, const char *text);

@@ -475,14 +475,8 @@ s_own_reply (dsh_client_t *self, dsh_reply_t *reply)
         return false;
     if (pong) {
         //  The broker's own heartbeat and liveness, as components use
-        const msgpack_object *heartbeat = dsh_map_get (root, "heartbeatMs");
-        const msgpack_object *liveness = dsh_map_get (root, "liveness");
-        if (heartbeat && heartbeat->type == MSGPACK_OBJECT_POSITIVE_INTEGER
-        &&  heartbeat->via.u64 >= 10 && heartbeat->via.u64 <= 3600000)
-            self->heartbeat_ms = (int) heartbeat->via.u64;
-        if (liveness && liveness->type == MSGPACK_OBJECT_POSITIVE_INTEGER
-        &&  liveness->via.u64 >= 1 && liveness->via.u64 <= 1000)
-            self->liveness = (int) liveness->via.u64;
+        self->heartbeat_ms = dsh_map_int_in (root, "heartbeatMs", 10, 3600000, self->heartbeat_ms);
+        self->liveness = dsh_map_int_in (root, "liveness", 1, 1000, self->liveness);
         return true;
     }
     //  A repeat is harmless for a read-only tool, and for one that says so

@@ -590,7 +590,6 @@ s_welcomed (s_link_t *link, dsh_doc_t *doc)
     char *announce = dsh_doc_strdup (doc, dsh_map_get (root, "announce"));
     char *work = dsh_doc_strdup (doc, dsh_map_get (root, "work"));
     const msgpack_object *heartbeat = dsh_map_get (root, "heartbeatMs");
-    const msgpack_object *liveness = dsh_map_get (root, "liveness");
     const msgpack_object *max_bytes = dsh_map_get (root, "maxMessageBytes");
     const msgpack_object *protocol = dsh_map_get (root, "protocol");
     if (!protocol || protocol->type != MSGPACK_OBJECT_POSITIVE_INTEGER || protocol->via.u64 != DSH_PROTOCOL_VERSION) {
@@ -606,8 +605,7 @@ s_welcomed (s_link_t *link, dsh_doc_t *doc)
     if (link->work)
         return;                 //  a late second WELCOME; already connected
     link->heartbeat_ms = (int) heartbeat->via.u64;
-    link->liveness = liveness && liveness->type == MSGPACK_OBJECT_POSITIVE_INTEGER && liveness->via.u64 > 0
-                  && liveness->via.u64 <= 1000? (int) liveness->via.u64: DSH_DEFAULT_LIVENESS;
+    link->liveness = dsh_map_int_in (root, "liveness", 1, 1000, DSH_DEFAULT_LIVENESS);
     link->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
     if (max_bytes && max_bytes->type == MSGPACK_OBJECT_POSITIVE_INTEGER && max_bytes->via.u64 <= INT_MAX)
         link->max_message_bytes = (int) max_bytes->via.u64;

@@ -752,17 +752,6 @@ s_link_ask (s_link_t *self, const char *command)
     dsh_sock_send (self->front, &msg);
 }
 
-//  A uint member of a reply in [1, limit], else fallback.
-static int
-s_reply_setting (dsh_doc_t *doc, const char *key, int limit, int fallback)
-{
-    const msgpack_object *value = dsh_map_get (dsh_doc_root (doc), key);
-    if (value && value->type == MSGPACK_OBJECT_POSITIVE_INTEGER
-    &&  value->via.u64 >= 1 && value->via.u64 <= (uint64_t) limit)
-        return (int) value->via.u64;
-    return fallback;
-}
-
 static void
 s_link_welcome (s_link_t *self, dsh_doc_t *doc)
 {
@@ -778,8 +767,8 @@ s_link_welcome (s_link_t *self, dsh_doc_t *doc)
                          self->broker);
         return;                 //  asked again when due: its config may change
     }
-    self->heartbeat_ms = s_reply_setting (doc, "heartbeatMs", 3600000, DSH_DEFAULT_HEARTBEAT_MS);
-    self->liveness = s_reply_setting (doc, "liveness", 1000, DSH_DEFAULT_LIVENESS);
+    self->heartbeat_ms = dsh_map_int_in (dsh_doc_root (doc), "heartbeatMs", 1, 3600000, DSH_DEFAULT_HEARTBEAT_MS);
+    self->liveness = dsh_map_int_in (dsh_doc_root (doc), "liveness", 1, 1000, DSH_DEFAULT_LIVENESS);
     char *feed_endpoint = dsh_sock_resolve (feed, self->broker);
     char *drain_endpoint = dsh_sock_resolve (drain, self->broker);
     if (!self->upstream || !streq (self->feed, feed_endpoint) || !streq (self->drain, drain_endpoint))
@@ -1026,8 +1015,8 @@ s_welcome_slot (dsh_stage_t *self, const char *broker, zmsg_t *reply)
             char *feed_endpoint = dsh_sock_resolve (feed, broker);
             char *drain_endpoint = dsh_sock_resolve (drain, broker);
             slot = s_slot_new (broker, feed_endpoint, drain_endpoint,
-                               s_reply_setting (doc, "heartbeatMs", 3600000, DSH_DEFAULT_HEARTBEAT_MS),
-                               s_reply_setting (doc, "liveness", 1000, DSH_DEFAULT_LIVENESS));
+                               dsh_map_int_in (dsh_doc_root (doc), "heartbeatMs", 1, 3600000, DSH_DEFAULT_HEARTBEAT_MS),
+                               dsh_map_int_in (dsh_doc_root (doc), "liveness", 1, 1000, DSH_DEFAULT_LIVENESS));
             const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "broker"));
             slot->broker_id = broker_id? strdup (broker_id): NULL;
             slot->attached = true;

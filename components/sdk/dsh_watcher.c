@@ -263,17 +263,6 @@ s_answers (dsh_doc_t *doc, uint64_t id)
     return echoed && echoed->type == MSGPACK_OBJECT_POSITIVE_INTEGER && echoed->via.u64 == id;
 }
 
-//  A uint member in [1, limit], else fallback.
-static int
-s_setting (dsh_doc_t *doc, const char *key, int limit, int fallback)
-{
-    const msgpack_object *value = dsh_map_get (dsh_doc_root (doc), key);
-    if (value && value->type == MSGPACK_OBJECT_POSITIVE_INTEGER
-    &&  value->via.u64 >= 1 && value->via.u64 <= (uint64_t) limit)
-        return (int) value->via.u64;
-    return fallback;
-}
-
 static void
 s_handle_welcome (self_t *self, dsh_doc_t *doc)
 {
@@ -286,8 +275,8 @@ s_handle_welcome (self_t *self, dsh_doc_t *doc)
         dsh_log_warning ("dsh_watcher: WELCOME from \"%s\" names no events endpoint or broker id", self->front);
         return;
     }
-    self->heartbeat_ms = s_setting (doc, "heartbeatMs", 3600000, DSH_DEFAULT_HEARTBEAT_MS);
-    self->liveness = s_setting (doc, "liveness", 1000, DSH_DEFAULT_LIVENESS);
+    self->heartbeat_ms = dsh_map_int_in (dsh_doc_root (doc), "heartbeatMs", 1, 3600000, DSH_DEFAULT_HEARTBEAT_MS);
+    self->liveness = dsh_map_int_in (dsh_doc_root (doc), "liveness", 1, 1000, DSH_DEFAULT_LIVENESS);
     char *endpoint = dsh_sock_resolve (advertised, self->front);
     zsock_t *events = zsock_new (ZMQ_SUB);
     assert (events);

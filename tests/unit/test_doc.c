@@ -647,6 +647,42 @@ test_pack_cstr (void **state)
     msgpack_sbuffer_destroy (&packed.buffer);
 }
 
+//  A peer's setting is used only within its bounds, and only as an
+//  unsigned integer
+static void
+test_map_int_in (void **state)
+{
+    (void) state;
+    msgpack_sbuffer buffer;
+    msgpack_sbuffer_init (&buffer);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &buffer, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 5);
+    dsh_pack_cstr (&pk, "ok");
+    msgpack_pack_uint64 (&pk, 500);
+    dsh_pack_cstr (&pk, "big");
+    msgpack_pack_uint64 (&pk, 1ULL << 40);
+    dsh_pack_cstr (&pk, "zero");
+    msgpack_pack_uint64 (&pk, 0);
+    dsh_pack_cstr (&pk, "negative");
+    msgpack_pack_int (&pk, -5);
+    dsh_pack_cstr (&pk, "text");
+    dsh_pack_cstr (&pk, "500");
+    dsh_doc_t *doc = s_doc_ok (buffer.data, buffer.size);
+    const msgpack_object *root = dsh_doc_root (doc);
+    assert_int_equal (dsh_map_int_in (root, "ok", 1, 1000, 7), 500);
+    assert_int_equal (dsh_map_int_in (root, "ok", 501, 1000, 7), 7);
+    assert_int_equal (dsh_map_int_in (root, "big", 1, 3600000, 7), 7);
+    assert_int_equal (dsh_map_int_in (root, "zero", 1, 10, 7), 7);
+    assert_int_equal (dsh_map_int_in (root, "zero", 0, 10, 7), 0);
+    assert_int_equal (dsh_map_int_in (root, "negative", 0, 10, 7), 7);
+    assert_int_equal (dsh_map_int_in (root, "text", 1, 1000, 7), 7);
+    assert_int_equal (dsh_map_int_in (root, "absent", 1, 1000, 7), 7);
+    assert_int_equal (dsh_map_int_in (NULL, "ok", 1, 1000, 7), 7);
+    dsh_doc_destroy (&doc);
+    msgpack_sbuffer_destroy (&buffer);
+}
+
 int
 main (void)
 {
@@ -665,6 +701,7 @@ main (void)
         cmocka_unit_test (test_pack_cstr),
         cmocka_unit_test (test_skip),
         cmocka_unit_test (test_map_header),
+        cmocka_unit_test (test_map_int_in),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
