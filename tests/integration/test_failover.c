@@ -50,6 +50,20 @@ s_send (dsh_client_t *client, const char *name, const char *args, int timeout_ms
     return strdup (call_id);
 }
 
+//  Calls name with args and fails the test unless it succeeds; what says
+//  where the call was made.
+static void
+s_call_ok (dsh_client_t *client, const char *name, const char *args, const char *what)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (client, name, args, NULL, 20000, error, sizeof (error));
+    if (!reply)
+        fail_msg ("%s %s: %s", name, what, error);
+    if (dsh_reply_is_error (reply))
+        fail_msg ("%s %s: %s", name, what, dsh_reply_text (reply));
+    dsh_reply_destroy (&reply);
+}
+
 //  One broker, killed or frozen with a call in flight: BROKER_GONE within
 //  the window plus the client's first ping, not at the 30 s deadline.
 static void
@@ -89,13 +103,7 @@ s_broker_goes (int signal)
         //  made its connection afresh
         dsh_testproc_signal (broker, SIGCONT);
         assert_int_equal (dsh_testkit_wait_tools (endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 10000), 0);
-        char error [256];
-        reply = dsh_client_call (client, "echo", "{\"message\": \"back\"}", NULL, 10000, error, sizeof (error));
-        if (!reply)
-            fail_msg ("echo after the thaw: %s", error);
-        if (dsh_reply_is_error (reply))
-            fail_msg ("echo after the thaw: %s", dsh_reply_text (reply));
-        dsh_reply_destroy (&reply);
+        s_call_ok (client, "echo", "{\"message\": \"back\"}", "after the thaw");
     }
     dsh_client_destroy (&client);
     dsh_testproc_destroy (&demo);
@@ -182,12 +190,7 @@ test_failover_retries_idempotent (void **state)
 
     //  Calls and queries go on at the second broker
     char error [256];
-    reply = dsh_client_call (client, "echo", "{\"message\": \"on b\"}", NULL, 10000, error, sizeof (error));
-    if (!reply)
-        fail_msg ("echo at the second broker: %s", error);
-    if (dsh_reply_is_error (reply))
-        fail_msg ("echo at the second broker: %s", dsh_reply_text (reply));
-    dsh_reply_destroy (&reply);
+    s_call_ok (client, "echo", "{\"message\": \"on b\"}", "at the second broker");
     reply = dsh_client_request (client, DSH_LIST, NULL, 5000, error, sizeof (error));
     assert_non_null (reply);
     dsh_reply_destroy (&reply);
@@ -248,13 +251,7 @@ test_unreached_broker_skipped (void **state)
     dsh_testproc_wait (pair.broker [0], 5000);
     dsh_client_t *client = dsh_client_new (pair.list);
     assert_non_null (client);
-    char error [256];
-    dsh_reply_t *reply = dsh_client_call (client, "tick", "{\"ms\": 10}", NULL, 20000, error, sizeof (error));
-    if (!reply)
-        fail_msg ("tick through the list: %s", error);
-    if (dsh_reply_is_error (reply))
-        fail_msg ("tick through the list: %s", dsh_reply_text (reply));
-    dsh_reply_destroy (&reply);
+    s_call_ok (client, "tick", "{\"ms\": 10}", "through the list");
     assert_string_equal (dsh_client_endpoint (client), pair.endpoint [1]);
     dsh_client_destroy (&client);
     s_pair_stop (&pair);
@@ -274,15 +271,10 @@ test_unknown_tool_tried_elsewhere (void **state)
     dsh_client_t *client = dsh_client_new (pair.list);
     assert_non_null (client);
     char error [256];
-    dsh_reply_t *reply = dsh_client_call (client, "tick", "{\"ms\": 10}", NULL, 20000, error, sizeof (error));
-    if (!reply)
-        fail_msg ("tick through the list: %s", error);
-    if (dsh_reply_is_error (reply))
-        fail_msg ("tick through the list: %s", dsh_reply_text (reply));
-    dsh_reply_destroy (&reply);
+    s_call_ok (client, "tick", "{\"ms\": 10}", "through the list");
     assert_string_equal (dsh_client_endpoint (client), pair.endpoint [1]);
     //  Known nowhere: UNKNOWN_TOOL, once every broker has said so
-    reply = dsh_client_call (client, "no_such_tool", "{}", NULL, 20000, error, sizeof (error));
+    dsh_reply_t *reply = dsh_client_call (client, "no_such_tool", "{}", NULL, 20000, error, sizeof (error));
     assert_non_null (reply);
     assert_string_equal (dsh_reply_error_code (reply), DSH_E_UNKNOWN_TOOL);
     dsh_reply_destroy (&reply);
