@@ -12,6 +12,10 @@
 
 #include <assert.h>
 #include <czmq.h>
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -182,6 +186,112 @@ dsh_json_to_msgpack (msgpack_packer *pk, const json_t *json)
     return 0;
 }
 
+//  The length of the JSON number at text (0 if none starts there).
+static size_t
+s_number_length (const char *text, size_t size)
+{
+    size_t at = 0;
+    if (at < size && text [at] == '-')
+        at++;
+    size_t digits = at;
+    while (at < size && (isdigit ((unsigned char) text [at]) || strchr (".eE+-", text [at])))
+        at++;
+    return at > digits? at: 0;
+}
+
+//  text with every number jansson cannot hold rewritten as a double it
+//  can: integers past int64 as "%.17g" (a real), overflowing reals as
+//  +-DBL_MAX. Strings are copied untouched. Caller frees; sets *size_p.
+static char *
+s_numbers_tamed (const char *text, size_t size, size_t *size_p)
+{
+    zchunk_t *tamed = zchunk_new (NULL, size + 64);
+    bool in_string = false;
+    size_t at = 0;
+    while (at < size) {
+        char c = text [at];
+        if (in_string) {
+            size_t run = 1;
+            if (c == '\\' && at + 1 < size)
+                run = 2;
+            else
+            if (c == '"')
+                in_string = false;
+            zchunk_extend (tamed, text + at, run);
+            at += run;
+            continue;
+        }
+        size_t length = (c == '-' || isdigit ((unsigned char) c))? s_number_length (text + at, size - at): 0;
+        if (length == 0) {
+            in_string = c == '"';
+            zchunk_extend (tamed, text + at, 1);
+            at++;
+            continue;
+        }
+        char token [512];
+        if (length >= sizeof token) {
+            //  Too long to be a number anyone meant: jansson will say so
+            zchunk_extend (tamed, text + at, length);
+            at += length;
+            continue;
+        }
+        memcpy (token, text + at, length);
+        token [length] = 0;
+        bool integral = strcspn (token, ".eE") == length;
+        errno = 0;
+        if (integral) {
+            strtoll (token, NULL, 10);
+            if (errno != ERANGE) {
+                zchunk_extend (tamed, token, length);
+                at += length;
+                continue;
+            }
+        }
+        errno = 0;
+        double value = strtod (token, NULL);
+        char replaced [64];
+        if (errno == ERANGE && fabs (value) > 1.0)
+            snprintf (replaced, sizeof replaced, "%.17g", value < 0? -DBL_MAX: DBL_MAX);
+        else
+        if (integral)
+            snprintf (replaced, sizeof replaced, "%.17e", value);
+        else {
+            zchunk_extend (tamed, token, length);
+            at += length;
+            continue;
+        }
+        zchunk_extend (tamed, replaced, strlen (replaced));
+        at += length;
+    }
+    *size_p = zchunk_size (tamed);
+    char *copy = (char *) malloc (*size_p + 1);
+    assert (copy);
+    memcpy (copy, zchunk_data (tamed), *size_p);
+    copy [*size_p] = 0;
+    zchunk_destroy (&tamed);
+    return copy;
+}
+
+json_t *
+dsh_json_parse (const char *text, size_t size, size_t flags, json_error_t *error)
+{
+    assert (text);
+    flags |= JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES;
+    json_error_t local;
+    json_t *json = json_loadb (text, size, flags, &local);
+    //  The rare number jansson cannot hold costs a second pass; every
+    //  other text is parsed once
+    if (!json && (strstr (local.text, "too big integer") || strstr (local.text, "real number overflow"))) {
+        size_t tamed_size;
+        char *tamed = s_numbers_tamed (text, size, &tamed_size);
+        json = json_loadb (tamed, tamed_size, flags, &local);
+        free (tamed);
+    }
+    if (!json && error)
+        *error = local;
+    return json;
+}
+
 int
 dsh_json_text_to_msgpack (const char *text, msgpack_sbuffer *sbuf,
                           char *error, size_t error_size)
@@ -194,7 +304,7 @@ dsh_json_text_to_msgpack (const char *text, msgpack_sbuffer *sbuf,
     //  Any root value is accepted (a CLI may pass a bare scalar); the
     //  caller decides what shape it needs.
     json_error_t json_error;
-    json_t *json = json_loads (text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &json_error);
+    json_t *json = dsh_json_parse (text, strlen (text), JSON_DECODE_ANY, &json_error);
     if (!json) {
         if (error && error_size)
             snprintf (error, error_size, "invalid JSON at line %d column %d: %s",

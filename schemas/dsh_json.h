@@ -30,6 +30,16 @@ json_t *
 int
     dsh_json_to_msgpack (msgpack_packer *pk, const json_t *json);
 
+//  Parse size bytes of JSON text, any valid JSON: strings may hold NUL
+//  (\u0000), an integer beyond int64 becomes the nearest double, and a
+//  number beyond the double range becomes the largest finite double of
+//  its sign (JSON has no infinity). Keys repeated in one object are
+//  refused: two readers could take different values. flags are jansson's
+//  decoding flags (JSON_DECODE_ANY for a bare scalar). Returns the value,
+//  or NULL with jansson's error.
+json_t *
+    dsh_json_parse (const char *text, size_t size, size_t flags, json_error_t *error);
+
 //  Parse JSON text (at most DSH_DOC_MAX_DEPTH deep) and pack it as msgpack
 //  into a new buffer. Returns 0 and fills *sbuf (caller destroys it with
 //  msgpack_sbuffer_destroy), or -1 with a one-line reason in error.

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,6 +338,51 @@ test_bad_text (void **state)
     msgpack_sbuffer_destroy (&sbuf);
 }
 
+//  Valid JSON that jansson alone refuses: NUL in a string, integers past
+//  int64, numbers past the double range. Strings that look like numbers
+//  stay strings.
+static void
+test_any_valid_json (void **state)
+{
+    (void) state;
+    const char nul [] = "{\"a\": \"x\\u0000y\"}";
+    json_t *json = dsh_json_parse (nul, strlen (nul), 0, NULL);
+    assert_non_null (json);
+    json_t *a = json_object_get (json, "a");
+    assert_int_equal (json_string_length (a), 3);
+    assert_memory_equal (json_string_value (a), "x\0y", 3);
+    char *dumped = json_dumps (json, JSON_COMPACT);
+    assert_string_equal (dumped, "{\"a\":\"x\\u0000y\"}");
+    free (dumped);
+    json_decref (json);
+
+    const char big [] = "[123456789012345678901234, -99999999999999999999, 9223372036854775807, "
+                        "1.5e400, -2e999, 1e-400, \"123456789012345678901234\", \"1.5e400\\\"\"]";
+    json = dsh_json_parse (big, strlen (big), 0, NULL);
+    assert_non_null (json);
+    assert_true (json_is_real (json_array_get (json, 0)));
+    assert_true (json_real_value (json_array_get (json, 0)) == 123456789012345678901234.0);
+    assert_true (json_real_value (json_array_get (json, 1)) == -99999999999999999999.0);
+    assert_true (json_is_integer (json_array_get (json, 2)));
+    assert_true (json_integer_value (json_array_get (json, 2)) == INT64_MAX);
+    assert_true (json_real_value (json_array_get (json, 3)) == DBL_MAX);
+    assert_true (json_real_value (json_array_get (json, 4)) == -DBL_MAX);
+    assert_true (json_real_value (json_array_get (json, 5)) == 0.0);
+    assert_string_equal (json_string_value (json_array_get (json, 6)), "123456789012345678901234");
+    assert_string_equal (json_string_value (json_array_get (json, 7)), "1.5e400\"");
+    json_decref (json);
+
+    //  Still refused: bad JSON, and a key twice
+    json_error_t error;
+    assert_null (dsh_json_parse ("[1e400", 6, 0, &error));
+    assert_null (dsh_json_parse ("{\"a\": 1, \"a\": 2}", 16, 0, &error));
+    assert_non_null (strstr (error.text, "duplicate"));
+    msgpack_sbuffer sbuf;
+    char reason [256];
+    assert_int_equal (dsh_json_text_to_msgpack ("{\"n\": 1e999, \"s\": \"\\u0000\"}", &sbuf, reason, sizeof reason), 0);
+    msgpack_sbuffer_destroy (&sbuf);
+}
+
 static void
 test_json_values_to_msgpack (void **state)
 {
@@ -383,6 +429,7 @@ main (void)
         cmocka_unit_test (test_depth),
         cmocka_unit_test (test_bad_text),
         cmocka_unit_test (test_json_values_to_msgpack),
+        cmocka_unit_test (test_any_valid_json),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
