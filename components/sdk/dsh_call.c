@@ -39,6 +39,10 @@ struct _dsh_result_t {
     zchunk_t *structured;       //  msgpack of structuredContent, or NULL
     bool is_error;
     char *error_code;
+    zchunk_t *fields;           //  other top-level fields, packed key and value
+    size_t field_count;
+    zchunk_t *error_fields;     //  other fields of the error map, the same way
+    size_t error_field_count;
     char inline_blocks [S_INLINE_BLOCKS];   //  blocks, while they fit
 };
 
@@ -286,6 +290,8 @@ dsh_result_destroy (dsh_result_t **self_p)
             free (self->blocks);
         zchunk_destroy (&self->structured);
         zstr_free (&self->error_code);
+        zchunk_destroy (&self->fields);
+        zchunk_destroy (&self->error_fields);
         free (self);
         *self_p = NULL;
     }
@@ -439,6 +445,67 @@ dsh_result_structured (dsh_result_t *self, const void *data, size_t size)
 }
 
 void
+dsh_result_block (dsh_result_t *self, const void *data, size_t size)
+{
+    assert (self);
+    assert (data);
+    s_blocks_write (self, (const char *) data, size);
+    self->block_count++;
+}
+
+//  Appends key and the packed value to *fields_p.
+static void
+s_field_add (zchunk_t **fields_p, size_t *count, const char *key, const void *data, size_t size)
+{
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    dsh_pack_cstr (&pk, key);
+    if (!*fields_p)
+        *fields_p = zchunk_new (NULL, sbuf.size + size);
+    zchunk_extend (*fields_p, sbuf.data, sbuf.size);
+    zchunk_extend (*fields_p, data, size);
+    (*count)++;
+    msgpack_sbuffer_destroy (&sbuf);
+}
+
+int
+dsh_result_field (dsh_result_t *self, const char *key, const void *data, size_t size)
+{
+    assert (self);
+    assert (key);
+    assert (data);
+    const char *own [] = { "callId", "content", "isError", "error", "structuredContent", NULL };
+    for (size_t index = 0; own [index]; index++)
+        if (streq (key, own [index]))
+            return -1;
+    s_field_add (&self->fields, &self->field_count, key, data, size);
+    return 0;
+}
+
+void
+dsh_result_fail (dsh_result_t *self, const char *code)
+{
+    assert (self);
+    self->is_error = true;
+    zstr_free (&self->error_code);
+    self->error_code = strdup (code? code: DSH_E_TOOL_FAILED);
+}
+
+int
+dsh_result_error_field (dsh_result_t *self, const char *key, const void *data, size_t size)
+{
+    assert (self);
+    assert (key);
+    assert (data);
+    if (!self->error_code || streq (key, "name") || streq (key, "code"))
+        return -1;
+    s_field_add (&self->error_fields, &self->error_field_count, key, data, size);
+    return 0;
+}
+
+void
 dsh_result_error (dsh_result_t *self, const char *code, const char *format, ...)
 {
     assert (self);
@@ -450,6 +517,10 @@ dsh_result_error (dsh_result_t *self, const char *code, const char *format, ...)
     self->blocks_size = 0;
     self->block_count = 0;
     zchunk_destroy (&self->structured);
+    zchunk_destroy (&self->fields);
+    self->field_count = 0;
+    zchunk_destroy (&self->error_fields);
+    self->error_field_count = 0;
     dsh_result_textf (self, "Error: %s", message? message: "");
     zstr_free (&message);
     self->is_error = true;
@@ -468,7 +539,7 @@ dsh_result_is_error (dsh_result_t *self)
 static void
 s_result_pack (dsh_result_t *self, msgpack_packer *pk)
 {
-    msgpack_pack_map (pk, 3 + (self->error_code != NULL) + (self->structured != NULL));
+    msgpack_pack_map (pk, 3 + (self->error_code != NULL) + (self->structured != NULL) + self->field_count);
     dsh_pack_cstr (pk, "callId");
     dsh_pack_cstr (pk, self->call_id);
     dsh_pack_cstr (pk, "content");
@@ -482,16 +553,20 @@ s_result_pack (dsh_result_t *self, msgpack_packer *pk)
         msgpack_pack_false (pk);
     if (self->error_code) {
         dsh_pack_cstr (pk, "error");
-        msgpack_pack_map (pk, 2);
+        msgpack_pack_map (pk, 2 + self->error_field_count);
         dsh_pack_cstr (pk, "name");
         dsh_pack_cstr (pk, dsh_proto_error_name (self->error_code));
         dsh_pack_cstr (pk, "code");
         dsh_pack_cstr (pk, self->error_code);
+        if (self->error_fields)
+            pk->callback (pk->data, (const char *) zchunk_data (self->error_fields), zchunk_size (self->error_fields));
     }
     if (self->structured) {
         dsh_pack_cstr (pk, "structuredContent");
         pk->callback (pk->data, (const char *) zchunk_data (self->structured), zchunk_size (self->structured));
     }
+    if (self->fields)
+        pk->callback (pk->data, (const char *) zchunk_data (self->fields), zchunk_size (self->fields));
 }
 
 zframe_t *

@@ -170,6 +170,32 @@ void
 void
     dsh_result_structured (dsh_result_t *self, const void *data, size_t size);
 
+//  Add a content block given as the msgpack bytes of one map (copied as
+//  they are: fields the SDK does not know, such as MCP's annotations and
+//  _meta, are kept). The broker checks the block.
+void
+    dsh_result_block (dsh_result_t *self, const void *data, size_t size);
+
+//  Add a top-level field of the RESULT body, its value given as msgpack
+//  bytes (copied), e.g. MCP's "_meta". Set each key once. Returns 0, or -1
+//  for a key the body has already (callId, content, isError, error,
+//  structuredContent).
+int
+    dsh_result_field (dsh_result_t *self, const char *key, const void *data, size_t size);
+
+//  Make the result a failure with error code (NULL: TOOL_FAILED) keeping
+//  its content as it is: for a tool that reports its own failure in its
+//  own words and blocks (an MCP isError result).
+void
+    dsh_result_fail (dsh_result_t *self, const char *code);
+
+//  Add a field to a failed result's error map, its value as msgpack bytes
+//  (copied), e.g. "mcp" for the JSON-RPC error an MCP server sent. Call
+//  after dsh_result_error or dsh_result_fail. Returns 0, or -1 if the
+//  result has not failed or key is "name" or "code".
+int
+    dsh_result_error_field (dsh_result_t *self, const char *key, const void *data, size_t size);
+
 //  Make the result an error: replaces the content with one text block
 //  "Error: <message>", sets isError, and error {name, code} (code may be
 //  NULL for a plain tool failure, TOOL_FAILED).
