@@ -8,6 +8,7 @@
 */
 
 #include "dsh_jsonrpc.h"
+#include "dsh_json.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -130,12 +131,71 @@ dsh_jsonrpc_line (dsh_jsonrpc_t *self)
     return NULL;
 }
 
+//  Skips a JSON string starting at text [at] == '"'; returns the index
+//  after its closing quote, or size if it is not closed.
+static size_t
+s_skip_string (const char *text, size_t size, size_t at)
+{
+    for (at++; at < size; at++) {
+        if (text [at] == '\\')
+            at++;
+        else
+        if (text [at] == '"')
+            return at + 1;
+    }
+    return size;
+}
+
 json_t *
-dsh_jsonrpc_recv (dsh_jsonrpc_t *self, bool *bad, char *error, size_t error_size)
+dsh_jsonrpc_find_id (const char *text, size_t size)
+{
+    assert (text);
+    int depth = 0;
+    size_t at = 0;
+    while (at < size) {
+        char c = text [at];
+        if (c == '{' || c == '[')
+            depth++;
+        else
+        if (c == '}' || c == ']')
+            depth--;
+        else
+        if (c == '"') {
+            size_t end = s_skip_string (text, size, at);
+            bool is_id = depth == 1 && end - at == 4 && memcmp (text + at, "\"id\"", 4) == 0;
+            at = end;
+            if (!is_id)
+                continue;
+            while (at < size && isspace ((unsigned char) text [at]))
+                at++;
+            if (at >= size || text [at] != ':')
+                continue;
+            at++;
+            while (at < size && isspace ((unsigned char) text [at]))
+                at++;
+            //  The value is a string, or a run of number characters
+            size_t stop = at < size && text [at] == '"'? s_skip_string (text, size, at): at;
+            while (stop < size && (isdigit ((unsigned char) text [stop]) || text [stop] == '-'))
+                stop++;
+            json_t *id = stop > at? dsh_json_parse (text + at, stop - at, JSON_DECODE_ANY, NULL): NULL;
+            if (json_is_string (id) || json_is_integer (id))
+                return id;
+            json_decref (id);
+            return NULL;
+        }
+        at++;
+    }
+    return NULL;
+}
+
+json_t *
+dsh_jsonrpc_recv (dsh_jsonrpc_t *self, bool *bad, json_t **id_p, char *error, size_t error_size)
 {
     assert (self);
     assert (bad);
+    assert (id_p);
     *bad = false;
+    *id_p = NULL;
     char *line;
     while ((line = dsh_jsonrpc_line (self))) {
         if (*line)
@@ -145,16 +205,19 @@ dsh_jsonrpc_recv (dsh_jsonrpc_t *self, bool *bad, char *error, size_t error_size
     if (!line)
         return NULL;
     json_error_t json_error;
-    json_t *message = json_loads (line, JSON_REJECT_DUPLICATES, &json_error);
-    zstr_free (&line);
+    size_t length = strlen (line);
+    json_t *message = dsh_json_parse (line, length, 0, &json_error);
     if (!message)
         snprintf (error, error_size, "not JSON: %s", json_error.text);
     else
-    if (!json_is_object (message)) {
+    if (!json_is_object (message) && !json_is_array (message)) {
         snprintf (error, error_size, "not a JSON object");
         json_decref (message);
         message = NULL;
     }
+    if (!message)
+        *id_p = dsh_jsonrpc_find_id (line, length);
+    zstr_free (&line);
     *bad = message == NULL;
     return message;
 }

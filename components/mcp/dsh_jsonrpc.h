@@ -50,11 +50,20 @@ int
 char *
     dsh_jsonrpc_line (dsh_jsonrpc_t *self);
 
-//  The next complete non-empty line parsed as a JSON object (caller owns),
-//  or NULL when no line is waiting. A line that is not a JSON object gives
-//  NULL with *bad set and the reason in error; call again for the next.
+//  The next complete non-empty line parsed as a JSON object, or an array
+//  (a JSON-RPC batch), caller owns it; NULL when no line is waiting. Any
+//  valid JSON is read (dsh_json_parse). A line that is neither gives NULL
+//  with *bad set, the reason in error, and in *id_p the request id found in
+//  the line if one could be (caller owns; NULL otherwise), so the request
+//  still gets its one answer. Call again for the next.
 json_t *
-    dsh_jsonrpc_recv (dsh_jsonrpc_t *self, bool *bad, char *error, size_t error_size);
+    dsh_jsonrpc_recv (dsh_jsonrpc_t *self, bool *bad, json_t **id_p, char *error, size_t error_size);
+
+//  The "id" member of the top-level object in text, if it is a string or
+//  an integer, whatever else is wrong with the text (caller owns); NULL if
+//  none can be found.
+json_t *
+    dsh_jsonrpc_find_id (const char *text, size_t size);
 
 //  Queue message as one line and write what the fd takes now. Borrows
 //  message. Returns 0, or -1 if the peer is gone.

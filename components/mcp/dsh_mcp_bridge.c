@@ -55,6 +55,10 @@ extern char **environ;
 #define MAX_LOG_LINE_BYTES      (64 * 1024)
 #define MAX_LIST_PAGES          1000
 #define POLL_TICK_MS            100
+//  How long after the broker first asks for our tools its refusals are
+//  awaited before the "serving N tools" line (they come within a round
+//  trip; a later one prints the line again).
+#define REFUSALS_SETTLE_MS      300
 
 //  The MCP revisions whose tools/* messages this bridge speaks.
 static const char *s_versions [] = { "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL };
@@ -133,6 +137,9 @@ typedef struct {
     s_inbox_t inbox;
     dsh_provider_t *provider;
     zhashx_t *tools;            //  dsh name -> s_tool_t
+    bool report_due;            //  the "serving N tools" line is not out yet
+    int64_t broker_ready_at;    //  when the broker first asked for our tools
+    int64_t next_refusals_at;
 } self_t;
 
 //  ---------------------------------------------------------------------
@@ -220,32 +227,37 @@ s_tool_entry (self_t *self, const json_t *tool, const char *dsh_name)
         zsys_warning ("%s: tool %s has no object inputSchema; not served", self->name, dsh_name);
         return NULL;
     }
+    //  Every field the server sent is kept, known to dsh or not (icons,
+    //  execution, _meta...): inputSchema goes as dsh's "parameters"
     json_t *entry = json_pack ("{s:s, s:O}", "name", dsh_name, "parameters", input_schema);
-    const char *optional [] = { "description", "title", NULL };
-    for (size_t index = 0; optional [index]; index++) {
-        const json_t *value = json_object_get (tool, optional [index]);
-        if (json_is_string (value))
-            json_object_set (entry, optional [index], (json_t *) value);
-    }
+    const char *key;
+    const json_t *value;
+    json_object_foreach ((json_t *) tool, key, value)
+        if (!streq (key, "name") && !streq (key, "inputSchema") && !streq (key, "annotations")
+        &&  !streq (key, "parameters") && !streq (key, "concurrencySafe") && !streq (key, "strict"))
+            json_object_set (entry, key, (json_t *) value);
     const json_t *output_schema = json_object_get (tool, "outputSchema");
-    if (json_is_object (output_schema))
-        json_object_set (entry, "outputSchema", (json_t *) output_schema);
+    if (output_schema && !json_is_object (output_schema))
+        json_object_del (entry, "outputSchema");
+    if (json_object_get (entry, "description") && !json_is_string (json_object_get (entry, "description")))
+        json_object_del (entry, "description");
+    if (json_object_get (entry, "title") && !json_is_string (json_object_get (entry, "title")))
+        json_object_del (entry, "title");
 
     //  Hints that would loosen a policy (read-only, not destructive) are
-    //  claims; an untrusted server's claims are not passed on
-    const char *hints [] = { "readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint", NULL };
+    //  claims; an untrusted server's claims are not passed on. Other
+    //  annotations (title...) pass as they are.
     const json_t *annotations = json_object_get (tool, "annotations");
-    json_t *kept = json_object ();
-    for (size_t index = 0; hints [index]; index++) {
-        const json_t *value = json_object_get (annotations, hints [index]);
-        if (!json_is_boolean (value))
-            continue;
-        bool loosens = (streq (hints [index], "readOnlyHint") && json_is_true (value))
-                    || (streq (hints [index], "destructiveHint") && json_is_false (value));
-        if (!(self->untrusted && loosens))
-            json_object_set (kept, hints [index], (json_t *) value);
+    json_t *kept = json_is_object (annotations)? json_deep_copy (annotations): json_object ();
+    bool read_only = json_is_true (json_object_get (kept, "readOnlyHint"));
+    if (self->untrusted) {
+        if (read_only)
+            json_object_del (kept, "readOnlyHint");
+        if (json_is_false (json_object_get (kept, "destructiveHint")))
+            json_object_del (kept, "destructiveHint");
+        read_only = false;
     }
-    if (json_is_true (json_object_get (kept, "readOnlyHint")))
+    if (read_only)
         json_object_set_new (entry, "concurrencySafe", json_true ());
     if (json_object_size (kept) > 0)
         json_object_set_new (entry, "annotations", kept);
@@ -561,16 +573,13 @@ s_call_answered (self_t *self, s_request_t *request, const json_t *message)
     const json_t *error = json_object_get (message, "error");
     const json_t *call_result = json_object_get (message, "result");
     if (error) {
-        int code = (int) json_integer_value (json_object_get (error, "code"));
-        const char *text = json_string_value (json_object_get (error, "message"));
-        if (dsh_mcp_content_unknown_tool (code, text) || code == DSH_JSONRPC_INVALID_PARAMS) {
-            bool validation = text && strcasestr (text, "validation");
-            dsh_result_error (request->result, validation? DSH_E_INVALID_ARGS: DSH_E_UNKNOWN_TOOL,
-                              "%s", text? text: "unknown tool");
-        }
-        else
-            dsh_result_error (request->result, DSH_E_TOOL_FAILED, "%s (MCP error %d)",
-                              text? text: "the MCP server failed the call", code);
+        //  The server's error, exactly: code, message and data go on in
+        //  the dsh error (error.mcp) for dsh-mcp to answer with
+        dsh_mcp_content_from_error (error, request->result);
+        if (dsh_mcp_content_unknown_tool ((int) json_integer_value (json_object_get (error, "code")),
+                                          json_string_value (json_object_get (error, "message")))
+        &&  self->state == SERVER_READY)
+            s_list_start (self);
     }
     else {
         char reason [256] = "";
@@ -649,9 +658,8 @@ s_on_list (self_t *self, const json_t *message)
         self->state = SERVER_READY;
         self->ready_since = zclock_mono ();
         self->next_ping_at = self->ready_since + self->ping_ms;
-        printf ("dsh-mcp-bridge: %s: component %s serving %zu tools via %s\n", self->name,
-                self->component_id, zhashx_size (self->tools), self->broker? self->broker: DSH_DEFAULT_ENDPOINT);
-        fflush (stdout);
+        self->report_due = true;
+        self->broker_ready_at = 0;
     }
     if (self->relist) {
         self->relist = false;
@@ -724,6 +732,73 @@ s_on_message (self_t *self, const json_t *message)
     }
 }
 
+//  A line that is not JSON-RPC: if it answers a call (its id can be
+//  read), that call fails now rather than at its deadline.
+static void
+s_on_unreadable (self_t *self, const json_t *id, const char *reason)
+{
+    zsys_warning ("%s: ignoring a line on stdout: %s", self->name, reason);
+    if (!json_is_integer (id))
+        return;
+    char key [32];
+    snprintf (key, sizeof key, "%" JSON_INTEGER_FORMAT, json_integer_value (id));
+    s_request_t *request = zhashx_lookup (self->requests, key);
+    if (!request || request->kind != REQUEST_CALL)
+        return;
+    zhashx_delete (self->requests, key);
+    dsh_result_error (request->result, DSH_E_TOOL_FAILED,
+                      "the MCP server \"%s\" sent an answer that is not JSON-RPC: %s", self->name, reason);
+    dsh_call_finish (request->call);
+    free (request);
+}
+
+//  ---------------------------------------------------------------------
+//  What the broker took
+
+static void
+s_report (self_t *self)
+{
+    printf ("dsh-mcp-bridge: %s: component %s serving %zu tools via %s\n", self->name,
+            self->component_id, zhashx_size (self->tools), self->broker? self->broker: DSH_DEFAULT_ENDPOINT);
+    fflush (stdout);
+}
+
+//  Tools the broker refused are not served (a call for one is answered
+//  UNKNOWN_TOOL); the ready line counts only the rest, so it waits for the
+//  broker's first request and the refusals that follow it.
+static void
+s_check_refusals (self_t *self, int64_t now)
+{
+    if (!self->provider || now < self->next_refusals_at)
+        return;
+    self->next_refusals_at = now + POLL_TICK_MS;
+    size_t refused = 0;
+    char *refusal;
+    while ((refusal = dsh_provider_refusal (self->provider, 0))) {
+        char *colon = strstr (refusal, ": ");
+        if (colon) {
+            *colon = 0;
+            if (zhashx_lookup (self->tools, refusal)) {
+                zhashx_delete (self->tools, refusal);
+                refused++;
+            }
+        }
+        zstr_free (&refusal);
+    }
+    if (self->report_due && dsh_provider_wait_ready (self->provider, 0) == 0) {
+        if (!self->broker_ready_at)
+            self->broker_ready_at = now;
+        else
+        if (now - self->broker_ready_at >= REFUSALS_SETTLE_MS) {
+            self->report_due = false;
+            s_report (self);
+        }
+    }
+    else
+    if (refused && !self->report_due)
+        s_report (self);
+}
+
 //  ---------------------------------------------------------------------
 //  The loop
 
@@ -759,15 +834,25 @@ s_read_server (self_t *self, short revents_out, short revents_err)
     }
     if (revents_out && self->rpc) {
         int rc = dsh_jsonrpc_read (self->rpc);
-        json_t *message;
+        json_t *input;
+        json_t *id;
         bool bad;
         char reason [256];
-        while (self->rpc && ((message = dsh_jsonrpc_recv (self->rpc, &bad, reason, sizeof reason)) || bad)) {
-            if (message)
-                s_on_message (self, message);
+        while (self->rpc && ((input = dsh_jsonrpc_recv (self->rpc, &bad, &id, reason, sizeof reason)) || bad)) {
+            if (json_is_array (input)) {
+                size_t index;
+                json_t *message;
+                json_array_foreach (input, index, message)
+                    if (self->rpc && json_is_object (message))
+                        s_on_message (self, message);
+            }
             else
-                zsys_warning ("%s: ignoring a line on stdout: %s", self->name, reason);
-            json_decref (message);
+            if (input)
+                s_on_message (self, input);
+            else
+                s_on_unreadable (self, id, reason);
+            json_decref (input);
+            json_decref (id);
         }
         if (rc && self->rpc)
             s_server_lost (self, "exited");
@@ -787,6 +872,8 @@ s_run (self_t *self)
             s_server_lost (self, reason);
             zstr_free (&reason);
         }
+        if (self->state == SERVER_READY)
+            s_check_refusals (self, now);
         if (self->state == SERVER_READY && now >= self->next_ping_at) {
             s_request (self, REQUEST_PING, "ping", NULL);
             self->next_ping_at = now + self->ping_ms;

@@ -16,149 +16,99 @@ s_member (const json_t *block, const char *key)
     return json_string_value (json_object_get (block, key));
 }
 
-//  Decodes base64 text; NULL if it is not valid base64.
-static zchunk_t *
-s_base64_decode (const char *text)
+//  Packs json and hands the bytes to add; -1 if it nests too deep.
+static int
+s_packed (const json_t *json, void (*add) (dsh_result_t *, const char *, const void *, size_t),
+          dsh_result_t *result, const char *key)
 {
-    size_t length = strlen (text);
-    if (length == 0)
-        return zchunk_new (NULL, 0);
-    if (length % 4)
-        return NULL;
-    zarmour_t *armour = zarmour_new ();
-    zarmour_set_mode (armour, ZARMOUR_MODE_BASE64_STD);
-    zarmour_set_line_breaks (armour, false);
-    zchunk_t *decoded = zarmour_decode (armour, text);
-    zarmour_destroy (&armour);
-    //  czmq's decoder adds a NUL after the bytes (for text): cut to the
-    //  length the base64 says
-    size_t size = length / 4 * 3 - (text [length - 1] == '=') - (text [length - 2] == '=');
-    zchunk_t *bytes = decoded && zchunk_size (decoded) >= size? zchunk_new (zchunk_data (decoded), size): NULL;
-    zchunk_destroy (&decoded);
-    return bytes;
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    int rc = dsh_json_to_msgpack (&pk, json);
+    if (rc == 0)
+        add (result, key, sbuf.data, sbuf.size);
+    msgpack_sbuffer_destroy (&sbuf);
+    return rc;
 }
 
-static int
-s_media_block (const json_t *block, const char *type, dsh_result_t *result,
-               char *error, size_t error_size)
+static void
+s_add_block (dsh_result_t *result, const char *key, const void *data, size_t size)
 {
-    const char *data = s_member (block, "data");
-    const char *mime_type = s_member (block, "mimeType");
-    if (!data || !mime_type) {
-        snprintf (error, error_size, "%s block without data or mimeType", type);
-        return -1;
-    }
-    zchunk_t *bytes = s_base64_decode (data);
-    if (!bytes) {
-        snprintf (error, error_size, "%s block whose data is not base64", type);
-        return -1;
-    }
-    if (streq (type, "image"))
-        dsh_result_image (result, mime_type, zchunk_data (bytes), zchunk_size (bytes));
-    else
-        dsh_result_audio (result, mime_type, zchunk_data (bytes), zchunk_size (bytes));
-    zchunk_destroy (&bytes);
-    return 0;
+    (void) key;
+    dsh_result_block (result, data, size);
 }
 
-static int
-s_resource_block (const json_t *block, dsh_result_t *result, char *error, size_t error_size)
+static void
+s_add_structured (dsh_result_t *result, const char *key, const void *data, size_t size)
 {
-    const json_t *resource = json_object_get (block, "resource");
-    const char *uri = s_member (resource, "uri");
-    const char *mime_type = s_member (resource, "mimeType");
-    const json_t *text = json_object_get (resource, "text");
-    const char *blob = s_member (resource, "blob");
-    if (!uri || (json_is_string (text) == (blob != NULL))) {
-        snprintf (error, error_size, "resource block needs a uri and exactly one of text or blob");
-        return -1;
-    }
-    if (text) {
-        dsh_result_resource_text (result, uri, mime_type, json_string_value (text));
-        return 0;
-    }
-    zchunk_t *bytes = s_base64_decode (blob);
-    if (!bytes) {
-        snprintf (error, error_size, "resource block whose blob is not base64");
-        return -1;
-    }
-    dsh_result_resource_blob (result, uri, mime_type, zchunk_data (bytes), zchunk_size (bytes));
-    zchunk_destroy (&bytes);
-    return 0;
+    (void) key;
+    dsh_result_structured (result, data, size);
 }
 
+static void
+s_add_field (dsh_result_t *result, const char *key, const void *data, size_t size)
+{
+    dsh_result_field (result, key, data, size);
+}
+
+static void
+s_add_error_field (dsh_result_t *result, const char *key, const void *data, size_t size)
+{
+    dsh_result_error_field (result, key, data, size);
+}
+
+//  Checks block the way the broker will, so a bad block is the server's
+//  fault, said here, not a BAD_RESULT later. Returns 1 for a type dsh does
+//  not carry, 0 for a good block, -1 for a bad one.
 static int
-s_block (const json_t *block, dsh_result_t *result, char *error, size_t error_size)
+s_check_block (const json_t *block, char *error, size_t error_size)
 {
     const char *type = s_member (block, "type");
-    if (!type) {
+    if (!json_is_object (block) || !type) {
         snprintf (error, error_size, "content block without a type");
         return -1;
     }
-    if (streq (type, "text")) {
-        const json_t *text = json_object_get (block, "text");
-        if (!json_is_string (text)) {
-            snprintf (error, error_size, "text block without text");
-            return -1;
-        }
-        dsh_result_text_n (result, json_string_value (text), json_string_length (text));
-        return 0;
-    }
+    const json_t *resource = json_object_get (block, "resource");
+    bool good;
+    if (streq (type, "text"))
+        good = json_is_string (json_object_get (block, "text"));
+    else
     if (streq (type, "image") || streq (type, "audio"))
-        return s_media_block (block, type, result, error, error_size);
-    if (streq (type, "resource_link")) {
-        const char *uri = s_member (block, "uri");
-        const char *name = s_member (block, "name");
-        if (!uri || !name) {
-            snprintf (error, error_size, "resource_link block without uri or name");
-            return -1;
-        }
-        dsh_result_resource_link (result, uri, name, s_member (block, "mimeType"),
-                                  s_member (block, "description"));
-        return 0;
-    }
+        good = s_member (block, "data") && s_member (block, "mimeType");
+    else
+    if (streq (type, "resource_link"))
+        good = s_member (block, "uri") && s_member (block, "name");
+    else
     if (streq (type, "resource"))
-        return s_resource_block (block, result, error, error_size);
-    //  A kind from a later MCP revision: dsh cannot carry it as such, but
-    //  the model can still read it
-    char *json = json_dumps (block, JSON_COMPACT);
-    dsh_result_text (result, json? json: "");
-    free (json);
-    return 0;
-}
-
-char *
-dsh_mcp_content_text (const json_t *call_result)
-{
-    const json_t *content = json_object_get (call_result, "content");
-    zchunk_t *joined = zchunk_new (NULL, 0);
-    size_t index;
-    const json_t *block;
-    json_array_foreach (content, index, block) {
-        const char *type = s_member (block, "type");
-        const json_t *text = json_object_get (block, "text");
-        if (!type || !streq (type, "text") || !json_is_string (text))
-            continue;
-        if (zchunk_size (joined) > 0)
-            zchunk_extend (joined, "\n", 1);
-        zchunk_extend (joined, json_string_value (text), json_string_length (text));
-    }
-    zchunk_extend (joined, "", 1);
-    char *text = strdup ((const char *) zchunk_data (joined));
-    zchunk_destroy (&joined);
-    return text;
+        good = s_member (resource, "uri")
+            && json_is_string (json_object_get (resource, "text")) != json_is_string (json_object_get (resource, "blob"))
+            && (!json_object_get (resource, "text") || json_is_string (json_object_get (resource, "text")))
+            && (!json_object_get (resource, "blob") || json_is_string (json_object_get (resource, "blob")));
+    else
+        return 1;
+    if (!good)
+        snprintf (error, error_size, "%s block without the fields MCP requires of it", type);
+    return good? 0: -1;
 }
 
 bool
 dsh_mcp_content_unknown_tool (int code, const char *message)
 {
-    if (!message)
-        return false;
-    if (strcasestr (message, "unknown tool"))
-        return true;
-    //  The TypeScript SDK says "MCP error -32602: Tool X not found"
-    bool invalid_params = code == -32602 || strstr (message, "-32602");
-    return invalid_params && strcasestr (message, "not found") && !strcasestr (message, "validation");
+    return code == -32602 && message
+        && (strcasestr (message, "unknown tool") || strcasestr (message, "not found"));
+}
+
+void
+dsh_mcp_content_from_error (const json_t *error_object, dsh_result_t *result)
+{
+    assert (result);
+    json_int_t code = json_integer_value (json_object_get (error_object, "code"));
+    const char *message = json_string_value (json_object_get (error_object, "message"));
+    dsh_result_error (result, code == -32602? DSH_E_INVALID_ARGS: DSH_E_TOOL_FAILED, "%s",
+                      message? message: "the MCP server failed the call");
+    if (json_is_object (error_object) && json_is_integer (json_object_get (error_object, "code")) && message)
+        s_packed (error_object, s_add_error_field, result, "mcp");
 }
 
 int
@@ -171,40 +121,46 @@ dsh_mcp_content_to_result (const json_t *call_result, dsh_result_t *result,
         snprintf (error, error_size, "tools/call result without a content array");
         return -1;
     }
-    if (json_is_true (json_object_get (call_result, "isError"))) {
-        //  A dsh error result is one "Error: ..." text block: keep every
-        //  text the server sent, once prefixed
-        char *text = dsh_mcp_content_text (call_result);
-        const char *message = strncmp (text, "Error: ", 7) == 0? text + 7: text;
-        const char *code = DSH_E_TOOL_FAILED;
-        if (dsh_mcp_content_unknown_tool (0, text))
-            code = DSH_E_UNKNOWN_TOOL;
-        else
-        if (strstr (text, "-32602") && strcasestr (text, "validation"))
-            code = DSH_E_INVALID_ARGS;
-        dsh_result_error (result, code, "%s", *message? message: "the tool failed");
-        free (text);
-        return 0;
-    }
     size_t index;
     const json_t *block;
-    json_array_foreach (content, index, block)
-        if (s_block (block, result, error, error_size))
+    json_array_foreach (content, index, block) {
+        int known = s_check_block (block, error, error_size);
+        if (known < 0)
             return -1;
-    const json_t *structured = json_object_get (call_result, "structuredContent");
-    if (structured && !json_is_null (structured)) {
-        msgpack_sbuffer sbuf;
-        msgpack_sbuffer_init (&sbuf);
-        msgpack_packer pk;
-        msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
-        int rc = dsh_json_to_msgpack (&pk, structured);
-        if (rc == 0)
-            dsh_result_structured (result, sbuf.data, sbuf.size);
+        if (known == 1) {
+            //  A kind from a later MCP revision: dsh cannot carry it as
+            //  such, but the model can still read it
+            char *json = json_dumps (block, JSON_COMPACT);
+            dsh_result_text (result, json? json: "");
+            free (json);
+        }
         else
-            snprintf (error, error_size, "structuredContent nests too deep");
-        msgpack_sbuffer_destroy (&sbuf);
-        if (rc)
+        if (s_packed (block, s_add_block, result, NULL)) {
+            snprintf (error, error_size, "a content block nests too deep");
             return -1;
+        }
+    }
+    const char *key;
+    const json_t *value;
+    json_object_foreach ((json_t *) call_result, key, value) {
+        if (streq (key, "content") || streq (key, "isError"))
+            continue;
+        if (streq (key, "structuredContent") && json_is_null (value))
+            continue;
+        int rc = streq (key, "structuredContent")? s_packed (value, s_add_structured, result, NULL)
+                                                : s_packed (value, s_add_field, result, key);
+        if (rc) {
+            snprintf (error, error_size, "\"%s\" nests too deep", key);
+            return -1;
+        }
+    }
+    //  The server's own words and blocks say what failed: no prefix added.
+    //  The TypeScript SDK reports bad arguments so ("MCP error -32602:
+    //  Input validation error: ..."): dsh's code says so too
+    if (json_is_true (json_object_get (call_result, "isError"))) {
+        const char *text = json_string_value (json_object_get (json_array_get (content, 0), "text"));
+        bool invalid = text && strstr (text, "-32602") && strcasestr (text, "validation");
+        dsh_result_fail (result, invalid? DSH_E_INVALID_ARGS: DSH_E_TOOL_FAILED);
     }
     return 0;
 }

@@ -56,18 +56,25 @@ s_rpc (const uint8_t *data, size_t size)
         char error [256];
         bool bad = false;
         json_t *message;
-        while ((message = dsh_jsonrpc_recv (rpc, &bad, error, sizeof (error))) || bad) {
+        json_t *id;
+        while ((message = dsh_jsonrpc_recv (rpc, &bad, &id, error, sizeof (error))) || bad) {
             if (message) {
                 dsh_result_t *result = dsh_result_new ("fuzz");
                 dsh_mcp_content_to_result (json_object_get (message, "result"), result, error, sizeof (error));
+                zframe_t *body = dsh_result_encode (result);
+                zframe_destroy (&body);
                 dsh_result_destroy (&result);
-                char *text = dsh_mcp_content_text (json_object_get (message, "result"));
                 json_t *error_object = json_object_get (message, "error");
+                result = dsh_result_new ("fuzz");
+                dsh_mcp_content_from_error (error_object, result);
+                body = dsh_result_encode (result);
+                zframe_destroy (&body);
+                dsh_result_destroy (&result);
                 dsh_mcp_content_unknown_tool ((int) json_integer_value (json_object_get (error_object, "code")),
                                               json_string_value (json_object_get (error_object, "message")));
-                free (text);
                 json_decref (message);
             }
+            json_decref (id);
             bad = false;
         }
         if (ended)
