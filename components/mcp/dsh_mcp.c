@@ -39,37 +39,165 @@
 #define DEADLINE_MARGIN_MS  2000
 //  How often the loop looks at its calls' own deadlines
 #define POLL_TICK_MS        250
+//  How often a call that waits tells a client that asked for progress.
+#define KEEPALIVE_MS        10000
+//  How long a tools/list made before the broker was first reached waits
+//  for it, before it is answered with what is known (nothing).
+#define FIRST_SYNC_WAIT_MS  1000
 
 //  The revisions this server speaks, newest first.
 static const char *s_versions [] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05", NULL };
+//  Keys of a dsh tool entry that are dsh's own, not MCP's: not shown to
+//  MCP clients ("parameters" is shown as "inputSchema").
+static const char *s_dsh_keys [] = { "name", "parameters", "concurrencySafe", "strict", NULL };
+
+typedef struct _self_t self_t;
+
+//  One MCP client: stdin/stdout, or an HTTP session.
+typedef struct {
+    char *id;                   //  the HTTP session id; NULL for stdio
+    char version [16];          //  the revision agreed at initialize
+    bool initialized;           //  the client sent notifications/initialized
+} s_session_t;
+
+//  A JSON-RPC batch waiting for the answers of its requests: sent as one
+//  array once the last comes (JSON-RPC 2.0, MCP 2025-03-26).
+typedef struct {
+    self_t *owner;
+    s_session_t *session;
+    json_t *responses;
+    size_t waiting;             //  messages of the batch not yet done with
+} s_batch_t;
+
+//  Where a request came from, so its answer goes back there.
+typedef struct {
+    s_session_t *session;
+    s_batch_t *batch;           //  NULL unless it came in a batch
+} s_origin_t;
+
+//  A tools/list that came before the registry was known.
+typedef struct {
+    s_origin_t origin;
+    json_t *request_id;
+    json_t *params;
+    int64_t answer_at;
+} s_early_list_t;
 
 //  A tools/call waiting for its dsh result.
 typedef struct {
+    s_origin_t origin;
     json_t *request_id;
     json_t *progress_token;     //  NULL if the client asked for no progress
     char *tool;
     int64_t give_up_at;
+    int64_t sent_at;
+    int64_t keepalive_at;       //  next progress we send while nothing comes
+    bool tool_progress;         //  the tool reports progress itself
 } s_pending_t;
 
-typedef struct {
+struct _self_t {
     const char *agent;
     int timeout_ms;
     bool verbose;
     dsh_client_t *client;
     dsh_watcher_t *watcher;
     dsh_jsonrpc_t *rpc;         //  stdin in, stdout out
+    s_session_t *stdio;         //  NULL once stdin closed
+    zhashx_t *sessions;         //  HTTP session id -> s_session_t
     zhashx_t *pending;          //  callId -> s_pending_t
+    json_t *entries;            //  the registry's tools: name -> entry, registration order
+    zlistx_t *early_lists;      //  tools/list requests waiting for the first sync
     uint64_t call_count;
-    bool initialized;           //  the client sent notifications/initialized
     bool synced;                //  the watcher delivered its first snapshot
     bool stdout_gone;
-} self_t;
+};
+
+static void
+s_session_destroy (s_session_t **self_p)
+{
+    if (*self_p) {
+        zstr_free (&(*self_p)->id);
+        free (*self_p);
+        *self_p = NULL;
+    }
+}
+
+static s_session_t *
+s_session_new (const char *id)
+{
+    s_session_t *self = (s_session_t *) zmalloc (sizeof (s_session_t));
+    assert (self);
+    self->id = id? strdup (id): NULL;
+    strcpy (self->version, LATEST_VERSION);
+    return self;
+}
+
+//  Sends message (borrowed) to session; related_id is the request a
+//  notification belongs to (HTTP carries it on that request's stream).
+static void
+s_deliver (self_t *self, s_session_t *session, const json_t *message, const json_t *related_id)
+{
+    (void) related_id;
+    if (session == self->stdio && !self->stdout_gone && dsh_jsonrpc_send (self->rpc, message)) {
+        zsys_error ("dsh-mcp: stdout is closed");
+        self->stdout_gone = true;
+    }
+}
+
+//  One message of a batch is done with; the last one sends the answers
+//  (none if the batch held only notifications, or its calls were
+//  cancelled).
+static void
+s_batch_release (s_batch_t **batch_p)
+{
+    s_batch_t *batch = *batch_p;
+    if (batch && --batch->waiting == 0) {
+        if (json_array_size (batch->responses) > 0)
+            s_deliver (batch->owner, batch->session, batch->responses, NULL);
+        json_decref (batch->responses);
+        free (batch);
+    }
+    *batch_p = NULL;
+}
+
+//  Answers a request: response (taken) goes to its session, or into its
+//  batch.
+static void
+s_answer (self_t *self, s_origin_t *origin, json_t *response)
+{
+    if (origin->batch) {
+        json_array_append (origin->batch->responses, response);
+        s_batch_release (&origin->batch);
+    }
+    else
+        s_deliver (self, origin->session, response, NULL);
+    json_decref (response);
+}
+
+static void
+s_answer_error (self_t *self, s_origin_t *origin, const json_t *id, int code, const char *message)
+{
+    s_answer (self, origin, dsh_jsonrpc_error (id, code, message));
+}
+
+//  Sends notification (taken) to every session that finished initialize.
+static void
+s_broadcast (self_t *self, json_t *notification)
+{
+    if (self->stdio && self->stdio->initialized)
+        s_deliver (self, self->stdio, notification, NULL);
+    for (s_session_t *session = zhashx_first (self->sessions); session; session = zhashx_next (self->sessions))
+        if (session->initialized)
+            s_deliver (self, session, notification, NULL);
+    json_decref (notification);
+}
 
 static void
 s_pending_destroy (void **item_p)
 {
     s_pending_t *pending = (s_pending_t *) *item_p;
     if (pending) {
+        s_batch_release (&pending->origin.batch);
         json_decref (pending->request_id);
         json_decref (pending->progress_token);
         zstr_free (&pending->tool);
@@ -78,15 +206,19 @@ s_pending_destroy (void **item_p)
     }
 }
 
-//  Sends and releases message.
+//  The client is gone: its calls need not run on.
 static void
-s_send (self_t *self, json_t *message)
+s_session_end (self_t *self, s_session_t *session)
 {
-    if (!self->stdout_gone && dsh_jsonrpc_send (self->rpc, message)) {
-        zsys_error ("dsh-mcp: stdout is closed");
-        self->stdout_gone = true;
+    zlistx_t *ended = zlistx_new ();
+    for (s_pending_t *pending = zhashx_first (self->pending); pending; pending = zhashx_next (self->pending))
+        if (pending->origin.session == session)
+            zlistx_add_end (ended, (void *) zhashx_cursor (self->pending));
+    for (const char *call_id = zlistx_first (ended); call_id; call_id = zlistx_next (ended)) {
+        dsh_client_cancel (self->client, call_id);
+        zhashx_delete (self->pending, call_id);
     }
-    json_decref (message);
+    zlistx_destroy (&ended);
 }
 
 //  ---------------------------------------------------------------------
@@ -106,47 +238,52 @@ s_server_info (void)
 }
 
 static void
-s_initialize (self_t *self, const json_t *id, const json_t *params)
+s_initialize (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params)
 {
     const char *asked = json_string_value (json_object_get (params, "protocolVersion"));
     const char *version = LATEST_VERSION;
     for (size_t index = 0; asked && s_versions [index]; index++)
         if (streq (asked, s_versions [index]))
             version = s_versions [index];
+    snprintf (origin->session->version, sizeof origin->session->version, "%s", version);
     json_t *result = json_pack ("{s:s, s:o, s:o, s:s}", "protocolVersion", version,
                                 "capabilities", s_capabilities (), "serverInfo", s_server_info (),
                                 "instructions", "Tools served by a dsh broker; the set may change "
                                 "while you work (watch notifications/tools/list_changed).");
-    s_send (self, dsh_jsonrpc_result (id, result));
+    s_answer (self, origin, dsh_jsonrpc_result (id, result));
 }
 
 //  2026-07-28 replaced the handshake by discovery; a client that gets
 //  no revision of its own here falls back to initialize.
 static void
-s_discover (self_t *self, const json_t *id)
+s_discover (self_t *self, s_origin_t *origin, const json_t *id)
 {
     json_t *versions = json_array ();
     for (size_t index = 0; s_versions [index]; index++)
         json_array_append_new (versions, json_string (s_versions [index]));
     json_t *result = json_pack ("{s:o, s:o, s:o}", "supportedVersions", versions,
                                 "capabilities", s_capabilities (), "serverInfo", s_server_info ());
-    s_send (self, dsh_jsonrpc_result (id, result));
+    s_answer (self, origin, dsh_jsonrpc_result (id, result));
 }
 
 //  ---------------------------------------------------------------------
 //  tools/list
 
-//  An MCP Tool for a dsh tool entry.
+//  An MCP Tool for a dsh tool entry: every field but dsh's own, whatever
+//  MCP revision added it (icons, execution, _meta...), kept as it is.
 static json_t *
 s_mcp_tool (const json_t *entry)
 {
     json_t *tool = json_pack ("{s:O, s:O}", "name", json_object_get (entry, "name"),
                               "inputSchema", json_object_get (entry, "parameters"));
-    const char *optional [] = { "title", "description", "outputSchema", "annotations", NULL };
-    for (size_t index = 0; optional [index]; index++) {
-        json_t *value = json_object_get (entry, optional [index]);
-        if (value)
-            json_object_set (tool, optional [index], value);
+    const char *key;
+    json_t *value;
+    json_object_foreach ((json_t *) entry, key, value) {
+        bool own = false;
+        for (size_t index = 0; s_dsh_keys [index] && !own; index++)
+            own = streq (key, s_dsh_keys [index]);
+        if (!own)
+            json_object_set (tool, key, value);
     }
     return tool;
 }
@@ -154,10 +291,10 @@ s_mcp_tool (const json_t *entry)
 //  The entries the agent could be let to call, as the broker's permission
 //  stage (if there is one) says; all of them otherwise. Caller owns it.
 static json_t *
-s_for_agent (self_t *self, const json_t *entries)
+s_for_agent (self_t *self, json_t *entries)
 {
-    if (!self->agent)
-        return json_incref ((json_t *) entries);
+    if (!self->agent || json_array_size (entries) == 0)
+        return json_incref (entries);
     json_t *names = json_array ();
     for (size_t index = 0; index < json_array_size (entries); index++)
         json_array_append (names, json_object_get (json_array_get (entries, index), "name"));
@@ -171,7 +308,7 @@ s_for_agent (self_t *self, const json_t *entries)
     json_t *allowed = json_object_get (body, "data");
     if (!json_is_array (allowed)) {
         json_decref (body);
-        return json_incref ((json_t *) entries);
+        return json_incref (entries);
     }
     json_t *kept = json_array ();
     for (size_t index = 0; index < json_array_size (entries); index++) {
@@ -187,7 +324,61 @@ s_for_agent (self_t *self, const json_t *entries)
 }
 
 static void
-s_tools_list (self_t *self, const json_t *id, const json_t *params)
+s_early_list_destroy (void **item_p)
+{
+    s_early_list_t *early = (s_early_list_t *) *item_p;
+    if (early) {
+        s_batch_release (&early->origin.batch);
+        json_decref (early->request_id);
+        json_decref (early->params);
+        free (early);
+        *item_p = NULL;
+    }
+}
+
+static void s_tools_list_answer (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params);
+
+//  Answers the tools/list requests that waited for the first sync: all of
+//  them once it came, else those whose wait is over.
+static void
+s_answer_early_lists (self_t *self)
+{
+    int64_t now = zclock_mono ();
+    s_early_list_t *early = zlistx_first (self->early_lists);
+    while (early) {
+        if (self->synced || now >= early->answer_at) {
+            s_tools_list_answer (self, &early->origin, early->request_id, early->params);
+            zlistx_delete (self->early_lists, zlistx_cursor (self->early_lists));
+            early = zlistx_first (self->early_lists);
+        }
+        else
+            early = zlistx_next (self->early_lists);
+    }
+}
+
+//  Answered from the registry as the watcher keeps it. Before the broker
+//  was first reached the request waits for it a little, then is answered
+//  with what is known (nothing): a list_changed follows when the broker
+//  is reached. So a client started before the broker is answered at once.
+static void
+s_tools_list (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params)
+{
+    if (!self->synced) {
+        s_early_list_t *early = (s_early_list_t *) zmalloc (sizeof (s_early_list_t));
+        assert (early);
+        early->origin = *origin;
+        origin->batch = NULL;
+        early->request_id = json_deep_copy (id);
+        early->params = params? json_deep_copy (params): NULL;
+        early->answer_at = zclock_mono () + FIRST_SYNC_WAIT_MS;
+        zlistx_add_end (self->early_lists, early);
+    }
+    else
+        s_tools_list_answer (self, origin, id, params);
+}
+
+static void
+s_tools_list_answer (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params)
 {
     size_t start = 0;
     const json_t *cursor = json_object_get (params, "cursor");
@@ -196,26 +387,20 @@ s_tools_list (self_t *self, const json_t *id, const json_t *params)
         char *end = NULL;
         unsigned long long value = text? strtoull (text, &end, 10): 0;
         if (!text || !*text || *end || value > SIZE_MAX) {
-            s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INVALID_PARAMS, "Invalid cursor"));
+            s_answer_error (self, origin, id, DSH_JSONRPC_INVALID_PARAMS, "Invalid cursor");
             return;
         }
         start = (size_t) value;
     }
-    char reason [256] = "";
-    dsh_reply_t *reply = dsh_client_request (self->client, DSH_LIST, NULL, LIST_TIMEOUT_MS,
-                                             reason, sizeof reason);
-    json_t *body = reply && streq (dsh_reply_command (reply), DSH_TOOLS)? dsh_reply_json (reply): NULL;
-    json_t *listed = json_object_get (body, "tools");
-    json_t *entries = json_is_array (listed)? s_for_agent (self, listed): NULL;
-    if (!json_is_array (entries)) {
-        char *message = zsys_sprintf ("the dsh broker did not list its tools: %s",
-                                      *reason? reason: "unexpected reply");
-        s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INTERNAL_ERROR, message));
-        zstr_free (&message);
-    }
-    else
+    json_t *known = json_array ();
+    const char *name;
+    json_t *entry;
+    json_object_foreach (self->entries, name, entry)
+        json_array_append (known, entry);
+    json_t *entries = s_for_agent (self, known);
+    json_decref (known);
     if (start > json_array_size (entries))
-        s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INVALID_PARAMS, "Invalid cursor"));
+        s_answer_error (self, origin, id, DSH_JSONRPC_INVALID_PARAMS, "Invalid cursor");
     else {
         json_t *tools = json_array ();
         size_t stop = start + PAGE_SIZE;
@@ -227,24 +412,22 @@ s_tools_list (self_t *self, const json_t *id, const json_t *params)
             snprintf (next, sizeof next, "%zu", stop);
             json_object_set_new (result, "nextCursor", json_string (next));
         }
-        s_send (self, dsh_jsonrpc_result (id, result));
+        s_answer (self, origin, dsh_jsonrpc_result (id, result));
     }
     json_decref (entries);
-    json_decref (body);
-    dsh_reply_destroy (&reply);
 }
 
 //  ---------------------------------------------------------------------
 //  tools/call
 
 static void
-s_tools_call (self_t *self, const json_t *id, const json_t *params)
+s_tools_call (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params)
 {
     const char *name = json_string_value (json_object_get (params, "name"));
     const json_t *arguments = json_object_get (params, "arguments");
     if (!name || (arguments && !json_is_object (arguments))) {
-        s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INVALID_PARAMS,
-                                         "tools/call needs a name and an arguments object"));
+        s_answer_error (self, origin, id, DSH_JSONRPC_INVALID_PARAMS,
+                        "tools/call needs a name and an arguments object");
         return;
     }
     msgpack_sbuffer sbuf;
@@ -256,7 +439,7 @@ s_tools_call (self_t *self, const json_t *id, const json_t *params)
     json_decref (empty);
     if (rc) {
         msgpack_sbuffer_destroy (&sbuf);
-        s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INVALID_PARAMS, "arguments nest too deep"));
+        s_answer_error (self, origin, id, DSH_JSONRPC_INVALID_PARAMS, "arguments nest too deep");
         return;
     }
     char call_id [32];
@@ -265,19 +448,23 @@ s_tools_call (self_t *self, const json_t *id, const json_t *params)
                                              self->agent, NULL, 0, self->timeout_ms);
     msgpack_sbuffer_destroy (&sbuf);
     if (!sent) {
-        s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INTERNAL_ERROR,
-                                         "cannot send the call to the dsh broker"));
+        s_answer_error (self, origin, id, DSH_JSONRPC_INTERNAL_ERROR, "cannot send the call to the dsh broker");
         return;
     }
     s_pending_t *pending = (s_pending_t *) zmalloc (sizeof (s_pending_t));
     assert (pending);
+    pending->origin = *origin;
+    //  The pending call holds the batch's place now
+    origin->batch = NULL;
     pending->request_id = json_deep_copy (id);
     const json_t *token = json_object_get (json_object_get (params, "_meta"), "progressToken");
     if (json_is_string (token) || json_is_integer (token))
         pending->progress_token = json_deep_copy (token);
     pending->tool = strdup (name);
     int timeout_ms = self->timeout_ms? self->timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS;
-    pending->give_up_at = zclock_mono () + timeout_ms + DEADLINE_MARGIN_MS;
+    pending->sent_at = zclock_mono ();
+    pending->give_up_at = pending->sent_at + timeout_ms + DEADLINE_MARGIN_MS;
+    pending->keepalive_at = pending->sent_at + KEEPALIVE_MS;
     zhashx_insert (self->pending, call_id, pending);
     if (self->verbose)
         zsys_info ("dsh-mcp: tools/call %s as %s", name, call_id);
@@ -285,12 +472,12 @@ s_tools_call (self_t *self, const json_t *id, const json_t *params)
 
 //  The client gave up on a request: cancel its dsh call and answer nothing.
 static void
-s_cancelled (self_t *self, const json_t *params)
+s_cancelled (self_t *self, s_session_t *session, const json_t *params)
 {
     const json_t *request_id = json_object_get (params, "requestId");
     for (s_pending_t *pending = zhashx_first (self->pending); pending;
          pending = zhashx_next (self->pending))
-        if (json_equal (pending->request_id, (json_t *) request_id)) {
+        if (pending->origin.session == session && json_equal (pending->request_id, (json_t *) request_id)) {
             char *call_id = strdup ((const char *) zhashx_cursor (self->pending));
             dsh_client_cancel (self->client, call_id);
             zhashx_delete (self->pending, call_id);
@@ -301,6 +488,63 @@ s_cancelled (self_t *self, const json_t *params)
         }
 }
 
+//  A content block an older revision cannot show becomes text: audio
+//  (2025-03-26) and resource_link (2025-06-18).
+static void
+s_downgrade (json_t *content, const char *version)
+{
+    size_t index;
+    json_t *block;
+    json_array_foreach (content, index, block) {
+        const char *type = json_string_value (json_object_get (block, "type"));
+        char *text = NULL;
+        if (type && streq (type, "audio") && strcmp (version, "2025-03-26") < 0)
+            text = zsys_sprintf ("[audio, %s, %zu bytes of base64]",
+                                 json_string_value (json_object_get (block, "mimeType")),
+                                 json_string_length (json_object_get (block, "data")));
+        else
+        if (type && streq (type, "resource_link") && strcmp (version, "2025-06-18") < 0)
+            text = zsys_sprintf ("[resource %s: %s]", json_string_value (json_object_get (block, "name")),
+                                 json_string_value (json_object_get (block, "uri")));
+        if (text) {
+            json_array_set_new (content, index, json_pack ("{s:s, s:s}", "type", "text", "text", text));
+            zstr_free (&text);
+        }
+    }
+}
+
+//  The MCP answer for a dsh RESULT body: the result itself, every field
+//  kept but dsh's callId and error; an error the MCP server behind a
+//  bridge sent, as that same JSON-RPC error; "no such tool" as MCP says it.
+static json_t *
+s_mcp_answer (const json_t *request_id, const char *tool, const char *code, json_t *body,
+              const char *version)
+{
+    const json_t *error = json_object_get (body, "error");
+    const json_t *mcp_error = json_object_get (error, "mcp");
+    if (json_is_integer (json_object_get (mcp_error, "code"))
+    &&  json_is_string (json_object_get (mcp_error, "message"))) {
+        json_t *answer = dsh_jsonrpc_error (request_id, 0, "");
+        json_object_set (answer, "error", (json_t *) mcp_error);
+        return answer;
+    }
+    if (code && streq (code, DSH_E_UNKNOWN_TOOL)) {
+        char *message = zsys_sprintf ("Unknown tool: %s", tool);
+        json_t *answer = dsh_jsonrpc_error (request_id, DSH_JSONRPC_INVALID_PARAMS, message);
+        zstr_free (&message);
+        return answer;
+    }
+    json_t *result = json_copy (body);
+    json_object_del (result, "callId");
+    json_object_del (result, "error");
+    if (strcmp (version, "2025-06-18") < 0) {
+        json_t *content = json_deep_copy (json_object_get (result, "content"));
+        s_downgrade (content, version);
+        json_object_set_new (result, "content", content);
+    }
+    return dsh_jsonrpc_result (request_id, result);
+}
+
 static void
 s_on_result (self_t *self, dsh_reply_t *reply)
 {
@@ -308,27 +552,24 @@ s_on_result (self_t *self, dsh_reply_t *reply)
     s_pending_t *pending = call_id? zhashx_lookup (self->pending, call_id): NULL;
     if (!pending)
         return;                 //  cancelled, or past our deadline
-    const char *code = dsh_reply_error_code (reply);
     json_t *body = dsh_reply_json (reply);
-    if (code && streq (code, DSH_E_UNKNOWN_TOOL)) {
-        char *message = zsys_sprintf ("Unknown tool: %s", pending->tool);
-        s_send (self, dsh_jsonrpc_error (pending->request_id, DSH_JSONRPC_INVALID_PARAMS, message));
-        zstr_free (&message);
-    }
+    if (!json_is_array (json_object_get (body, "content")))
+        s_answer_error (self, &pending->origin, pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
+                        "the tool's result has no JSON form");
     else
-    if (!body)
-        s_send (self, dsh_jsonrpc_error (pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
-                                         "the tool's result has no JSON form"));
-    else {
-        json_t *result = json_pack ("{s:O, s:b}", "content", json_object_get (body, "content"),
-                                    "isError", json_is_true (json_object_get (body, "isError")));
-        json_t *structured = json_object_get (body, "structuredContent");
-        if (structured)
-            json_object_set (result, "structuredContent", structured);
-        s_send (self, dsh_jsonrpc_result (pending->request_id, result));
-    }
+        s_answer (self, &pending->origin, s_mcp_answer (pending->request_id, pending->tool,
+                                                        dsh_reply_error_code (reply), body,
+                                                        pending->origin.session->version));
     json_decref (body);
     zhashx_delete (self->pending, call_id);
+}
+
+static void
+s_progress (self_t *self, s_pending_t *pending, json_t *params)
+{
+    json_t *notification = dsh_jsonrpc_notification ("notifications/progress", params);
+    s_deliver (self, pending->origin.session, notification, pending->request_id);
+    json_decref (notification);
 }
 
 static void
@@ -339,6 +580,7 @@ s_on_progress (self_t *self, dsh_reply_t *reply)
     s_pending_t *pending = call_id? zhashx_lookup (self->pending, call_id): NULL;
     const json_t *progress = json_object_get (body, "progress");
     if (pending && pending->progress_token && json_is_number (progress)) {
+        pending->tool_progress = true;
         json_t *params = json_pack ("{s:O, s:O}", "progressToken", pending->progress_token,
                                     "progress", progress);
         const json_t *total = json_object_get (body, "total");
@@ -347,7 +589,7 @@ s_on_progress (self_t *self, dsh_reply_t *reply)
         const json_t *message = json_object_get (body, "message");
         if (json_is_string (message))
             json_object_set (params, "message", (json_t *) message);
-        s_send (self, dsh_jsonrpc_notification ("notifications/progress", params));
+        s_progress (self, pending, params);
     }
     json_decref (body);
 }
@@ -371,21 +613,34 @@ s_on_replies (self_t *self)
 }
 
 //  Calls the broker never answered (it restarted) fail after their
-//  deadline and margin.
+//  deadline and margin. A call that waits long (for a human's approval,
+//  most often) tells a client that asked for progress that it is still
+//  there, every KEEPALIVE_MS, so a client that resets its timeout on
+//  progress keeps waiting.
 static void
-s_check_deadlines (self_t *self)
+s_check_pending (self_t *self)
 {
     int64_t now = zclock_mono ();
     zlistx_t *expired = zlistx_new ();
-    zlistx_set_destructor (expired, (zlistx_destructor_fn *) zstr_free);
     for (s_pending_t *pending = zhashx_first (self->pending); pending;
-         pending = zhashx_next (self->pending))
+         pending = zhashx_next (self->pending)) {
         if (now >= pending->give_up_at) {
-            s_send (self, dsh_jsonrpc_error (pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
-                                             "no answer from the dsh broker before the call's deadline"));
-            zlistx_add_end (expired, strdup ((const char *) zhashx_cursor (self->pending)));
+            s_answer_error (self, &pending->origin, pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
+                            "no answer from the dsh broker before the call's deadline");
+            zlistx_add_end (expired, (void *) zhashx_cursor (self->pending));
         }
-    for (char *call_id = zlistx_first (expired); call_id; call_id = zlistx_next (expired))
+        else
+        if (now >= pending->keepalive_at && pending->progress_token && !pending->tool_progress) {
+            int64_t waited = (now - pending->sent_at) / 1000;
+            char *message = zsys_sprintf ("waiting for %s (approval or the tool itself) for %" PRId64 " s",
+                                          pending->tool, waited);
+            s_progress (self, pending, json_pack ("{s:O, s:I, s:s}", "progressToken", pending->progress_token,
+                                                  "progress", (json_int_t) waited, "message", message));
+            zstr_free (&message);
+            pending->keepalive_at = now + KEEPALIVE_MS;
+        }
+    }
+    for (const char *call_id = zlistx_first (expired); call_id; call_id = zlistx_next (expired))
         zhashx_delete (self->pending, call_id);
     zlistx_destroy (&expired);
 }
@@ -393,69 +648,144 @@ s_check_deadlines (self_t *self)
 //  ---------------------------------------------------------------------
 //  Registry changes
 
+//  Applies a watcher notice to the entries; true if the tool list changed.
+static bool
+s_apply_notice (self_t *self, const json_t *notice)
+{
+    const char *kind = json_string_value (json_object_get (notice, "kind"));
+    const char *name = json_string_value (json_object_get (notice, "name"));
+    if (!kind)
+        return false;
+    if (streq (kind, "snapshot")) {
+        json_t *entries = json_object ();
+        size_t index;
+        const json_t *item;
+        json_array_foreach (json_object_get (notice, "tools"), index, item) {
+            const json_t *entry = json_object_get (item, "tool");
+            const char *tool = json_string_value (json_object_get (entry, "name"));
+            if (tool)
+                json_object_set (entries, tool, (json_t *) entry);
+        }
+        bool changed = !json_equal (entries, self->entries);
+        json_decref (self->entries);
+        self->entries = entries;
+        self->synced = true;
+        return changed;
+    }
+    if (name && (streq (kind, "tool.registered") || streq (kind, "tool.updated"))
+    &&  json_is_object (json_object_get (notice, "tool"))) {
+        json_object_set (self->entries, name, json_object_get (notice, "tool"));
+        return true;
+    }
+    if (name && streq (kind, "tool.unregistered")) {
+        json_object_del (self->entries, name);
+        return true;
+    }
+    return false;
+}
+
 static void
 s_on_watcher (self_t *self)
 {
     bool changed = false;
     json_t *notice;
     while ((notice = dsh_watcher_recv (self->watcher, 0))) {
-        const char *kind = json_string_value (json_object_get (notice, "kind"));
-        if (kind && streq (kind, "snapshot")) {
-            //  A resync may hide changes; the first sync is the start
-            changed |= self->synced;
-            self->synced = true;
-        }
-        else
-        if (kind && strncmp (kind, "tool.", 5) == 0)
-            changed = true;
+        changed |= s_apply_notice (self, notice);
         json_decref (notice);
     }
-    if (changed && self->initialized)
-        s_send (self, dsh_jsonrpc_notification ("notifications/tools/list_changed", NULL));
+    if (changed)
+        s_broadcast (self, dsh_jsonrpc_notification ("notifications/tools/list_changed", NULL));
 }
 
 //  ---------------------------------------------------------------------
-//  Messages from the client
+//  Messages from a client
 
 static void
-s_on_message (self_t *self, const json_t *message)
+s_on_request (self_t *self, s_origin_t *origin, const char *method, const json_t *id, const json_t *params)
+{
+    if (streq (method, "initialize"))
+        s_initialize (self, origin, id, params);
+    else
+    if (streq (method, "server/discover"))
+        s_discover (self, origin, id);
+    else
+    if (streq (method, "ping"))
+        s_answer (self, origin, dsh_jsonrpc_result (id, json_object ()));
+    else
+    if (streq (method, "tools/list"))
+        s_tools_list (self, origin, id, params);
+    else
+    if (streq (method, "tools/call"))
+        s_tools_call (self, origin, id, params);
+    else
+        s_answer_error (self, origin, id, DSH_JSONRPC_METHOD_NOT_FOUND, "Method not found");
+}
+
+//  One message, alone or from a batch (origin->batch holds a place for
+//  it, which the answer takes).
+static void
+s_on_message (self_t *self, s_origin_t *origin, const json_t *message)
 {
     const char *method = json_string_value (json_object_get (message, "method"));
     const json_t *id = json_object_get (message, "id");
     const json_t *params = json_object_get (message, "params");
-    if (!method) {
-        //  A response: we send the client no requests
-        if (!id || !(json_object_get (message, "result") || json_object_get (message, "error")))
-            s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INVALID_REQUEST, "Invalid Request"));
+    if (!json_is_object (message) || !method) {
+        //  A response (we send the client no requests) needs no answer
+        if (json_is_object (message) && id && (json_object_get (message, "result") || json_object_get (message, "error")))
+            s_batch_release (&origin->batch);
+        else
+            s_answer_error (self, origin, json_is_string (id) || json_is_integer (id)? id: NULL,
+                            DSH_JSONRPC_INVALID_REQUEST, "Invalid Request");
         return;
     }
     if (!id) {
         if (streq (method, "notifications/initialized"))
-            self->initialized = true;
+            origin->session->initialized = true;
         else
         if (streq (method, "notifications/cancelled"))
-            s_cancelled (self, params);
+            s_cancelled (self, origin->session, params);
+        s_batch_release (&origin->batch);
         return;
     }
     if (!json_is_string (id) && !json_is_integer (id))
-        s_send (self, dsh_jsonrpc_error (NULL, DSH_JSONRPC_INVALID_REQUEST, "Invalid Request: bad id"));
+        s_answer_error (self, origin, NULL, DSH_JSONRPC_INVALID_REQUEST, "Invalid Request: bad id");
     else
-    if (streq (method, "initialize"))
-        s_initialize (self, id, params);
-    else
-    if (streq (method, "server/discover"))
-        s_discover (self, id);
-    else
-    if (streq (method, "ping"))
-        s_send (self, dsh_jsonrpc_result (id, json_object ()));
-    else
-    if (streq (method, "tools/list"))
-        s_tools_list (self, id, params);
-    else
-    if (streq (method, "tools/call"))
-        s_tools_call (self, id, params);
-    else
-        s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_METHOD_NOT_FOUND, "Method not found"));
+        s_on_request (self, origin, method, id, params);
+}
+
+//  A line or an HTTP body from session: one message, or a batch.
+static void
+s_on_input (self_t *self, s_session_t *session, const json_t *input)
+{
+    s_origin_t origin = { session, NULL };
+    if (!json_is_array (input)) {
+        s_on_message (self, &origin, input);
+        return;
+    }
+    //  Batches are JSON-RPC's, which MCP 2025-03-26 requires and
+    //  2025-06-18 dropped
+    if (json_array_size (input) == 0 || strcmp (session->version, "2025-03-26") > 0) {
+        s_answer_error (self, &origin, NULL, DSH_JSONRPC_INVALID_REQUEST,
+                        json_array_size (input)? "Invalid Request: batches are not part of this MCP revision"
+                                               : "Invalid Request: empty batch");
+        return;
+    }
+    s_batch_t *batch = (s_batch_t *) zmalloc (sizeof (s_batch_t));
+    assert (batch);
+    batch->owner = self;
+    batch->session = session;
+    batch->responses = json_array ();
+    //  One place per message, and one for this loop, so the batch is not
+    //  sent before every message had its turn
+    batch->waiting = json_array_size (input) + 1;
+    size_t index;
+    const json_t *message;
+    json_array_foreach (input, index, message) {
+        origin.batch = batch;
+        s_on_message (self, &origin, message);
+    }
+    origin.batch = batch;
+    s_batch_release (&origin.batch);
 }
 
 //  Returns 0, or -1 once stdin is closed.
@@ -463,17 +793,19 @@ static int
 s_on_stdin (self_t *self)
 {
     int rc = dsh_jsonrpc_read (self->rpc);
-    json_t *message;
+    json_t *input;
+    json_t *id;
     bool bad;
     char reason [256];
-    while ((message = dsh_jsonrpc_recv (self->rpc, &bad, reason, sizeof reason)) || bad) {
-        if (message)
-            s_on_message (self, message);
+    while ((input = dsh_jsonrpc_recv (self->rpc, &bad, &id, reason, sizeof reason)) || bad) {
+        if (input)
+            s_on_input (self, self->stdio, input);
         else {
             zsys_warning ("dsh-mcp: bad message on stdin: %s", reason);
-            s_send (self, dsh_jsonrpc_error (NULL, DSH_JSONRPC_PARSE_ERROR, "Parse error"));
+            s_deliver (self, self->stdio, dsh_jsonrpc_error (id, DSH_JSONRPC_PARSE_ERROR, "Parse error"), NULL);
         }
-        json_decref (message);
+        json_decref (input);
+        json_decref (id);
     }
     return rc;
 }
@@ -493,15 +825,13 @@ s_run (self_t *self)
         s_on_replies (self);
         if ((items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && s_on_stdin (self))
             break;
-        //  A LIST or CONTROL while handling stdin may have kept replies aside
+        //  A CONTROL while handling stdin may have kept replies aside
         s_on_replies (self);
         s_on_watcher (self);
-        s_check_deadlines (self);
+        s_answer_early_lists (self);
+        s_check_pending (self);
     }
-    //  Whoever started us is gone: its calls need not run on
-    for (s_pending_t *pending = zhashx_first (self->pending); pending;
-         pending = zhashx_next (self->pending))
-        dsh_client_cancel (self->client, (const char *) zhashx_cursor (self->pending));
+    s_session_end (self, self->stdio);
 }
 
 //  ---------------------------------------------------------------------
@@ -626,12 +956,21 @@ main (int argc, char *argv [])
     self.rpc = dsh_jsonrpc_new (STDIN_FILENO, STDOUT_FILENO, MAX_LINE_BYTES);
     self.pending = zhashx_new ();
     zhashx_set_destructor (self.pending, s_pending_destroy);
+    self.sessions = zhashx_new ();
+    self.early_lists = zlistx_new ();
+    zlistx_set_destructor (self.early_lists, s_early_list_destroy);
+    self.entries = json_object ();
+    self.stdio = s_session_new (NULL);
     zsys_info ("dsh-mcp: serving the tools of %s%s%s", dsh_client_endpoint (self.client),
                self.agent? " as agent ": "", self.agent? self.agent: "");
 
     s_run (&self);
 
     zhashx_destroy (&self.pending);
+    zlistx_destroy (&self.early_lists);
+    s_session_destroy (&self.stdio);
+    zhashx_destroy (&self.sessions);
+    json_decref (self.entries);
     dsh_jsonrpc_destroy (&self.rpc);
     dsh_watcher_destroy (&self.watcher);
     dsh_client_destroy (&self.client);
