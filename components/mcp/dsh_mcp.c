@@ -75,13 +75,14 @@ typedef struct {
     s_batch_t *batch;           //  NULL unless it came in a batch
 } s_origin_t;
 
-//  A tools/list that came before the registry was known.
+//  A tools/list or tools/call that came before the registry was known.
 typedef struct {
     s_origin_t origin;
+    char *method;
     json_t *request_id;
     json_t *params;
     int64_t answer_at;
-} s_early_list_t;
+} s_early_t;
 
 //  A tools/call waiting for its dsh result.
 typedef struct {
@@ -98,6 +99,7 @@ typedef struct {
 struct _self_t {
     const char *agent;
     int timeout_ms;
+    int keepalive_ms;
     bool verbose;
     dsh_client_t *client;
     dsh_watcher_t *watcher;
@@ -106,7 +108,8 @@ struct _self_t {
     zhashx_t *sessions;         //  HTTP session id -> s_session_t
     zhashx_t *pending;          //  callId -> s_pending_t
     json_t *entries;            //  the registry's tools: name -> entry, registration order
-    zlistx_t *early_lists;      //  tools/list requests waiting for the first sync
+    zlistx_t *early;            //  s_early_t, requests waiting for the first sync
+    bool early_over;            //  replaying those whose wait is over
     uint64_t call_count;
     bool synced;                //  the watcher delivered its first snapshot
     bool stdout_gone;
@@ -324,11 +327,12 @@ s_for_agent (self_t *self, json_t *entries)
 }
 
 static void
-s_early_list_destroy (void **item_p)
+s_early_destroy (void **item_p)
 {
-    s_early_list_t *early = (s_early_list_t *) *item_p;
+    s_early_t *early = (s_early_t *) *item_p;
     if (early) {
         s_batch_release (&early->origin.batch);
+        zstr_free (&early->method);
         json_decref (early->request_id);
         json_decref (early->params);
         free (early);
@@ -336,50 +340,56 @@ s_early_list_destroy (void **item_p)
     }
 }
 
-static void s_tools_list_answer (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params);
+static void s_on_request (self_t *self, s_origin_t *origin, const char *method, const json_t *id,
+                          const json_t *params);
 
-//  Answers the tools/list requests that waited for the first sync: all of
-//  them once it came, else those whose wait is over.
+//  Before the broker was first reached, tools/list and tools/call wait
+//  for it a little (FIRST_SYNC_WAIT_MS), then are answered with what is
+//  known: no tools, and an error result. A list_changed follows when the
+//  broker is reached. True if the request was kept for later.
+static bool
+s_held_early (self_t *self, s_origin_t *origin, const char *method, const json_t *id, const json_t *params)
+{
+    if (self->synced || self->early_over)
+        return false;
+    s_early_t *early = (s_early_t *) zmalloc (sizeof (s_early_t));
+    assert (early);
+    early->origin = *origin;
+    origin->batch = NULL;
+    early->method = strdup (method);
+    early->request_id = json_deep_copy (id);
+    early->params = params? json_deep_copy (params): NULL;
+    early->answer_at = zclock_mono () + FIRST_SYNC_WAIT_MS;
+    zlistx_add_end (self->early, early);
+    return true;
+}
+
+//  Runs the requests that waited for the first sync: all of them once it
+//  came, else those whose wait is over.
 static void
-s_answer_early_lists (self_t *self)
+s_answer_early (self_t *self)
 {
     int64_t now = zclock_mono ();
-    s_early_list_t *early = zlistx_first (self->early_lists);
+    s_early_t *early = zlistx_first (self->early);
     while (early) {
         if (self->synced || now >= early->answer_at) {
-            s_tools_list_answer (self, &early->origin, early->request_id, early->params);
-            zlistx_delete (self->early_lists, zlistx_cursor (self->early_lists));
-            early = zlistx_first (self->early_lists);
+            self->early_over = true;
+            s_on_request (self, &early->origin, early->method, early->request_id, early->params);
+            self->early_over = false;
+            zlistx_delete (self->early, zlistx_cursor (self->early));
+            early = zlistx_first (self->early);
         }
         else
-            early = zlistx_next (self->early_lists);
+            early = zlistx_next (self->early);
     }
 }
 
-//  Answered from the registry as the watcher keeps it. Before the broker
-//  was first reached the request waits for it a little, then is answered
-//  with what is known (nothing): a list_changed follows when the broker
-//  is reached. So a client started before the broker is answered at once.
+//  Answered from the registry as the watcher keeps it.
 static void
 s_tools_list (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params)
 {
-    if (!self->synced) {
-        s_early_list_t *early = (s_early_list_t *) zmalloc (sizeof (s_early_list_t));
-        assert (early);
-        early->origin = *origin;
-        origin->batch = NULL;
-        early->request_id = json_deep_copy (id);
-        early->params = params? json_deep_copy (params): NULL;
-        early->answer_at = zclock_mono () + FIRST_SYNC_WAIT_MS;
-        zlistx_add_end (self->early_lists, early);
-    }
-    else
-        s_tools_list_answer (self, origin, id, params);
-}
-
-static void
-s_tools_list_answer (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params)
-{
+    if (s_held_early (self, origin, "tools/list", id, params))
+        return;
     size_t start = 0;
     const json_t *cursor = json_object_get (params, "cursor");
     if (cursor) {
@@ -430,6 +440,19 @@ s_tools_call (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
                         "tools/call needs a name and an arguments object");
         return;
     }
+    if (s_held_early (self, origin, "tools/call", id, params))
+        return;
+    if (!self->synced) {
+        //  Nothing known of the broker yet: say so now, not at the deadline
+        char *text = zsys_sprintf ("Error: the dsh broker at %s has not been reached yet, so no tool "
+                                   "can be called; tools/list_changed follows once it is",
+                                   dsh_client_endpoint (self->client));
+        json_t *result = json_pack ("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text,
+                                    "isError", 1);
+        zstr_free (&text);
+        s_answer (self, origin, dsh_jsonrpc_result (id, result));
+        return;
+    }
     msgpack_sbuffer sbuf;
     msgpack_sbuffer_init (&sbuf);
     msgpack_packer pk;
@@ -464,7 +487,7 @@ s_tools_call (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
     int timeout_ms = self->timeout_ms? self->timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS;
     pending->sent_at = zclock_mono ();
     pending->give_up_at = pending->sent_at + timeout_ms + DEADLINE_MARGIN_MS;
-    pending->keepalive_at = pending->sent_at + KEEPALIVE_MS;
+    pending->keepalive_at = pending->sent_at + self->keepalive_ms;
     zhashx_insert (self->pending, call_id, pending);
     if (self->verbose)
         zsys_info ("dsh-mcp: tools/call %s as %s", name, call_id);
@@ -631,13 +654,14 @@ s_check_pending (self_t *self)
         }
         else
         if (now >= pending->keepalive_at && pending->progress_token && !pending->tool_progress) {
-            int64_t waited = (now - pending->sent_at) / 1000;
-            char *message = zsys_sprintf ("waiting for %s (approval or the tool itself) for %" PRId64 " s",
-                                          pending->tool, waited);
+            //  The progress is the milliseconds waited: it grows, as MCP asks
+            int64_t waited = now - pending->sent_at;
+            char *message = zsys_sprintf ("waiting for %s (an approval, or the tool itself) for %.1f s",
+                                          pending->tool, waited / 1000.0);
             s_progress (self, pending, json_pack ("{s:O, s:I, s:s}", "progressToken", pending->progress_token,
                                                   "progress", (json_int_t) waited, "message", message));
             zstr_free (&message);
-            pending->keepalive_at = now + KEEPALIVE_MS;
+            pending->keepalive_at = now + self->keepalive_ms;
         }
     }
     for (const char *call_id = zlistx_first (expired); call_id; call_id = zlistx_next (expired))
@@ -828,7 +852,7 @@ s_run (self_t *self)
         //  A CONTROL while handling stdin may have kept replies aside
         s_on_replies (self);
         s_on_watcher (self);
-        s_answer_early_lists (self);
+        s_answer_early (self);
         s_check_pending (self);
     }
     s_session_end (self, self->stdio);
@@ -849,6 +873,9 @@ s_usage (FILE *stream)
         "  --agent ID         the agent id every call is made as (policies apply to it);\n"
         "                     tools/list shows only what the permission stage could allow it\n"
         "  --timeout-ms N     each call's deadline (default: the broker's, 60000)\n"
+        "  --keepalive-ms N   a call still waiting after N ms (for an approval, say) sends\n"
+        "                     progress every N ms when the client gave a progressToken\n"
+        "                     (default 10000)\n"
         "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
         "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
         "  -v, --verbose      log every call on stderr\n"
@@ -878,13 +905,14 @@ main (int argc, char *argv [])
         { "broker", required_argument, NULL, 'b' },
         { "agent", required_argument, NULL, 'a' },
         { "timeout-ms", required_argument, NULL, 't' },
+        { "keepalive-ms", required_argument, NULL, 'k' },
         { "cert", required_argument, NULL, 'C' },
         { "broker-cert", required_argument, NULL, 'K' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    self_t self = { .agent = NULL };
+    self_t self = { .agent = NULL, .keepalive_ms = KEEPALIVE_MS };
     const char *broker = NULL;
     const char *cert = NULL, *broker_cert = NULL;
     opterr = 0;
@@ -903,6 +931,14 @@ main (int argc, char *argv [])
                 if (end == optarg || *end || value < 1 || value > 600000)
                     return s_bad_usage ("--timeout-ms needs a number from 1 to 600000, not \"%s\"", optarg);
                 self.timeout_ms = (int) value;
+                break;
+            }
+            case 'k': {
+                char *end = NULL;
+                long value = strtol (optarg, &end, 10);
+                if (end == optarg || *end || value < 100 || value > 600000)
+                    return s_bad_usage ("--keepalive-ms needs a number from 100 to 600000, not \"%s\"", optarg);
+                self.keepalive_ms = (int) value;
                 break;
             }
             case ':':
@@ -957,8 +993,8 @@ main (int argc, char *argv [])
     self.pending = zhashx_new ();
     zhashx_set_destructor (self.pending, s_pending_destroy);
     self.sessions = zhashx_new ();
-    self.early_lists = zlistx_new ();
-    zlistx_set_destructor (self.early_lists, s_early_list_destroy);
+    self.early = zlistx_new ();
+    zlistx_set_destructor (self.early, s_early_destroy);
     self.entries = json_object ();
     self.stdio = s_session_new (NULL);
     zsys_info ("dsh-mcp: serving the tools of %s%s%s", dsh_client_endpoint (self.client),
@@ -967,7 +1003,7 @@ main (int argc, char *argv [])
     s_run (&self);
 
     zhashx_destroy (&self.pending);
-    zlistx_destroy (&self.early_lists);
+    zlistx_destroy (&self.early);
     s_session_destroy (&self.stdio);
     zhashx_destroy (&self.sessions);
     json_decref (self.entries);

@@ -1,6 +1,7 @@
 //  Shared plumbing for the MCP tests: start dsh processes from the build
 //  directory ($DSH_BUILD_DIR), talk to them, and clean up.
 import { spawn, execFile } from 'node:child_process';
+import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -117,4 +118,60 @@ export async function waitFor(check, { timeoutMs = 15000, what = 'condition' } =
     if (Date.now() > giveUp) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+}
+
+//  dsh-mcp driven line by line, with nothing between the test and its
+//  bytes: send(text) writes one raw line, request(method, params) sends a
+//  request and resolves with its answer; notifications are kept in order.
+export function rawFacade(args) {
+  const child = spawn(bin.facade, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+  children.add(child);
+  child.on('exit', () => children.delete(child));
+  const waiting = new Map();
+  const raw = { child, notifications: [], lines: [], nextId: 1, stderr: '' };
+  child.stderr.on('data', (data) => { raw.stderr += data; });
+  let buffer = '';
+  child.stdout.on('data', (data) => {
+    buffer += data;
+    let newline;
+    while ((newline = buffer.indexOf('\n')) >= 0) {
+      const line = buffer.slice(0, newline);
+      buffer = buffer.slice(newline + 1);
+      raw.lines.push(line);
+      const message = JSON.parse(line);
+      if (Array.isArray(message) || message.id === undefined || message.method) {
+        raw.notifications.push(message);
+        continue;
+      }
+      waiting.get(JSON.stringify(message.id))?.(message);
+    }
+  });
+  raw.send = (text) => child.stdin.write(`${text}\n`);
+  raw.answer = (id, timeoutMs = 10000) => new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`no answer to id ${JSON.stringify(id)}:\n${raw.stderr}`)), timeoutMs);
+    waiting.set(JSON.stringify(id), (message) => { clearTimeout(timer); resolve(message); });
+  });
+  raw.request = (method, params, id = raw.nextId++) => {
+    const answered = raw.answer(id);
+    raw.send(JSON.stringify({ jsonrpc: '2.0', id, method, ...(params ? { params } : {}) }));
+    return answered;
+  };
+  raw.initialize = async (protocolVersion = '2025-06-18') => {
+    const answer = await raw.request('initialize', { protocolVersion, capabilities: {},
+      clientInfo: { name: 'raw', version: '1' } });
+    raw.send(JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }));
+    return answer;
+  };
+  raw.close = () => stop(child);
+  return raw;
+}
+
+//  A TCP port nothing listens on now (for a broker started later).
+export function freePort() {
+  return new Promise((resolve) => {
+    const server = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
 }
