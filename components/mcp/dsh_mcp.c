@@ -38,7 +38,7 @@
 //  How long we wait past a call's deadline for the broker's answer.
 #define DEADLINE_MARGIN_MS  2000
 //  How often the loop looks at its calls' own deadlines
-#define POLL_TICK_MS        250
+#define POLL_TICK_MS        100
 //  How often a call that waits tells a client that asked for progress.
 #define KEEPALIVE_MS        10000
 //  How long a tools/list made before the broker was first reached waits
@@ -842,6 +842,7 @@ s_run (self_t *self)
         { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 },
         { zsock_resolve (dsh_watcher_sock (self->watcher)), 0, ZMQ_POLLIN, 0 }
     };
+    int64_t next_tick = zclock_mono ();
     while (!zsys_interrupted && !self->stdout_gone) {
         if (zmq_poll (items, 3, POLL_TICK_MS) < 0 && errno != EINTR)
             break;
@@ -851,9 +852,17 @@ s_run (self_t *self)
             break;
         //  A CONTROL while handling stdin may have kept replies aside
         s_on_replies (self);
-        s_on_watcher (self);
-        s_answer_early (self);
-        s_check_pending (self);
+        if (items [2].revents & ZMQ_POLLIN) {
+            s_on_watcher (self);
+            s_answer_early (self);
+        }
+        //  Deadlines and keepalives are coarse: not looked at per message
+        int64_t now = zclock_mono ();
+        if (now >= next_tick) {
+            s_answer_early (self);
+            s_check_pending (self);
+            next_tick = now + POLL_TICK_MS;
+        }
     }
     s_session_end (self, self->stdio);
 }
