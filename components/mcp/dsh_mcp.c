@@ -22,6 +22,7 @@
 #include "dsh_client.h"
 #include "dsh_json.h"
 #include "dsh_jsonrpc.h"
+#include "dsh_mcp_extras.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 #include "dsh_watcher.h"
@@ -49,6 +50,7 @@ typedef struct {
     json_t *progress_token;     //  NULL if the client asked for no progress
     char *tool;
     int64_t give_up_at;
+    bool extras;                //  extras: a gateway call, answered by dsh_mcp_extras_response
 } s_pending_t;
 
 typedef struct {
@@ -95,7 +97,11 @@ s_send (self_t *self, json_t *message)
 static json_t *
 s_capabilities (void)
 {
-    return json_pack ("{s:{s:b}}", "tools", "listChanged", 1);
+    json_t *capabilities = json_pack ("{s:{s:b}}", "tools", "listChanged", 1);
+    json_t *extras = dsh_mcp_extras_capabilities ();        //  extras
+    json_object_update (capabilities, extras);
+    json_decref (extras);
+    return capabilities;
 }
 
 static json_t *
@@ -207,6 +213,9 @@ s_tools_list (self_t *self, const json_t *id, const json_t *params)
     json_t *body = reply && streq (dsh_reply_command (reply), DSH_TOOLS)? dsh_reply_json (reply): NULL;
     json_t *listed = json_object_get (body, "tools");
     json_t *entries = json_is_array (listed)? s_for_agent (self, listed): NULL;
+    for (size_t index = json_array_size (entries); index-- > 0;)   //  extras: a gateway is no MCP tool
+        if (dsh_mcp_extras_is_gateway (json_string_value (json_object_get (json_array_get (entries, index), "name"))))
+            json_array_remove (entries, index);
     if (!json_is_array (entries)) {
         char *message = zsys_sprintf ("the dsh broker did not list its tools: %s",
                                       *reason? reason: "unexpected reply");
@@ -232,6 +241,78 @@ s_tools_list (self_t *self, const json_t *id, const json_t *params)
     json_decref (entries);
     json_decref (body);
     dsh_reply_destroy (&reply);
+}
+
+//  ---------------------------------------------------------------------
+//  extras: resources, prompts, completion and logging of bridged servers,
+//  planned by dsh_mcp_extras from the registry's entries; a forwarded
+//  request is a call to a gateway tool, through the chain like any call
+
+//  Sends one gateway call; with an id, its answer goes to that request.
+static void
+s_extras_call (self_t *self, const json_t *id, const json_t *call)
+{
+    const char *tool = json_string_value (json_object_get (call, "tool"));
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    const char *sent = NULL;
+    char call_id [32];
+    snprintf (call_id, sizeof call_id, "mcp-%" PRIu64, ++self->call_count);
+    if (tool && dsh_json_to_msgpack (&pk, json_object_get (call, "arguments")) == 0)
+        sent = dsh_client_call_send (self->client, call_id, tool, sbuf.data, sbuf.size,
+                                     self->agent, NULL, 0, self->timeout_ms);
+    msgpack_sbuffer_destroy (&sbuf);
+    if (!id)
+        return;                 //  nobody waits for it: its result is dropped as unknown
+    if (!sent) {
+        s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INTERNAL_ERROR, "cannot send the call to the dsh broker"));
+        return;
+    }
+    s_pending_t *pending = (s_pending_t *) zmalloc (sizeof (s_pending_t));
+    assert (pending);
+    pending->request_id = json_deep_copy (id);
+    pending->tool = strdup (tool);
+    pending->extras = true;
+    int timeout_ms = self->timeout_ms? self->timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS;
+    pending->give_up_at = zclock_mono () + timeout_ms + DEADLINE_MARGIN_MS;
+    zhashx_insert (self->pending, call_id, pending);
+}
+
+//  Sends a plan's answer ({result} or {error}) to request id.
+static void
+s_extras_answer (self_t *self, const json_t *id, const json_t *answer)
+{
+    json_t *message = json_pack ("{s:s, s:O}", "jsonrpc", "2.0", "id", id? id: json_null ());
+    const char *key = json_object_get (answer, "error")? "error": "result";
+    json_object_set (message, key, json_object_get (answer, key));
+    s_send (self, message);
+}
+
+static void
+s_extras (self_t *self, const json_t *id, const char *method, const json_t *params)
+{
+    char reason [256] = "";
+    dsh_reply_t *reply = dsh_client_request (self->client, DSH_LIST, NULL, LIST_TIMEOUT_MS,
+                                             reason, sizeof reason);
+    json_t *body = reply && streq (dsh_reply_command (reply), DSH_TOOLS)? dsh_reply_json (reply): NULL;
+    dsh_reply_destroy (&reply);
+    json_t *listed = json_object_get (body, "tools");
+    json_t *entries = json_is_array (listed)? s_for_agent (self, listed): json_array ();
+    json_t *plan = dsh_mcp_extras_plan (entries, method, params);
+    const json_t *call = json_object_get (plan, "call");
+    if (call)
+        s_extras_call (self, id, call);
+    else
+        s_extras_answer (self, id, plan);
+    size_t index;
+    const json_t *also;
+    json_array_foreach (json_object_get (plan, "also"), index, also)
+        s_extras_call (self, NULL, also);
+    json_decref (plan);
+    json_decref (entries);
+    json_decref (body);
 }
 
 //  ---------------------------------------------------------------------
@@ -310,6 +391,12 @@ s_on_result (self_t *self, dsh_reply_t *reply)
         return;                 //  cancelled, or past our deadline
     const char *code = dsh_reply_error_code (reply);
     json_t *body = dsh_reply_json (reply);
+    if (pending->extras) {                                      //  extras
+        json_t *answer = dsh_mcp_extras_response (body);
+        s_extras_answer (self, pending->request_id, answer);
+        json_decref (answer);
+    }
+    else
     if (code && streq (code, DSH_E_UNKNOWN_TOOL)) {
         char *message = zsys_sprintf ("Unknown tool: %s", pending->tool);
         s_send (self, dsh_jsonrpc_error (pending->request_id, DSH_JSONRPC_INVALID_PARAMS, message));
@@ -397,6 +484,7 @@ static void
 s_on_watcher (self_t *self)
 {
     bool changed = false;
+    bool extras_changed = false;                                //  extras
     json_t *notice;
     while ((notice = dsh_watcher_recv (self->watcher, 0))) {
         const char *kind = json_string_value (json_object_get (notice, "kind"));
@@ -408,10 +496,16 @@ s_on_watcher (self_t *self)
         else
         if (kind && strncmp (kind, "tool.", 5) == 0)
             changed = true;
+        extras_changed |= changed && dsh_mcp_extras_is_gateway (json_string_value (json_object_get (notice, "name")));
+        extras_changed |= changed && kind && streq (kind, "snapshot");
         json_decref (notice);
     }
     if (changed && self->initialized)
         s_send (self, dsh_jsonrpc_notification ("notifications/tools/list_changed", NULL));
+    if (extras_changed && self->initialized) {                  //  extras
+        s_send (self, dsh_jsonrpc_notification ("notifications/resources/list_changed", NULL));
+        s_send (self, dsh_jsonrpc_notification ("notifications/prompts/list_changed", NULL));
+    }
 }
 
 //  ---------------------------------------------------------------------
@@ -454,6 +548,9 @@ s_on_message (self_t *self, const json_t *message)
     else
     if (streq (method, "tools/call"))
         s_tools_call (self, id, params);
+    else
+    if (dsh_mcp_extras_handles (method))                        //  extras
+        s_extras (self, id, method, params);
     else
         s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_METHOD_NOT_FOUND, "Method not found"));
 }
