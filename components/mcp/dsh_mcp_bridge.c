@@ -1275,7 +1275,6 @@ main (int argc, char *argv [])
         zstr_free (&self.component_id);
         return s_bad_usage ("invalid component id \"%s\"", id);
     }
-    self.gateway_name = s_dsh_name (DSH_MCP_GATEWAY_PREFIX, self.component_id);
     char curve_error [512];
     if (dsh_curve_setup (cert, broker_cert, curve_error, sizeof (curve_error)))
         return s_bad_usage ("%s", curve_error);
@@ -1303,6 +1302,7 @@ main (int argc, char *argv [])
         zstr_free (&self.component_id);
         return 1;
     }
+    self.gateway_name = s_dsh_name (DSH_MCP_GATEWAY_PREFIX, self.component_id);
     pthread_mutex_init (&self.inbox.mutex, NULL);
     self.inbox.jobs = zlistx_new ();
     self.inbox.wake_read = wake [0];
