@@ -23,6 +23,7 @@
 #include "dsh_json.h"
 #include "dsh_jsonrpc.h"
 #include "dsh_mcp_extras.h"
+#include "dsh_mcp_logs.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 #include "dsh_watcher.h"
@@ -51,6 +52,7 @@ typedef struct {
     char *tool;
     int64_t give_up_at;
     bool extras;                //  extras: a gateway call, answered by dsh_mcp_extras_response
+    bool log_poll;              //  extras: a log poll (request_id NULL), for dsh_mcp_logs_answer
 } s_pending_t;
 
 typedef struct {
@@ -65,6 +67,7 @@ typedef struct {
     bool initialized;           //  the client sent notifications/initialized
     bool synced;                //  the watcher delivered its first snapshot
     bool stdout_gone;
+    dsh_mcp_logs_t *logs;       //  extras: the bridged servers' log messages
 } self_t;
 
 static void
@@ -248,9 +251,10 @@ s_tools_list (self_t *self, const json_t *id, const json_t *params)
 //  planned by dsh_mcp_extras from the registry's entries; a forwarded
 //  request is a call to a gateway tool, through the chain like any call
 
-//  Sends one gateway call; with an id, its answer goes to that request.
+//  Sends one gateway call; with an id, its answer goes to that request;
+//  a log poll's to dsh_mcp_logs_answer.
 static void
-s_extras_call (self_t *self, const json_t *id, const json_t *call)
+s_extras_call (self_t *self, const json_t *id, const json_t *call, bool log_poll)
 {
     const char *tool = json_string_value (json_object_get (call, "tool"));
     msgpack_sbuffer sbuf;
@@ -264,7 +268,7 @@ s_extras_call (self_t *self, const json_t *id, const json_t *call)
         sent = dsh_client_call_send (self->client, call_id, tool, sbuf.data, sbuf.size,
                                      self->agent, NULL, 0, self->timeout_ms);
     msgpack_sbuffer_destroy (&sbuf);
-    if (!id)
+    if (!id && !(log_poll && sent))
         return;                 //  nobody waits for it: its result is dropped as unknown
     if (!sent) {
         s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INTERNAL_ERROR, "cannot send the call to the dsh broker"));
@@ -272,9 +276,10 @@ s_extras_call (self_t *self, const json_t *id, const json_t *call)
     }
     s_pending_t *pending = (s_pending_t *) zmalloc (sizeof (s_pending_t));
     assert (pending);
-    pending->request_id = json_deep_copy (id);
+    pending->request_id = id? json_deep_copy (id): NULL;
     pending->tool = strdup (tool);
-    pending->extras = true;
+    pending->extras = !log_poll;
+    pending->log_poll = log_poll;
     int timeout_ms = self->timeout_ms? self->timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS;
     pending->give_up_at = zclock_mono () + timeout_ms + DEADLINE_MARGIN_MS;
     zhashx_insert (self->pending, call_id, pending);
@@ -290,8 +295,9 @@ s_extras_answer (self_t *self, const json_t *id, const json_t *answer)
     s_send (self, message);
 }
 
-static void
-s_extras (self_t *self, const json_t *id, const char *method, const json_t *params)
+//  The registry's entries this session may see (caller owns them).
+static json_t *
+s_extras_entries (self_t *self)
 {
     char reason [256] = "";
     dsh_reply_t *reply = dsh_client_request (self->client, DSH_LIST, NULL, LIST_TIMEOUT_MS,
@@ -300,19 +306,57 @@ s_extras (self_t *self, const json_t *id, const char *method, const json_t *para
     dsh_reply_destroy (&reply);
     json_t *listed = json_object_get (body, "tools");
     json_t *entries = json_is_array (listed)? s_for_agent (self, listed): json_array ();
+    json_decref (body);
+    return entries;
+}
+
+//  Sends the log polls the session's gateways need.
+static void
+s_extras_polls (self_t *self, const json_t *entries)
+{
+    json_t *polls = dsh_mcp_logs_polls (self->logs, entries);
+    size_t index;
+    const json_t *poll;
+    json_array_foreach (polls, index, poll)
+        s_extras_call (self, NULL, poll, true);
+    json_decref (polls);
+}
+
+//  A log poll came back (body NULL: it never will): its messages go to
+//  the client, and the next poll out.
+static void
+s_extras_logs (self_t *self, const char *tool, const json_t *body)
+{
+    json_t *answer = dsh_mcp_logs_answer (self->logs, tool, body);
+    size_t index;
+    json_t *params;
+    json_array_foreach (json_object_get (answer, "notifications"), index, params)
+        s_send (self, dsh_jsonrpc_notification ("notifications/message", json_incref (params)));
+    const json_t *poll = json_object_get (answer, "poll");
+    if (poll)
+        s_extras_call (self, NULL, poll, true);
+    json_decref (answer);
+}
+
+static void
+s_extras (self_t *self, const json_t *id, const char *method, const json_t *params)
+{
+    json_t *entries = s_extras_entries (self);
     json_t *plan = dsh_mcp_extras_plan (entries, method, params);
     const json_t *call = json_object_get (plan, "call");
     if (call)
-        s_extras_call (self, id, call);
+        s_extras_call (self, id, call, false);
     else
         s_extras_answer (self, id, plan);
     size_t index;
     const json_t *also;
     json_array_foreach (json_object_get (plan, "also"), index, also)
-        s_extras_call (self, NULL, also);
+        s_extras_call (self, NULL, also, false);
+    if (streq (method, "logging/setLevel") && json_object_get (plan, "result")
+    &&  dsh_mcp_logs_set_level (self->logs, json_string_value (json_object_get (params, "level"))) == 0)
+        s_extras_polls (self, entries);
     json_decref (plan);
     json_decref (entries);
-    json_decref (body);
 }
 
 //  ---------------------------------------------------------------------
@@ -391,6 +435,9 @@ s_on_result (self_t *self, dsh_reply_t *reply)
         return;                 //  cancelled, or past our deadline
     const char *code = dsh_reply_error_code (reply);
     json_t *body = dsh_reply_json (reply);
+    if (pending->log_poll)                                      //  extras
+        s_extras_logs (self, pending->tool, body);
+    else
     if (pending->extras) {                                      //  extras
         json_t *answer = dsh_mcp_extras_response (body);
         s_extras_answer (self, pending->request_id, answer);
@@ -468,8 +515,13 @@ s_check_deadlines (self_t *self)
     for (s_pending_t *pending = zhashx_first (self->pending); pending;
          pending = zhashx_next (self->pending))
         if (now >= pending->give_up_at) {
-            s_send (self, dsh_jsonrpc_error (pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
-                                             "no answer from the dsh broker before the call's deadline"));
+            //  extras: a log poll has no request to answer; without a
+            //  body its gateway is forgotten, and no new poll is sent
+            if (pending->log_poll)
+                s_extras_logs (self, pending->tool, NULL);
+            else
+                s_send (self, dsh_jsonrpc_error (pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
+                                                 "no answer from the dsh broker before the call's deadline"));
             zlistx_add_end (expired, strdup ((const char *) zhashx_cursor (self->pending)));
         }
     for (char *call_id = zlistx_first (expired); call_id; call_id = zlistx_next (expired))
@@ -505,6 +557,9 @@ s_on_watcher (self_t *self)
     if (extras_changed && self->initialized) {                  //  extras
         s_send (self, dsh_jsonrpc_notification ("notifications/resources/list_changed", NULL));
         s_send (self, dsh_jsonrpc_notification ("notifications/prompts/list_changed", NULL));
+        json_t *entries = s_extras_entries (self);
+        s_extras_polls (self, entries);
+        json_decref (entries);
     }
 }
 
@@ -723,12 +778,16 @@ main (int argc, char *argv [])
     self.rpc = dsh_jsonrpc_new (STDIN_FILENO, STDOUT_FILENO, MAX_LINE_BYTES);
     self.pending = zhashx_new ();
     zhashx_set_destructor (self.pending, s_pending_destroy);
+    //  extras: a log poll waits at the bridge under half the call deadline
+    int call_timeout_ms = self.timeout_ms? self.timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS;
+    self.logs = dsh_mcp_logs_new (call_timeout_ms / 2 < 20000? call_timeout_ms / 2: 20000);
     zsys_info ("dsh-mcp: serving the tools of %s%s%s", dsh_client_endpoint (self.client),
                self.agent? " as agent ": "", self.agent? self.agent: "");
 
     s_run (&self);
 
     zhashx_destroy (&self.pending);
+    dsh_mcp_logs_destroy (&self.logs);
     dsh_jsonrpc_destroy (&self.rpc);
     dsh_watcher_destroy (&self.watcher);
     dsh_client_destroy (&self.client);

@@ -25,6 +25,7 @@
 #include "dsh_jsonrpc.h"
 #include "dsh_mcp_content.h"
 #include "dsh_mcp_gateway.h"
+#include "dsh_mcp_logs.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -61,6 +62,9 @@ extern char **environ;
 #define MAX_GATEWAY_BYTES       60000
 #define MAX_ROOTS               64
 #define MAX_TASK_ID_BYTES       255
+//  The server's last log messages kept for dsh-mcp's long polls
+#define LOG_RING_SIZE           256
+#define MAX_LOG_WAIT_MS         30000
 
 //  The MCP revisions whose tools/* messages this bridge speaks.
 static const char *s_versions [] = { "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL };
@@ -100,7 +104,8 @@ typedef enum {
 typedef enum {
     CALL_TOOL,                  //  tools/call or tasks/result: a CallToolResult
     CALL_TASK_CREATE,           //  tools/call with task: a CreateTaskResult
-    CALL_GATEWAY                //  a request forwarded by the gateway tool
+    CALL_GATEWAY,               //  a request forwarded by the gateway tool
+    CALL_LOG_POLL               //  a log poll held here, never sent to the server
 } s_call_step_t;
 
 //  A request sent to the server and not yet answered.
@@ -112,6 +117,8 @@ typedef struct {
     dsh_result_t *result;
     s_call_step_t step;
     char task_id [MAX_TASK_ID_BYTES + 1];   //  "" unless the call runs as a task
+    json_int_t log_after;       //  CALL_LOG_POLL: answer with the messages after this one
+    int64_t log_due;            //  ... or with none at this time
 } s_request_t;
 
 typedef enum {
@@ -160,6 +167,8 @@ typedef struct {
     bool catalog_relist;        //  a list_changed came during a catalog listing
     char *gateway_name;
     char *gateway_entry;        //  as announced (compact, keys sorted), or NULL
+    json_t *log_ring;           //  [{seq, params}], the last LOG_RING_SIZE log messages
+    json_int_t log_seq;         //  the last message's seq, over every server run
 } self_t;
 
 //  ---------------------------------------------------------------------
@@ -557,6 +566,103 @@ s_gateway_error (dsh_call_t *call, dsh_result_t *result, const json_t *error)
     dsh_call_finish (call);
 }
 
+//  Answers a log poll with the messages after its cursor (maybe none).
+static void
+s_log_poll_answer (self_t *self, dsh_call_t *call, dsh_result_t *result, json_int_t after)
+{
+    //  A cursor from the future is from a bridge before ours: start over
+    if (after > self->log_seq)
+        after = 0;
+    json_t *messages = json_array ();
+    json_int_t missed = 0;
+    size_t index;
+    const json_t *message;
+    json_array_foreach (self->log_ring, index, message) {
+        json_int_t seq = json_integer_value (json_object_get (message, "seq"));
+        if (index == 0 && seq > after + 1)
+            missed = seq - after - 1;
+        if (seq > after)
+            json_array_append (messages, (json_t *) message);
+    }
+    json_t *answer = json_pack ("{s:o, s:I, s:I}", "messages", messages, "next", self->log_seq, "missed", missed);
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    if (dsh_json_to_msgpack (&pk, answer) == 0) {
+        dsh_result_text (result, "the log messages are the structuredContent");
+        dsh_result_structured (result, sbuf.data, sbuf.size);
+    }
+    else
+        dsh_result_error (result, DSH_E_TOOL_FAILED, "a log message nests too deep");
+    msgpack_sbuffer_destroy (&sbuf);
+    json_decref (answer);
+    dsh_call_finish (call);
+}
+
+//  A log poll: answered now if there is news, else held until there is
+//  or its wait ends (s_log_polls_answer).
+static void
+s_log_poll_start (self_t *self, dsh_call_t *call, dsh_result_t *result, const json_t *params)
+{
+    const json_t *after = json_object_get (params, "after");
+    const json_t *wait = json_object_get (params, "waitMs");
+    json_int_t cursor = json_is_integer (after) && json_integer_value (after) > 0? json_integer_value (after): 0;
+    json_int_t wait_ms = json_is_integer (wait)? json_integer_value (wait): MAX_LOG_WAIT_MS;
+    if (wait_ms > MAX_LOG_WAIT_MS)
+        wait_ms = MAX_LOG_WAIT_MS;
+    if (cursor == self->log_seq && wait_ms > 0) {
+        s_request_t *request = (s_request_t *) zmalloc (sizeof (s_request_t));
+        assert (request);
+        request->kind = REQUEST_CALL;
+        request->step = CALL_LOG_POLL;
+        request->id = ++self->next_id;
+        request->sent_at = zclock_mono ();
+        request->call = call;
+        request->result = result;
+        request->log_after = cursor;
+        request->log_due = request->sent_at + wait_ms;
+        char key [32];
+        snprintf (key, sizeof key, "%" JSON_INTEGER_FORMAT, request->id);
+        zhashx_insert (self->requests, key, request);
+    }
+    else
+        s_log_poll_answer (self, call, result, cursor);
+}
+
+//  Answers the held polls that have news (every one, if all), or whose
+//  wait is over.
+static void
+s_log_polls_answer (self_t *self, bool all)
+{
+    int64_t now = zclock_mono ();
+    zlistx_t *done = zlistx_new ();
+    for (s_request_t *request = zhashx_first (self->requests); request; request = zhashx_next (self->requests))
+        if (request->kind == REQUEST_CALL && request->step == CALL_LOG_POLL && (all || now >= request->log_due))
+            zlistx_add_end (done, request);
+    for (s_request_t *request = zlistx_first (done); request; request = zlistx_next (done)) {
+        s_log_poll_answer (self, request->call, request->result, request->log_after);
+        s_request_forget (self, request);
+    }
+    zlistx_destroy (&done);
+}
+
+//  A log message from the server: kept for the polls, and logged here.
+static void
+s_on_log_message (self_t *self, const json_t *params)
+{
+    char *text = json_dumps (json_object_get (params, "data"), JSON_COMPACT | JSON_ENCODE_ANY);
+    const char *level = json_string_value (json_object_get (params, "level"));
+    zsys_info ("%s: log %s: %s", self->name, level? level: "?", text? text: "");
+    free (text);
+    if (!json_is_object (params))
+        return;
+    json_array_append_new (self->log_ring, json_pack ("{s:I, s:O}", "seq", ++self->log_seq, "params", params));
+    if (json_array_size (self->log_ring) > LOG_RING_SIZE)
+        json_array_remove (self->log_ring, 0);
+    s_log_polls_answer (self, true);
+}
+
 //  A call to the gateway tool: forward {method, params} to the server.
 static void
 s_gateway_start (self_t *self, dsh_call_t *call, dsh_result_t *result)
@@ -577,6 +683,9 @@ s_gateway_start (self_t *self, dsh_call_t *call, dsh_result_t *result)
         s_gateway_error (call, result, error);
         json_decref (error);
     }
+    else
+    if (streq (method, DSH_MCP_LOGS_POLL))
+        s_log_poll_start (self, call, result, params);
     else {
         s_request_t *request = s_request (self, REQUEST_CALL, method,
                                           params? json_deep_copy (params): json_object ());
@@ -900,7 +1009,10 @@ s_calls_check_cancelled (self_t *self)
     for (s_request_t *request = zlistx_first (cancelled); request; request = zlistx_next (cancelled)) {
         json_t *params = json_pack ("{s:I, s:s}", "requestId", request->id,
                                     "reason", "the dsh caller cancelled the call");
-        s_send (self, dsh_jsonrpc_notification ("notifications/cancelled", params));
+        if (request->step == CALL_LOG_POLL)
+            json_decref (params);           //  held here: the server never saw it
+        else
+            s_send (self, dsh_jsonrpc_notification ("notifications/cancelled", params));
         if (*request->task_id)
             s_request (self, REQUEST_IGNORED, "tasks/cancel", json_pack ("{s:s}", "taskId", request->task_id));
         if (self->verbose)
@@ -1012,14 +1124,8 @@ s_on_message (self_t *self, const json_t *message)
         if (streq (method, "notifications/progress"))
             s_on_progress (self, params);
         else
-        if (streq (method, "notifications/message")) {
-            //  The server's log, like its stderr, is the bridge's log: no
-            //  dsh message carries it on (PROTOCOL.md, MCP gateway tools)
-            char *text = json_dumps (json_object_get (params, "data"), JSON_COMPACT | JSON_ENCODE_ANY);
-            const char *level = json_string_value (json_object_get (params, "level"));
-            zsys_info ("%s: log %s: %s", self->name, level? level: "?", text? text: "");
-            free (text);
-        }
+        if (streq (method, "notifications/message"))
+            s_on_log_message (self, params);
     }
     else
     if (json_is_integer (id)) {
@@ -1143,6 +1249,7 @@ s_run (self_t *self)
             zlistx_destroy (&jobs);
         }
         s_calls_check_cancelled (self);
+        s_log_polls_answer (self, false);
     }
     zsys_info ("%s: stopping", self->name);
     s_fail_calls (self, DSH_E_TOOL_GONE, "the MCP bridge is stopping", true);
@@ -1308,6 +1415,7 @@ main (int argc, char *argv [])
     self.inbox.wake_read = wake [0];
     self.inbox.wake_write = wake [1];
     self.requests = zhashx_new ();
+    self.log_ring = json_array ();
     self.tools = zhashx_new ();
     zhashx_set_destructor (self.tools, s_tool_destroy);
 
@@ -1318,6 +1426,7 @@ main (int argc, char *argv [])
     json_decref (self.listing);
     json_decref (self.catalog);
     json_decref (self.capabilities);
+    json_decref (self.log_ring);
     zstr_free (&self.gateway_entry);
     zstr_free (&self.gateway_name);
     zlistx_destroy (&self.inbox.jobs);

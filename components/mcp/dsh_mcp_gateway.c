@@ -21,6 +21,9 @@ static const struct {
     { "prompts/get", "prompts" },
     { "completion/complete", "completions" },
     { "logging/setLevel", "logging" },
+    //  Not MCP's: the bridge answers it from its own record of the
+    //  server's log messages (dsh_mcp_logs.h)
+    { "dsh/logging/poll", "logging" },
     { NULL, NULL }
 };
 

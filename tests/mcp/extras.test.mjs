@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { LoggingMessageNotificationSchema, ResourceListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { startBroker, startBridge, stop, dshTools, dshCall, directClient, facadeClient, waitFor } from './helpers.mjs';
 
 let broker, bridge, client, direct, workspace;
@@ -94,9 +94,19 @@ test('completion of a prompt argument', async () => {
   assert.deepEqual(next.completion.values, ['David', 'Eve', 'Frank']);
 });
 
-test('logging/setLevel is answered and reaches the server', async () => {
+test('logging/setLevel reaches the server, and its log messages reach the client', async () => {
+  const messages = [];
+  client.setNotificationHandler(LoggingMessageNotificationSchema, (notification) => { messages.push(notification.params); });
   assert.deepEqual(await client.setLoggingLevel('debug'), {});
   await waitFor(() => /-> logging\/setLevel/.test(bridge.log), { what: 'the bridge forwarding setLevel' });
+  //  What the server logged before (roots, at its start) comes first
+  await waitFor(() => messages.some((message) => /Roots updated/.test(message.data)), { what: 'the roots log message' });
+  const before = messages.length;
+  await client.callTool({ name: 'ev__toggle-simulated-logging', arguments: {} });
+  await waitFor(() => messages.slice(before).some((message) => /message/i.test(message.data)),
+    { what: 'a simulated log message' });
+  await client.callTool({ name: 'ev__toggle-simulated-logging', arguments: {} });
+  assert.ok(messages.every((message) => typeof message.level === 'string'));
 });
 
 test('a new resource on the server is resources/list_changed for the client', async () => {
