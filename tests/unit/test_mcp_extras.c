@@ -2,7 +2,8 @@
     test_mcp_extras - dsh_mcp_extras and dsh_mcp_gateway: a gateway entry
     within its size limit, lists gathered from gateways and paged,
     requests routed to the gateway that owns the URI or prompt, and
-    gateway results turned back into JSON-RPC answers
+    gateway results turned back into JSON-RPC answers, and log polls
+    following each gateway (dsh_mcp_logs)
     =========================================================================
 */
 
@@ -18,6 +19,7 @@
 
 #include "dsh_mcp_extras.h"
 #include "dsh_mcp_gateway.h"
+#include "dsh_mcp_logs.h"
 
 static json_t *
 s_parse (const char *text)
@@ -245,7 +247,7 @@ test_gateway_entry_fits (void **state)
     //  The forwarded methods are those the server's capabilities allow
     s_assert_json (json_object_get (json_object_get (json_object_get (entry, "parameters"), "properties"), "method"),
                    "{\"type\": \"string\", \"enum\": [\"resources/list\", \"resources/templates/list\","
-                   " \"resources/read\", \"prompts/list\", \"prompts/get\", \"logging/setLevel\"]}");
+                   " \"resources/read\", \"prompts/list\", \"prompts/get\", \"logging/setLevel\", \"dsh/logging/poll\"]}");
     json_decref (entry);
     //  A small catalog is whole
     entry = dsh_mcp_gateway_entry ("mcp-gateway.x", "x", "", capabilities, catalog, 10 * 1000 * 1000);
@@ -265,15 +267,62 @@ test_roots_are_file_uris (void **state)
     char dir [] = "/tmp/dsh roots %XXXXXX";
     assert_non_null (mkdtemp (dir));
     const char *dirs [] = { dir, "/no/such/dir/here", NULL };
-    json_t *roots = json_object_get (dsh_mcp_gateway_roots (dirs), "roots");
-    json_incref (roots);
+    json_t *answer = dsh_mcp_gateway_roots (dirs);
+    json_t *roots = json_object_get (answer, "roots");
     assert_int_equal (json_array_size (roots), 1);
     const char *uri = json_string_value (json_object_get (json_array_get (roots, 0), "uri"));
     assert_non_null (strstr (uri, "file:///"));
     assert_non_null (strstr (uri, "/dsh%20roots%20%25"));
     assert_string_equal (json_string_value (json_object_get (json_array_get (roots, 0), "name")), strrchr (dir, '/') + 1);
-    json_decref (roots);
+    json_decref (answer);
     rmdir (dir);
+}
+
+static void
+test_logs_follow_each_gateway (void **state)
+{
+    (void) state;
+    json_t *entries = s_entries ();
+    dsh_mcp_logs_t *logs = dsh_mcp_logs_new (5000);
+    //  Nothing is followed before the client sets a level
+    json_t *polls = dsh_mcp_logs_polls (logs, entries);
+    assert_int_equal (json_array_size (polls), 0);
+    json_decref (polls);
+    assert_int_equal (dsh_mcp_logs_set_level (logs, "loud"), -1);
+    assert_int_equal (dsh_mcp_logs_set_level (logs, "warning"), 0);
+    //  Only a logs (b has no logging); once in flight, not again
+    polls = dsh_mcp_logs_polls (logs, entries);
+    s_assert_json (polls, "[{\"tool\": \"mcp-gateway.a\", \"arguments\": {\"method\": \"dsh/logging/poll\","
+                          " \"params\": {\"after\": 0, \"waitMs\": 5000}}}]");
+    json_decref (polls);
+    polls = dsh_mcp_logs_polls (logs, entries);
+    assert_int_equal (json_array_size (polls), 0);
+    json_decref (polls);
+    //  Messages under the level are dropped; the next poll follows the cursor
+    json_t *body = s_parse ("{\"isError\": false, \"structuredContent\": {\"next\": 7, \"missed\": 0, \"messages\": ["
+                            " {\"seq\": 6, \"params\": {\"level\": \"info\", \"data\": \"quiet\"}},"
+                            " {\"seq\": 7, \"params\": {\"level\": \"error\", \"logger\": \"x\", \"data\": \"loud\"}}]}}");
+    json_t *answer = dsh_mcp_logs_answer (logs, "mcp-gateway.a", body);
+    s_assert_json (answer, "{\"notifications\": [{\"level\": \"error\", \"logger\": \"x\", \"data\": \"loud\"}],"
+                           " \"poll\": {\"tool\": \"mcp-gateway.a\", \"arguments\": {\"method\": \"dsh/logging/poll\","
+                           " \"params\": {\"after\": 7, \"waitMs\": 5000}}}}");
+    json_decref (answer);
+    json_decref (body);
+    //  A failed poll forgets the gateway; the next listing finds it again
+    body = s_parse ("{\"isError\": true, \"content\": []}");
+    answer = dsh_mcp_logs_answer (logs, "mcp-gateway.a", body);
+    s_assert_json (answer, "{\"notifications\": []}");
+    json_decref (answer);
+    json_decref (body);
+    answer = dsh_mcp_logs_answer (logs, "mcp-gateway.unknown", NULL);
+    s_assert_json (answer, "{\"notifications\": []}");
+    json_decref (answer);
+    polls = dsh_mcp_logs_polls (logs, entries);
+    assert_int_equal (json_array_size (polls), 1);
+    json_decref (polls);
+    dsh_mcp_logs_destroy (&logs);
+    dsh_mcp_logs_destroy (&logs);
+    json_decref (entries);
 }
 
 int
@@ -287,6 +336,7 @@ main (void)
         cmocka_unit_test (test_gateway_results_become_answers),
         cmocka_unit_test (test_gateway_entry_fits),
         cmocka_unit_test (test_roots_are_file_uris),
+        cmocka_unit_test (test_logs_follow_each_gateway),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
