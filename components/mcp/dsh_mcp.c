@@ -557,9 +557,11 @@ s_on_watcher (self_t *self)
     if (extras_changed && self->initialized) {                  //  extras
         s_send (self, dsh_jsonrpc_notification ("notifications/resources/list_changed", NULL));
         s_send (self, dsh_jsonrpc_notification ("notifications/prompts/list_changed", NULL));
-        json_t *entries = s_extras_entries (self);
-        s_extras_polls (self, entries);
-        json_decref (entries);
+        if (dsh_mcp_logs_following (self->logs)) {
+            json_t *entries = s_extras_entries (self);
+            s_extras_polls (self, entries);
+            json_decref (entries);
+        }
     }
 }
 

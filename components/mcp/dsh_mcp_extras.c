@@ -6,6 +6,7 @@
 
 #include "dsh_mcp_extras.h"
 #include "dsh_mcp_gateway.h"
+#include "dsh_mcp_logs.h"
 #include "dsh_jsonrpc.h"
 
 #include <czmq.h>
@@ -307,8 +308,9 @@ s_complete (const json_t *entries, const json_t *params)
 static json_t *
 s_set_level (const json_t *entries, const json_t *params)
 {
-    if (!json_is_string (json_object_get (params, "level")))
-        return s_error (DSH_JSONRPC_INVALID_PARAMS, "logging/setLevel needs a level");
+    if (dsh_mcp_logs_level (json_string_value (json_object_get (params, "level"))) < 0)
+        return s_error (DSH_JSONRPC_INVALID_PARAMS, "logging/setLevel needs a level: debug, info, notice, "
+                        "warning, error, critical, alert or emergency");
     json_t *also = json_array ();
     size_t index;
     const json_t *entry;

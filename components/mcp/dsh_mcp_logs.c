@@ -25,8 +25,8 @@ struct _dsh_mcp_logs_t {
     zhashx_t *follows;          //  gateway tool name -> s_follow_t
 };
 
-static int
-s_level (const char *name)
+int
+dsh_mcp_logs_level (const char *name)
 {
     for (int index = 0; name && s_levels [index]; index++)
         if (streq (name, s_levels [index]))
@@ -57,11 +57,18 @@ dsh_mcp_logs_destroy (dsh_mcp_logs_t **self_p)
     }
 }
 
+bool
+dsh_mcp_logs_following (dsh_mcp_logs_t *self)
+{
+    assert (self);
+    return self->level >= 0;
+}
+
 int
 dsh_mcp_logs_set_level (dsh_mcp_logs_t *self, const char *level)
 {
     assert (self);
-    int index = s_level (level);
+    int index = dsh_mcp_logs_level (level);
     if (index < 0)
         return -1;
     self->level = index;
@@ -123,7 +130,7 @@ dsh_mcp_logs_answer (dsh_mcp_logs_t *self, const char *tool, const json_t *body)
     const json_t *message;
     json_array_foreach (json_object_get (structured, "messages"), index, message) {
         const json_t *params = json_object_get (message, "params");
-        int level = s_level (json_string_value (json_object_get (params, "level")));
+        int level = dsh_mcp_logs_level (json_string_value (json_object_get (params, "level")));
         if (json_is_object (params) && level >= self->level)
             json_array_append (notifications, (json_t *) params);
     }

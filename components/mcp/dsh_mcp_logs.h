@@ -19,6 +19,7 @@
 #define DSH_MCP_LOGS_H_INCLUDED
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +38,15 @@ dsh_mcp_logs_t *
 //  Destroy; safe twice.
 void
     dsh_mcp_logs_destroy (dsh_mcp_logs_t **self_p);
+
+//  MCP's rank of a log level name, debug 0 to emergency 7; -1 if it is
+//  not one of MCP's eight.
+int
+    dsh_mcp_logs_level (const char *name);
+
+//  True once the client set a level: its gateways' logs are followed.
+bool
+    dsh_mcp_logs_following (dsh_mcp_logs_t *self);
 
 //  The client's logging/setLevel: from now on logs at level or above are
 //  wanted. Returns 0, or -1 if level is not one of MCP's eight.

@@ -186,7 +186,7 @@ test_completion_and_log_level (void **state)
     s_assert_json (plan, "{\"result\": {}, \"also\": [{\"tool\": \"mcp-gateway.a\", \"arguments\":"
                          " {\"method\": \"logging/setLevel\", \"params\": {\"level\": \"debug\"}}}]}");
     json_decref (plan);
-    plan = s_plan (entries, "logging/setLevel", "{}");
+    plan = s_plan (entries, "logging/setLevel", "{\"level\": \"loud\"}");
     assert_non_null (json_object_get (plan, "error"));
     json_decref (plan);
     assert_true (dsh_mcp_extras_handles ("resources/read"));
