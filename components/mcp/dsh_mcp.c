@@ -268,7 +268,11 @@ s_extras_call (self_t *self, const json_t *id, const json_t *call, bool log_poll
         sent = dsh_client_call_send (self->client, call_id, tool, sbuf.data, sbuf.size,
                                      self->agent, NULL, 0, self->timeout_ms);
     msgpack_sbuffer_destroy (&sbuf);
-    if (!id && !(log_poll && sent))
+    if (log_poll && !sent) {
+        json_decref (dsh_mcp_logs_answer (self->logs, tool, NULL));    //  no longer in flight
+        return;
+    }
+    if (!id && !log_poll)
         return;                 //  nobody waits for it: its result is dropped as unknown
     if (!sent) {
         s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_INTERNAL_ERROR, "cannot send the call to the dsh broker"));
