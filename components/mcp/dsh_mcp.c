@@ -22,6 +22,8 @@
 #include "dsh_client.h"
 #include "dsh_json.h"
 #include "dsh_jsonrpc.h"
+#include "dsh_mcp_extras.h"
+#include "dsh_mcp_logs.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 #include "dsh_watcher.h"
@@ -58,6 +60,7 @@ typedef struct {
     char *id;                   //  the HTTP session id; NULL for stdio
     char version [16];          //  the revision agreed at initialize
     bool initialized;           //  the client sent notifications/initialized
+    dsh_mcp_logs_t *logs;       //  the bridged servers' log messages it follows
 } s_session_t;
 
 //  A JSON-RPC batch waiting for the answers of its requests: sent as one
@@ -94,12 +97,15 @@ typedef struct {
     int64_t sent_at;
     int64_t keepalive_at;       //  next progress we send while nothing comes
     bool tool_progress;         //  the tool reports progress itself
+    bool extras;                //  a gateway call: answered by dsh_mcp_extras_response
+    bool log_poll;              //  a log poll (no request), for dsh_mcp_logs_answer
 } s_pending_t;
 
 struct _self_t {
     const char *agent;
     int timeout_ms;
     int keepalive_ms;
+    int log_wait_ms;            //  how long a log poll waits at a bridge
     bool verbose;
     dsh_client_t *client;
     dsh_watcher_t *watcher;
@@ -120,18 +126,21 @@ s_session_destroy (s_session_t **self_p)
 {
     if (*self_p) {
         zstr_free (&(*self_p)->id);
+        dsh_mcp_logs_destroy (&(*self_p)->logs);
         free (*self_p);
         *self_p = NULL;
     }
 }
 
+//  log_wait_ms: how long a log poll may wait at a bridge.
 static s_session_t *
-s_session_new (const char *id)
+s_session_new (const char *id, int log_wait_ms)
 {
     s_session_t *self = (s_session_t *) zmalloc (sizeof (s_session_t));
     assert (self);
     self->id = id? strdup (id): NULL;
     strcpy (self->version, LATEST_VERSION);
+    self->logs = dsh_mcp_logs_new (log_wait_ms);
     return self;
 }
 
@@ -230,7 +239,11 @@ s_session_end (self_t *self, s_session_t *session)
 static json_t *
 s_capabilities (void)
 {
-    return json_pack ("{s:{s:b}}", "tools", "listChanged", 1);
+    json_t *capabilities = json_pack ("{s:{s:b}}", "tools", "listChanged", 1);
+    json_t *extras = dsh_mcp_extras_capabilities ();
+    json_object_update (capabilities, extras);
+    json_decref (extras);
+    return capabilities;
 }
 
 static json_t *
@@ -402,11 +415,13 @@ s_tools_list (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
         }
         start = (size_t) value;
     }
+    //  A gateway (resources and prompts of a bridged server) is no tool
     json_t *known = json_array ();
     const char *name;
     json_t *entry;
     json_object_foreach (self->entries, name, entry)
-        json_array_append (known, entry);
+        if (!dsh_mcp_extras_is_gateway (name))
+            json_array_append (known, entry);
     json_t *entries = s_for_agent (self, known);
     json_decref (known);
     if (start > json_array_size (entries))
@@ -424,6 +439,135 @@ s_tools_list (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
         }
         s_answer (self, origin, dsh_jsonrpc_result (id, result));
     }
+    json_decref (entries);
+}
+
+//  ---------------------------------------------------------------------
+//  Resources, prompts, completion and logging of bridged servers, planned
+//  by dsh_mcp_extras from the registry's entries; a forwarded request is a
+//  call to a gateway tool, through the chain like any call
+
+//  Sends one gateway call; with an origin, its answer goes to that
+//  request (id); a log poll's to dsh_mcp_logs_answer for session.
+static void
+s_extras_call (self_t *self, s_origin_t *origin, s_session_t *session, const json_t *id,
+               const json_t *call, bool log_poll)
+{
+    const char *tool = json_string_value (json_object_get (call, "tool"));
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    const char *sent = NULL;
+    char call_id [32];
+    snprintf (call_id, sizeof call_id, "mcp-%" PRIu64, ++self->call_count);
+    if (tool && dsh_json_to_msgpack (&pk, json_object_get (call, "arguments")) == 0)
+        sent = dsh_client_call_send (self->client, call_id, tool, sbuf.data, sbuf.size,
+                                     self->agent, NULL, 0, self->timeout_ms);
+    msgpack_sbuffer_destroy (&sbuf);
+    if (!origin && !(log_poll && sent))
+        return;                 //  nobody waits for it: its result is dropped as unknown
+    if (!sent) {
+        s_answer_error (self, origin, id, DSH_JSONRPC_INTERNAL_ERROR, "cannot send the call to the dsh broker");
+        return;
+    }
+    s_pending_t *pending = (s_pending_t *) zmalloc (sizeof (s_pending_t));
+    assert (pending);
+    if (origin) {
+        pending->origin = *origin;
+        origin->batch = NULL;
+    }
+    else
+        pending->origin.session = session;
+    pending->request_id = id? json_deep_copy (id): NULL;
+    pending->tool = strdup (tool);
+    pending->extras = !log_poll;
+    pending->log_poll = log_poll;
+    int timeout_ms = self->timeout_ms? self->timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS;
+    pending->sent_at = zclock_mono ();
+    pending->give_up_at = pending->sent_at + timeout_ms + DEADLINE_MARGIN_MS;
+    pending->keepalive_at = INT64_MAX;
+    zhashx_insert (self->pending, call_id, pending);
+}
+
+//  Sends a plan's answer ({result} or {error}) to the request.
+static void
+s_extras_answer (self_t *self, s_origin_t *origin, const json_t *id, const json_t *answer)
+{
+    json_t *message = json_pack ("{s:s, s:O}", "jsonrpc", "2.0", "id", id? id: json_null ());
+    const char *key = json_object_get (answer, "error")? "error": "result";
+    json_object_set (message, key, json_object_get (answer, key));
+    s_answer (self, origin, message);
+}
+
+//  The registry's entries this client may see (caller owns them).
+static json_t *
+s_extras_entries (self_t *self)
+{
+    json_t *known = json_array ();
+    const char *name;
+    json_t *entry;
+    json_object_foreach (self->entries, name, entry)
+        json_array_append (known, entry);
+    json_t *entries = s_for_agent (self, known);
+    json_decref (known);
+    return entries;
+}
+
+//  Sends the log polls the session's gateways need.
+static void
+s_extras_polls (self_t *self, s_session_t *session, const json_t *entries)
+{
+    json_t *polls = dsh_mcp_logs_polls (session->logs, entries);
+    size_t index;
+    const json_t *poll;
+    json_array_foreach (polls, index, poll)
+        s_extras_call (self, NULL, session, NULL, poll, true);
+    json_decref (polls);
+}
+
+//  A log poll came back (body NULL: it never will): its messages go to
+//  the client, and the next poll out.
+static void
+s_extras_logs (self_t *self, s_session_t *session, const char *tool, const json_t *body)
+{
+    json_t *answer = dsh_mcp_logs_answer (session->logs, tool, body);
+    size_t index;
+    json_t *params;
+    json_array_foreach (json_object_get (answer, "notifications"), index, params) {
+        json_t *notification = dsh_jsonrpc_notification ("notifications/message", json_incref (params));
+        s_deliver (self, session, notification, NULL);
+        json_decref (notification);
+    }
+    const json_t *poll = json_object_get (answer, "poll");
+    if (poll)
+        s_extras_call (self, NULL, session, NULL, poll, true);
+    json_decref (answer);
+}
+
+static void
+s_extras (self_t *self, s_origin_t *origin, const json_t *id, const char *method, const json_t *params)
+{
+    if (s_held_early (self, origin, method, id, params))
+        return;
+    s_session_t *session = origin->session;
+    json_t *entries = s_extras_entries (self);
+    json_t *plan = dsh_mcp_extras_plan (entries, method, params);
+    const json_t *call = json_object_get (plan, "call");
+    bool level_set = streq (method, "logging/setLevel") && json_object_get (plan, "result")
+                  && dsh_mcp_logs_set_level (session->logs,
+                                             json_string_value (json_object_get (params, "level"))) == 0;
+    if (call)
+        s_extras_call (self, origin, session, id, call, false);
+    else
+        s_extras_answer (self, origin, id, plan);
+    size_t index;
+    const json_t *also;
+    json_array_foreach (json_object_get (plan, "also"), index, also)
+        s_extras_call (self, NULL, session, NULL, also, false);
+    if (level_set)
+        s_extras_polls (self, session, entries);
+    json_decref (plan);
     json_decref (entries);
 }
 
@@ -576,6 +720,15 @@ s_on_result (self_t *self, dsh_reply_t *reply)
     if (!pending)
         return;                 //  cancelled, or past our deadline
     json_t *body = dsh_reply_json (reply);
+    if (pending->log_poll)
+        s_extras_logs (self, pending->origin.session, pending->tool, body);
+    else
+    if (pending->extras) {
+        json_t *answer = dsh_mcp_extras_response (body);
+        s_extras_answer (self, &pending->origin, pending->request_id, answer);
+        json_decref (answer);
+    }
+    else
     if (!json_is_array (json_object_get (body, "content")))
         s_answer_error (self, &pending->origin, pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
                         "the tool's result has no JSON form");
@@ -648,8 +801,13 @@ s_check_pending (self_t *self)
     for (s_pending_t *pending = zhashx_first (self->pending); pending;
          pending = zhashx_next (self->pending)) {
         if (now >= pending->give_up_at) {
-            s_answer_error (self, &pending->origin, pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
-                            "no answer from the dsh broker before the call's deadline");
+            //  A log poll has no request to answer; without a body its
+            //  gateway is forgotten, and no new poll is sent
+            if (pending->log_poll)
+                s_extras_logs (self, pending->origin.session, pending->tool, NULL);
+            else
+                s_answer_error (self, &pending->origin, pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
+                                "no answer from the dsh broker before the call's deadline");
             zlistx_add_end (expired, (void *) zhashx_cursor (self->pending));
         }
         else
@@ -672,14 +830,27 @@ s_check_pending (self_t *self)
 //  ---------------------------------------------------------------------
 //  Registry changes
 
-//  Applies a watcher notice to the entries; true if the tool list changed.
-static bool
+//  What a notice changed.
+typedef enum {
+    CHANGED_TOOLS = 1,          //  the tools
+    CHANGED_GATEWAYS = 2        //  the resources and prompts of bridged servers
+} s_changed_t;
+
+//  What name's change changed.
+static int
+s_change_of (const char *name)
+{
+    return dsh_mcp_extras_is_gateway (name)? CHANGED_GATEWAYS: CHANGED_TOOLS;
+}
+
+//  Applies a watcher notice to the entries; returns what changed.
+static int
 s_apply_notice (self_t *self, const json_t *notice)
 {
     const char *kind = json_string_value (json_object_get (notice, "kind"));
     const char *name = json_string_value (json_object_get (notice, "name"));
     if (!kind)
-        return false;
+        return 0;
     if (streq (kind, "snapshot")) {
         json_t *entries = json_object ();
         size_t index;
@@ -690,7 +861,16 @@ s_apply_notice (self_t *self, const json_t *notice)
             if (tool)
                 json_object_set (entries, tool, (json_t *) entry);
         }
-        bool changed = !json_equal (entries, self->entries);
+        //  Whatever differs, either way
+        int changed = 0;
+        const char *tool;
+        json_t *entry;
+        json_object_foreach (entries, tool, entry)
+            if (!json_equal (entry, json_object_get (self->entries, tool)))
+                changed |= s_change_of (tool);
+        json_object_foreach (self->entries, tool, entry)
+            if (!json_object_get (entries, tool))
+                changed |= s_change_of (tool);
         json_decref (self->entries);
         self->entries = entries;
         self->synced = true;
@@ -699,26 +879,38 @@ s_apply_notice (self_t *self, const json_t *notice)
     if (name && (streq (kind, "tool.registered") || streq (kind, "tool.updated"))
     &&  json_is_object (json_object_get (notice, "tool"))) {
         json_object_set (self->entries, name, json_object_get (notice, "tool"));
-        return true;
+        return s_change_of (name);
     }
     if (name && streq (kind, "tool.unregistered")) {
         json_object_del (self->entries, name);
-        return true;
+        return s_change_of (name);
     }
-    return false;
+    return 0;
 }
 
 static void
 s_on_watcher (self_t *self)
 {
-    bool changed = false;
+    int changed = 0;
     json_t *notice;
     while ((notice = dsh_watcher_recv (self->watcher, 0))) {
         changed |= s_apply_notice (self, notice);
         json_decref (notice);
     }
-    if (changed)
+    if (changed & CHANGED_TOOLS)
         s_broadcast (self, dsh_jsonrpc_notification ("notifications/tools/list_changed", NULL));
+    if (changed & CHANGED_GATEWAYS) {
+        s_broadcast (self, dsh_jsonrpc_notification ("notifications/resources/list_changed", NULL));
+        s_broadcast (self, dsh_jsonrpc_notification ("notifications/prompts/list_changed", NULL));
+        //  A new gateway's logs are followed by the sessions that follow logs
+        json_t *entries = s_extras_entries (self);
+        if (self->stdio && dsh_mcp_logs_following (self->stdio->logs))
+            s_extras_polls (self, self->stdio, entries);
+        for (s_session_t *session = zhashx_first (self->sessions); session; session = zhashx_next (self->sessions))
+            if (dsh_mcp_logs_following (session->logs))
+                s_extras_polls (self, session, entries);
+        json_decref (entries);
+    }
 }
 
 //  ---------------------------------------------------------------------
@@ -741,6 +933,9 @@ s_on_request (self_t *self, s_origin_t *origin, const char *method, const json_t
     else
     if (streq (method, "tools/call"))
         s_tools_call (self, origin, id, params);
+    else
+    if (dsh_mcp_extras_handles (method))
+        s_extras (self, origin, id, method, params);
     else
         s_answer_error (self, origin, id, DSH_JSONRPC_METHOD_NOT_FOUND, "Method not found");
 }
@@ -1005,7 +1200,10 @@ main (int argc, char *argv [])
     self.early = zlistx_new ();
     zlistx_set_destructor (self.early, s_early_destroy);
     self.entries = json_object ();
-    self.stdio = s_session_new (NULL);
+    //  A log poll waits at the bridge under half the call deadline
+    int call_timeout_ms = self.timeout_ms? self.timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS;
+    self.log_wait_ms = call_timeout_ms / 2 < 20000? call_timeout_ms / 2: 20000;
+    self.stdio = s_session_new (NULL, self.log_wait_ms);
     zsys_info ("dsh-mcp: serving the tools of %s%s%s", dsh_client_endpoint (self.client),
                self.agent? " as agent ": "", self.agent? self.agent: "");
 

@@ -24,6 +24,8 @@
 #include "dsh_curve.h"
 #include "dsh_jsonrpc.h"
 #include "dsh_mcp_content.h"
+#include "dsh_mcp_gateway.h"
+#include "dsh_mcp_logs.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -59,6 +61,14 @@ extern char **environ;
 //  awaited before the "serving N tools" line (they come within a round
 //  trip; a later one prints the line again).
 #define REFUSALS_SETTLE_MS      300
+//  The gateway entry's budget as JSON, under the broker's default
+//  max_tool_bytes (65536) for its canonical msgpack, which is smaller.
+#define MAX_GATEWAY_BYTES       60000
+#define MAX_ROOTS               64
+#define MAX_TASK_ID_BYTES       255
+//  The server's last log messages kept for dsh-mcp's long polls
+#define LOG_RING_SIZE           256
+#define MAX_LOG_WAIT_MS         30000
 
 //  The MCP revisions whose tools/* messages this bridge speaks.
 static const char *s_versions [] = { "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", NULL };
@@ -82,14 +92,25 @@ typedef struct {
 typedef struct {
     char *mcp_name;
     char *entry;
+    bool task_required;         //  execution.taskSupport "required"
 } s_tool_t;
 
 typedef enum {
     REQUEST_INITIALIZE,
     REQUEST_LIST,
     REQUEST_PING,
-    REQUEST_CALL
+    REQUEST_CALL,
+    REQUEST_CATALOG,            //  a page of resources, templates or prompts
+    REQUEST_IGNORED             //  its answer changes nothing (tasks/cancel)
 } s_request_kind_t;
+
+//  What a REQUEST_CALL's answer is: a tool result, or a step on the way.
+typedef enum {
+    CALL_TOOL,                  //  tools/call or tasks/result: a CallToolResult
+    CALL_TASK_CREATE,           //  tools/call with task: a CreateTaskResult
+    CALL_GATEWAY,               //  a request forwarded by the gateway tool
+    CALL_LOG_POLL               //  a log poll held here, never sent to the server
+} s_call_step_t;
 
 //  A request sent to the server and not yet answered.
 typedef struct {
@@ -98,6 +119,10 @@ typedef struct {
     int64_t sent_at;
     dsh_call_t *call;           //  REQUEST_CALL: the deferred call and its result
     dsh_result_t *result;
+    s_call_step_t step;
+    char task_id [MAX_TASK_ID_BYTES + 1];   //  "" unless the call runs as a task
+    json_int_t log_after;       //  CALL_LOG_POLL: answer with the messages after this one
+    int64_t log_due;            //  ... or with none at this time
 } s_request_t;
 
 typedef enum {
@@ -140,6 +165,17 @@ typedef struct {
     bool report_due;            //  the "serving N tools" line is not out yet
     int64_t broker_ready_at;    //  when the broker first asked for our tools
     int64_t next_refusals_at;
+    //  Resources, prompts and the rest: the gateway tool
+    const char *roots [MAX_ROOTS + 1];  //  --root directories, NULL-terminated
+    json_t *capabilities;       //  the server's, from initialize
+    json_t *catalog;            //  lists gathered by the catalog listing under way, or NULL
+    size_t catalog_step;        //  which of s_catalog_lists is being listed
+    size_t catalog_pages;
+    bool catalog_relist;        //  a list_changed came during a catalog listing
+    char *gateway_name;
+    char *gateway_entry;        //  as announced (compact, keys sorted), or NULL
+    json_t *log_ring;           //  [{seq, params}], the last LOG_RING_SIZE log messages
+    json_int_t log_seq;         //  the last message's seq, over every server run
 } self_t;
 
 //  ---------------------------------------------------------------------
@@ -243,6 +279,15 @@ s_tool_entry (self_t *self, const json_t *tool, const char *dsh_name)
         json_object_del (entry, "description");
     if (json_object_get (entry, "title") && !json_is_string (json_object_get (entry, "title")))
         json_object_del (entry, "title");
+    //  A tool that must run as an MCP task is run so by this bridge (a
+    //  task-augmented call it waits on): to dsh callers it is a plain call
+    const json_t *execution = json_object_get (tool, "execution");
+    const char *support = json_string_value (json_object_get (execution, "taskSupport"));
+    if (support && streq (support, "required")) {
+        json_t *plain = json_deep_copy (execution);
+        json_object_set_new (plain, "taskSupport", json_string ("forbidden"));
+        json_object_set_new (entry, "execution", plain);
+    }
 
     //  Hints that would loosen a policy (read-only, not destructive) are
     //  claims; an untrusted server's claims are not passed on. Other
@@ -288,6 +333,9 @@ s_apply_listing (self_t *self, const json_t *listing)
             assert (item);
             item->mcp_name = strdup (mcp_name);
             item->entry = json_dumps (entry, JSON_COMPACT | JSON_SORT_KEYS);
+            const char *support = json_string_value (json_object_get (json_object_get (tool, "execution"),
+                                                                      "taskSupport"));
+            item->task_required = support && streq (support, "required");
             zhashx_insert (fresh, dsh_name, item);
             json_decref (entry);
         }
@@ -385,6 +433,374 @@ s_finish_error (dsh_call_t *call, dsh_result_t *result, const char *code, const 
 }
 
 //  ---------------------------------------------------------------------
+//  Resources, prompts, completions, log levels and roots: the gateway
+//  tool (dsh_mcp_gateway.h) and the client side of MCP the bridge plays
+
+//  The lists a catalog listing gathers, in order, and the capability that
+//  makes the server offer each.
+static const struct {
+    const char *method;
+    const char *list;
+    const char *capability;
+} s_catalog_lists [] = {
+    { "resources/list", "resources", "resources" },
+    { "resources/templates/list", "resourceTemplates", "resources" },
+    { "prompts/list", "prompts", "prompts" },
+    { NULL, NULL, NULL }
+};
+
+//  initialize's params: the bridge offers roots (the workspace) and
+//  nothing else; it has no model to sample and no human to elicit from.
+static json_t *
+s_initialize_params (void)
+{
+    return json_pack ("{s:s, s:{s:{s:b}}, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
+                      "capabilities", "roots", "listChanged", 0,
+                      "clientInfo", "name", "dsh-mcp-bridge", "version", BRIDGE_VERSION);
+}
+
+//  Announces the gateway entry for the catalog gathered (or withdraws the
+//  gateway of a server that offers none of what it forwards).
+static void
+s_catalog_apply (self_t *self)
+{
+    bool offers = false;
+    for (const char **key = (const char *[]) { "resources", "prompts", "completions", "logging", NULL };
+         *key; key++)
+        offers |= json_object_get (self->capabilities, *key) != NULL;
+    char *text = NULL;
+    if (offers) {
+        json_t *entry = dsh_mcp_gateway_entry (self->gateway_name, self->name, self->prefix,
+                                               self->capabilities, self->catalog, MAX_GATEWAY_BYTES);
+        const json_t *truncated = json_object_get (json_object_get (entry, DSH_MCP_GATEWAY_KEY), "truncated");
+        if (truncated) {
+            char *lists = json_dumps (truncated, JSON_COMPACT);
+            zsys_warning ("%s: the gateway entry is cut to fit %d bytes: %s lists only their first items",
+                          self->name, MAX_GATEWAY_BYTES, lists);
+            free (lists);
+        }
+        text = json_dumps (entry, JSON_COMPACT | JSON_SORT_KEYS);
+        json_decref (entry);
+    }
+    if (self->provider && (text? !self->gateway_entry || strneq (text, self->gateway_entry): !!self->gateway_entry)) {
+        if (self->gateway_entry)
+            dsh_provider_remove (self->provider, self->gateway_name);
+        zstr_free (&self->gateway_entry);
+        if (text && dsh_provider_add_raw (self->provider, text, s_handler, &self->inbox) == 0) {
+            self->gateway_entry = strdup (text);
+            zsys_info ("%s: gateway %s serves %zu resources, %zu templates, %zu prompts", self->name,
+                       self->gateway_name, json_array_size (json_object_get (self->catalog, "resources")),
+                       json_array_size (json_object_get (self->catalog, "resourceTemplates")),
+                       json_array_size (json_object_get (self->catalog, "prompts")));
+        }
+        else
+        if (text)
+            zsys_warning ("%s: the provider refused gateway %s", self->name, self->gateway_name);
+    }
+    zstr_free (&text);
+}
+
+//  Asks for the next page, or the next list the server offers; applies
+//  the catalog when every list is in.
+static void
+s_catalog_next (self_t *self, const json_t *cursor)
+{
+    if (cursor) {
+        s_request (self, REQUEST_CATALOG, s_catalog_lists [self->catalog_step].method,
+                   json_pack ("{s:O}", "cursor", cursor));
+        return;
+    }
+    self->catalog_step++;
+    while (s_catalog_lists [self->catalog_step].method
+       && !json_object_get (self->capabilities, s_catalog_lists [self->catalog_step].capability))
+        self->catalog_step++;
+    if (s_catalog_lists [self->catalog_step].method) {
+        self->catalog_pages = 0;
+        s_request (self, REQUEST_CATALOG, s_catalog_lists [self->catalog_step].method, json_object ());
+        return;
+    }
+    s_catalog_apply (self);
+    json_decref (self->catalog);
+    self->catalog = NULL;
+    if (self->catalog_relist) {
+        self->catalog_relist = false;
+        self->catalog = json_object ();
+        self->catalog_step = (size_t) -1;
+        s_catalog_next (self, NULL);
+    }
+}
+
+//  Lists the server's resources, templates and prompts (what it offers).
+static void
+s_catalog_start (self_t *self)
+{
+    if (self->catalog) {
+        self->catalog_relist = true;
+        return;
+    }
+    self->catalog = json_object ();
+    self->catalog_step = (size_t) -1;   //  the first s_catalog_next goes to 0
+    s_catalog_next (self, NULL);
+}
+
+static void
+s_on_catalog (self_t *self, const json_t *message)
+{
+    if (!self->catalog)
+        return;                 //  the server was lost and came back
+    const char *list = s_catalog_lists [self->catalog_step].list;
+    const json_t *result = json_object_get (message, "result");
+    const json_t *items = json_object_get (result, list);
+    if (!json_is_array (items)) {
+        //  A server may offer a capability and not every list of it
+        //  (resource templates): the list is empty, the rest still served
+        zsys_warning ("%s: %s failed; serving no %s", self->name, s_catalog_lists [self->catalog_step].method,
+                      list);
+        s_catalog_next (self, NULL);
+        return;
+    }
+    json_t *gathered = json_object_get (self->catalog, list);
+    if (!gathered) {
+        gathered = json_array ();
+        json_object_set_new (self->catalog, list, gathered);
+    }
+    json_array_extend (gathered, (json_t *) items);
+    const json_t *cursor = json_object_get (result, "nextCursor");
+    s_catalog_next (self, json_is_string (cursor) && ++self->catalog_pages < MAX_LIST_PAGES? cursor: NULL);
+}
+
+//  Finishes a gateway call with the server's error as structuredContent.
+static void
+s_gateway_error (dsh_call_t *call, dsh_result_t *result, const json_t *error)
+{
+    const char *text = json_string_value (json_object_get (error, "message"));
+    dsh_result_error (result, DSH_E_TOOL_FAILED, "%s", text? text: "the MCP server failed the request");
+    json_t *structured = json_pack ("{s:O}", "error", error);
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    if (dsh_json_to_msgpack (&pk, structured) == 0)
+        dsh_result_structured (result, sbuf.data, sbuf.size);
+    msgpack_sbuffer_destroy (&sbuf);
+    json_decref (structured);
+    dsh_call_finish (call);
+}
+
+//  Answers a log poll with the messages after its cursor (maybe none).
+static void
+s_log_poll_answer (self_t *self, dsh_call_t *call, dsh_result_t *result, json_int_t after)
+{
+    //  A cursor from the future is from a bridge before ours: start over
+    if (after > self->log_seq)
+        after = 0;
+    json_t *messages = json_array ();
+    json_int_t missed = 0;
+    size_t index;
+    const json_t *message;
+    json_array_foreach (self->log_ring, index, message) {
+        json_int_t seq = json_integer_value (json_object_get (message, "seq"));
+        if (index == 0 && seq > after + 1)
+            missed = seq - after - 1;
+        if (seq > after)
+            json_array_append (messages, (json_t *) message);
+    }
+    json_t *answer = json_pack ("{s:o, s:I, s:I}", "messages", messages, "next", self->log_seq, "missed", missed);
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    if (dsh_json_to_msgpack (&pk, answer) == 0) {
+        dsh_result_text (result, "the log messages are the structuredContent");
+        dsh_result_structured (result, sbuf.data, sbuf.size);
+    }
+    else
+        dsh_result_error (result, DSH_E_TOOL_FAILED, "a log message nests too deep");
+    msgpack_sbuffer_destroy (&sbuf);
+    json_decref (answer);
+    dsh_call_finish (call);
+}
+
+//  A log poll: answered now if there is news, else held until there is
+//  or its wait ends (s_log_polls_answer).
+static void
+s_log_poll_start (self_t *self, dsh_call_t *call, dsh_result_t *result, const json_t *params)
+{
+    const json_t *after = json_object_get (params, "after");
+    const json_t *wait = json_object_get (params, "waitMs");
+    json_int_t cursor = json_is_integer (after) && json_integer_value (after) > 0? json_integer_value (after): 0;
+    json_int_t wait_ms = json_is_integer (wait)? json_integer_value (wait): MAX_LOG_WAIT_MS;
+    if (wait_ms > MAX_LOG_WAIT_MS)
+        wait_ms = MAX_LOG_WAIT_MS;
+    if (cursor == self->log_seq && wait_ms > 0) {
+        s_request_t *request = (s_request_t *) zmalloc (sizeof (s_request_t));
+        assert (request);
+        request->kind = REQUEST_CALL;
+        request->step = CALL_LOG_POLL;
+        request->id = ++self->next_id;
+        request->sent_at = zclock_mono ();
+        request->call = call;
+        request->result = result;
+        request->log_after = cursor;
+        request->log_due = request->sent_at + wait_ms;
+        char key [32];
+        snprintf (key, sizeof key, "%" JSON_INTEGER_FORMAT, request->id);
+        zhashx_insert (self->requests, key, request);
+    }
+    else
+        s_log_poll_answer (self, call, result, cursor);
+}
+
+//  Answers the held polls that have news (every one, if all), or whose
+//  wait is over.
+static void
+s_log_polls_answer (self_t *self, bool all)
+{
+    int64_t now = zclock_mono ();
+    zlistx_t *done = zlistx_new ();
+    for (s_request_t *request = zhashx_first (self->requests); request; request = zhashx_next (self->requests))
+        if (request->kind == REQUEST_CALL && request->step == CALL_LOG_POLL && (all || now >= request->log_due))
+            zlistx_add_end (done, request);
+    for (s_request_t *request = zlistx_first (done); request; request = zlistx_next (done)) {
+        s_log_poll_answer (self, request->call, request->result, request->log_after);
+        s_request_forget (self, request);
+    }
+    zlistx_destroy (&done);
+}
+
+//  A log message from the server: kept for the polls, and logged here.
+static void
+s_on_log_message (self_t *self, const json_t *params)
+{
+    char *text = json_dumps (json_object_get (params, "data"), JSON_COMPACT | JSON_ENCODE_ANY);
+    const char *level = json_string_value (json_object_get (params, "level"));
+    zsys_info ("%s: log %s: %s", self->name, level? level: "?", text? text: "");
+    free (text);
+    if (!json_is_object (params))
+        return;
+    json_array_append_new (self->log_ring, json_pack ("{s:I, s:O}", "seq", ++self->log_seq, "params", params));
+    if (json_array_size (self->log_ring) > LOG_RING_SIZE)
+        json_array_remove (self->log_ring, 0);
+    s_log_polls_answer (self, true);
+}
+
+//  A call to the gateway tool: forward {method, params} to the server.
+static void
+s_gateway_start (self_t *self, dsh_call_t *call, dsh_result_t *result)
+{
+    const msgpack_object *args = dsh_call_arguments (call);
+    json_t *arguments = args? dsh_json_from_msgpack (args): json_object ();
+    const char *method = json_string_value (json_object_get (arguments, "method"));
+    const json_t *params = json_object_get (arguments, "params");
+    const char *capability = dsh_mcp_gateway_capability (method);
+    json_t *error = NULL;
+    if (!method || (params && !json_is_object (params)))
+        error = json_pack ("{s:i, s:s}", "code", DSH_JSONRPC_INVALID_PARAMS,
+                           "message", "the gateway needs {method, params}");
+    else
+    if (!capability || !json_object_get (self->capabilities, capability))
+        error = json_pack ("{s:i, s:s}", "code", DSH_JSONRPC_METHOD_NOT_FOUND, "message", "Method not found");
+    if (error) {
+        s_gateway_error (call, result, error);
+        json_decref (error);
+    }
+    else
+    if (streq (method, DSH_MCP_LOGS_POLL))
+        s_log_poll_start (self, call, result, params);
+    else {
+        s_request_t *request = s_request (self, REQUEST_CALL, method,
+                                          params? json_deep_copy (params): json_object ());
+        request->call = call;
+        request->result = result;
+        request->step = CALL_GATEWAY;
+        if (self->verbose)
+            zsys_info ("%s: call %s -> %s (id %" JSON_INTEGER_FORMAT ")", self->name, dsh_call_id (call),
+                       method, request->id);
+    }
+    json_decref (arguments);
+}
+
+//  The server's answer to a forwarded request: its result whole, as
+//  structuredContent, or its error.
+static void
+s_gateway_answered (self_t *self, s_request_t *request, const json_t *message)
+{
+    const json_t *error = json_object_get (message, "error");
+    const json_t *answer = json_object_get (message, "result");
+    if (json_is_object (error) || !json_is_object (answer)) {
+        json_t *made = json_is_object (error)? NULL:
+            json_pack ("{s:i, s:s}", "code", DSH_JSONRPC_INTERNAL_ERROR, "message", "the MCP server sent no result");
+        s_gateway_error (request->call, request->result, made? made: error);
+        json_decref (made);
+        return;
+    }
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    if (dsh_json_to_msgpack (&pk, answer) == 0) {
+        dsh_result_text (request->result, "the MCP server's result is the structuredContent");
+        dsh_result_structured (request->result, sbuf.data, sbuf.size);
+    }
+    else
+        dsh_result_error (request->result, DSH_E_TOOL_FAILED, "the MCP server \"%s\" sent a result nested too deep",
+                          self->name);
+    msgpack_sbuffer_destroy (&sbuf);
+    dsh_call_finish (request->call);
+}
+
+//  A task-augmented tools/call was accepted: fetch its result, which the
+//  server sends once the task ends (tasks/result blocks until then).
+static void
+s_task_created (self_t *self, s_request_t *request, const json_t *message)
+{
+    const json_t *task = json_object_get (json_object_get (message, "result"), "task");
+    const char *task_id = json_string_value (json_object_get (task, "taskId"));
+    if (!task_id || strlen (task_id) > MAX_TASK_ID_BYTES) {
+        s_finish_error (request->call, request->result, DSH_E_TOOL_FAILED,
+                        "the MCP server did not create the task the tool requires");
+        return;
+    }
+    s_request_t *fetch = s_request (self, REQUEST_CALL, "tasks/result", json_pack ("{s:s}", "taskId", task_id));
+    fetch->call = request->call;
+    fetch->result = request->result;
+    fetch->step = CALL_TOOL;
+    snprintf (fetch->task_id, sizeof fetch->task_id, "%s", task_id);
+    if (self->verbose)
+        zsys_info ("%s: call %s runs as task %s", self->name, dsh_call_id (request->call), task_id);
+}
+
+//  A REQUEST_CALL's answer that is not (yet) the tool's result. Returns
+//  true if it was handled here.
+static bool
+s_call_step (self_t *self, s_request_t *request, const json_t *message)
+{
+    if (request->step == CALL_GATEWAY)
+        s_gateway_answered (self, request, message);
+    else
+    if (request->step == CALL_TASK_CREATE && json_object_get (message, "result")
+    &&  json_object_get (json_object_get (message, "result"), "task"))
+        s_task_created (self, request, message);
+    else
+        return false;
+    return true;
+}
+
+//  A request from the server. roots/list gets the workspace; ping a
+//  pong; sampling and elicitation were not offered.
+static void
+s_on_server_request (self_t *self, const char *method, const json_t *id)
+{
+    if (streq (method, "ping"))
+        s_send (self, dsh_jsonrpc_result (id, json_object ()));
+    else
+    if (streq (method, "roots/list"))
+        s_send (self, dsh_jsonrpc_result (id, dsh_mcp_gateway_roots (self->roots)));
+    else
+        s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_METHOD_NOT_FOUND, "Method not found"));
+}
+
+//  ---------------------------------------------------------------------
 //  The server process
 
 static void
@@ -444,10 +860,7 @@ s_server_start (self_t *self)
     self->log_lines = dsh_jsonrpc_new (self->stderr_fd, -1, MAX_LOG_LINE_BYTES);
     self->state = SERVER_STARTING;
     zsys_info ("%s: started %s (pid %d)", self->name, self->command [0], (int) self->pid);
-    json_t *params = json_pack ("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
-                                "capabilities", "clientInfo", "name", "dsh-mcp-bridge",
-                                "version", BRIDGE_VERSION);
-    s_request (self, REQUEST_INITIALIZE, "initialize", params);
+    s_request (self, REQUEST_INITIALIZE, "initialize", s_initialize_params ());
 }
 
 static bool
@@ -523,6 +936,10 @@ s_server_lost (self_t *self, const char *reason)
     //  Nothing is queued now; this reopens the inbox for the next provider
     s_fail_calls (self, DSH_E_TOOL_GONE, "the MCP server is restarting", false);
     zhashx_purge (self->tools);
+    zstr_free (&self->gateway_entry);   //  went with the provider
+    json_decref (self->catalog);
+    self->catalog = NULL;
+    self->catalog_relist = false;
     json_decref (self->listing);
     self->listing = NULL;
     self->relist = false;
@@ -542,6 +959,10 @@ s_server_lost (self_t *self, const char *reason)
 static void
 s_call_start (self_t *self, dsh_call_t *call, dsh_result_t *result)
 {
+    if (self->gateway_entry && streq (dsh_call_name (call), self->gateway_name)) {
+        s_gateway_start (self, call, result);
+        return;
+    }
     s_tool_t *tool = self->state == SERVER_READY? zhashx_lookup (self->tools, dsh_call_name (call)): NULL;
     if (!tool) {
         char *message = zsys_sprintf ("unknown tool \"%s\"", dsh_call_name (call));
@@ -559,9 +980,12 @@ s_call_start (self_t *self, dsh_call_t *call, dsh_result_t *result)
     //  The progress token is the request id: one lookup serves both
     json_int_t token = self->next_id + 1;
     json_object_set_new (params, "_meta", json_pack ("{s:I}", "progressToken", token));
+    if (tool->task_required)
+        json_object_set_new (params, "task", json_object ());
     s_request_t *request = s_request (self, REQUEST_CALL, "tools/call", params);
     request->call = call;
     request->result = result;
+    request->step = tool->task_required? CALL_TASK_CREATE: CALL_TOOL;
     if (self->verbose)
         zsys_info ("%s: call %s -> tools/call %s (id %" JSON_INTEGER_FORMAT ")", self->name,
                    dsh_call_id (call), tool->mcp_name, request->id);
@@ -603,7 +1027,12 @@ s_calls_check_cancelled (self_t *self)
     for (s_request_t *request = zlistx_first (cancelled); request; request = zlistx_next (cancelled)) {
         json_t *params = json_pack ("{s:I, s:s}", "requestId", request->id,
                                     "reason", "the dsh caller cancelled the call");
-        s_send (self, dsh_jsonrpc_notification ("notifications/cancelled", params));
+        if (request->step == CALL_LOG_POLL)
+            json_decref (params);           //  held here: the server never saw it
+        else
+            s_send (self, dsh_jsonrpc_notification ("notifications/cancelled", params));
+        if (*request->task_id)
+            s_request (self, REQUEST_IGNORED, "tasks/cancel", json_pack ("{s:s}", "taskId", request->task_id));
         if (self->verbose)
             zsys_info ("%s: call %s cancelled", self->name, dsh_call_id (request->call));
         s_finish_error (request->call, request->result, DSH_E_CANCELLED, "the call was cancelled");
@@ -632,6 +1061,8 @@ s_on_initialize (self_t *self, const json_t *message)
     }
     const char *server = json_string_value (json_object_get (json_object_get (result, "serverInfo"), "name"));
     zsys_info ("%s: MCP %s, server %s", self->name, version, server? server: "(unnamed)");
+    json_decref (self->capabilities);
+    self->capabilities = json_deep_copy (json_object_get (result, "capabilities"));
     s_send (self, dsh_jsonrpc_notification ("notifications/initialized", NULL));
     s_list_start (self);
 }
@@ -660,6 +1091,7 @@ s_on_list (self_t *self, const json_t *message)
         self->next_ping_at = self->ready_since + self->ping_ms;
         self->report_due = true;
         self->broker_ready_at = 0;
+        s_catalog_start (self);
     }
     if (self->relist) {
         self->relist = false;
@@ -691,13 +1123,8 @@ s_on_message (self_t *self, const json_t *message)
     const char *method = json_string_value (json_object_get (message, "method"));
     const json_t *id = json_object_get (message, "id");
     const json_t *params = json_object_get (message, "params");
-    if (method && id) {
-        //  A request from the server: we offered no capabilities but ping
-        if (streq (method, "ping"))
-            s_send (self, dsh_jsonrpc_result (id, json_object ()));
-        else
-            s_send (self, dsh_jsonrpc_error (id, DSH_JSONRPC_METHOD_NOT_FOUND, "Method not found"));
-    }
+    if (method && id)
+        s_on_server_request (self, method, id);
     else
     if (method) {
         if (streq (method, "notifications/tools/list_changed")) {
@@ -705,14 +1132,17 @@ s_on_message (self_t *self, const json_t *message)
                 s_list_start (self);
         }
         else
+        if (streq (method, "notifications/resources/list_changed")
+        ||  streq (method, "notifications/prompts/list_changed")) {
+            if (self->state == SERVER_READY)
+                s_catalog_start (self);
+        }
+        else
         if (streq (method, "notifications/progress"))
             s_on_progress (self, params);
         else
-        if (streq (method, "notifications/message") && self->verbose) {
-            char *text = json_dumps (json_object_get (params, "data"), JSON_COMPACT | JSON_ENCODE_ANY);
-            zsys_info ("%s: log: %s", self->name, text? text: "");
-            free (text);
-        }
+        if (streq (method, "notifications/message"))
+            s_on_log_message (self, params);
     }
     else
     if (json_is_integer (id)) {
@@ -725,8 +1155,13 @@ s_on_message (self_t *self, const json_t *message)
         switch (request->kind) {
             case REQUEST_INITIALIZE: s_on_initialize (self, message); break;
             case REQUEST_LIST:       s_on_list (self, message); break;
-            case REQUEST_CALL:       s_call_answered (self, request, message); break;
+            case REQUEST_CALL:
+                if (!s_call_step (self, request, message))
+                    s_call_answered (self, request, message);
+                break;
+            case REQUEST_CATALOG:    s_on_catalog (self, message); break;
             case REQUEST_PING:       break;
+            case REQUEST_IGNORED:    break;
         }
         free (request);
     }
@@ -910,6 +1345,7 @@ s_run (self_t *self)
             zlistx_destroy (&jobs);
         }
         s_calls_check_cancelled (self);
+        s_log_polls_answer (self, false);
     }
     zsys_info ("%s: stopping", self->name);
     s_fail_calls (self, DSH_E_TOOL_GONE, "the MCP bridge is stopping", true);
@@ -935,6 +1371,8 @@ s_usage (FILE *stream)
         "  --id ID            the component id (default: mcp-NAME)\n"
         "  --untrusted        do not pass on hints that loosen policies (readOnlyHint true,\n"
         "                     destructiveHint false), and mark no tool concurrency-safe\n"
+        "  --root DIR         offer DIR to the server as a root (roots/list), repeatable\n"
+        "                     (default: the working directory)\n"
         "  --ping-ms N        ping the server every N ms; no answer within N ms = hung\n"
         "                     (default 5000)\n"
         "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
@@ -969,6 +1407,7 @@ main (int argc, char *argv [])
         { "id", required_argument, NULL, 'i' },
         { "untrusted", no_argument, NULL, 'u' },
         { "ping-ms", required_argument, NULL, 'P' },
+        { "root", required_argument, NULL, 'R' },
         { "cert", required_argument, NULL, 'C' },
         { "broker-cert", required_argument, NULL, 'K' },
         { "verbose", no_argument, NULL, 'v' },
@@ -978,6 +1417,7 @@ main (int argc, char *argv [])
     self_t self = { .prefix = "", .ping_ms = 5000, .backoff_ms = BACKOFF_MIN_MS,
                     .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1 };
     const char *id = NULL;
+    size_t root_count = 0;
     const char *cert = NULL, *broker_cert = NULL;
     opterr = 0;
     int option;
@@ -993,6 +1433,11 @@ main (int argc, char *argv [])
             case 'C': cert = optarg; break;
             case 'K': broker_cert = optarg; break;
             case 'h': s_usage (stdout); return 0;
+            case 'R':
+                if (root_count == MAX_ROOTS)
+                    return s_bad_usage ("at most %d --root options", MAX_ROOTS);
+                self.roots [root_count++] = optarg;
+                break;
             case 'P': {
                 char *end = NULL;
                 long value = strtol (optarg, &end, 10);
@@ -1012,6 +1457,8 @@ main (int argc, char *argv [])
     if (optind >= argc)
         return s_bad_usage ("no MCP server command given");
     self.command = argv + optind;
+    if (root_count == 0)
+        self.roots [0] = ".";
     if (!self.name) {
         const char *slash = strrchr (self.command [0], '/');
         self.name = slash? slash + 1: self.command [0];
@@ -1058,11 +1505,13 @@ main (int argc, char *argv [])
         zstr_free (&self.component_id);
         return 1;
     }
+    self.gateway_name = s_dsh_name (DSH_MCP_GATEWAY_PREFIX, self.component_id);
     pthread_mutex_init (&self.inbox.mutex, NULL);
     self.inbox.jobs = zlistx_new ();
     self.inbox.wake_read = wake [0];
     self.inbox.wake_write = wake [1];
     self.requests = zhashx_new ();
+    self.log_ring = json_array ();
     self.tools = zhashx_new ();
     zhashx_set_destructor (self.tools, s_tool_destroy);
 
@@ -1071,6 +1520,11 @@ main (int argc, char *argv [])
     zhashx_destroy (&self.tools);
     zhashx_destroy (&self.requests);
     json_decref (self.listing);
+    json_decref (self.catalog);
+    json_decref (self.capabilities);
+    json_decref (self.log_ring);
+    zstr_free (&self.gateway_entry);
+    zstr_free (&self.gateway_name);
     zlistx_destroy (&self.inbox.jobs);
     pthread_mutex_destroy (&self.inbox.mutex);
     close (wake [0]);
