@@ -63,7 +63,7 @@ test_defaults (void **state)
     assert_int_equal (dsh_permission_policy_default (policy), DSH_PERMISSION_ALLOW);
     assert_string_equal (dsh_permission_policy_approvals (policy), "tcp://127.0.0.1:*");
     assert_int_equal (dsh_permission_policy_approval_timeout_ms (policy), 120000);
-    assert_int_equal (dsh_permission_policy_decide (policy, "anything", NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "anything", NULL, NULL), DSH_PERMISSION_ALLOW);
     dsh_permission_policy_destroy (&policy);
     assert_null (policy);
     dsh_permission_policy_destroy (&policy);
@@ -121,16 +121,16 @@ test_deny_beats_ask_beats_allow (void **state)
         "rule\n    tool = \"write_*\"\n    action = \"ask\"\n"
         "rule\n    tool = \"write_secrets\"\n    action = \"deny\"\n"
         "rule\n    tool = \"write_*\"\n    action = \"allow\"\n");
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL), DSH_PERMISSION_ASK);
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_secrets", NULL), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, NULL), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_secrets", NULL, NULL), DSH_PERMISSION_DENY);
     dsh_permission_policy_destroy (&policy);
 
     policy = s_policy (
         "rule\n    tool = \"rm\"\n    action = \"deny\"\n"
         "rule\n    tool = \"rm\"\n    action = \"ask\"\n"
         "rule\n    tool = \"rm\"\n    action = \"allow\"\n");
-    assert_int_equal (dsh_permission_policy_decide (policy, "rm", "a"), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "rm", NULL, "a"), DSH_PERMISSION_DENY);
     dsh_permission_policy_destroy (&policy);
 }
 
@@ -145,19 +145,19 @@ test_globs_on_tool_and_agent (void **state)
         "rule\n    agent = \"guest\"\n    action = \"deny\"\n"
         "rule\n    tool = \"fs.?ead\"\n    agent = \"[ab]*\"\n    action = \"ask\"\n");
     //  Both globs must match
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", "planner-1"), DSH_PERMISSION_DENY);
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", "coder-1"), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", "planner-1"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, "planner-1"), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, "coder-1"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, "planner-1"), DSH_PERMISSION_ALLOW);
     //  An exact name is a glob without wildcards
-    assert_int_equal (dsh_permission_policy_decide (policy, "exec", "anyone"), DSH_PERMISSION_ASK);
-    assert_int_equal (dsh_permission_policy_decide (policy, "exec2", "anyone"), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", "guest"), DSH_PERMISSION_DENY);
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", "guest2"), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "fs.read", "alice"), DSH_PERMISSION_ASK);
-    assert_int_equal (dsh_permission_policy_decide (policy, "fs.read", "carol"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "exec", NULL, "anyone"), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "exec2", NULL, "anyone"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, "guest"), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, "guest2"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "fs.read", NULL, "alice"), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "fs.read", NULL, "carol"), DSH_PERMISSION_ALLOW);
     //  No agent is agent "": only "*"-agent rules apply
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "exec", NULL), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "exec", NULL, NULL), DSH_PERMISSION_ASK);
     dsh_permission_policy_destroy (&policy);
 }
 
@@ -168,15 +168,15 @@ test_default_action (void **state)
     dsh_permission_policy_t *policy = s_policy (
         "default = \"deny\"\n"
         "rule\n    tool = \"read_*\"\n    action = \"allow\"\n");
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, NULL), DSH_PERMISSION_DENY);
     dsh_permission_policy_destroy (&policy);
 
     //  A matching allow overrides a stricter default: the default is only
     //  for calls no rule speaks about
     policy = s_policy ("default = \"ask\"\nrule\n    tool = \"x\"\n    action = \"allow\"\n");
-    assert_int_equal (dsh_permission_policy_decide (policy, "x", NULL), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "y", NULL), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "x", NULL, NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "y", NULL, NULL), DSH_PERMISSION_ASK);
     dsh_permission_policy_destroy (&policy);
 }
 
