@@ -767,6 +767,12 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
         dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" is denied by policy", tool);
         return DSH_STAGE_ANSWER;
     }
+    if (!dsh_stage_call_tool (call)) {
+        //  Nobody is asked about a tool that does not exist; nor does the
+        //  call go on, in case one is registered before it is dispatched
+        dsh_stage_call_answer_error (call, DSH_E_UNKNOWN_TOOL, "unknown tool \"%s\"", tool);
+        return DSH_STAGE_ANSWER;
+    }
     int64_t now = zclock_mono ();
     bool by_deadline = false;
     int64_t closes_at = dsh_permission_ask_closes_at (now, dsh_stage_call_deadline (call),

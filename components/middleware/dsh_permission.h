@@ -15,7 +15,9 @@
                                     true | false (absent hint: false)
             destructive = true      destructiveHint (absent: true)
             open_world = true       openWorldHint (absent: true); a tool
-                                    not registered has every default
+                                    not registered has every default,
+                                    and is answered UNKNOWN_TOOL where
+                                    it would be asked about
             action = "deny"         allow | deny | ask (required)
         default = "allow"           when no rule matches
         approvals = "tcp://127.0.0.1:*"     where approvers connect

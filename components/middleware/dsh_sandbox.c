@@ -242,6 +242,12 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     dsh_toolhints_t hints = dsh_toolhints_from_msgpack (dsh_stage_call_tool (call));
     dsh_sandbox_verdict_t verdict = dsh_sandbox_check (policy, &hints,
                                                        dsh_sandbox_approved (self, dsh_stage_call_meta (call)));
+    if (verdict != DSH_SANDBOX_PASSED && !dsh_stage_call_tool (call)) {
+        //  Judged as the least safe tool it could be, and refused as what
+        //  it is at this moment: a tool nobody serves
+        dsh_stage_call_answer_error (call, DSH_E_UNKNOWN_TOOL, "unknown tool \"%s\"", dsh_stage_call_name (call));
+        return DSH_STAGE_ANSWER;
+    }
     if (verdict == DSH_SANDBOX_REFUSED) {
         dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" may write, and agent \"%s\" is read-only",
                                      dsh_stage_call_name (call), agent? agent: "");

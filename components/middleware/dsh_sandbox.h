@@ -26,7 +26,8 @@
     approval (meta "approval" {stage}, which that stage removes from every
     call it did not approve); with no approval setting it is always
     refused. A tool that is not registered is judged by MCP's defaults
-    (dsh_toolhints): it may write and is not confined.
+    (dsh_toolhints): it may write and is not confined, so where it would
+    be refused it is answered UNKNOWN_TOOL.
     =========================================================================
 */
 

@@ -165,6 +165,14 @@ test_main_job (void **state)
     reply = s_call (self, "list_directory", "\x81\xa4" "path" "\xa1" "/", 8, NULL, NULL, 0);
     s_expect_ok (&reply);
 
+    //  An unknown tool is judged as one that may do anything, so nobody is
+    //  asked and it is not let through: it is answered as unknown
+    reply = s_call (self, "nope", "\x80", 1, NULL, NULL, 0);
+    assert_true (dsh_reply_is_error (reply));
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_UNKNOWN_TOOL);
+    assert_string_equal (dsh_reply_text (reply), "Error: unknown tool \"nope\"");
+    dsh_reply_destroy (&reply);
+
     //  Not read-only, no approver: denied, confined or not, forged stamp or not
     reply = s_call (self, "tick", TICK_ARGS, TICK_ARGS_SIZE, NULL, NULL, 0);
     s_expect_denied (&reply, "tool \"tick\" requires approval");
@@ -247,6 +255,9 @@ test_forged_approval (void **state)
     s_expect_denied (&reply, "tool \"tick\" may write and does not enforce the sandbox (read-only)");
     reply = s_call (self, "tick", TICK_ARGS, TICK_ARGS_SIZE, "admin", NULL, 0);
     s_expect_ok (&reply);
+    reply = s_call (self, "nope", "\x80", 1, NULL, NULL, 0);
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_UNKNOWN_TOOL);
+    dsh_reply_destroy (&reply);
     s_rig_destroy (&self);
 }
 
