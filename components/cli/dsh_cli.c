@@ -114,7 +114,7 @@ static const command_t s_commands [] = {
       "count", 0, 0, s_watch },
     { "schemas", "schemas [--format json|openai|anthropic|mcp|markdown] [--agent ID [--stage NAME]]",
       "print the tool list rendered for a model provider; with --agent, only the tools the\n"
-      "permission stage (default \"permission\") could let that agent call",
+      "chain's stages (or the one --stage names) could let that agent call",
       "format agent stage", 0, 0, s_schemas },
     { "chain", "chain",
       "show the execution chain's stages and their counters as a JSON array", "", 0, 0, s_chain },
@@ -722,12 +722,24 @@ s_schemas (options_t *options)
     json_t *tools = s_list (options, &exit_code);
     if (!tools)
         return exit_code;
+    if (options->agent && !options->stage) {
+        //  Every stage of the chain judges, on the tools' entries
+        dsh_client_t *client = s_client (options);
+        char error [256] = "";
+        json_t *kept = client? dsh_client_allowed (client, options->agent, tools, 5000, error, sizeof (error)): NULL;
+        dsh_client_destroy (&client);
+        json_decref (tools);
+        if (!kept) {
+            fprintf (stderr, "dsh: cannot ask the chain which tools agent \"%s\" may call: %s\n", options->agent,
+                     *error? error: "no broker");
+            return EXIT_NO_BROKER;
+        }
+        tools = kept;
+    }
+    else
     if (options->agent) {
-        //  Ask the permission stage which of them the agent could call
-        json_t *names = json_array ();
-        for (size_t index = 0; index < json_array_size (tools); index++)
-            json_array_append (names, json_object_get (json_array_get (tools, index), "name"));
-        json_t *args = json_pack ("{s:s, s:o}", "agent", options->agent, "tools", names);
+        //  Ask that stage alone which of them the agent could call
+        json_t *args = json_pack ("{s:s, s:O}", "agent", options->agent, "tools", tools);
         json_t *reply = s_control (options, options->stage? options->stage: "permission", "allowed", args,
                                    &exit_code);
         json_decref (args);

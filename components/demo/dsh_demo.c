@@ -34,7 +34,8 @@ static const dsh_param_t s_echo_params [] = {
 static const dsh_tooldef_t s_echo_def = {
     .name = "echo",
     .description = "Return the message unchanged, as one text block",
-    .params = s_echo_params
+    .params = s_echo_params,
+    .read_only = DSH_HINT_TRUE
 };
 
 static const dsh_param_t s_sleep_ms_params [] = {
@@ -84,7 +85,8 @@ static const dsh_param_t s_fail_params [] = {
 static const dsh_tooldef_t s_fail_def = {
     .name = "fail",
     .description = "Always fail, with the given message",
-    .params = s_fail_params
+    .params = s_fail_params,
+    .read_only = DSH_HINT_TRUE
 };
 
 static const dsh_tooldef_t s_sample_content_def = {

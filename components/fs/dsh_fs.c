@@ -42,7 +42,8 @@ static const dsh_tooldef_t s_read_file_def = {
                    "(at most 10 MiB)",
     .params = s_read_file_params,
     .read_only = DSH_HINT_TRUE,
-    .open_world = DSH_HINT_FALSE
+    .open_world = DSH_HINT_FALSE,
+    .confined = true
 };
 
 static const dsh_param_t s_list_directory_params [] = {
@@ -58,7 +59,8 @@ static const dsh_tooldef_t s_list_directory_def = {
                    "\"[FILE] name\" line per entry, sorted by name",
     .params = s_list_directory_params,
     .read_only = DSH_HINT_TRUE,
-    .open_world = DSH_HINT_FALSE
+    .open_world = DSH_HINT_FALSE,
+    .confined = true
 };
 
 static const dsh_param_t s_write_file_params [] = {
@@ -77,7 +79,9 @@ static const dsh_tooldef_t s_write_file_def = {
     .read_only = DSH_HINT_FALSE,
     .destructive = DSH_HINT_TRUE,
     .idempotent = DSH_HINT_TRUE,
-    .open_world = DSH_HINT_FALSE
+    .open_world = DSH_HINT_FALSE,
+    //  s_sandbox_allows checks every path against the call's stamp
+    .confined = true
 };
 
 //  Set once before the provider starts, only read afterwards.

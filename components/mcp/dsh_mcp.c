@@ -304,39 +304,22 @@ s_mcp_tool (const json_t *entry)
     return tool;
 }
 
-//  The entries the agent could be let to call, as the broker's permission
-//  stage (if there is one) says; all of them otherwise. Caller owns it.
+//  The entries the agent could be let to call, as every stage of the
+//  broker's chain says (permission rules, plan mode, the sandbox: a call
+//  that would be asked about counts as allowed); all of them if the chain
+//  cannot be asked. Listing only: the chain still decides every call.
+//  Caller owns it.
 static json_t *
 s_for_agent (self_t *self, json_t *entries)
 {
     if (!self->agent || json_array_size (entries) == 0)
         return json_incref (entries);
-    json_t *names = json_array ();
-    for (size_t index = 0; index < json_array_size (entries); index++)
-        json_array_append (names, json_object_get (json_array_get (entries, index), "name"));
-    json_t *args = json_pack ("{s:s, s:o}", "agent", self->agent, "tools", names);
     char reason [256];
-    dsh_reply_t *reply = dsh_client_control (self->client, "permission", "allowed", args, LIST_TIMEOUT_MS,
-                                             reason, sizeof reason);
-    json_decref (args);
-    json_t *body = reply && !dsh_reply_is_error (reply)? dsh_reply_json (reply): NULL;
-    dsh_reply_destroy (&reply);
-    json_t *allowed = json_object_get (body, "data");
-    if (!json_is_array (allowed)) {
-        json_decref (body);
-        return json_incref (entries);
-    }
-    json_t *kept = json_array ();
-    for (size_t index = 0; index < json_array_size (entries); index++) {
-        json_t *entry = json_array_get (entries, index);
-        for (size_t other = 0; other < json_array_size (allowed); other++)
-            if (json_equal (json_object_get (entry, "name"), json_array_get (allowed, other))) {
-                json_array_append (kept, entry);
-                break;
-            }
-    }
-    json_decref (body);
-    return kept;
+    json_t *kept = dsh_client_allowed (self->client, self->agent, entries, LIST_TIMEOUT_MS,
+                                       reason, sizeof reason);
+    if (!kept && self->verbose)
+        zsys_info ("dsh-mcp: listing every tool: %s", reason);
+    return kept? kept: json_incref (entries);
 }
 
 static void

@@ -2,7 +2,7 @@
     dsh-mcp-bridge - serve an MCP server's tools to a dsh broker
 
         dsh-mcp-bridge [--broker E] [--name N] [--prefix P] [--id ID]
-                       [--untrusted] [--ping-ms N] [-v] -- COMMAND [ARGS...]
+                       [--untrusted] [--confined] [--ping-ms N] [-v] -- COMMAND [ARGS...]
 
     Starts COMMAND as an MCP server on stdio, does the MCP handshake, lists
     its tools (every page) and announces each one to the broker as a raw
@@ -138,6 +138,7 @@ typedef struct {
     const char *prefix;
     char *component_id;
     bool untrusted;
+    bool confined;              //  --confined: the server's roots lie inside the workspace
     bool verbose;
     int ping_ms;
     char **command;
@@ -308,6 +309,10 @@ s_tool_entry (self_t *self, const json_t *tool, const char *dsh_name)
         json_object_set_new (entry, "annotations", kept);
     else
         json_decref (kept);
+    //  Only the operator's flag says so, never the server's own entry
+    json_object_del (entry, "confined");
+    if (self->confined)
+        json_object_set_new (entry, "confined", json_true ());
     return entry;
 }
 
@@ -1373,6 +1378,9 @@ s_usage (FILE *stream)
         "                     destructiveHint false), and mark no tool concurrency-safe\n"
         "  --root DIR         offer DIR to the server as a root (roots/list), repeatable\n"
         "                     (default: the working directory)\n"
+        "  --confined         declare every tool confined: the server can reach nothing outside\n"
+        "                     the sandbox workspace (its roots), so the sandbox stage lets its\n"
+        "                     tools write without a human's approval\n"
         "  --ping-ms N        ping the server every N ms; no answer within N ms = hung\n"
         "                     (default 5000)\n"
         "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
@@ -1406,6 +1414,7 @@ main (int argc, char *argv [])
         { "prefix", required_argument, NULL, 'p' },
         { "id", required_argument, NULL, 'i' },
         { "untrusted", no_argument, NULL, 'u' },
+        { "confined", no_argument, NULL, 'c' },
         { "ping-ms", required_argument, NULL, 'P' },
         { "root", required_argument, NULL, 'R' },
         { "cert", required_argument, NULL, 'C' },
@@ -1429,6 +1438,7 @@ main (int argc, char *argv [])
             case 'p': self.prefix = optarg; break;
             case 'i': id = optarg; break;
             case 'u': self.untrusted = true; break;
+            case 'c': self.confined = true; break;
             case 'v': self.verbose = true; break;
             case 'C': cert = optarg; break;
             case 'K': broker_cert = optarg; break;

@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fnmatch.h>
+#include <stddef.h>
 
 #include "dsh_permission.h"
 #include "dsh_curve.h"
@@ -27,6 +28,7 @@
 #include "dsh_proto.h"
 #include "dsh_settings.h"
 #include "dsh_sock.h"
+#include "dsh_toolhints.h"
 
 #define APPROVAL_TIMEOUT_DEFAULT_MS 120000
 #define APPROVER_PROBE_MS           500         //  HEARTBEAT to approvers, and expiry
@@ -39,11 +41,38 @@
 
 //  --- The policy ----------------------------------------------------------
 
+//  A condition on one hint of the tool's entry
+typedef enum {
+    S_ANY = 0,
+    S_TRUE,
+    S_FALSE
+} s_hint_condition_t;
+
 typedef struct {
     char *tool;                 //  glob
     char *agent;                //  glob
+    s_hint_condition_t read_only;
+    s_hint_condition_t destructive;
+    s_hint_condition_t open_world;
     dsh_permission_action_t action;
 } s_rule_t;
+
+//  The rule keys that test a hint, and where each rule keeps its condition
+static const struct {
+    const char *key;
+    size_t offset;
+} s_hint_keys [] = {
+    { "read_only", offsetof (s_rule_t, read_only) },
+    { "destructive", offsetof (s_rule_t, destructive) },
+    { "open_world", offsetof (s_rule_t, open_world) },
+    { NULL, 0 }
+};
+
+static bool
+s_hint_holds (s_hint_condition_t condition, bool hint)
+{
+    return condition == S_ANY || (condition == S_TRUE) == hint;
+}
 
 struct _dsh_permission_policy_t {
     zlistx_t *rules;            //  s_rule_t, in config order
@@ -74,6 +103,22 @@ s_rule_new (zconfig_t *section, size_t number, char *error, size_t error_size)
     for (zconfig_t *item = zconfig_child (section); item && rc == 0; item = zconfig_next (item)) {
         const char *key = zconfig_name (item);
         const char *value = zconfig_value (item)? zconfig_value (item): "";
+        size_t hint = 0;
+        while (s_hint_keys [hint].key && strneq (s_hint_keys [hint].key, key))
+            hint++;
+        if (s_hint_keys [hint].key) {
+            s_hint_condition_t *condition = (s_hint_condition_t *) ((char *) self + s_hint_keys [hint].offset);
+            if (streq (value, "true"))
+                *condition = S_TRUE;
+            else
+            if (streq (value, "false"))
+                *condition = S_FALSE;
+            else {
+                snprintf (error, error_size, "rule %zu: %s must be true or false, not \"%s\"", number, key, value);
+                rc = -1;
+            }
+        }
+        else
         if (streq (key, "tool") || streq (key, "agent")) {
             if (!*value) {
                 snprintf (error, error_size, "rule %zu: %s must not be empty", number, key);
@@ -186,17 +231,24 @@ dsh_permission_policy_destroy (dsh_permission_policy_t **self_p)
 }
 
 dsh_permission_action_t
-dsh_permission_policy_decide (dsh_permission_policy_t *self, const char *tool, const char *agent)
+dsh_permission_policy_decide (dsh_permission_policy_t *self, const char *tool, const dsh_toolhints_t *hints,
+                              const char *agent)
 {
     assert (self);
     assert (tool);
     if (!agent)
         agent = "";
+    dsh_toolhints_t unknown = dsh_toolhints_from_msgpack (NULL);
+    if (!hints)
+        hints = &unknown;
     bool matched = false;
     dsh_permission_action_t strongest = DSH_PERMISSION_ALLOW;
     for (s_rule_t *rule = (s_rule_t *) zlistx_first (self->rules); rule;
          rule = (s_rule_t *) zlistx_next (self->rules)) {
-        if (fnmatch (rule->tool, tool, 0) == 0 && fnmatch (rule->agent, agent, 0) == 0) {
+        if (fnmatch (rule->tool, tool, 0) == 0 && fnmatch (rule->agent, agent, 0) == 0
+        &&  s_hint_holds (rule->read_only, hints->read_only)
+        &&  s_hint_holds (rule->destructive, hints->destructive)
+        &&  s_hint_holds (rule->open_world, hints->open_world)) {
             matched = true;
             if (rule->action > strongest)
                 strongest = rule->action;
@@ -434,8 +486,14 @@ s_request_resolve (self_t *self, s_request_t *request, dsh_approval_outcome_t ou
         zloop_timer_end (dsh_stage_loop (self->stage), request->timer_id);
     request->timer_id = -1;
     dsh_stage_verdict_t verdict = DSH_STAGE_ANSWER;
-    if (outcome == DSH_APPROVAL_ALLOWED)
+    if (outcome == DSH_APPROVAL_ALLOWED) {
+        //  What a later sandbox stage reads as "a human let this call run";
+        //  on every other call this stage removes the key (s_on_request)
+        dsh_stage_call_set_meta (request->call, DSH_PERMISSION_APPROVAL_META,
+                                 json_pack ("{s:s, s:s}", "stage", dsh_stage_name (self->stage),
+                                            "id", request->id));
         verdict = DSH_STAGE_PASS;
+    }
     else
     if (outcome == DSH_APPROVAL_REJECTED)
         dsh_stage_call_answer_error (request->call, DSH_E_DENIED, "tool \"%s\" was rejected by the approver",
@@ -697,12 +755,22 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     self_t *self = (self_t *) arg;
     self->stage = stage;
     const char *tool = dsh_stage_call_name (call);
-    dsh_permission_action_t action = dsh_permission_policy_decide (self->policy, tool,
+    //  Only this stage's approval counts: a caller's own is removed
+    if (dsh_map_get (dsh_stage_call_meta (call), DSH_PERMISSION_APPROVAL_META))
+        dsh_stage_call_set_meta (call, DSH_PERMISSION_APPROVAL_META, NULL);
+    dsh_toolhints_t hints = dsh_toolhints_from_msgpack (dsh_stage_call_tool (call));
+    dsh_permission_action_t action = dsh_permission_policy_decide (self->policy, tool, &hints,
                                                                     dsh_stage_call_agent (call));
     if (action == DSH_PERMISSION_ALLOW)
         return DSH_STAGE_PASS;
     if (action == DSH_PERMISSION_DENY) {
         dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" is denied by policy", tool);
+        return DSH_STAGE_ANSWER;
+    }
+    if (!dsh_stage_call_tool (call)) {
+        //  Nobody is asked about a tool that does not exist; nor does the
+        //  call go on, in case one is registered before it is dispatched
+        dsh_stage_call_answer_error (call, DSH_E_UNKNOWN_TOOL, "unknown tool \"%s\"", tool);
         return DSH_STAGE_ANSWER;
     }
     int64_t now = zclock_mono ();
@@ -746,13 +814,16 @@ s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **erro
         const char *agent = json_string_value (json_object_get (args, "agent"));
         json_t *tools = json_object_get (args, "tools");
         if (!json_is_array (tools)) {
-            *error = strdup ("allowed needs {\"agent\": \"<id>\", \"tools\": [\"<name>\", ...]}");
+            *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
             return NULL;
         }
         json_t *allowed = json_array ();
         for (size_t index = 0; index < json_array_size (tools); index++) {
-            const char *name = json_string_value (json_array_get (tools, index));
-            if (name && dsh_permission_policy_decide (self->policy, name, agent? agent: "") != DSH_PERMISSION_DENY)
+            //  A bare name is judged as an unknown tool: MCP's defaults
+            json_t *tool = json_array_get (tools, index);
+            const char *name = json_string_value (json_is_object (tool)? json_object_get (tool, "name"): tool);
+            dsh_toolhints_t hints = dsh_toolhints_from_json (tool);
+            if (name && dsh_permission_policy_decide (self->policy, name, &hints, agent) != DSH_PERMISSION_DENY)
                 json_array_append_new (allowed, json_string (name));
         }
         return allowed;

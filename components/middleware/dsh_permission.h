@@ -1,15 +1,23 @@
 /*  =========================================================================
     dsh_permission - the permission middleware: allow, deny or ask a human
 
-    Rules on the tool name and the agent id give an action. Every rule that
-    matches counts, and deny beats ask beats allow, so a rule can only make
-    a call safer, never open one that another rule closed. Settings (the
-    stage's ZPL section):
+    Rules on the tool's name, what its entry says it is, and the agent id
+    give an action. Every rule that matches counts, and deny beats ask
+    beats allow, so a rule can only make a call safer, never open one that
+    another rule closed. Settings (the stage's ZPL section):
 
-        rule                        repeatable
+        rule                        repeatable; matches when all its
+                                    conditions hold
             tool = "write_*"        name or fnmatch glob (default "*")
             agent = "planner-*"     glob on the agent id (default "*"; a
                                     call without agent has agent "")
+            read_only = false       the entry's annotations.readOnlyHint,
+                                    true | false (absent hint: false)
+            destructive = true      destructiveHint (absent: true)
+            open_world = true       openWorldHint (absent: true); a tool
+                                    not registered has every default,
+                                    and is answered UNKNOWN_TOOL where
+                                    it would be asked about
             action = "deny"         allow | deny | ask (required)
         default = "allow"           when no rule matches
         approvals = "tcp://127.0.0.1:*"     where approvers connect
@@ -24,7 +32,10 @@
     DENIED `tool "X" requires approval (<why>)` when nobody decides: every
     approver went away, no decision within approval_timeout_ms, or none
     came before the call's deadline (it closes a little before it, so the
-    caller hears why instead of a TIMEOUT).
+    caller hears why instead of a TIMEOUT). A call an approver allowed goes
+    on with meta "approval" = {stage, id} (this stage's name, the request
+    id); the stage removes "approval" from every other call it passes, so
+    a later stage (the sandbox) can trust it.
 
     Approvers (`dsh approver`) speak on a DEALER connected to the approvals
     ROUTER, frames "" "DSH1" COMMAND BODY (msgpack map):
@@ -44,9 +55,9 @@
                             ERROR {code, message}       a DECIDE for no open
                                                         request, a bad message
 
-    Control commands (through the broker): allowed {agent, tools: [names]}
-    -> the names the agent could be let to call (not denied; used to render
-    an agent's prompt); approvals -> {endpoint};
+    Control commands (through the broker): allowed {agent, tools: [tool
+    entries or names]} -> the names the agent could be let to call (not
+    denied; a bare name is judged as an unknown tool); approvals -> {endpoint};
     pending -> [{id, callId, tool, agent?, arguments}]; approve {id} /
     deny {id} -> {id, outcome}, decided as an approver would. A control
     command is not a live approver: only approvers on the socket keep an
@@ -60,6 +71,7 @@
 #include <czmq.h>
 
 #include "dsh_middleware.h"
+#include "dsh_toolhints.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,9 +103,19 @@ dsh_permission_policy_t *
 void
     dsh_permission_policy_destroy (dsh_permission_policy_t **self_p);
 
-//  The action for a call of tool by agent (NULL: no agent).
+//  The meta key of the stamp an approved call carries on down the chain.
+#define DSH_PERMISSION_APPROVAL_META "approval"
+
+//  The usage text of the allowed control command (every stage that answers
+//  it takes the same arguments).
+#define DSH_PERMISSION_ALLOWED_USAGE \
+    "allowed needs {\"agent\": \"<id>\", \"tools\": [<tool entry or name>, ...]}"
+
+//  The action for a call of tool, whose entry says hints (NULL: an unknown
+//  tool, judged by MCP's defaults), by agent (NULL: no agent).
 dsh_permission_action_t
-    dsh_permission_policy_decide (dsh_permission_policy_t *self, const char *tool, const char *agent);
+    dsh_permission_policy_decide (dsh_permission_policy_t *self, const char *tool, const dsh_toolhints_t *hints,
+                                  const char *agent);
 
 //  The number of rules.
 size_t

@@ -5,8 +5,10 @@
 
 #include "dsh_planmode.h"
 #include "dsh_doc.h"
+#include "dsh_permission.h"
 #include "dsh_proto.h"
 #include "dsh_settings.h"
+#include "dsh_toolhints.h"
 
 //  Always allowed in plan mode: it is how a planning agent hands its plan over
 #define EXIT_PLAN_MODE "exit_plan_mode"
@@ -156,6 +158,23 @@ s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **erro
     dsh_planmode_t *self = (dsh_planmode_t *) arg;
     if (streq (command, "modes"))
         return dsh_planmode_modes (self);
+    if (streq (command, "allowed")) {
+        //  The names of the tools the agent may call in its mode now
+        json_t *tools = json_object_get (args, "tools");
+        if (!json_is_array (tools)) {
+            *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
+            return NULL;
+        }
+        bool planning = dsh_planmode_planning (self, json_string_value (json_object_get (args, "agent")));
+        json_t *allowed = json_array ();
+        for (size_t index = 0; index < json_array_size (tools); index++) {
+            json_t *tool = json_array_get (tools, index);
+            const char *name = json_string_value (json_is_object (tool)? json_object_get (tool, "name"): tool);
+            if (name && (!planning || dsh_planmode_allows (self, name, dsh_toolhints_from_json (tool).read_only)))
+                json_array_append_new (allowed, json_string (name));
+        }
+        return allowed;
+    }
     if (streq (command, "mode")) {
         json_t *agent_json = json_object_get (args, "agent");
         const char *agent = json_string_value (agent_json);

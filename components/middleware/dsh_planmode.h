@@ -15,7 +15,9 @@
 
     Modes are per agent and sticky, set by a human through the broker:
     control "mode" {agent, mode: "plan" | "normal"} -> {agent, mode}, and
-    "modes" -> {agent: "plan", ...} (the agents in plan mode). A call whose
+    "modes" -> {agent: "plan", ...} (the agents in plan mode), and
+    "allowed" {agent, tools: [tool entries or names]} -> the names the agent
+    may call in its mode now (a bare name counts as not read-only). A call whose
     meta has "mode": "plan" is planned for that call alone even if its
     agent is normal; "mode": "normal" in meta never lifts a sticky plan.
     A call without an agent is agent "" (so `dsh mode "" plan` works, but

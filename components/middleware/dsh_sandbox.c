@@ -7,6 +7,8 @@
 */
 
 #include "dsh_sandbox.h"
+#include "dsh_doc.h"
+#include "dsh_permission.h"
 #include "dsh_proto.h"
 
 #include <fnmatch.h>
@@ -22,6 +24,7 @@ typedef struct {
 struct _dsh_sandbox_t {
     dsh_sandbox_policy_t policy;
     char *workspace;            //  or NULL
+    char *approval;             //  the permission stage whose approvals count, or NULL
     zlistx_t *agents;           //  s_agent_rule_t, in config order
 };
 
@@ -57,6 +60,19 @@ dsh_sandbox_refuses (dsh_sandbox_policy_t policy, bool read_only_hint, bool dest
     return policy == DSH_SANDBOX_READ_ONLY && !read_only_hint && destructive_hint;
 }
 
+dsh_sandbox_verdict_t
+dsh_sandbox_check (dsh_sandbox_policy_t policy, const dsh_toolhints_t *hints, bool approved)
+{
+    assert (hints);
+    if (dsh_sandbox_refuses (policy, hints->read_only, hints->destructive))
+        return DSH_SANDBOX_REFUSED;
+    //  A tool that may write and does not enforce the stamp could write
+    //  anywhere its component can: only a human may let that happen
+    if (policy != DSH_SANDBOX_DANGER_FULL_ACCESS && !hints->read_only && !hints->confined && !approved)
+        return DSH_SANDBOX_UNCONFINED;
+    return DSH_SANDBOX_PASSED;
+}
+
 static void
 s_agent_rule_destroy (void **item_p)
 {
@@ -77,6 +93,7 @@ dsh_sandbox_destroy (dsh_sandbox_t **self_p)
     if (self) {
         zlistx_destroy (&self->agents);
         zstr_free (&self->workspace);
+        zstr_free (&self->approval);
         free (self);
         *self_p = NULL;
     }
@@ -142,6 +159,29 @@ dsh_sandbox_new (zconfig_t *settings, char *error, size_t error_size)
         dsh_sandbox_destroy (&self);
         return NULL;
     }
+    const char *approval = settings? zconfig_get (settings, "approval", NULL): NULL;
+    if (approval && *approval) {
+        //  The stamp is trusted only if that stage removed the caller's
+        //  own before: one that comes after this stage (a later sibling
+        //  in the chain's section) would pass the caller's through
+        const char *name = zconfig_get (settings, "name", "");
+        bool later = streq (approval, name);
+        for (zconfig_t *stage = zconfig_next (settings); stage && !later; stage = zconfig_next (stage))
+            later = streq (zconfig_get (stage, "name", ""), approval);
+        if (later) {
+            snprintf (error, error_size, "approval: stage \"%s\" must come before this stage in the chain",
+                      approval);
+            dsh_sandbox_destroy (&self);
+            return NULL;
+        }
+        self->approval = strdup (approval);
+    }
+    else
+    if (approval) {
+        snprintf (error, error_size, "approval: a stage name is required");
+        dsh_sandbox_destroy (&self);
+        return NULL;
+    }
     int number = 0;
     for (zconfig_t *child = settings? zconfig_child (settings): NULL; child; child = zconfig_next (child)) {
         if (!streq (zconfig_name (child), "agent"))
@@ -176,6 +216,21 @@ dsh_sandbox_policy_for (dsh_sandbox_t *self, const char *agent, const char **wor
     return self->policy;
 }
 
+const char *
+dsh_sandbox_approval (dsh_sandbox_t *self)
+{
+    assert (self);
+    return self->approval;
+}
+
+bool
+dsh_sandbox_approved (dsh_sandbox_t *self, const msgpack_object *meta)
+{
+    assert (self);
+    const msgpack_object *stage = dsh_map_get (dsh_map_get (meta, DSH_PERMISSION_APPROVAL_META), "stage");
+    return self->approval && dsh_str_eq (stage, self->approval);
+}
+
 static dsh_stage_verdict_t
 s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 {
@@ -184,11 +239,30 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     const char *agent = dsh_stage_call_agent (call);
     const char *workspace = NULL;
     dsh_sandbox_policy_t policy = dsh_sandbox_policy_for (self, agent, &workspace);
-    if (dsh_stage_call_tool (call)
-    &&  dsh_sandbox_refuses (policy, dsh_stage_call_annotation (call, "readOnlyHint", false),
-                             dsh_stage_call_annotation (call, "destructiveHint", true))) {
+    dsh_toolhints_t hints = dsh_toolhints_from_msgpack (dsh_stage_call_tool (call));
+    dsh_sandbox_verdict_t verdict = dsh_sandbox_check (policy, &hints,
+                                                       dsh_sandbox_approved (self, dsh_stage_call_meta (call)));
+    if (verdict != DSH_SANDBOX_PASSED && !dsh_stage_call_tool (call)) {
+        //  Judged as the least safe tool it could be, and refused as what
+        //  it is at this moment: a tool nobody serves
+        dsh_stage_call_answer_error (call, DSH_E_UNKNOWN_TOOL, "unknown tool \"%s\"", dsh_stage_call_name (call));
+        return DSH_STAGE_ANSWER;
+    }
+    if (verdict == DSH_SANDBOX_REFUSED) {
         dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" may write, and agent \"%s\" is read-only",
                                      dsh_stage_call_name (call), agent? agent: "");
+        return DSH_STAGE_ANSWER;
+    }
+    if (verdict == DSH_SANDBOX_UNCONFINED) {
+        if (self->approval)
+            dsh_stage_call_answer_error (call, DSH_E_DENIED,
+                                         "tool \"%s\" may write and does not enforce the sandbox (%s): "
+                                         "it needs approval (stage \"%s\")",
+                                         dsh_stage_call_name (call), dsh_sandbox_policy_name (policy), self->approval);
+        else
+            dsh_stage_call_answer_error (call, DSH_E_DENIED,
+                                         "tool \"%s\" may write and does not enforce the sandbox (%s)",
+                                         dsh_stage_call_name (call), dsh_sandbox_policy_name (policy));
         return DSH_STAGE_ANSWER;
     }
     json_t *stamp = json_pack ("{s:s}", "policy", dsh_sandbox_policy_name (policy));
@@ -199,6 +273,33 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     }
     dsh_stage_call_set_meta (call, "sandbox", stamp);
     return DSH_STAGE_PASS;
+}
+
+//  allowed {agent, tools}: the names of the tools the agent could be let
+//  to call here (an unconfined tool only if an approval can let it).
+static json_t *
+s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **error, void *arg)
+{
+    (void) stage;
+    dsh_sandbox_t *self = (dsh_sandbox_t *) arg;
+    if (!streq (command, "allowed"))
+        return NULL;
+    json_t *tools = json_object_get (args, "tools");
+    if (!json_is_array (tools)) {
+        *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
+        return NULL;
+    }
+    dsh_sandbox_policy_t policy = dsh_sandbox_policy_for (self, json_string_value (json_object_get (args, "agent")),
+                                                          NULL);
+    json_t *allowed = json_array ();
+    for (size_t index = 0; index < json_array_size (tools); index++) {
+        json_t *tool = json_array_get (tools, index);
+        const char *name = json_string_value (json_is_object (tool)? json_object_get (tool, "name"): tool);
+        dsh_toolhints_t hints = dsh_toolhints_from_json (tool);
+        if (name && dsh_sandbox_check (policy, &hints, self->approval != NULL) == DSH_SANDBOX_PASSED)
+            json_array_append_new (allowed, json_string (name));
+    }
+    return allowed;
 }
 
 static void
@@ -220,6 +321,7 @@ dsh_sandbox_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
         return -1;
     memset (callbacks, 0, sizeof *callbacks);
     callbacks->on_request = s_on_request;
+    callbacks->on_control = s_on_control;
     callbacks->on_destroy = s_on_destroy;
     *arg = self;
     return 0;

@@ -11,12 +11,23 @@
             policy = "workspace-write"
             workspace = "/srv/planner"  optional override
 
+        approval = "permission"         the permission stage, earlier in
+                                        the chain, whose approvals let an
+                                        unconfined tool write (default none)
+
     Every call passes with meta "sandbox" = {policy, workspace?}, replacing
     whatever the caller sent: a caller cannot grant itself a policy. Tools
     enforce it (dsh-fs does). Under read-only the stage also refuses at
     once a tool that may write: one not annotated readOnlyHint true, unless
-    it is annotated destructiveHint false. Unknown tools pass (the registry
-    answers UNKNOWN_TOOL).
+    it is annotated destructiveHint false. Under read-only and
+    workspace-write a tool that is not read-only and whose entry does not
+    say "confined": true (its component enforces the stamp) is refused
+    unless the call carries the approval stamp of the stage named by
+    approval (meta "approval" {stage}, which that stage removes from every
+    call it did not approve); with no approval setting it is always
+    refused. A tool that is not registered is judged by MCP's defaults
+    (dsh_toolhints): it may write and is not confined, so where it would
+    be refused it is answered UNKNOWN_TOOL.
     =========================================================================
 */
 
@@ -27,10 +38,18 @@
 #include <stdbool.h>
 
 #include "dsh_middleware.h"
+#include "dsh_toolhints.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+//  What the sandbox makes of a call.
+typedef enum {
+    DSH_SANDBOX_PASSED,
+    DSH_SANDBOX_REFUSED,            //  may write, and the policy is read-only
+    DSH_SANDBOX_UNCONFINED          //  may write, does not enforce the policy, not approved
+} dsh_sandbox_verdict_t;
 
 typedef enum {
     DSH_SANDBOX_READ_ONLY,
@@ -73,6 +92,19 @@ int
 //  (readOnlyHint false, destructiveHint true).
 bool
     dsh_sandbox_refuses (dsh_sandbox_policy_t policy, bool read_only_hint, bool destructive_hint);
+
+//  What the sandbox makes of a call to a tool with these hints under
+//  policy, approved or not by a human.
+dsh_sandbox_verdict_t
+    dsh_sandbox_check (dsh_sandbox_policy_t policy, const dsh_toolhints_t *hints, bool approved);
+
+//  The name of the stage whose approvals count, or NULL.
+const char *
+    dsh_sandbox_approval (dsh_sandbox_t *self);
+
+//  True if a call's meta carries the approval stamp of that stage.
+bool
+    dsh_sandbox_approved (dsh_sandbox_t *self, const msgpack_object *meta);
 
 #ifdef __cplusplus
 }

@@ -901,6 +901,73 @@ dsh_client_control (dsh_client_t *self, const char *stage, const char *command, 
     return s_query (self, DSH_CONTROL, &frame, id, timeout_ms, error, error_size);
 }
 
+//  The time left until deadline, at least 1 ms so a late query still
+//  answers with a timeout rather than waiting for nothing.
+static int
+s_time_left (int64_t deadline)
+{
+    int64_t left = deadline - zclock_mono ();
+    return left > 0? (int) left: 1;
+}
+
+json_t *
+dsh_client_allowed (dsh_client_t *self, const char *agent, const json_t *entries, int timeout_ms,
+                    char *error, size_t error_size)
+{
+    assert (self);
+    if (!json_is_array (entries)) {
+        snprintf (error, error_size, "the tool entries must be a JSON array");
+        return NULL;
+    }
+    int64_t deadline = zclock_mono () + (timeout_ms > 0? timeout_ms: 5000);
+    dsh_reply_t *reply = dsh_client_request (self, DSH_CHAIN, NULL, s_time_left (deadline), error, error_size);
+    json_t *chain = reply? dsh_reply_json (reply): NULL;
+    dsh_reply_destroy (&reply);
+    json_t *stages = json_object_get (chain, "stages");
+    if (!json_is_array (stages)) {
+        if (chain)
+            snprintf (error, error_size, "the broker's CHAIN reply has no stages");
+        json_decref (chain);
+        return NULL;
+    }
+    json_t *kept = json_copy ((json_t *) entries);
+    //  In chain order, each stage judges what the ones before it kept. A
+    //  stage that does not answer "allowed" (no such command, another kind)
+    //  judges nothing: this is for listing, and the chain still decides
+    //  every call
+    for (size_t index = 0; index < json_array_size (stages) && json_array_size (kept); index++) {
+        const char *stage = json_string_value (json_object_get (json_array_get (stages, index), "name"));
+        if (!stage)
+            continue;
+        json_t *args = json_pack ("{s:O}", "tools", kept);
+        if (agent)
+            json_object_set_new (args, "agent", json_string (agent));
+        char reason [256];
+        reply = dsh_client_control (self, stage, "allowed", args, s_time_left (deadline), reason, sizeof (reason));
+        json_decref (args);
+        json_t *answer = reply && !dsh_reply_is_error (reply)? dsh_reply_json (reply): NULL;
+        dsh_reply_destroy (&reply);
+        json_t *names = json_object_get (answer, "data");
+        if (json_is_true (json_object_get (answer, "ok")) && json_is_array (names)) {
+            json_t *still = json_array ();
+            for (size_t entry = 0; entry < json_array_size (kept); entry++) {
+                json_t *tool = json_array_get (kept, entry);
+                json_t *name = json_object_get (tool, "name");
+                for (size_t other = 0; other < json_array_size (names); other++)
+                    if (json_equal (name, json_array_get (names, other))) {
+                        json_array_append (still, tool);
+                        break;
+                    }
+            }
+            json_decref (kept);
+            kept = still;
+        }
+        json_decref (answer);
+    }
+    json_decref (chain);
+    return kept;
+}
+
 //  Which tools may run side by side, from the registry's own entries.
 static zhashx_t *
 s_safe_tools (dsh_client_t *self, char *error, size_t error_size)

@@ -118,6 +118,20 @@ dsh_reply_t *
     dsh_client_control (dsh_client_t *self, const char *stage, const char *command, json_t *args,
                         int timeout_ms, char *error, size_t error_size);
 
+//  The tools of entries (a JSON array of tool entries, as LIST gives them)
+//  that agent (NULL: none) could be let to call: every stage of the
+//  broker's chain (CHAIN) is asked, in order, with the control command
+//  "allowed" {agent, tools}, and each keeps the names it would not refuse
+//  (permission: not denied, asks included; plan: what the agent's mode
+//  allows now; sandbox: what its policy could let run). A stage that does
+//  not answer "allowed" keeps every tool. Returns a new array of the kept
+//  entries, in their order, or NULL with a reason if the chain cannot be
+//  had within timeout_ms (0: 5000). For an agent's prompt or an MCP
+//  tools/list; the chain still decides every call.
+json_t *
+    dsh_client_allowed (dsh_client_t *self, const char *agent, const json_t *entries, int timeout_ms,
+                        char *error, size_t error_size);
+
 //  Destroy a reply; safe twice.
 void
     dsh_reply_destroy (dsh_reply_t **self_p);

@@ -336,6 +336,8 @@ dsh_tooldef_to_json (const dsh_tooldef_t *def)
 
     if (def->concurrency_safe || def->read_only == DSH_HINT_TRUE)
         json_object_set_new (entry, "concurrencySafe", json_true ());
+    if (def->confined)
+        json_object_set_new (entry, "confined", json_true ());
     return entry;
 }
 

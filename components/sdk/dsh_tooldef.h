@@ -87,6 +87,10 @@ typedef struct {
     //  Calls may run in parallel with other concurrency-safe calls. A
     //  read-only tool is concurrency-safe whatever this says.
     bool concurrency_safe;
+    //  The handler enforces the call's meta "sandbox" itself (entry key
+    //  "confined": true), so the sandbox stage lets it write without a
+    //  human's approval
+    bool confined;
 } dsh_tooldef_t;
 
 //  The JSON Schema of a parameter list: {type:"object", properties,
@@ -99,7 +103,7 @@ json_t *
     dsh_param_to_json_schema (const dsh_param_t *param);
 
 //  The wire tool entry for a definition: {name, description, parameters,
-//  title?, annotations?, concurrencySafe?}. Caller owns the result.
+//  title?, annotations?, concurrencySafe?, confined?}. Caller owns the result.
 json_t *
     dsh_tooldef_to_json (const dsh_tooldef_t *def);
 

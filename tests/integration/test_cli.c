@@ -416,8 +416,8 @@ test_mode (void **state)
     json_decref (data);
     zstr_free (&output);
 
-    //  A call as that agent is denied; another agent's passes
-    const char *as_planner [] = { "call", "echo", "{\"message\":\"m\"}", "--agent", "planner", NULL };
+    //  A call of a tool that is not read-only as that agent is denied; another agent's passes
+    const char *as_planner [] = { "call", "tick", "{\"ms\":1}", "--agent", "planner", NULL };
     assert_int_equal (s_cli (broker->endpoint, as_planner, &output), 1);
     json_t *result = s_parse (output);
     assert_string_equal (json_string_value (json_object_get (json_object_get (result, "error"), "code")),

@@ -271,7 +271,7 @@ test_permission_approvals (void **state)
 //  plan mode
 
 static const char *s_plan_refusal =
-    "Error: tool \"echo\" is not available in plan mode; continue planning and present your plan "
+    "Error: tool \"tick\" is not available in plan mode; continue planning and present your plan "
     "with exit_plan_mode when ready";
 
 static void
@@ -292,8 +292,11 @@ test_plan_mode (void **state)
     assert_false (dsh_reply_is_error (reply));
     dsh_reply_destroy (&reply);
 
-    reply = s_call_as (chain, "echo", "{\"message\":\"m\"}", "planner");
+    //  tick is not read-only (echo is)
+    reply = s_call_as (chain, "tick", "{\"ms\":1}", "planner");
     s_expect (&reply, DSH_E_DENIED, s_plan_refusal);
+    reply = s_call_as (chain, "echo", "{\"message\":\"m\"}", "planner");
+    s_expect (&reply, NULL, "m");
     //  Read-only tools pass, and so does the allow-list
     reply = s_call_as (chain, "sleep_ms", "{\"ms\":1}", "planner");
     s_expect (&reply, NULL, NULL);
@@ -303,7 +306,7 @@ test_plan_mode (void **state)
     reply = s_call_as (chain, "echo", "{\"message\":\"m\"}", "builder");
     s_expect (&reply, NULL, "m");
     //  ... unless its call says so
-    assert_non_null (dsh_client_call_send (chain->client, "planned", "echo", "\x81\xa7message\xa1m", 11,
+    assert_non_null (dsh_client_call_send (chain->client, "planned", "tick", "\x81\xa2ms\x01", 5,
                                            "builder", "\x81\xa4mode\xa4plan", 11, 10000));
     reply = dsh_client_recv (chain->client, 5000);
     assert_non_null (reply);

@@ -706,9 +706,9 @@ test_agent_identity (void **state)
     s_expect_result (alice, "", "as-alice-named");
 
     //  alice plans: her call that names no agent is stamped hers, and the
-    //  plan stage refuses echo (not read-only) to her
+    //  plan stage refuses tick (not read-only) to her
     s_mode_ok (admin, "alice", "plan");
-    s_call (alice, "stamped", "echo", "{\"message\": \"x\"}", NULL);
+    s_call (alice, "stamped", "tick", "{\"ms\": 1}", NULL);
     s_expect_result (alice, DSH_E_DENIED, "not available in plan mode");
     s_mode_ok (admin, "alice", "normal");
     s_echo_ok (alice, "normal-again");
@@ -726,7 +726,7 @@ test_agent_identity (void **state)
     dsh_doc_destroy (&doc);
     zframe_destroy (&body);
     s_mode_ok (admin, "alice", "plan");
-    s_call (alice, "still-planning", "echo", "{\"message\": \"x\"}", NULL);
+    s_call (alice, "still-planning", "tick", "{\"ms\": 1}", NULL);
     s_expect_result (alice, DSH_E_DENIED, "not available in plan mode");
 
     zsock_destroy (&component);

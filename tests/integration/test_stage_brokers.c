@@ -69,6 +69,20 @@ s_echo (site_t *self, const char *message, const char *agent, char **code)
     return text;
 }
 
+//  tick {ms: 1} (a tool that is not read-only) through self as agent: its
+//  error code (caller frees), or NULL if it ran.
+static char *
+s_tick_code (site_t *self, const char *agent)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (self->client, "tick", "{\"ms\":1}", agent, 10000, error, sizeof (error));
+    if (!reply)
+        fail_msg ("tick through %s: %s", self->endpoint, error);
+    char *code = dsh_reply_error_code (reply)? strdup (dsh_reply_error_code (reply)): NULL;
+    dsh_reply_destroy (&reply);
+    return code;
+}
+
 static const char *s_external_chain =
     "chain\n"
     "    stage\n"
@@ -329,12 +343,10 @@ test_mode_on_every_broker (void **state)
     //  Whichever broker the agent's calls go through, it is planning
     site_t *sites [] = { &a, &b };
     for (size_t index = 0; index < 2; index++) {
-        char *code = NULL;
-        char *text = s_echo (sites [index], "m", "planner", &code);
+        char *code = s_tick_code (sites [index], "planner");
         assert_non_null (code);
         assert_string_equal (code, DSH_E_DENIED);
         zstr_free (&code);
-        zstr_free (&text);
     }
 
     //  B is gone: A takes the change, and the command fails, naming B
@@ -346,11 +358,8 @@ test_mode_on_every_broker (void **state)
     char *named = strstr (output, "dsh: broker ");
     assert_memory_equal (named + strlen ("dsh: broker "), b.endpoint, strlen (b.endpoint));
     zstr_free (&output);
-    char *code = NULL;
-    char *text = s_echo (&a, "m", "planner", &code);
+    char *code = s_tick_code (&a, "planner");
     assert_null (code);
-    assert_string_equal (text, "m");
-    zstr_free (&text);
     s_site_stop (&a);
 }
 

@@ -12,7 +12,10 @@ if [ "$major" -lt 18 ]; then
     echo "run.sh: node $major is older than 18; skipping"
     exit 77
 fi
-if [ ! -d "$here/node_modules" ]; then
+#  Installed also when a package pinned since the last install is missing
+if ! (cd "$here" && node -e 'const deps = require("./package.json").dependencies;
+        for (const name of Object.keys(deps)) require("fs").statSync("node_modules/" + name + "/package.json");' \
+      2>/dev/null); then
     npm ci --prefix "$here" --no-audit --no-fund || exit 1
 fi
 #  One file at a time where node can say so (20+): each starts its own

@@ -63,7 +63,7 @@ test_defaults (void **state)
     assert_int_equal (dsh_permission_policy_default (policy), DSH_PERMISSION_ALLOW);
     assert_string_equal (dsh_permission_policy_approvals (policy), "tcp://127.0.0.1:*");
     assert_int_equal (dsh_permission_policy_approval_timeout_ms (policy), 120000);
-    assert_int_equal (dsh_permission_policy_decide (policy, "anything", NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "anything", NULL, NULL), DSH_PERMISSION_ALLOW);
     dsh_permission_policy_destroy (&policy);
     assert_null (policy);
     dsh_permission_policy_destroy (&policy);
@@ -121,16 +121,16 @@ test_deny_beats_ask_beats_allow (void **state)
         "rule\n    tool = \"write_*\"\n    action = \"ask\"\n"
         "rule\n    tool = \"write_secrets\"\n    action = \"deny\"\n"
         "rule\n    tool = \"write_*\"\n    action = \"allow\"\n");
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL), DSH_PERMISSION_ASK);
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_secrets", NULL), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, NULL), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_secrets", NULL, NULL), DSH_PERMISSION_DENY);
     dsh_permission_policy_destroy (&policy);
 
     policy = s_policy (
         "rule\n    tool = \"rm\"\n    action = \"deny\"\n"
         "rule\n    tool = \"rm\"\n    action = \"ask\"\n"
         "rule\n    tool = \"rm\"\n    action = \"allow\"\n");
-    assert_int_equal (dsh_permission_policy_decide (policy, "rm", "a"), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "rm", NULL, "a"), DSH_PERMISSION_DENY);
     dsh_permission_policy_destroy (&policy);
 }
 
@@ -145,19 +145,19 @@ test_globs_on_tool_and_agent (void **state)
         "rule\n    agent = \"guest\"\n    action = \"deny\"\n"
         "rule\n    tool = \"fs.?ead\"\n    agent = \"[ab]*\"\n    action = \"ask\"\n");
     //  Both globs must match
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", "planner-1"), DSH_PERMISSION_DENY);
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", "coder-1"), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", "planner-1"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, "planner-1"), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, "coder-1"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, "planner-1"), DSH_PERMISSION_ALLOW);
     //  An exact name is a glob without wildcards
-    assert_int_equal (dsh_permission_policy_decide (policy, "exec", "anyone"), DSH_PERMISSION_ASK);
-    assert_int_equal (dsh_permission_policy_decide (policy, "exec2", "anyone"), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", "guest"), DSH_PERMISSION_DENY);
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", "guest2"), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "fs.read", "alice"), DSH_PERMISSION_ASK);
-    assert_int_equal (dsh_permission_policy_decide (policy, "fs.read", "carol"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "exec", NULL, "anyone"), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "exec2", NULL, "anyone"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, "guest"), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, "guest2"), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "fs.read", NULL, "alice"), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "fs.read", NULL, "carol"), DSH_PERMISSION_ALLOW);
     //  No agent is agent "": only "*"-agent rules apply
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "exec", NULL), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "exec", NULL, NULL), DSH_PERMISSION_ASK);
     dsh_permission_policy_destroy (&policy);
 }
 
@@ -168,15 +168,15 @@ test_default_action (void **state)
     dsh_permission_policy_t *policy = s_policy (
         "default = \"deny\"\n"
         "rule\n    tool = \"read_*\"\n    action = \"allow\"\n");
-    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", NULL, NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", NULL, NULL), DSH_PERMISSION_DENY);
     dsh_permission_policy_destroy (&policy);
 
     //  A matching allow overrides a stricter default: the default is only
     //  for calls no rule speaks about
     policy = s_policy ("default = \"ask\"\nrule\n    tool = \"x\"\n    action = \"allow\"\n");
-    assert_int_equal (dsh_permission_policy_decide (policy, "x", NULL), DSH_PERMISSION_ALLOW);
-    assert_int_equal (dsh_permission_policy_decide (policy, "y", NULL), DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "x", NULL, NULL), DSH_PERMISSION_ALLOW);
+    assert_int_equal (dsh_permission_policy_decide (policy, "y", NULL, NULL), DSH_PERMISSION_ASK);
     dsh_permission_policy_destroy (&policy);
 }
 
@@ -317,6 +317,88 @@ test_setup_refuses_bad_rules (void **state)
     zconfig_destroy (&settings);
 }
 
+//  Rules on what a tool is: its hints, read with MCP's defaults when absent
+static void
+test_rules_on_hints (void **state)
+{
+    (void) state;
+    dsh_permission_policy_t *policy = s_policy (
+        "rule\n"
+        "    read_only = false\n"
+        "    action = \"ask\"\n"
+        "rule\n"
+        "    tool = \"mcp__*\"\n"
+        "    destructive = true\n"
+        "    open_world = true\n"
+        "    agent = \"guest-*\"\n"
+        "    action = \"deny\"\n");
+    json_t *reader = json_pack ("{s:s, s:{s:b}}", "name", "read_file", "annotations", "readOnlyHint", 1);
+    json_t *writer = json_pack ("{s:s, s:{s:b, s:b}}", "name", "write_file",
+                                "annotations", "readOnlyHint", 0, "destructiveHint", 1);
+    json_t *silent = json_pack ("{s:s}", "name", "mcp__fs__move_file");
+    json_t *additive = json_pack ("{s:s, s:{s:b, s:b}}", "name", "mcp__fs__create_directory",
+                                  "annotations", "destructiveHint", 0, "openWorldHint", 0);
+    dsh_toolhints_t hints = dsh_toolhints_from_json (reader);
+    assert_int_equal (dsh_permission_policy_decide (policy, "read_file", &hints, NULL), DSH_PERMISSION_ALLOW);
+    hints = dsh_toolhints_from_json (writer);
+    assert_int_equal (dsh_permission_policy_decide (policy, "write_file", &hints, NULL), DSH_PERMISSION_ASK);
+    //  An entry that says nothing is not read-only, destructive, open-world
+    hints = dsh_toolhints_from_json (silent);
+    assert_false (hints.read_only);
+    assert_true (hints.destructive);
+    assert_true (hints.open_world);
+    assert_false (hints.confined);
+    assert_int_equal (dsh_permission_policy_decide (policy, "mcp__fs__move_file", &hints, "builder"),
+                      DSH_PERMISSION_ASK);
+    assert_int_equal (dsh_permission_policy_decide (policy, "mcp__fs__move_file", &hints, "guest-1"),
+                      DSH_PERMISSION_DENY);
+    //  Every condition of a rule must hold: not destructive, so only asked
+    hints = dsh_toolhints_from_json (additive);
+    assert_int_equal (dsh_permission_policy_decide (policy, "mcp__fs__create_directory", &hints, "guest-1"),
+                      DSH_PERMISSION_ASK);
+    //  An unknown tool (no entry) has every default
+    assert_int_equal (dsh_permission_policy_decide (policy, "mcp__x", NULL, "guest-1"), DSH_PERMISSION_DENY);
+    //  A hint that is not a boolean counts as absent
+    json_t *odd = json_pack ("{s:s, s:{s:s}, s:s}", "name", "odd", "annotations", "readOnlyHint", "yes",
+                             "confined", "yes");
+    hints = dsh_toolhints_from_json (odd);
+    assert_false (hints.read_only);
+    assert_false (hints.confined);
+    json_decref (odd);
+    json_decref (reader);
+    json_decref (writer);
+    json_decref (silent);
+    json_decref (additive);
+    dsh_permission_policy_destroy (&policy);
+
+    //  A policy of one hint rule: the rules on names still apply beside it
+    policy = s_policy ("rule\n    read_only = true\n    action = \"deny\"\n"
+                       "rule\n    tool = \"rm\"\n    action = \"deny\"\n"
+                       "default = \"ask\"\n");
+    dsh_toolhints_t read_only = { .read_only = true, .destructive = true, .open_world = true };
+    dsh_toolhints_t writes = { .read_only = false, .destructive = true, .open_world = true };
+    assert_int_equal (dsh_permission_policy_decide (policy, "cat", &read_only, NULL), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "rm", &writes, NULL), DSH_PERMISSION_DENY);
+    assert_int_equal (dsh_permission_policy_decide (policy, "touch", &writes, NULL), DSH_PERMISSION_ASK);
+    dsh_permission_policy_destroy (&policy);
+}
+
+static void
+test_bad_hint_rules (void **state)
+{
+    (void) state;
+    s_refused ("rule\n    read_only = \"yes\"\n    action = \"ask\"\n",
+               "rule 1: read_only must be true or false, not \"yes\"");
+    s_refused ("rule\n    tool = \"a\"\n    action = \"ask\"\n"
+               "rule\n    destructive = \"\"\n    action = \"ask\"\n",
+               "rule 2: destructive must be true or false, not \"\"");
+    s_refused ("rule\n    open_world = 1\n    action = \"deny\"\n",
+               "rule 1: open_world must be true or false, not \"1\"");
+    s_refused ("rule\n    readOnly = true\n    action = \"deny\"\n",
+               "rule 1: unknown setting \"readOnly\"");
+    s_refused ("rule\n    read_only = false\n", "rule 1: action is required");
+}
+
 int
 main (void)
 {
@@ -331,6 +413,8 @@ main (void)
         cmocka_unit_test (test_ask_closes_before_deadline),
         cmocka_unit_test (test_setup_and_control),
         cmocka_unit_test (test_setup_refuses_bad_rules),
+        cmocka_unit_test (test_rules_on_hints),
+        cmocka_unit_test (test_bad_hint_rules),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

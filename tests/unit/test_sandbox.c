@@ -152,6 +152,96 @@ test_refuses (void **state)
         }
 }
 
+//  Under a policy that confines writes, a tool that may write and does not
+//  enforce the policy runs only when approved
+static void
+test_unconfined_needs_approval (void **state)
+{
+    (void) state;
+    dsh_toolhints_t reader = { .read_only = true, .destructive = true, .open_world = true };
+    dsh_toolhints_t writer = { .read_only = false, .destructive = true, .open_world = true };
+    dsh_toolhints_t additive = { .read_only = false, .destructive = false, .open_world = true };
+    dsh_toolhints_t confined = { .read_only = false, .destructive = true, .confined = true };
+    dsh_toolhints_t confined_additive = { .read_only = false, .destructive = false, .confined = true };
+    dsh_sandbox_policy_t confining [] = { DSH_SANDBOX_WORKSPACE_WRITE, DSH_SANDBOX_READ_ONLY };
+    for (size_t index = 0; index < 2; index++) {
+        dsh_sandbox_policy_t policy = confining [index];
+        for (int approved = 0; approved < 2; approved++)
+            assert_int_equal (dsh_sandbox_check (policy, &reader, approved), DSH_SANDBOX_PASSED);
+        assert_int_equal (dsh_sandbox_check (policy, &additive, false), DSH_SANDBOX_UNCONFINED);
+        assert_int_equal (dsh_sandbox_check (policy, &additive, true), DSH_SANDBOX_PASSED);
+        assert_int_equal (dsh_sandbox_check (policy, &confined_additive, false), DSH_SANDBOX_PASSED);
+    }
+    assert_int_equal (dsh_sandbox_check (DSH_SANDBOX_WORKSPACE_WRITE, &writer, false), DSH_SANDBOX_UNCONFINED);
+    assert_int_equal (dsh_sandbox_check (DSH_SANDBOX_WORKSPACE_WRITE, &writer, true), DSH_SANDBOX_PASSED);
+    assert_int_equal (dsh_sandbox_check (DSH_SANDBOX_WORKSPACE_WRITE, &confined, false), DSH_SANDBOX_PASSED);
+    //  Read-only refuses a destructive tool whatever a human said, confined or not
+    assert_int_equal (dsh_sandbox_check (DSH_SANDBOX_READ_ONLY, &writer, true), DSH_SANDBOX_REFUSED);
+    assert_int_equal (dsh_sandbox_check (DSH_SANDBOX_READ_ONLY, &confined, false), DSH_SANDBOX_REFUSED);
+    //  Full access: the component's own limits only
+    assert_int_equal (dsh_sandbox_check (DSH_SANDBOX_DANGER_FULL_ACCESS, &writer, false), DSH_SANDBOX_PASSED);
+}
+
+//  The approval stamp counts only from the stage named, which must come
+//  before the sandbox in the chain
+static void
+test_approval_setting (void **state)
+{
+    (void) state;
+    zconfig_t *config = zconfig_str_load (
+        "chain\n"
+        "    stage\n        name = \"ask\"\n        kind = \"permission\"\n"
+        "    stage\n        name = \"box\"\n        kind = \"sandbox\"\n"
+        "        default = \"read-only\"\n        approval = \"ask\"\n"
+        "    stage\n        name = \"late\"\n        kind = \"permission\"\n");
+    assert_non_null (config);
+    zconfig_t *box = zconfig_next (zconfig_child (zconfig_locate (config, "chain")));
+    char error [256] = "";
+    dsh_sandbox_t *sandbox = dsh_sandbox_new (box, error, sizeof error);
+    assert_non_null (sandbox);
+    assert_string_equal (dsh_sandbox_approval (sandbox), "ask");
+
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 1);
+    msgpack_pack_str_with_body (&pk, "approval", 8);
+    msgpack_pack_map (&pk, 1);
+    msgpack_pack_str_with_body (&pk, "stage", 5);
+    msgpack_pack_str_with_body (&pk, "ask", 3);
+    msgpack_zone zone;
+    msgpack_zone_init (&zone, 256);
+    msgpack_object meta;
+    assert_int_equal (msgpack_unpack (sbuf.data, sbuf.size, NULL, &zone, &meta), MSGPACK_UNPACK_SUCCESS);
+    assert_true (dsh_sandbox_approved (sandbox, &meta));
+    assert_false (dsh_sandbox_approved (sandbox, NULL));
+    dsh_sandbox_destroy (&sandbox);
+
+    //  Another stage's stamp does not count
+    zconfig_set_value (zconfig_locate (box, "approval"), "%s", "other");
+    sandbox = dsh_sandbox_new (box, error, sizeof error);
+    assert_non_null (sandbox);
+    assert_false (dsh_sandbox_approved (sandbox, &meta));
+    dsh_sandbox_destroy (&sandbox);
+
+    //  A stage after the sandbox, or the sandbox itself, cannot be trusted
+    const char *untrusted [] = { "late", "box" };
+    for (size_t index = 0; index < 2; index++) {
+        zconfig_set_value (zconfig_locate (box, "approval"), "%s", untrusted [index]);
+        sandbox = dsh_sandbox_new (box, error, sizeof error);
+        assert_null (sandbox);
+        assert_non_null (strstr (error, "must come before this stage in the chain"));
+    }
+    zconfig_set_value (zconfig_locate (box, "approval"), "%s", "");
+    assert_null (dsh_sandbox_new (box, error, sizeof error));
+    assert_non_null (strstr (error, "approval: a stage name is required"));
+
+    msgpack_zone_destroy (&zone);
+    msgpack_sbuffer_destroy (&sbuf);
+    zconfig_destroy (&config);
+}
+
 int
 main (void)
 {
@@ -161,6 +251,8 @@ main (void)
         cmocka_unit_test (test_agents),
         cmocka_unit_test (test_bad_settings),
         cmocka_unit_test (test_refuses),
+        cmocka_unit_test (test_unconfined_needs_approval),
+        cmocka_unit_test (test_approval_setting),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
