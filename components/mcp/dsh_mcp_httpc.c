@@ -21,8 +21,12 @@
     404 on the session end the transport: the bridge sees end of file and
     restarts it, with a new session.
 
-    SSE resumption (GET with Last-Event-ID after a broken stream) is not
-    done: a broken stream answers its request with an error instead.
+    A request's SSE stream that ends (or breaks) before its answer, after
+    an event with an id, is resumed as the spec says: a GET with
+    Last-Event-ID, after the stream's retry delay, as often as it takes
+    (a 2025-11-25 server may close streams on purpose and have the client
+    poll). A stream without event ids cannot be resumed: its request gets
+    the error.
     =========================================================================
 */
 
@@ -46,6 +50,13 @@
 #define DELETE_TIMEOUT_MS       1000
 //  A GET stream the server ended is opened again after this
 #define GET_REOPEN_MS           1000
+//  How long to wait before resuming a stream that named no retry delay,
+//  the longest delay taken from a server, and how often one request's
+//  stream is resumed at most
+#define RESUME_DELAY_MS         1000
+#define MAX_RESUME_DELAY_MS     60000
+#define MAX_RESUMES             1000
+#define MAX_EVENT_ID            1024
 #define POLL_TICK_MS            1000
 //  How much of an error body goes into a log line
 #define SNIPPET_BYTES           200
@@ -84,6 +95,11 @@ typedef struct {
     bool skipping_line;         //  SSE: inside an overlong line
     bool event_dropped;         //  SSE: the event in progress is overlong
     bool event_foreign;         //  SSE: the event in progress is not a message
+    char *last_event_id;        //  SSE: the last event id the server gave, or NULL
+    int retry_ms;               //  SSE: the server's reconnection delay, or -1
+    size_t resumes;             //  how many streams before this one carried the request
+    int64_t start_at;           //  a resumption waits in the list until then
+    bool started;               //  added to the multi handle
     char error [CURL_ERROR_SIZE];
 } s_transfer_t;
 
@@ -103,6 +119,7 @@ struct _dsh_mcp_httpc_t {
     s_transfer_t *get;          //  the GET stream, or NULL
     char *session_id;
     char *protocol_version;
+    char *get_last_event_id;    //  where the GET stream is taken up again
     int64_t get_at;             //  when to open the GET stream; 0: not now
     bool told_no_get;
     bool ending;                //  the session is lost: flush, then end of file
@@ -455,6 +472,28 @@ s_sse_line (dsh_mcp_httpc_t *self, s_transfer_t *transfer, const char *line, siz
     else
     if (field_size == 5 && memcmp (line, "event", 5) == 0)
         transfer->event_foreign = value_size > 0 && !(value_size == 7 && memcmp (value, "message", 7) == 0);
+    else
+    if (field_size == 2 && memcmp (line, "id", 2) == 0) {
+        //  It goes into a header: visible ASCII only
+        bool usable = value_size <= MAX_EVENT_ID;
+        for (size_t index = 0; usable && index < value_size; index++)
+            usable = (unsigned char) value [index] > 0x20 && (unsigned char) value [index] < 0x7f;
+        if (usable) {
+            zstr_free (&transfer->last_event_id);
+            if (value_size > 0)
+                transfer->last_event_id = strndup (value, value_size);
+        }
+    }
+    else
+    if (field_size == 5 && memcmp (line, "retry", 5) == 0 && value_size > 0 && value_size < 10) {
+        bool digits = true;
+        for (size_t index = 0; digits && index < value_size; index++)
+            digits = isdigit ((unsigned char) value [index]);
+        if (digits) {
+            long delay = strtol (value, NULL, 10);
+            transfer->retry_ms = delay > MAX_RESUME_DELAY_MS? MAX_RESUME_DELAY_MS: (int) delay;
+        }
+    }
 }
 
 //  Cuts the stream into lines; the line in progress waits in content.
@@ -560,6 +599,7 @@ s_transfer_new (dsh_mcp_httpc_t *self, const char *verb, const char *accept, boo
     transfer->owner = self;
     transfer->verb = verb;
     transfer->initialize = initialize;
+    transfer->retry_ms = -1;
     transfer->easy = curl_easy_init ();
     if (!transfer->easy) {
         s_log (self, "%s %s: libcurl cannot make a request", verb, self->url);
@@ -608,6 +648,7 @@ s_transfer_start (dsh_mcp_httpc_t *self, s_transfer_t *transfer)
 {
     zlistx_add_end (self->transfers, transfer);
     curl_multi_add_handle (self->multi, transfer->easy);
+    transfer->started = true;
 }
 
 //  Takes the transfer out of the multi handle and the list, and frees it.
@@ -619,11 +660,13 @@ s_transfer_destroy (dsh_mcp_httpc_t *self, s_transfer_t *transfer)
         zlistx_detach (self->transfers, handle);
     if (self->get == transfer)
         self->get = NULL;
-    curl_multi_remove_handle (self->multi, transfer->easy);
+    if (transfer->started)
+        curl_multi_remove_handle (self->multi, transfer->easy);
     curl_easy_cleanup (transfer->easy);
     curl_slist_free_all (transfer->headers);
     zstr_free (&transfer->message);
     zstr_free (&transfer->request_id);
+    zstr_free (&transfer->last_event_id);
     s_buffer_free (&transfer->content);
     s_buffer_free (&transfer->data);
     free (transfer);
@@ -699,8 +742,38 @@ s_get_start (dsh_mcp_httpc_t *self)
     if (!transfer)
         return;
     curl_easy_setopt (transfer->easy, CURLOPT_HTTPGET, 1L);
+    if (self->get_last_event_id) {
+        char *header = zsys_sprintf ("Last-Event-ID: %s", self->get_last_event_id);
+        transfer->headers = curl_slist_append (transfer->headers, header);
+        curl_easy_setopt (transfer->easy, CURLOPT_HTTPHEADER, transfer->headers);
+        zstr_free (&header);
+    }
     self->get = transfer;
     s_transfer_start (self, transfer);
+}
+
+//  Plans a GET with Last-Event-ID that takes up the broken stream of a
+//  request still unanswered. Returns true if one is planned.
+static bool
+s_resume (dsh_mcp_httpc_t *self, s_transfer_t *broken)
+{
+    if (!broken->request_id || broken->answered || !broken->last_event_id || broken->resumes >= MAX_RESUMES)
+        return false;
+    s_transfer_t *transfer = s_transfer_new (self, "GET", "text/event-stream", false);
+    if (!transfer)
+        return false;
+    curl_easy_setopt (transfer->easy, CURLOPT_HTTPGET, 1L);
+    char *header = zsys_sprintf ("Last-Event-ID: %s", broken->last_event_id);
+    transfer->headers = curl_slist_append (transfer->headers, header);
+    curl_easy_setopt (transfer->easy, CURLOPT_HTTPHEADER, transfer->headers);
+    zstr_free (&header);
+    transfer->request_id = strdup (broken->request_id);
+    transfer->last_event_id = strdup (broken->last_event_id);
+    transfer->retry_ms = broken->retry_ms;
+    transfer->resumes = broken->resumes + 1;
+    transfer->start_at = zclock_mono () + (broken->retry_ms >= 0? broken->retry_ms: RESUME_DELAY_MS);
+    zlistx_add_end (self->transfers, transfer);
+    return true;
 }
 
 //  A snippet of the transfer's body, for a log line (static storage).
@@ -731,46 +804,59 @@ s_get_done (dsh_mcp_httpc_t *self, s_transfer_t *transfer, CURLcode result, long
         self->told_no_get = true;
     }
     else
-    if (transfer->body == BODY_SSE)
-        self->get_at = zclock_mono () + GET_REOPEN_MS;
+    if (transfer->body == BODY_SSE) {
+        if (transfer->last_event_id) {
+            zstr_free (&self->get_last_event_id);
+            self->get_last_event_id = strdup (transfer->last_event_id);
+        }
+        self->get_at = zclock_mono () + (transfer->retry_ms >= 0? transfer->retry_ms: GET_REOPEN_MS);
+    }
     else
         s_log (self, "GET %s: HTTP %ld: %s", self->url, status, s_snippet (transfer));
 }
 
+//  A POST, or a GET that resumes a request's stream, is done.
 static void
-s_post_done (dsh_mcp_httpc_t *self, s_transfer_t *transfer, CURLcode result, long status)
+s_request_done (dsh_mcp_httpc_t *self, s_transfer_t *transfer, CURLcode result, long status)
 {
+    const char *verb = transfer->verb;
     if (result == CURLE_WRITE_ERROR && transfer->too_big) {
-        s_log (self, "POST %s: an answer larger than %zu bytes; dropped", self->url, self->max_message);
+        s_log (self, "%s %s: an answer larger than %zu bytes; dropped", verb, self->url, self->max_message);
         s_answer_error (transfer, "the MCP server's answer is larger than %zu bytes", self->max_message);
         return;
     }
     if (result == CURLE_OPERATION_TIMEDOUT && !transfer->request_id) {
-        s_log (self, "POST %s: no answer to a notification within %d ms", self->url, NOTICE_TIMEOUT_MS);
+        s_log (self, "%s %s: no answer to a notification within %d ms", verb, self->url, NOTICE_TIMEOUT_MS);
         return;
     }
-    if (result != CURLE_OK) {
-        s_end (self, "POST %s: %s", self->url, *transfer->error? transfer->error: curl_easy_strerror (result));
+    //  A stream that broke after an event id is taken up where it broke;
+    //  if the server is gone, the resumption fails to connect and ends all
+    if (result != CURLE_OK && !s_resume (self, transfer)) {
+        s_end (self, "%s %s: %s", verb, self->url, *transfer->error? transfer->error: curl_easy_strerror (result));
         return;
     }
+    if (result != CURLE_OK)
+        return;
     if (status == 404 && transfer->with_session) {
         zstr_free (&self->session_id);
-        s_end (self, "POST %s: HTTP 404: the server ended the session", self->url);
+        s_end (self, "%s %s: HTTP 404: the server ended the session", verb, self->url);
         return;
     }
     if (status < 200 || status >= 300) {
-        s_log (self, "POST %s: HTTP %ld: %s", self->url, status, s_snippet (transfer));
+        s_log (self, "%s %s: HTTP %ld: %s", verb, self->url, status, s_snippet (transfer));
         s_answer_error (transfer, "the MCP server answered HTTP %ld: %s", status, s_snippet (transfer));
         return;
     }
     if (transfer->body == BODY_JSON
     && s_pass_text (self, transfer, transfer->content.data? transfer->content.data: "", transfer->content.size)) {
-        s_log (self, "POST %s: an answer that is not JSON-RPC: %s", self->url, s_snippet (transfer));
+        s_log (self, "%s %s: an answer that is not JSON-RPC: %s", verb, self->url, s_snippet (transfer));
         s_answer_error (transfer, "the MCP server's answer is not JSON-RPC: %s", s_snippet (transfer));
     }
     if (transfer->body == BODY_OTHER && transfer->request_id)
-        s_log (self, "POST %s: HTTP %ld without a JSON or event-stream answer: %s", self->url, status,
+        s_log (self, "%s %s: HTTP %ld without a JSON or event-stream answer: %s", verb, self->url, status,
                s_snippet (transfer));
+    if (transfer->body == BODY_SSE && s_resume (self, transfer))
+        return;
     s_answer_error (transfer, "the MCP server answered HTTP %ld without a response to the request", status);
     if (transfer->initialized_notice && !self->get)
         self->get_at = zclock_mono ();
@@ -794,8 +880,7 @@ s_reap (dsh_mcp_httpc_t *self)
             if (transfer == self->get)
                 s_get_done (self, transfer, result, status);
             else
-            if (streq (transfer->verb, "POST"))
-                s_post_done (self, transfer, result, status);
+                s_request_done (self, transfer, result, status);
         }
         s_transfer_destroy (self, transfer);
     }
@@ -846,10 +931,13 @@ s_thread (void *arg)
         if (self->output_fd >= 0 && self->output_start < self->output.size)
             fds [count++] = (struct curl_waitfd) { .fd = self->output_fd, .events = CURL_WAIT_POLLOUT };
         int timeout = POLL_TICK_MS;
-        if (self->get_at) {
-            int64_t wait = self->get_at - zclock_mono ();
-            timeout = wait < 0? 0: wait < timeout? (int) wait: timeout;
-        }
+        int64_t now = zclock_mono ();
+        if (self->get_at && self->get_at - now < timeout)
+            timeout = self->get_at - now < 0? 0: (int) (self->get_at - now);
+        for (s_transfer_t *transfer = (s_transfer_t *) zlistx_first (self->transfers); transfer;
+             transfer = (s_transfer_t *) zlistx_next (self->transfers))
+            if (!transfer->started && transfer->start_at - now < timeout)
+                timeout = transfer->start_at - now < 0? 0: (int) (transfer->start_at - now);
         curl_multi_poll (self->multi, fds, count, timeout, NULL);
         if (fds [0].revents) {
             //  End of file: the bridge closed the session
@@ -867,6 +955,12 @@ s_thread (void *arg)
         s_reap (self);
         if (self->get_at && zclock_mono () >= self->get_at && !self->ending)
             s_get_start (self);
+        for (s_transfer_t *transfer = (s_transfer_t *) zlistx_first (self->transfers); transfer;
+             transfer = (s_transfer_t *) zlistx_next (self->transfers))
+            if (!transfer->started && zclock_mono () >= transfer->start_at) {
+                curl_multi_add_handle (self->multi, transfer->easy);
+                transfer->started = true;
+            }
         s_flush (self);
     }
     s_close_session (self);
@@ -964,6 +1058,7 @@ dsh_mcp_httpc_destroy (dsh_mcp_httpc_t **self_p)
         zlistx_destroy (&self->headers);
         zstr_free (&self->session_id);
         zstr_free (&self->protocol_version);
+        zstr_free (&self->get_last_event_id);
         zstr_free (&self->url);
         free (self);
         *self_p = NULL;

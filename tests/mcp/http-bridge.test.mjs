@@ -247,6 +247,68 @@ test('--bearer-token-file and --header reach the server', async () => {
   }
 });
 
+//  A hand-made server that closes a call's SSE stream after one progress
+//  event (id "e1", retry 200 ms) and gives the answer only on the GET that
+//  resumes after it, as a 2025-11-25 server that makes its clients poll.
+async function startPollingServer() {
+  const gets = [];
+  let callId;
+  const httpServer = await listen((req, res) => {
+    const chunks = [];
+    req.on('data', (chunk) => chunks.push(chunk));
+    req.on('end', () => {
+      const json = (status, body) => {
+        res.writeHead(status, { 'content-type': 'application/json', 'mcp-session-id': 'polling-session' });
+        res.end(JSON.stringify(body));
+      };
+      if (req.method === 'GET') {
+        gets.push(req.headers);
+        if (req.headers['last-event-id'] !== 'e1') return res.writeHead(405).end();
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end(`id: e2\ndata: ${JSON.stringify({ jsonrpc: '2.0', id: callId,
+          result: { content: [{ type: 'text', text: 'resumed' }] } })}\n\n`);
+        return;
+      }
+      if (req.method !== 'POST') return res.writeHead(405).end();
+      const message = JSON.parse(Buffer.concat(chunks).toString());
+      if (message.id === undefined) return res.writeHead(202).end();
+      if (message.method === 'initialize') {
+        return json(200, { jsonrpc: '2.0', id: message.id, result: { protocolVersion: '2025-06-18',
+          capabilities: { tools: {} }, serverInfo: { name: 'polling', version: '1.0.0' } } });
+      }
+      if (message.method === 'tools/list') {
+        return json(200, { jsonrpc: '2.0', id: message.id, result: { tools: [{ name: 'slow',
+          inputSchema: { type: 'object' } }] } });
+      }
+      if (message.method === 'tools/call') {
+        callId = message.id;
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end(`id: e1\nretry: 200\ndata: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/progress',
+          params: { progressToken: message.params._meta.progressToken, progress: 1, total: 2 } })}\n\n`);
+        return;
+      }
+      json(200, { jsonrpc: '2.0', id: message.id, result: {} });
+    });
+  });
+  return { httpServer, gets };
+}
+
+test('a call whose stream closes early is resumed with Last-Event-ID', async () => {
+  const { httpServer, gets } = await startPollingServer();
+  let child;
+  try {
+    child = await startHttpBridge(urlOf(httpServer), ['--name', 'polling', '--prefix', 'polling__']);
+    const answer = await dshCall(broker.endpoint, 'polling__slow', {});
+    assert.equal(answer.content?.[0]?.text, 'resumed', JSON.stringify(answer));
+    assert.ok(gets.some((headers) => headers['last-event-id'] === 'e1' &&
+      headers['mcp-session-id'] === 'polling-session'));
+  } finally {
+    await stop(child);
+    httpServer.close();
+    httpServer.closeAllConnections();
+  }
+});
+
 //  A bridge to url that logs what matches logged and keeps backing off.
 async function assertBacksOff(url, logged) {
   const child = await startHttpBridge(url, ['--name', 'bad'], logged);
