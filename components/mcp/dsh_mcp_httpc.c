@@ -17,9 +17,9 @@
     message is one line. A request whose POST ends without its answer
     (an HTTP error, a body that is not JSON, an answer over the size
     bound, a stream closed early) gets a JSON-RPC error from here, so no
-    call waits on an answer that cannot come. Connection failures and a
-    404 on the session end the transport: the bridge sees end of file and
-    restarts it, with a new session.
+    call waits on an answer that cannot come. Connection failures, a 404
+    on the session and an HTTP error to a ping end the transport: the
+    bridge sees end of file and restarts it, with a new session.
 
     A request's SSE stream that ends (or breaks) before its answer, after
     an event with an id, is resumed as the spec says: a GET with
@@ -85,6 +85,7 @@ typedef struct {
     char *request_id;           //  POST of a request: its id as JSON text, else NULL
     bool initialize;            //  POST of initialize: the session id and version come back
     bool initialized_notice;    //  POST of notifications/initialized: the GET stream may open
+    bool ping;                  //  POST of a ping: an HTTP error means the session is lost
     bool with_session;
     bool answered;              //  the request's response was passed on
     bool too_big;
@@ -712,6 +713,7 @@ s_post (dsh_mcp_httpc_t *self, char **line_p)
     else
         curl_easy_setopt (transfer->easy, CURLOPT_TIMEOUT_MS, (long) NOTICE_TIMEOUT_MS);
     transfer->initialized_notice = has_method && s_span_is (method, method_end, "\"notifications/initialized\"");
+    transfer->ping = has_method && s_span_is (method, method_end, "\"ping\"");
     transfer->headers = curl_slist_append (transfer->headers, "Content-Type: application/json");
     curl_easy_setopt (transfer->easy, CURLOPT_HTTPHEADER, transfer->headers);
     curl_easy_setopt (transfer->easy, CURLOPT_POSTFIELDS, line);
@@ -840,6 +842,12 @@ s_request_done (dsh_mcp_httpc_t *self, s_transfer_t *transfer, CURLcode result, 
     if (status == 404 && transfer->with_session) {
         zstr_free (&self->session_id);
         s_end (self, "%s %s: HTTP 404: the server ended the session", verb, self->url);
+        return;
+    }
+    //  Servers that forget a session do not all say 404 (server-everything
+    //  says 400): a session that cannot answer a ping is lost
+    if ((status < 200 || status >= 300) && transfer->ping) {
+        s_end (self, "%s %s: HTTP %ld to a ping: %s", verb, self->url, status, s_snippet (transfer));
         return;
     }
     if (status < 200 || status >= 300) {

@@ -309,6 +309,44 @@ test('a call whose stream closes early is resumed with Last-Event-ID', async () 
   }
 });
 
+test('a server that forgets the session (HTTP 400 to a ping) gets a new one', async () => {
+  let sessions = 0;
+  const httpServer = await listen((req, res) => {
+    const chunks = [];
+    req.on('data', (chunk) => chunks.push(chunk));
+    req.on('end', () => {
+      if (req.method !== 'POST') return res.writeHead(405).end();
+      const message = JSON.parse(Buffer.concat(chunks).toString());
+      if (message.id === undefined) return res.writeHead(202).end();
+      const answer = (result) => {
+        res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': `session-${sessions}` });
+        res.end(JSON.stringify({ jsonrpc: '2.0', id: message.id, result }));
+      };
+      if (message.method === 'initialize') {
+        sessions++;
+        return answer({ protocolVersion: '2025-06-18', capabilities: { tools: {} },
+          serverInfo: { name: 'forgetful', version: '1.0.0' } });
+      }
+      if (message.method === 'tools/list') return answer({ tools: [{ name: 'noop', inputSchema: { type: 'object' } }] });
+      res.writeHead(400, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'No valid session ID' } }));
+    });
+  });
+  let child;
+  try {
+    child = await startHttpBridge(urlOf(httpServer), ['--name', 'forgetful', '--prefix', 'forgetful__',
+      '--ping-ms', '200']);
+    await waitFor(() => sessions >= 3, { what: 'new sessions' });
+    assert.match(child.log, /HTTP 400 to a ping/);
+    assert.match(child.log, /session ended/);
+    assert.equal(child.exitCode, null);
+  } finally {
+    await stop(child);
+    httpServer.close();
+    httpServer.closeAllConnections();
+  }
+});
+
 //  A bridge to url that logs what matches logged and keeps backing off.
 async function assertBacksOff(url, logged) {
   const child = await startHttpBridge(url, ['--name', 'bad'], logged);
