@@ -109,6 +109,7 @@ struct _dsh_mcp_httpc_t {
     zlistx_t *headers;          //  the user's extra headers
     size_t max_message;
     pthread_t thread;
+    bool thread_started;
     CURLM *multi;
     int input_fd;               //  the bridge's lines for the server
     int output_fd;              //  lines for the bridge; -1 once closed
@@ -1029,12 +1030,10 @@ dsh_mcp_httpc_new (const char *url, zlistx_t *headers, size_t max_message,
         close (input [0]);
         close (output [0]);
         close (logs [0]);
-        atomic_store (&self->stopping, true);
-        //  No thread to join: destroy sees stopping and only frees
-        self->thread = pthread_self ();
         dsh_mcp_httpc_destroy (&self);
         return NULL;
     }
+    self->thread_started = true;
     *to_server = input [0];
     *from_server = output [0];
     *log = logs [0];
@@ -1047,7 +1046,7 @@ dsh_mcp_httpc_destroy (dsh_mcp_httpc_t **self_p)
     assert (self_p);
     if (*self_p) {
         dsh_mcp_httpc_t *self = *self_p;
-        if (!pthread_equal (self->thread, pthread_self ())) {
+        if (self->thread_started) {
             atomic_store (&self->stopping, true);
             curl_multi_wakeup (self->multi);
             pthread_join (self->thread, NULL);
