@@ -79,6 +79,13 @@ function startHttpBridge(url, extra = [], ready = /serving \d+ tools/) {
     .then(({ child }) => child);
 }
 
+//  "serving" is printed when the bridge has handed its tools over; the
+//  broker lists them a moment later.
+function toolListed(name) {
+  return waitFor(async () => (await dshTools(broker.endpoint)).some((tool) => tool.name === name),
+    { what: `${name} in the broker` });
+}
+
 function count(child, pattern) {
   return (child.log.match(pattern) || []).length;
 }
@@ -230,6 +237,7 @@ test('--bearer-token-file and --header reach the server', async () => {
   try {
     authorized = await startHttpBridge(urlOf(httpServer), ['--name', 'tokened', '--prefix', 'tokened__',
       '--bearer-token-file', tokenFile, '--header', 'X-Caller: the bridge']);
+    await toolListed('tokened__whoami');
     const answer = await dshCall(broker.endpoint, 'tokened__whoami', { greeting: 'hello' });
     assert.equal(answer.content[0].text, 'hello, the bridge');
     assert.ok(requests.every((headers) => headers.authorization === 'Bearer s3cret-token'));
@@ -298,6 +306,7 @@ test('a call whose stream closes early is resumed with Last-Event-ID', async () 
   let child;
   try {
     child = await startHttpBridge(urlOf(httpServer), ['--name', 'polling', '--prefix', 'polling__']);
+    await toolListed('polling__slow');
     const answer = await dshCall(broker.endpoint, 'polling__slow', {});
     assert.equal(answer.content?.[0]?.text, 'resumed', JSON.stringify(answer));
     assert.ok(gets.some((headers) => headers['last-event-id'] === 'e1' &&
