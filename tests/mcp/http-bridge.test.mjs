@@ -318,6 +318,59 @@ test('a call whose stream closes early is resumed with Last-Event-ID', async () 
   }
 });
 
+//  A hand-made server that uses the framing a client must take: pretty
+//  JSON, a batch array with a notification before the answer, and a call
+//  answered on an SSE stream with CRLF line ends, a comment, an event of
+//  another type, data over two lines, all sent a few bytes at a time.
+test('every framing the transport allows reaches the bridge as whole messages', async () => {
+  const tricky = 'a } " ] [ { tricky\nstring \\';
+  const httpServer = await listen((req, res) => {
+    const chunks = [];
+    req.on('data', (chunk) => chunks.push(chunk));
+    req.on('end', async () => {
+      if (req.method !== 'POST') return res.writeHead(405).end();
+      const message = JSON.parse(Buffer.concat(chunks).toString());
+      if (message.id === undefined) return res.writeHead(202).end();
+      const pretty = (body) => {
+        res.writeHead(200, { 'content-type': 'application/json; charset=utf-8', 'mcp-session-id': 'framed' });
+        res.end(JSON.stringify(body, null, 2));
+      };
+      const answer = (result) => ({ jsonrpc: '2.0', id: message.id, result });
+      if (message.method === 'initialize') {
+        return pretty(answer({ protocolVersion: '2025-06-18', capabilities: { tools: {} },
+          serverInfo: { name: 'framed', version: '1.0.0' } }));
+      }
+      if (message.method === 'tools/list') {
+        return pretty([{ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'hi' } },
+          answer({ tools: [{ name: 'tricky', inputSchema: { type: 'object' } }] })]);
+      }
+      if (message.method !== 'tools/call') return pretty(answer({}));
+      const text = JSON.stringify(answer({ content: [{ type: 'text', text: tricky }] }));
+      const cut = text.indexOf('"result"');
+      const stream = ': keep-alive\r\n\r\nevent: other\r\ndata: not a message\r\n\r\n' +
+        `event: message\r\ndata: ${text.slice(0, cut)}\r\ndata: ${text.slice(cut)}\r\n\r\n`;
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let at = 0; at < stream.length; at += 7) {
+        res.write(stream.slice(at, at + 7));
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      res.end();
+    });
+  });
+  let child;
+  try {
+    child = await startHttpBridge(urlOf(httpServer), ['--name', 'framed', '--prefix', 'framed__']);
+    await toolListed('framed__tricky');
+    const result = await dshCall(broker.endpoint, 'framed__tricky', {});
+    assert.deepEqual(result.content, [{ type: 'text', text: tricky }]);
+    assert.doesNotMatch(child.log, /ignoring a line/);
+  } finally {
+    await stop(child);
+    httpServer.close();
+    httpServer.closeAllConnections();
+  }
+});
+
 test('a server that forgets the session (HTTP 400 to a ping) gets a new one', async () => {
   let sessions = 0;
   const httpServer = await listen((req, res) => {
