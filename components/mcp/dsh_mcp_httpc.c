@@ -832,14 +832,15 @@ s_request_done (dsh_mcp_httpc_t *self, s_transfer_t *transfer, CURLcode result, 
         s_log (self, "%s %s: no answer to a notification within %d ms", verb, self->url, NOTICE_TIMEOUT_MS);
         return;
     }
-    //  A stream that broke after an event id is taken up where it broke;
-    //  if the server is gone, the resumption fails to connect and ends all
-    if (result != CURLE_OK && !s_resume (self, transfer)) {
-        s_end (self, "%s %s: %s", verb, self->url, *transfer->error? transfer->error: curl_easy_strerror (result));
+    //  A stream that broke after its answer lost nothing; one that broke
+    //  after an event id is taken up where it broke (if the server is
+    //  gone, the resumption fails to connect and ends all)
+    if (result != CURLE_OK) {
+        if (!transfer->answered && !s_resume (self, transfer))
+            s_end (self, "%s %s: %s", verb, self->url,
+                   *transfer->error? transfer->error: curl_easy_strerror (result));
         return;
     }
-    if (result != CURLE_OK)
-        return;
     if (status == 404 && transfer->with_session) {
         zstr_free (&self->session_id);
         s_end (self, "%s %s: HTTP 404: the server ended the session", verb, self->url);
