@@ -9,6 +9,7 @@ set -euo pipefail
 packages=(gcc pkg-config meson ninja-build python3
           clang libfuzzer-14-dev
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
+          libcurl4-openssl-dev
           valgrind
           iproute2
           nats-server libnats-dev)

@@ -2,12 +2,20 @@
     dsh-mcp-bridge - serve an MCP server's tools to a dsh broker
 
         dsh-mcp-bridge [--broker E] [--name N] [--prefix P] [--id ID]
-                       [--untrusted] [--confined] [--ping-ms N] [-v] -- COMMAND [ARGS...]
+                       [--untrusted] [--confined] [--ping-ms N] [--root DIR]... [-v]
+                       -- COMMAND [ARGS...]
+        dsh-mcp-bridge [options] --url URL [--header "NAME: VALUE"]...
+                       [--bearer-token-file FILE]
 
     Starts COMMAND as an MCP server on stdio, does the MCP handshake, lists
     its tools (every page) and announces each one to the broker as a raw
     tool of a dsh component. A dsh call becomes a tools/call on the server's
     stdin; many are in flight at once, told apart by their JSON-RPC ids.
+
+    With --url the server is remote, on MCP's Streamable HTTP transport:
+    dsh_mcp_httpc gives this program the same three fds a child's stdio
+    would, so everything below holds for both. A session that cannot be
+    reached or that the server ends is a server that exited.
 
     One thread owns the server: this program's main loop polls the server's
     stdout and stderr, a wake pipe, and the cancel fds of the calls in
@@ -26,6 +34,7 @@
 #include "dsh_mcp_content.h"
 #include "dsh_mcp_gateway.h"
 #include "dsh_mcp_logs.h"
+#include "dsh_mcp_httpc.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -56,6 +65,8 @@ extern char **environ;
 #define MAX_LINE_BYTES          (64 * 1024 * 1024)
 #define MAX_LOG_LINE_BYTES      (64 * 1024)
 #define MAX_LIST_PAGES          1000
+//  The largest bearer token file read
+#define MAX_TOKEN_BYTES         16384
 #define POLL_TICK_MS            100
 //  How long after the broker first asks for our tools its refusals are
 //  awaited before the "serving N tools" line (they come within a round
@@ -142,9 +153,12 @@ typedef struct {
     bool verbose;
     int ping_ms;
     char **command;
+    const char *url;            //  a remote server instead of command
+    zlistx_t *headers;          //  --url: extra HTTP headers
     //  The server process
     s_state_t state;
     pid_t pid;
+    dsh_mcp_httpc_t *httpc;     //  --url: the session standing in for the process
     int stdin_fd;
     int stdout_fd;
     int stderr_fd;
@@ -808,8 +822,10 @@ s_on_server_request (self_t *self, const char *method, const json_t *id)
 //  ---------------------------------------------------------------------
 //  The server process
 
-static void
-s_server_start (self_t *self)
+//  Starts the server process with its stdio on pipes. Returns 0, or -1
+//  (logged, restart planned).
+static int
+s_spawn (self_t *self)
 {
     int in [2] = { -1, -1 }, out [2] = { -1, -1 }, err [2] = { -1, -1 };
     if (pipe2 (in, O_CLOEXEC) || pipe2 (out, O_CLOEXEC) || pipe2 (err, O_CLOEXEC)) {
@@ -820,7 +836,7 @@ s_server_start (self_t *self)
             if (err [index] >= 0) close (err [index]);
         }
         self->restart_at = zclock_mono () + self->backoff_ms;
-        return;
+        return -1;
     }
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init (&actions);
@@ -853,18 +869,42 @@ s_server_start (self_t *self)
         self->pid = 0;
         self->restart_at = zclock_mono () + self->backoff_ms;
         self->backoff_ms = self->backoff_ms * 2 > BACKOFF_MAX_MS? BACKOFF_MAX_MS: self->backoff_ms * 2;
-        return;
+        return -1;
     }
     self->stdin_fd = in [1];
     self->stdout_fd = out [0];
     self->stderr_fd = err [0];
+    zsys_info ("%s: started %s (pid %d)", self->name, self->command [0], (int) self->pid);
+    return 0;
+}
+
+//  Opens a Streamable HTTP session to --url. Returns 0, or -1 (logged,
+//  restart planned).
+static int
+s_connect (self_t *self)
+{
+    self->httpc = dsh_mcp_httpc_new (self->url, self->headers, MAX_LINE_BYTES,
+                                     &self->stdin_fd, &self->stdout_fd, &self->stderr_fd);
+    if (!self->httpc) {
+        self->restart_at = zclock_mono () + self->backoff_ms;
+        self->backoff_ms = self->backoff_ms * 2 > BACKOFF_MAX_MS? BACKOFF_MAX_MS: self->backoff_ms * 2;
+        return -1;
+    }
+    zsys_info ("%s: started a session with %s", self->name, self->url);
+    return 0;
+}
+
+static void
+s_server_start (self_t *self)
+{
+    if (self->url? s_connect (self): s_spawn (self))
+        return;
     fcntl (self->stdin_fd, F_SETFL, O_NONBLOCK);
     fcntl (self->stdout_fd, F_SETFL, O_NONBLOCK);
     fcntl (self->stderr_fd, F_SETFL, O_NONBLOCK);
     self->rpc = dsh_jsonrpc_new (self->stdout_fd, self->stdin_fd, MAX_LINE_BYTES);
     self->log_lines = dsh_jsonrpc_new (self->stderr_fd, -1, MAX_LOG_LINE_BYTES);
     self->state = SERVER_STARTING;
-    zsys_info ("%s: started %s (pid %d)", self->name, self->command [0], (int) self->pid);
     s_request (self, REQUEST_INITIALIZE, "initialize", s_initialize_params ());
 }
 
@@ -883,7 +923,8 @@ s_process_gone (pid_t pid, int wait_ms)
 }
 
 //  Ends the process: EOF on its stdin first (the MCP way to ask a stdio
-//  server to stop), then SIGTERM, then SIGKILL.
+//  server to stop), then SIGTERM, then SIGKILL. A session ends with its
+//  DELETE.
 static void
 s_server_stop (self_t *self, int grace_ms)
 {
@@ -891,6 +932,7 @@ s_server_stop (self_t *self, int grace_ms)
     dsh_jsonrpc_destroy (&self->log_lines);
     if (self->stdin_fd >= 0)
         close (self->stdin_fd);
+    dsh_mcp_httpc_destroy (&self->httpc);
     if (self->pid > 0 && !s_process_gone (self->pid, grace_ms)) {
         kill (-self->pid, SIGTERM);
         if (!s_process_gone (self->pid, 500)) {
@@ -1295,7 +1337,7 @@ s_read_server (self_t *self, short revents_out, short revents_err)
             json_decref (id);
         }
         if (rc && self->rpc)
-            s_server_lost (self, "exited");
+            s_server_lost (self, self->url? "session ended": "exited");
     }
 }
 
@@ -1367,11 +1409,14 @@ s_usage (FILE *stream)
 {
     fprintf (stream,
         "usage: dsh-mcp-bridge [options] -- COMMAND [ARGS...]\n"
-        "Start an MCP server on stdio and serve its tools to a dsh broker.\n"
+        "       dsh-mcp-bridge [options] --url URL\n"
+        "Start an MCP server on stdio, or reach one over Streamable HTTP at URL, and serve\n"
+        "its tools to a dsh broker.\n"
         "  --broker ENDPOINT[,ENDPOINT...]\n"
         "                     the broker's front endpoint, or a list of brokers, each served\n"
         "                     (default: $DSH_BROKER, else %s)\n"
-        "  --name NAME        the server's name in logs (default: the command's basename)\n"
+        "  --name NAME        the server's name in logs (default: the command's basename,\n"
+        "                     or the URL's host)\n"
         "  --prefix P         prefix every tool name with P (e.g. \"everything__\")\n"
         "  --id ID            the component id (default: mcp-NAME)\n"
         "  --untrusted        do not pass on hints that loosen policies (readOnlyHint true,\n"
@@ -1383,6 +1428,13 @@ s_usage (FILE *stream)
         "                     tools write without a human's approval\n"
         "  --ping-ms N        ping the server every N ms; no answer within N ms = hung\n"
         "                     (default 5000)\n"
+        "  --url URL          an MCP server on Streamable HTTP (http or https), instead of\n"
+        "                     a command\n"
+        "  --header \"NAME: VALUE\"\n"
+        "                     with --url: send this header on every request (repeatable)\n"
+        "  --bearer-token-file FILE\n"
+        "                     with --url: send \"Authorization: Bearer TOKEN\", TOKEN being\n"
+        "                     FILE's content without surrounding white space\n"
         "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
         "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
         "  -v, --verbose      log every call\n"
@@ -1405,6 +1457,46 @@ s_bad_usage (const char *format, ...)
     return 2;
 }
 
+//  0 if header is "NAME: VALUE" on one line, else -1.
+static int
+s_header_check (const char *header)
+{
+    const char *colon = strchr (header, ':');
+    if (!colon || colon == header || strpbrk (header, "\r\n"))
+        return -1;
+    for (const char *cursor = header; cursor < colon; cursor++)
+        if ((unsigned char) *cursor <= 0x20 || (unsigned char) *cursor >= 0x7f)
+            return -1;
+    return 0;
+}
+
+//  Writes "Authorization: Bearer TOKEN" into header (MAX_TOKEN_BYTES + 32
+//  bytes) from a file holding TOKEN. Returns 0, or -1 if the file cannot
+//  be read or holds no single token.
+static int
+s_bearer_header (const char *path, char *header)
+{
+    FILE *file = fopen (path, "r");
+    if (!file)
+        return -1;
+    char token [MAX_TOKEN_BYTES + 2];
+    size_t size = fread (token, 1, MAX_TOKEN_BYTES + 1, file);
+    fclose (file);
+    while (size > 0 && isspace ((unsigned char) token [size - 1]))
+        size--;
+    token [size] = 0;
+    char *start = token;
+    while (isspace ((unsigned char) *start))
+        start++;
+    bool visible = *start && size <= MAX_TOKEN_BYTES;
+    for (const char *cursor = start; visible && *cursor; cursor++)
+        visible = (unsigned char) *cursor > 0x20 && (unsigned char) *cursor < 0x7f;
+    if (!visible)
+        return -1;
+    snprintf (header, MAX_TOKEN_BYTES + 32, "Authorization: Bearer %s", start);
+    return 0;
+}
+
 int
 main (int argc, char *argv [])
 {
@@ -1419,6 +1511,9 @@ main (int argc, char *argv [])
         { "root", required_argument, NULL, 'R' },
         { "cert", required_argument, NULL, 'C' },
         { "broker-cert", required_argument, NULL, 'K' },
+        { "url", required_argument, NULL, 'U' },
+        { "header", required_argument, NULL, 'H' },
+        { "bearer-token-file", required_argument, NULL, 'T' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
@@ -1428,6 +1523,11 @@ main (int argc, char *argv [])
     const char *id = NULL;
     size_t root_count = 0;
     const char *cert = NULL, *broker_cert = NULL;
+    const char *token_file = NULL;
+    //  --url: the --header values, and the bearer header if any
+    const char *header_args [argc];
+    int header_count = 0;
+    char bearer [MAX_TOKEN_BYTES + 32] = "";
     opterr = 0;
     int option;
     //  "+": stop at the first non-option, so COMMAND's own options stay its
@@ -1442,6 +1542,13 @@ main (int argc, char *argv [])
             case 'v': self.verbose = true; break;
             case 'C': cert = optarg; break;
             case 'K': broker_cert = optarg; break;
+            case 'U': self.url = optarg; break;
+            case 'T': token_file = optarg; break;
+            case 'H':
+                if (s_header_check (optarg))
+                    return s_bad_usage ("--header needs \"NAME: VALUE\" on one line, not \"%s\"", optarg);
+                header_args [header_count++] = optarg;
+                break;
             case 'h': s_usage (stdout); return 0;
             case 'R':
                 if (root_count == MAX_ROOTS)
@@ -1464,9 +1571,25 @@ main (int argc, char *argv [])
                 return s_bad_usage ("unknown option %s", argv [optind - 1]);
         }
     }
-    if (optind >= argc)
-        return s_bad_usage ("no MCP server command given");
-    self.command = argv + optind;
+    if (optind >= argc && !self.url)
+        return s_bad_usage ("no MCP server command or --url given");
+    if (optind < argc && self.url)
+        return s_bad_usage ("give an MCP server command or --url, not both");
+    if (!self.url && (header_count || token_file))
+        return s_bad_usage ("--header and --bearer-token-file need --url");
+    char host [256] = "";
+    if (self.url) {
+        char *url_host = dsh_mcp_httpc_host (self.url);
+        if (!url_host)
+            return s_bad_usage ("--url needs an http or https URL, not \"%s\"", self.url);
+        snprintf (host, sizeof host, "%s", url_host);
+        free (url_host);
+    }
+    if (token_file && s_bearer_header (token_file, bearer))
+        return s_bad_usage ("--bearer-token-file %s: not a readable file holding one token", token_file);
+    self.command = self.url? NULL: argv + optind;
+    if (!self.name && self.url)
+        self.name = host;
     if (root_count == 0)
         self.roots [0] = ".";
     if (!self.name) {
@@ -1524,6 +1647,11 @@ main (int argc, char *argv [])
     self.log_ring = json_array ();
     self.tools = zhashx_new ();
     zhashx_set_destructor (self.tools, s_tool_destroy);
+    self.headers = zlistx_new ();
+    for (int index = 0; index < header_count; index++)
+        zlistx_add_end (self.headers, (void *) header_args [index]);
+    if (*bearer)
+        zlistx_add_end (self.headers, bearer);
 
     int status = s_run (&self);
 
@@ -1540,5 +1668,6 @@ main (int argc, char *argv [])
     close (wake [0]);
     close (wake [1]);
     zstr_free (&self.component_id);
+    zlistx_destroy (&self.headers);
     return status;
 }
