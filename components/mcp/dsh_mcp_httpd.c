@@ -56,6 +56,7 @@ typedef struct {
     bool answered;              //  refused at its headers: the body is dropped
     char *body;
     size_t body_size;
+    size_t body_capacity;
     bool too_large;
     //  Once it is an exchange (a stream or a JSON body for the core's answers)
     s_kind_t kind;
@@ -67,6 +68,7 @@ typedef struct {
     char *out;                  //  bytes for the client: out [out_start..out_size)
     size_t out_start;
     size_t out_size;
+    size_t out_capacity;
     bool finished;              //  nothing follows what is queued
     bool broken;                //  close the connection, not the stream
     bool suspended;
@@ -151,6 +153,16 @@ s_wake (s_request_t *request)
     }
 }
 
+//  Drops the connection, and what was queued for it.
+static void
+s_out_break (s_request_t *request)
+{
+    request->broken = true;
+    zstr_free (&request->out);
+    request->out_start = request->out_size = request->out_capacity = 0;
+    s_wake (request);
+}
+
 //  Queues bytes for the client; a client that lets them pile up past the
 //  backlog loses its stream.
 static void
@@ -162,22 +174,26 @@ s_out_append (s_request_t *request, const char *data, size_t size)
     if (pending > DSH_MCP_HTTPD_MAX_BACKLOG) {
         zsys_warning ("dsh-mcp: an HTTP client reads too slowly (%zu bytes waiting): its stream is closed",
                       pending);
-        request->broken = true;
-        zstr_free (&request->out);
-        request->out_start = request->out_size = 0;
+        s_out_break (request);
+        return;
     }
-    else {
-        if (request->out_start > 0) {
-            memmove (request->out, request->out + request->out_start, pending);
-            request->out_size = pending;
-            request->out_start = 0;
-        }
-        request->out = (char *) realloc (request->out, request->out_size + size);
+    //  The consumed prefix is reclaimed once it is half the buffer
+    if (request->out_start > 0 && request->out_start * 2 >= request->out_size) {
+        memmove (request->out, request->out + request->out_start, pending);
+        request->out_size = pending;
+        request->out_start = 0;
+    }
+    if (request->out_size + size > request->out_capacity) {
+        size_t capacity = request->out_capacity? request->out_capacity: 4096;
+        while (capacity < request->out_size + size)
+            capacity *= 2;
+        request->out = (char *) realloc (request->out, capacity);
         assert (request->out);
-        memcpy (request->out + request->out_size, data, size);
-        request->out_size += size;
-        request->last_write = zclock_mono ();
+        request->out_capacity = capacity;
     }
+    memcpy (request->out + request->out_size, data, size);
+    request->out_size += size;
+    request->last_write = zclock_mono ();
     s_wake (request);
 }
 
@@ -198,15 +214,6 @@ static void
 s_out_finish (s_request_t *request)
 {
     request->finished = true;
-    s_wake (request);
-}
-
-static void
-s_out_break (s_request_t *request)
-{
-    request->broken = true;
-    zstr_free (&request->out);
-    request->out_start = request->out_size = 0;
     s_wake (request);
 }
 
@@ -728,11 +735,18 @@ s_access (void *cls, struct MHD_Connection *connection, const char *url, const c
         if (request->body_size + size > DSH_MCP_HTTPD_MAX_BODY) {
             request->too_large = true;
             zstr_free (&request->body);
-            request->body_size = 0;
+            request->body_size = request->body_capacity = 0;
             return MHD_YES;
         }
-        request->body = (char *) realloc (request->body, request->body_size + size);
-        assert (request->body);
+        if (request->body_size + size > request->body_capacity) {
+            //  Doubling: a body comes in many small pieces
+            size_t capacity = request->body_capacity? request->body_capacity: 4096;
+            while (capacity < request->body_size + size)
+                capacity *= 2;
+            request->body = (char *) realloc (request->body, capacity);
+            assert (request->body);
+            request->body_capacity = capacity;
+        }
         memcpy (request->body + request->body_size, upload_data, size);
         request->body_size += size;
         return MHD_YES;
