@@ -638,6 +638,24 @@ s_is_request (const json_t *message)
     return json_is_string (json_object_get (message, "method")) && json_object_get (message, "id");
 }
 
+//  Makes room for a new session by ending the one idle the longest, so
+//  clients that open sessions and walk away cannot lock others out.
+//  Returns whether there was one to end (under the lock).
+static bool
+s_evict_idlest (dsh_mcp_httpd_t *self)
+{
+    s_session_t *idlest = NULL;
+    for (s_session_t *session = (s_session_t *) zhashx_first (self->sessions); session;
+         session = (s_session_t *) zhashx_next (self->sessions))
+        if (session->exchanges == 0 && (!idlest || session->last_active < idlest->last_active))
+            idlest = session;
+    if (idlest) {
+        zsys_info ("dsh-mcp: HTTP session %.8s... ended to make room for a new one", idlest->id);
+        s_session_end (self, idlest, true);
+    }
+    return idlest != NULL;
+}
+
 static enum MHD_Result
 s_on_post (dsh_mcp_httpd_t *self, s_request_t *request)
 {
@@ -656,7 +674,7 @@ s_on_post (dsh_mcp_httpd_t *self, s_request_t *request)
     if (request->session_id)
         session = (s_session_t *) zhashx_lookup (self->sessions, request->session_id);
     else
-    if (zhashx_size (self->sessions) >= DSH_MCP_HTTPD_MAX_SESSIONS) {
+    if (zhashx_size (self->sessions) >= DSH_MCP_HTTPD_MAX_SESSIONS && !s_evict_idlest (self)) {
         status = MHD_HTTP_SERVICE_UNAVAILABLE;
         refusal = "Service Unavailable: too many sessions";
     }
@@ -984,10 +1002,14 @@ dsh_mcp_httpd_destroy (dsh_mcp_httpd_t **self_p)
         dsh_mcp_httpd_t *self = *self_p;
         pthread_mutex_lock (&self->lock);
         self->stopping = true;
-        //  MHD must not be stopped with connections suspended
+        //  MHD must not be stopped with connections suspended; streams
+        //  end, answers that will not come cut their exchange short
         for (s_request_t *request = (s_request_t *) zlistx_first (self->exchanges); request;
              request = (s_request_t *) zlistx_next (self->exchanges))
-            s_out_break (request);
+            if (json_array_size (request->waiting))
+                s_out_break (request);
+            else
+                s_out_finish (request);
         pthread_cond_signal (&self->wake);
         pthread_mutex_unlock (&self->lock);
         if (self->housekeeper_started)

@@ -702,6 +702,44 @@ test_client_gone_cancels (void **state)
     zstr_free (&session);
 }
 
+//  Sessions are bounded: a new one ends the one idle the longest, and
+//  when every session has a stream open, the new one is refused.
+static void
+test_sessions_are_bounded (void **state)
+{
+    (void) state;
+    char *first = s_initialize ();
+    s_http_t *streams [DSH_MCP_HTTPD_MAX_SESSIONS] = { NULL };
+    for (int count = 1; count < DSH_MCP_HTTPD_MAX_SESSIONS; count++) {
+        char *session = s_initialize ();
+        char *session_header = zsys_sprintf ("Mcp-Session-Id: %s", session);
+        streams [count] = s_http_start ("GET", "/mcp", NULL, "Accept: text/event-stream", session_header, NULL);
+        assert_true (s_http_wait (streams [count], ""));
+        assert_int_equal (s_http_status (streams [count]), 200);
+        zstr_free (&session_header);
+        zstr_free (&session);
+    }
+    assert_false (s_core_heard ("ended"));
+    char *newest = s_initialize ();
+    assert_true (s_wait_heard ("ended"));
+    s_http_t *http = s_post (first, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\"}", NULL);
+    assert_int_equal (s_http_status (http), 404);
+    s_http_destroy (&http);
+
+    //  Now every session but the newest has a stream; give it one too
+    char *session_header = zsys_sprintf ("Mcp-Session-Id: %s", newest);
+    streams [0] = s_http_start ("GET", "/mcp", NULL, "Accept: text/event-stream", session_header, NULL);
+    assert_true (s_http_wait (streams [0], ""));
+    http = s_post (NULL, INITIALIZE, NULL);
+    assert_int_equal (s_http_status (http), 503);
+    s_http_destroy (&http);
+    for (int count = 0; count < DSH_MCP_HTTPD_MAX_SESSIONS; count++)
+        s_http_destroy (&streams [count]);
+    zstr_free (&session_header);
+    zstr_free (&newest);
+    zstr_free (&first);
+}
+
 //  A client that never reads its stream loses it; the server keeps a
 //  bounded backlog, not everything the core sent.
 static void
@@ -771,6 +809,7 @@ main (void)
         cmocka_unit_test (test_token_file),
         cmocka_unit_test_setup_teardown (test_idle_session_expires, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_client_gone_cancels, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_sessions_are_bounded, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_slow_reader_loses_its_stream, s_setup, s_teardown),
     };
     int rc = cmocka_run_group_tests (tests, NULL, NULL);
