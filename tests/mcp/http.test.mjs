@@ -13,7 +13,7 @@ import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import { bin, start, startBroker, stop, waitFor } from './helpers.mjs';
+import { bin, start, startBroker, stop, runInspector, waitFor } from './helpers.mjs';
 
 const help = (() => {
   try { return execFileSync(bin.facade, ['--help'], { encoding: 'utf8' }); } catch { return ''; }
@@ -85,6 +85,29 @@ test('the SDK client lists and calls tools over Streamable HTTP', { skip }, asyn
   } finally {
     await client.close();
   }
+});
+
+test('progress arrives on the stream of the call it is about', { skip }, async () => {
+  const { client } = await connect(url);
+  try {
+    const steps = [];
+    const result = await client.callTool({ name: 'count', arguments: { to: 5, step_ms: 20 } }, undefined,
+      { onprogress: (progress) => steps.push(progress.progress) });
+    assert.equal(result.isError, false);
+    assert.ok(steps.length > 0, 'no progress notification reached the client');
+  } finally {
+    await client.close();
+  }
+});
+
+test('the MCP inspector CLI lists and calls over Streamable HTTP', { skip }, async () => {
+  const list = await runInspector([url, '--transport', 'http', '--method', 'tools/list'], {});
+  assert.equal(list.code, 0, list.stderr);
+  assert.ok(JSON.parse(list.stdout).tools.some((tool) => tool.name === 'echo'));
+  const call = await runInspector([url, '--transport', 'http', '--method', 'tools/call', '--tool-name', 'echo',
+    '--tool-arg', 'message=inspected over http'], {});
+  assert.equal(call.code, 0, call.stderr);
+  assert.deepEqual(JSON.parse(call.stdout).content, [{ type: 'text', text: 'inspected over http' }]);
 });
 
 test('two clients get two sessions, and list_changed reaches each GET stream', { skip }, async () => {
