@@ -283,6 +283,8 @@ s_content_reader (void *cls, uint64_t pos, char *buf, size_t max)
         size = (ssize_t) (pending < max? pending: max);
         memcpy (buf, request->out + request->out_start, (size_t) size);
         request->out_start += (size_t) size;
+        if (request->out_start == request->out_size)
+            request->out_start = request->out_size = 0;
     }
     else
     if (request->finished)
@@ -848,7 +850,10 @@ s_housekeeper (void *args)
         int64_t now = zclock_mono ();
         for (s_request_t *request = (s_request_t *) zlistx_first (self->exchanges); request;
              request = (s_request_t *) zlistx_next (self->exchanges))
-            if (request->kind != KIND_POST_JSON && now - request->last_write >= self->keepalive_ms)
+            //  A stream with bytes queued needs none, and must not have a
+            //  keep-alive count against a large answer being read
+            if (request->kind != KIND_POST_JSON && request->out_size == request->out_start
+                && now - request->last_write >= self->keepalive_ms)
                 s_out_append (request, ": keepalive\n\n", 13);
         zlistx_t *expired = zlistx_new ();
         for (s_session_t *session = (s_session_t *) zhashx_first (self->sessions); session;
