@@ -79,6 +79,7 @@ struct _s_session_t {
     char *id;
     int64_t last_active;
     size_t exchanges;           //  open exchanges
+    size_t backlog;             //  bytes queued on them, not yet sent
     s_request_t *get_stream;
 };
 
@@ -157,23 +158,27 @@ s_wake (s_request_t *request)
 static void
 s_out_break (s_request_t *request)
 {
+    if (request->session)
+        request->session->backlog -= request->out_size - request->out_start;
     request->broken = true;
     zstr_free (&request->out);
     request->out_start = request->out_size = request->out_capacity = 0;
     s_wake (request);
 }
 
-//  Queues bytes for the client; a client that lets them pile up past the
-//  backlog loses its stream.
+//  Queues bytes for the client; a client that lets them pile up past a
+//  stream's or its session's backlog loses the stream. One message of any
+//  size fits on a stream with nothing queued.
 static void
 s_out_append (s_request_t *request, const char *data, size_t size)
 {
     if (request->broken || request->finished)
         return;
     size_t pending = request->out_size - request->out_start;
-    if (pending > DSH_MCP_HTTPD_MAX_BACKLOG) {
-        zsys_warning ("dsh-mcp: an HTTP client reads too slowly (%zu bytes waiting): its stream is closed",
-                      pending);
+    size_t session_backlog = request->session? request->session->backlog: 0;
+    if (pending > DSH_MCP_HTTPD_MAX_BACKLOG || (pending && session_backlog > DSH_MCP_HTTPD_MAX_SESSION_BACKLOG)) {
+        zsys_warning ("dsh-mcp: an HTTP client reads too slowly (%zu bytes waiting, %zu in its session): "
+                      "its stream is closed", pending, session_backlog);
         s_out_break (request);
         return;
     }
@@ -193,6 +198,8 @@ s_out_append (s_request_t *request, const char *data, size_t size)
     }
     memcpy (request->out + request->out_size, data, size);
     request->out_size += size;
+    if (request->session)
+        request->session->backlog += size;
     request->last_write = zclock_mono ();
     s_wake (request);
 }
@@ -283,6 +290,8 @@ s_content_reader (void *cls, uint64_t pos, char *buf, size_t max)
         size = (ssize_t) (pending < max? pending: max);
         memcpy (buf, request->out + request->out_start, (size_t) size);
         request->out_start += (size_t) size;
+        if (request->session)
+            request->session->backlog -= (size_t) size;
         if (request->out_start == request->out_size)
             request->out_start = request->out_size = 0;
     }
@@ -797,6 +806,7 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls, enum 
     s_session_t *session = request->session;
     if (session) {
         session->exchanges--;
+        session->backlog -= request->out_size - request->out_start;
         session->last_active = zclock_mono ();
         if (session->get_stream == request)
             session->get_stream = NULL;

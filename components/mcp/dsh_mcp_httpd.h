@@ -32,6 +32,7 @@ extern "C" {
 #define DSH_MCP_HTTPD_MAX_BODY          (16 * 1024 * 1024)
 #define DSH_MCP_HTTPD_MAX_SESSIONS      64
 #define DSH_MCP_HTTPD_MAX_BACKLOG       (8 * 1024 * 1024)
+#define DSH_MCP_HTTPD_MAX_SESSION_BACKLOG (16 * 1024 * 1024)
 #define DSH_MCP_HTTPD_IDLE_MS           (60 * 60 * 1000)
 #define DSH_MCP_HTTPD_KEEPALIVE_MS      15000
 
@@ -61,7 +62,8 @@ int
 //  The next event, or NULL with *session_p NULL when none waits. A message
 //  from a client (caller owns it) with *session_p its session id (caller
 //  frees); or, when a session ended (DELETE, idle expiry), NULL with
-//  *session_p set. A session's first message is its initialize. When a
+//  *session_p set: its unanswered requests will reach no one, so the core
+//  drops them. A session's first message is its initialize. When a
 //  client goes away before its requests were answered, the core hears
 //  notifications/cancelled for each of them.
 json_t *

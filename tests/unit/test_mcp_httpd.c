@@ -27,6 +27,10 @@
 #define WAIT_MS         60000
 #define FLOOD_MESSAGES  320
 #define FLOOD_BYTES     (64 * 1024)
+//  Each of these streams stays under a stream's backlog, together over
+//  the session's
+#define SPREAD_STREAMS  10
+#define SPREAD_MESSAGES 112
 
 //  ---------------------------------------------------------------------
 //  The fake core
@@ -119,14 +123,19 @@ s_core_handle (const char *session, json_t *message)
         s_answer (session, id, json_object ());
     }
     else
-    if (streq (method, "flood")) {
+    if (streq (method, "flood") || streq (method, "flood_own")) {
+        //  On the GET stream, or on the request's own
+        bool own = streq (method, "flood_own");
         char *filler = (char *) malloc (FLOOD_BYTES + 1);
         memset (filler, 'x', FLOOD_BYTES);
         filler [FLOOD_BYTES] = 0;
-        for (int count = 0; count < FLOOD_MESSAGES; count++)
-            s_notify (session, "notifications/message", json_pack ("{s:s}", "data", filler), NULL);
+        for (int count = 0; count < (own? SPREAD_MESSAGES: FLOOD_MESSAGES); count++)
+            s_notify (session, "notifications/message", json_pack ("{s:s}", "data", filler), own? id: NULL);
         free (filler);
         s_answer (session, id, json_object ());
+        char *what = zsys_sprintf ("flooded %" JSON_INTEGER_FORMAT, json_integer_value (id));
+        s_heard (what);
+        zstr_free (&what);
     }
     //  "hold" is never answered
 }
@@ -740,6 +749,84 @@ test_sessions_are_bounded (void **state)
     zstr_free (&first);
 }
 
+//  A raw connection that sent request and then reads nothing, with a
+//  receive buffer small enough that the kernel holds little of a flood.
+static int
+s_raw_open (const char *request)
+{
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    //  Set before connecting, so the window is sized for it
+    int receive_buffer = 65536;
+    setsockopt (fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
+    struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons (dsh_mcp_httpd_port (s_core.httpd)) };
+    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    assert_int_equal (connect (fd, (struct sockaddr *) &addr, sizeof addr), 0);
+    assert_int_equal (write (fd, request, strlen (request)), (ssize_t) strlen (request));
+    return fd;
+}
+
+//  Reads fd to its end; returns the bytes read, with whether the end came
+//  (closed) and whether it was a clean end of chunks (complete).
+static size_t
+s_raw_drain (int fd, bool *closed, bool *complete)
+{
+    size_t total = 0;
+    char buffer [65536];
+    char tail [8] = "";
+    *closed = false;
+    struct pollfd item = { .fd = fd, .events = POLLIN };
+    for (int64_t give_up = zclock_mono () + WAIT_MS; zclock_mono () < give_up && !*closed; ) {
+        if (poll (&item, 1, 1000) != 1)
+            continue;
+        ssize_t size = read (fd, buffer, sizeof buffer);
+        *closed = size <= 0;
+        if (size >= 5) {
+            memcpy (tail, buffer + size - 5, 5);
+            tail [5] = 0;
+        }
+        total += size > 0? (size_t) size: 0;
+    }
+    *complete = streq (tail, "0\r\n\r\n");
+    close (fd);
+    return total;
+}
+
+//  The bytes a session's streams may hold together are bounded too: a
+//  client with many requests it never reads loses some of their streams.
+static void
+test_session_backlog_is_bounded (void **state)
+{
+    (void) state;
+    char *session = s_initialize ();
+    int fds [SPREAD_STREAMS];
+    for (int index = 0; index < SPREAD_STREAMS; index++) {
+        char *body = zsys_sprintf ("{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"flood_own\"}", index);
+        char *request = zsys_sprintf ("POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                                      "Accept: application/json, text/event-stream\r\n"
+                                      "Content-Type: application/json\r\nMcp-Session-Id: %s\r\n"
+                                      "Content-Length: %zu\r\n\r\n%s", session, strlen (body), body);
+        fds [index] = s_raw_open (request);
+        zstr_free (&request);
+        zstr_free (&body);
+    }
+    for (int index = 0; index < SPREAD_STREAMS; index++) {
+        char what [32];
+        snprintf (what, sizeof what, "flooded %d", index);
+        assert_true (s_wait_heard (what));
+    }
+    size_t cut = 0;
+    for (int index = 0; index < SPREAD_STREAMS; index++) {
+        bool closed, complete;
+        size_t total = s_raw_drain (fds [index], &closed, &complete);
+        if (getenv ("DEBUG_HTTPD"))
+            zsys_debug ("stream %d: %zu bytes, closed %d complete %d", index, total, closed, complete);
+        assert_true (closed);
+        cut += !complete;
+    }
+    assert_true (cut > 0);
+    zstr_free (&session);
+}
+
 //  A client that never reads its stream loses it; the server keeps a
 //  bounded backlog, not everything the core sent.
 static void
@@ -747,17 +834,9 @@ test_slow_reader_loses_its_stream (void **state)
 {
     (void) state;
     char *session = s_initialize ();
-    int fd = socket (AF_INET, SOCK_STREAM, 0);
-    //  Small enough that the kernel holds little of the flood, set before
-    //  connecting so the window is sized for it
-    int receive_buffer = 65536;
-    setsockopt (fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
-    struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons (dsh_mcp_httpd_port (s_core.httpd)) };
-    addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
-    assert_int_equal (connect (fd, (struct sockaddr *) &addr, sizeof addr), 0);
     char *request = zsys_sprintf ("GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
                                   "Mcp-Session-Id: %s\r\n\r\n", session);
-    assert_int_equal (write (fd, request, strlen (request)), (ssize_t) strlen (request));
+    int fd = s_raw_open (request);
     zstr_free (&request);
     //  Its headers say the stream is open; then it stops reading
     char head [4096];
@@ -777,18 +856,10 @@ test_slow_reader_loses_its_stream (void **state)
     s_http_destroy (&http);
 
     //  Now read: the stream ends early, cut short
-    size_t total = 0;
-    char buffer [65536];
-    bool closed = false;
-    for (int64_t give_up = zclock_mono () + WAIT_MS; zclock_mono () < give_up && !closed; ) {
-        if (poll (&item, 1, 1000) != 1)
-            continue;
-        ssize_t size = read (fd, buffer, sizeof buffer);
-        closed = size <= 0;
-        total += size > 0? (size_t) size: 0;
-    }
-    close (fd);
+    bool closed, complete;
+    size_t total = s_raw_drain (fd, &closed, &complete);
     assert_true (closed);
+    assert_false (complete);
     assert_true (total < (size_t) FLOOD_MESSAGES * FLOOD_BYTES);
     zstr_free (&session);
 }
@@ -811,6 +882,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_client_gone_cancels, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_sessions_are_bounded, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_slow_reader_loses_its_stream, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_session_backlog_is_bounded, s_setup, s_teardown),
     };
     int rc = cmocka_run_group_tests (tests, NULL, NULL);
     curl_multi_cleanup (s_multi);
