@@ -3,13 +3,15 @@
 #  Idempotent and quiet when everything is there already.
 set -euo pipefail
 
+#  libmicrohttpd-dev serves MCP's Streamable HTTP transport (dsh-mcp --http);
+#  libcurl4-openssl-dev is dsh-mcp-bridge --url's HTTP client (and the tests').
 #  iproute2 (ip, bridge, tc) builds the netns test bed of tests/netns/.
 #  nats-server and libnats-dev are only for dsh-bench's NATS column (the
 #  peer it is measured against); dsh itself never links or runs them
 packages=(gcc pkg-config meson ninja-build python3
           clang libfuzzer-14-dev
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
-          libcurl4-openssl-dev
+          libmicrohttpd-dev libcurl4-openssl-dev
           valgrind
           iproute2
           nats-server libnats-dev)

@@ -23,6 +23,7 @@
 #include "dsh_json.h"
 #include "dsh_jsonrpc.h"
 #include "dsh_mcp_extras.h"
+#include "dsh_mcp_httpd.h"
 #include "dsh_mcp_logs.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -110,6 +111,7 @@ struct _self_t {
     dsh_client_t *client;
     dsh_watcher_t *watcher;
     dsh_jsonrpc_t *rpc;         //  stdin in, stdout out
+    dsh_mcp_httpd_t *httpd;     //  Streamable HTTP clients, with --http
     s_session_t *stdio;         //  NULL once stdin closed
     zhashx_t *sessions;         //  HTTP session id -> s_session_t
     zhashx_t *pending;          //  callId -> s_pending_t
@@ -132,6 +134,13 @@ s_session_destroy (s_session_t **self_p)
     }
 }
 
+//  For a hash table of sessions.
+static void
+s_session_free (void **item_p)
+{
+    s_session_destroy ((s_session_t **) item_p);
+}
+
 //  log_wait_ms: how long a log poll may wait at a bridge.
 static s_session_t *
 s_session_new (const char *id, int log_wait_ms)
@@ -149,8 +158,10 @@ s_session_new (const char *id, int log_wait_ms)
 static void
 s_deliver (self_t *self, s_session_t *session, const json_t *message, const json_t *related_id)
 {
-    (void) related_id;
-    if (session == self->stdio && !self->stdout_gone && dsh_jsonrpc_send (self->rpc, message)) {
+    if (session->id)
+        dsh_mcp_httpd_send (self->httpd, session->id, message, related_id);
+    else
+    if (!self->stdout_gone && dsh_jsonrpc_send (self->rpc, message)) {
         zsys_error ("dsh-mcp: stdout is closed");
         self->stdout_gone = true;
     }
@@ -231,6 +242,15 @@ s_session_end (self_t *self, s_session_t *session)
         zhashx_delete (self->pending, call_id);
     }
     zlistx_destroy (&ended);
+    s_early_t *early = zlistx_first (self->early);
+    while (early) {
+        if (early->origin.session == session) {
+            zlistx_delete (self->early, zlistx_cursor (self->early));
+            early = zlistx_first (self->early);
+        }
+        else
+            early = zlistx_next (self->early);
+    }
 }
 
 //  ---------------------------------------------------------------------
@@ -1012,22 +1032,55 @@ s_on_stdin (self_t *self)
     return rc;
 }
 
+//  Messages from HTTP clients, and sessions that ended.
+static void
+s_on_http (self_t *self)
+{
+    char *id;
+    json_t *input;
+    while ((input = dsh_mcp_httpd_recv (self->httpd, &id)) || id) {
+        s_session_t *session = zhashx_lookup (self->sessions, id);
+        if (input && !session) {
+            session = s_session_new (id, self->log_wait_ms);
+            zhashx_insert (self->sessions, id, session);
+        }
+        if (input)
+            s_on_input (self, session, input);
+        else
+        if (session) {
+            s_session_end (self, session);
+            zhashx_delete (self->sessions, id);
+        }
+        json_decref (input);
+        zstr_free (&id);
+    }
+}
+
 static void
 s_run (self_t *self)
 {
     zmq_pollitem_t items [] = {
         { zsock_resolve (dsh_client_sock (self->client)), 0, ZMQ_POLLIN, 0 },
         { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 },
-        { zsock_resolve (dsh_watcher_sock (self->watcher)), 0, ZMQ_POLLIN, 0 }
+        { zsock_resolve (dsh_watcher_sock (self->watcher)), 0, ZMQ_POLLIN, 0 },
+        { NULL, self->httpd? dsh_mcp_httpd_fd (self->httpd): -1, ZMQ_POLLIN, 0 }
     };
     int64_t next_tick = zclock_mono ();
     while (!zsys_interrupted && !self->stdout_gone) {
-        if (zmq_poll (items, 3, POLL_TICK_MS) < 0 && errno != EINTR)
+        if (zmq_poll (items, self->httpd? 4: 3, POLL_TICK_MS) < 0 && errno != EINTR)
             break;
         //  The client socket's fd is edge-triggered: drain on every turn
         s_on_replies (self);
-        if ((items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && s_on_stdin (self))
-            break;
+        if (self->httpd && (items [3].revents & ZMQ_POLLIN))
+            s_on_http (self);
+        if (self->stdio && (items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && s_on_stdin (self)) {
+            //  The stdio client is gone; HTTP clients may go on
+            if (!self->httpd)
+                break;
+            s_session_end (self, self->stdio);
+            s_session_destroy (&self->stdio);
+            items [1].fd = -1;
+        }
         //  A CONTROL while handling stdin may have kept replies aside
         s_on_replies (self);
         if (items [2].revents & ZMQ_POLLIN) {
@@ -1042,7 +1095,10 @@ s_run (self_t *self)
             next_tick = now + POLL_TICK_MS;
         }
     }
-    s_session_end (self, self->stdio);
+    if (self->stdio)
+        s_session_end (self, self->stdio);
+    for (s_session_t *session = zhashx_first (self->sessions); session; session = zhashx_next (self->sessions))
+        s_session_end (self, session);
 }
 
 //  ---------------------------------------------------------------------
@@ -1065,6 +1121,11 @@ s_usage (FILE *stream)
         "                     (default 10000)\n"
         "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
         "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
+        "  --http HOST:PORT   also serve MCP over Streamable HTTP at http://HOST:PORT/mcp\n"
+        "                     (port 0: any free one; the URL is logged once bound)\n"
+        "  --http-token-file FILE\n"
+        "                     the bearer token HTTP clients must send (its first line);\n"
+        "                     required when --http is bound beyond loopback\n"
         "  -v, --verbose      log every call on stderr\n"
         "  -h, --help         show this help\n",
         DSH_DEFAULT_ENDPOINT);
@@ -1093,6 +1154,8 @@ main (int argc, char *argv [])
         { "agent", required_argument, NULL, 'a' },
         { "timeout-ms", required_argument, NULL, 't' },
         { "keepalive-ms", required_argument, NULL, 'k' },
+        { "http", required_argument, NULL, 'H' },
+        { "http-token-file", required_argument, NULL, 'T' },
         { "cert", required_argument, NULL, 'C' },
         { "broker-cert", required_argument, NULL, 'K' },
         { "verbose", no_argument, NULL, 'v' },
@@ -1102,6 +1165,7 @@ main (int argc, char *argv [])
     self_t self = { .agent = NULL, .keepalive_ms = KEEPALIVE_MS };
     const char *broker = NULL;
     const char *cert = NULL, *broker_cert = NULL;
+    const char *http = NULL, *token_file = NULL;
     opterr = 0;
     int option;
     while ((option = getopt_long (argc, argv, ":vh", options, NULL)) != -1) {
@@ -1111,6 +1175,8 @@ main (int argc, char *argv [])
             case 'v': self.verbose = true; break;
             case 'C': cert = optarg; break;
             case 'K': broker_cert = optarg; break;
+            case 'H': http = optarg; break;
+            case 'T': token_file = optarg; break;
             case 'h': s_usage (stdout); return 0;
             case 't': {
                 char *end = NULL;
@@ -1168,11 +1234,29 @@ main (int argc, char *argv [])
     zsys_set_logstream (stderr);
     zsys_init ();
     zsys_set_logstream (stderr);
+    if (token_file && !http)
+        return s_bad_usage ("--http-token-file needs --http");
+    if (http) {
+        char http_error [512];
+        char *token = token_file? dsh_mcp_httpd_read_token (token_file, http_error, sizeof http_error): NULL;
+        self.httpd = !token_file || token? dsh_mcp_httpd_new (http, token, http_error, sizeof http_error): NULL;
+        zstr_free (&token);
+        if (!self.httpd) {
+            fprintf (stderr, "dsh-mcp: --http %s: %s\n", http, http_error);
+            zstr_free (&resolved);
+            return 2;
+        }
+        //  The host as given, the port as bound
+        const char *colon = strrchr (http, ':');
+        fprintf (stderr, "dsh-mcp: serving MCP over HTTP at http://%.*s:%d/mcp\n",
+                 (int) (colon - http), http, dsh_mcp_httpd_port (self.httpd));
+    }
     self.client = dsh_client_new (broker);
     self.watcher = self.client? dsh_watcher_new (broker): NULL;
     if (!self.watcher) {
         fprintf (stderr, "dsh-mcp: cannot connect to the broker\n");
         dsh_client_destroy (&self.client);
+        dsh_mcp_httpd_destroy (&self.httpd);
         zstr_free (&resolved);
         return 1;
     }
@@ -1180,6 +1264,7 @@ main (int argc, char *argv [])
     self.pending = zhashx_new ();
     zhashx_set_destructor (self.pending, s_pending_destroy);
     self.sessions = zhashx_new ();
+    zhashx_set_destructor (self.sessions, s_session_free);
     self.early = zlistx_new ();
     zlistx_set_destructor (self.early, s_early_destroy);
     self.entries = json_object ();
@@ -1196,6 +1281,7 @@ main (int argc, char *argv [])
     zlistx_destroy (&self.early);
     s_session_destroy (&self.stdio);
     zhashx_destroy (&self.sessions);
+    dsh_mcp_httpd_destroy (&self.httpd);
     json_decref (self.entries);
     dsh_jsonrpc_destroy (&self.rpc);
     dsh_watcher_destroy (&self.watcher);
