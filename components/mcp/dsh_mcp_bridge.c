@@ -471,10 +471,14 @@ static const struct {
 //  initialize's params: the bridge offers roots (the workspace) and
 //  nothing else; it has no model to sample and no human to elicit from.
 static json_t *
-s_initialize_params (void)
+s_initialize_params (self_t *self)
 {
-    return json_pack ("{s:s, s:{s:{s:b}}, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
-                      "capabilities", "roots", "listChanged", 0,
+    //  Roots only when asked for: a server such as server-filesystem takes
+    //  the client's roots instead of the directories it was started with,
+    //  so offering some unasked could widen what it reaches
+    json_t *capabilities = self->roots [0]? json_pack ("{s:{s:b}}", "roots", "listChanged", 0): json_object ();
+    return json_pack ("{s:s, s:o, s:{s:s, s:s}}", "protocolVersion", PROTOCOL_VERSION,
+                      "capabilities", capabilities,
                       "clientInfo", "name", "dsh-mcp-bridge", "version", BRIDGE_VERSION);
 }
 
@@ -905,7 +909,7 @@ s_server_start (self_t *self)
     self->rpc = dsh_jsonrpc_new (self->stdout_fd, self->stdin_fd, MAX_LINE_BYTES);
     self->log_lines = dsh_jsonrpc_new (self->stderr_fd, -1, MAX_LOG_LINE_BYTES);
     self->state = SERVER_STARTING;
-    s_request (self, REQUEST_INITIALIZE, "initialize", s_initialize_params ());
+    s_request (self, REQUEST_INITIALIZE, "initialize", s_initialize_params (self));
 }
 
 static bool
@@ -1421,8 +1425,9 @@ s_usage (FILE *stream)
         "  --id ID            the component id (default: mcp-NAME)\n"
         "  --untrusted        do not pass on hints that loosen policies (readOnlyHint true,\n"
         "                     destructiveHint false), and mark no tool concurrency-safe\n"
-        "  --root DIR         offer DIR to the server as a root (roots/list), repeatable\n"
-        "                     (default: the working directory)\n"
+        "  --root DIR         offer DIR to the server as a root (roots/list), repeatable;\n"
+        "                     without it the bridge offers no roots, and the server keeps\n"
+        "                     the directories it was started with\n"
         "  --confined         declare every tool confined: the server can reach nothing outside\n"
         "                     the sandbox workspace (its roots), so the sandbox stage lets its\n"
         "                     tools write without a human's approval\n"
@@ -1590,8 +1595,6 @@ main (int argc, char *argv [])
     self.command = self.url? NULL: argv + optind;
     if (!self.name && self.url)
         self.name = host;
-    if (root_count == 0)
-        self.roots [0] = ".";
     if (!self.name) {
         const char *slash = strrchr (self.command [0], '/');
         self.name = slash? slash + 1: self.command [0];
