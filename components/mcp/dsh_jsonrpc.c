@@ -263,6 +263,23 @@ dsh_jsonrpc_backlog (dsh_jsonrpc_t *self)
     return self->output.size - self->output.start;
 }
 
+int
+dsh_jsonrpc_cursor (const json_t *params, size_t *start)
+{
+    assert (start);
+    *start = 0;
+    const json_t *cursor = json_object_get (params, "cursor");
+    if (!cursor)
+        return 0;
+    const char *text = json_string_value (cursor);
+    char *end = NULL;
+    unsigned long long value = text? strtoull (text, &end, 10): 0;
+    if (!text || !*text || *end || !isdigit ((unsigned char) *text) || value > SIZE_MAX)
+        return -1;
+    *start = (size_t) value;
+    return 0;
+}
+
 json_t *
 dsh_jsonrpc_request (json_int_t id, const char *method, json_t *params)
 {

@@ -79,6 +79,13 @@ int
 size_t
     dsh_jsonrpc_backlog (dsh_jsonrpc_t *self);
 
+//  The start of the page a paginated MCP list request asks for: its
+//  params' cursor, which dsh's servers make the decimal index of the
+//  page's first item. Returns 0 and sets *start (0 with no cursor), or -1
+//  if the cursor is not one of ours.
+int
+    dsh_jsonrpc_cursor (const json_t *params, size_t *start);
+
 //  A new request {jsonrpc, id, method, params?}; takes params (may be NULL).
 json_t *
     dsh_jsonrpc_request (json_int_t id, const char *method, json_t *params);

@@ -406,17 +406,10 @@ s_tools_list (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
 {
     if (s_held_early (self, origin, "tools/list", id, params))
         return;
-    size_t start = 0;
-    const json_t *cursor = json_object_get (params, "cursor");
-    if (cursor) {
-        const char *text = json_string_value (cursor);
-        char *end = NULL;
-        unsigned long long value = text? strtoull (text, &end, 10): 0;
-        if (!text || !*text || *end || value > SIZE_MAX) {
-            s_answer_error (self, origin, id, DSH_JSONRPC_INVALID_PARAMS, "Invalid cursor");
-            return;
-        }
-        start = (size_t) value;
+    size_t start;
+    if (dsh_jsonrpc_cursor (params, &start)) {
+        s_answer_error (self, origin, id, DSH_JSONRPC_INVALID_PARAMS, "Invalid cursor");
+        return;
     }
     //  A gateway (resources and prompts of a bridged server) is no tool
     json_t *known = json_array ();

@@ -71,7 +71,7 @@ extern char **environ;
 //  How long after the broker first asks for our tools its refusals are
 //  awaited before the "serving N tools" line (they come within a round
 //  trip; a later one prints the line again).
-#define REFUSALS_SETTLE_MS      300
+#define REFUSALS_SETTLE_MS      100
 //  The gateway entry's budget as JSON, under the broker's default
 //  max_tool_bytes (65536) for its canonical msgpack, which is smaller.
 #define MAX_GATEWAY_BYTES       60000

@@ -97,16 +97,9 @@ s_call (const json_t *entry, const char *method, json_t *params)
 static json_t *
 s_list (const json_t *entries, size_t which, const json_t *params)
 {
-    size_t start = 0;
-    const json_t *cursor = json_object_get (params, "cursor");
-    if (cursor) {
-        const char *text = json_string_value (cursor);
-        char *end = NULL;
-        unsigned long long value = text? strtoull (text, &end, 10): 0;
-        if (!text || !*text || *end || value > SIZE_MAX)
-            return s_error (DSH_JSONRPC_INVALID_PARAMS, "Invalid cursor");
-        start = (size_t) value;
-    }
+    size_t start;
+    if (dsh_jsonrpc_cursor (params, &start))
+        return s_error (DSH_JSONRPC_INVALID_PARAMS, "Invalid cursor");
     json_t *all = json_array ();
     size_t index;
     const json_t *entry;

@@ -49,23 +49,6 @@ s_bed_destroy (s_bed_t **bed_p)
     *bed_p = NULL;
 }
 
-//  The main job's config file, as text.
-static char *
-s_main_config (void)
-{
-    const char *source = getenv ("DSH_SOURCE_DIR");
-    char *path = zsys_sprintf ("%s/deploy/dsh-broker.cfg", source? source: ".");
-    zfile_t *file = zfile_new (NULL, path);
-    zstr_free (&path);
-    assert_non_null (file);
-    assert_int_equal (zfile_input (file), 0);
-    zchunk_t *chunk = zfile_read (file, zfile_cursize (file), 0);
-    char *text = zchunk_strdup (chunk);
-    zchunk_destroy (&chunk);
-    zfile_destroy (&file);
-    return text;
-}
-
 static void
 s_send (zsock_t *sock, const char *command, const void *body, size_t size)
 {
@@ -159,7 +142,8 @@ static void
 test_duplicate_name_keys (void **state)
 {
     (void) state;
-    char *config = s_main_config ();
+    char *config = dsh_testkit_main_config ();
+    assert_non_null (config);
     s_bed_t *bed = s_bed (config);
     zstr_free (&config);
     char root [] = "/tmp/dsh-callpath-XXXXXX";
@@ -409,7 +393,8 @@ static void
 test_arguments_byte_for_byte (void **state)
 {
     (void) state;
-    char *config = s_main_config ();
+    char *config = dsh_testkit_main_config ();
+    assert_non_null (config);
     s_bed_t *bed = s_bed (config);
     zstr_free (&config);
     s_raw_component_t component;

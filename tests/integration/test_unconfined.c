@@ -40,22 +40,6 @@ typedef struct {
     dsh_client_t *client;
 } rig_t;
 
-static char *
-s_main_config (void)
-{
-    const char *source = getenv ("DSH_SOURCE_DIR");
-    char *path = zsys_sprintf ("%s/deploy/dsh-broker.cfg", source? source: ".");
-    zfile_t *file = zfile_new (NULL, path);
-    zstr_free (&path);
-    assert_non_null (file);
-    assert_int_equal (zfile_input (file), 0);
-    zchunk_t *chunk = zfile_read (file, zfile_cursize (file), 0);
-    char *text = zchunk_strdup (chunk);
-    zchunk_destroy (&chunk);
-    zfile_destroy (&file);
-    return text;
-}
-
 //  A broker with config, dsh-demo and dsh-fs on a fresh root with scratch/.
 static rig_t *
 s_rig (const char *config)
@@ -155,7 +139,8 @@ static void
 test_main_job (void **state)
 {
     (void) state;
-    char *config = s_main_config ();
+    char *config = dsh_testkit_main_config ();
+    assert_non_null (config);
     rig_t *self = s_rig (config);
     zstr_free (&config);
 
@@ -277,7 +262,8 @@ static void
 test_allowed (void **state)
 {
     (void) state;
-    char *config = s_main_config ();
+    char *config = dsh_testkit_main_config ();
+    assert_non_null (config);
     rig_t *self = s_rig (config);
     zstr_free (&config);
     char error [256] = "";

@@ -233,6 +233,23 @@ dsh_testkit_broker_stderr (int heartbeat_ms, const char *const *extra, int stder
     return broker;
 }
 
+char *
+dsh_testkit_main_config (void)
+{
+    const char *source = getenv ("DSH_SOURCE_DIR");
+    char *path = zsys_sprintf ("%s/deploy/dsh-broker.cfg", source? source: ".");
+    zfile_t *file = zfile_new (NULL, path);
+    zstr_free (&path);
+    char *text = NULL;
+    if (file && zfile_input (file) == 0) {
+        zchunk_t *chunk = zfile_read (file, zfile_cursize (file), 0);
+        text = chunk? zchunk_strdup (chunk): NULL;
+        zchunk_destroy (&chunk);
+    }
+    zfile_destroy (&file);
+    return text;
+}
+
 dsh_testproc_t *
 dsh_testkit_broker_config (int heartbeat_ms, const char *config, char *endpoint, size_t size)
 {

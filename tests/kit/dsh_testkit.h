@@ -88,6 +88,12 @@ dsh_testproc_t *
 dsh_testproc_t *
     dsh_testkit_broker_config (int heartbeat_ms, const char *config, char *endpoint, size_t size);
 
+//  The main job's broker config (deploy/dsh-broker.cfg under
+//  $DSH_SOURCE_DIR, else the working directory), as text to hand to
+//  dsh_testkit_broker_config. Caller frees; NULL if it cannot be read.
+char *
+    dsh_testkit_main_config (void);
+
 //  Start a component program (e.g. "components/demo/dsh-demo") against
 //  endpoint with --id id and extra flags; waits for its start line.
 dsh_testproc_t *

@@ -30,7 +30,12 @@ export function start(file, args, ready, { timeoutMs = 20000, env } = {}) {
   child.on('exit', () => children.delete(child));
   child.log = '';
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${path.basename(file)} not ready:\n${child.log}`)), timeoutMs);
+    //  A program that never gets ready is killed, or it would hold the
+    //  test file's process (and the suite) open
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`${path.basename(file)} not ready:\n${child.log}`));
+    }, timeoutMs);
     const onData = (data) => {
       child.log += data;
       const match = ready && child.log.match(ready);
