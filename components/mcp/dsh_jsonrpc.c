@@ -242,7 +242,7 @@ dsh_jsonrpc_flush (dsh_jsonrpc_t *self)
 }
 
 int
-dsh_jsonrpc_send (dsh_jsonrpc_t *self, const json_t *message)
+dsh_jsonrpc_queue (dsh_jsonrpc_t *self, const json_t *message)
 {
     assert (self);
     assert (message);
@@ -253,6 +253,14 @@ dsh_jsonrpc_send (dsh_jsonrpc_t *self, const json_t *message)
     s_buffer_append (&self->output, text, strlen (text));
     s_buffer_append (&self->output, "\n", 1);
     free (text);
+    return 0;
+}
+
+int
+dsh_jsonrpc_send (dsh_jsonrpc_t *self, const json_t *message)
+{
+    if (dsh_jsonrpc_queue (self, message))
+        return -1;
     return dsh_jsonrpc_flush (self);
 }
 

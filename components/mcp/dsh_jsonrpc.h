@@ -70,6 +70,12 @@ json_t *
 int
     dsh_jsonrpc_send (dsh_jsonrpc_t *self, const json_t *message);
 
+//  Queue message as one line without writing it yet (a caller that sends
+//  many in one turn writes them together with dsh_jsonrpc_flush). Borrows
+//  message. Returns 0, or -1 if it cannot be encoded.
+int
+    dsh_jsonrpc_queue (dsh_jsonrpc_t *self, const json_t *message);
+
 //  Write queued bytes (call when poll says the write fd is writable).
 //  Returns 0, or -1 if the peer is gone.
 int

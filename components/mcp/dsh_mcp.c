@@ -29,6 +29,7 @@
 #include "dsh_sock.h"
 #include "dsh_watcher.h"
 
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <unistd.h>
@@ -37,6 +38,8 @@
 #define LATEST_VERSION      "2025-11-25"
 #define PAGE_SIZE           100
 #define MAX_LINE_BYTES      (64 * 1024 * 1024)
+//  Answers held for a stdio client that does not read them.
+#define MAX_STDOUT_BACKLOG  (2 * MAX_LINE_BYTES)
 #define LIST_TIMEOUT_MS     5000
 //  How long we wait past a call's deadline for the broker's answer.
 #define DEADLINE_MARGIN_MS  2000
@@ -161,8 +164,26 @@ s_deliver (self_t *self, s_session_t *session, const json_t *message, const json
     if (session->id)
         dsh_mcp_httpd_send (self->httpd, session->id, message, related_id);
     else
-    if (!self->stdout_gone && dsh_jsonrpc_send (self->rpc, message)) {
+    if (!self->stdout_gone)
+        //  Written at the end of the loop's turn, with the turn's others
+        dsh_jsonrpc_queue (self->rpc, message);
+}
+
+//  Writes what stdout takes now. A client that stops reading is not let
+//  to hold more than MAX_STDOUT_BACKLOG in us: it is dropped.
+static void
+s_flush_stdout (self_t *self)
+{
+    if (self->stdout_gone || !dsh_jsonrpc_backlog (self->rpc))
+        return;
+    if (dsh_jsonrpc_flush (self->rpc)) {
         zsys_error ("dsh-mcp: stdout is closed");
+        self->stdout_gone = true;
+    }
+    else
+    if (dsh_jsonrpc_backlog (self->rpc) > MAX_STDOUT_BACKLOG) {
+        zsys_error ("dsh-mcp: the stdio client reads nothing (%zu bytes wait): dropping it",
+                    dsh_jsonrpc_backlog (self->rpc));
         self->stdout_gone = true;
     }
 }
@@ -1017,7 +1038,8 @@ s_on_stdin (self_t *self)
             s_on_input (self, self->stdio, input);
         else {
             zsys_warning ("dsh-mcp: bad message on stdin: %s", reason);
-            s_deliver (self, self->stdio, dsh_jsonrpc_error (id, DSH_JSONRPC_PARSE_ERROR, "Parse error"), NULL);
+            s_origin_t origin = { self->stdio, NULL };
+            s_answer_error (self, &origin, id, DSH_JSONRPC_PARSE_ERROR, "Parse error");
         }
         json_decref (input);
         json_decref (id);
@@ -1056,24 +1078,19 @@ s_run (self_t *self)
         { zsock_resolve (dsh_client_sock (self->client)), 0, ZMQ_POLLIN, 0 },
         { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 },
         { zsock_resolve (dsh_watcher_sock (self->watcher)), 0, ZMQ_POLLIN, 0 },
-        { NULL, self->httpd? dsh_mcp_httpd_fd (self->httpd): -1, ZMQ_POLLIN, 0 }
+        { NULL, self->httpd? dsh_mcp_httpd_fd (self->httpd): -1, ZMQ_POLLIN, 0 },
+        { NULL, -1, ZMQ_POLLOUT, 0 }    //  stdout, while answers wait for it
     };
     int64_t next_tick = zclock_mono ();
-    while (!zsys_interrupted && !self->stdout_gone) {
-        if (zmq_poll (items, self->httpd? 4: 3, POLL_TICK_MS) < 0 && errno != EINTR)
+    while (!zsys_interrupted && (self->stdio || self->httpd)) {
+        items [4].fd = self->stdio && dsh_jsonrpc_backlog (self->rpc)? STDOUT_FILENO: -1;
+        if (zmq_poll (items, 5, POLL_TICK_MS) < 0 && errno != EINTR)
             break;
         //  The client socket's fd is edge-triggered: drain on every turn
         s_on_replies (self);
         if (self->httpd && (items [3].revents & ZMQ_POLLIN))
             s_on_http (self);
-        if (self->stdio && (items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && s_on_stdin (self)) {
-            //  The stdio client is gone; HTTP clients may go on
-            if (!self->httpd)
-                break;
-            s_session_end (self, self->stdio);
-            s_session_destroy (&self->stdio);
-            items [1].fd = -1;
-        }
+        bool stdin_closed = self->stdio && (items [1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) && s_on_stdin (self);
         //  A CONTROL while handling stdin may have kept replies aside
         s_on_replies (self);
         if (items [2].revents & ZMQ_POLLIN) {
@@ -1086,6 +1103,15 @@ s_run (self_t *self)
             s_answer_early (self);
             s_check_pending (self);
             next_tick = now + POLL_TICK_MS;
+        }
+        //  What this turn answered goes out in as few writes as stdout takes
+        if (self->stdio)
+            s_flush_stdout (self);
+        if (self->stdio && (stdin_closed || self->stdout_gone)) {
+            //  The stdio client is gone; HTTP clients may go on
+            s_session_end (self, self->stdio);
+            s_session_destroy (&self->stdio);
+            items [1].fd = -1;
         }
     }
     if (self->stdio)
@@ -1254,6 +1280,11 @@ main (int argc, char *argv [])
         return 1;
     }
     self.rpc = dsh_jsonrpc_new (STDIN_FILENO, STDOUT_FILENO, MAX_LINE_BYTES);
+    //  A client that stops reading must not stop the loop (HTTP sessions
+    //  share it): stdout is written as far as it takes. Not a terminal,
+    //  whose file description stderr may share
+    if (!isatty (STDOUT_FILENO))
+        fcntl (STDOUT_FILENO, F_SETFL, fcntl (STDOUT_FILENO, F_GETFL) | O_NONBLOCK);
     self.pending = zhashx_new ();
     zhashx_set_destructor (self.pending, s_pending_destroy);
     self.sessions = zhashx_new ();
