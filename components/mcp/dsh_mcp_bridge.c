@@ -399,12 +399,14 @@ s_apply_listing (self_t *self, const json_t *listing)
 //  ---------------------------------------------------------------------
 //  Requests to the server
 
-static int
+//  Queues message (taken) for the server; the loop writes a turn's
+//  messages together at its end.
+static void
 s_send (self_t *self, json_t *message)
 {
-    int rc = self->rpc? dsh_jsonrpc_send (self->rpc, message): -1;
+    if (self->rpc)
+        dsh_jsonrpc_queue (self->rpc, message);
     json_decref (message);
-    return rc;
 }
 
 static s_request_t *
@@ -1349,14 +1351,21 @@ static int
 s_run (self_t *self)
 {
     self->restart_at = zclock_mono ();
+    int64_t next_tick = 0;
     while (!zsys_interrupted) {
         int64_t now = zclock_mono ();
         if (self->state == SERVER_DOWN && now >= self->restart_at)
             s_server_start (self);
-        if (self->state != SERVER_DOWN && s_server_hangs (self, now)) {
-            char *reason = zsys_sprintf ("did not answer within %d ms", self->ping_ms);
-            s_server_lost (self, reason);
-            zstr_free (&reason);
+        //  What looks at every call in flight runs on a tick, not per
+        //  message: a busy bridge does not scan its calls per answer
+        bool tick = now >= next_tick;
+        if (tick) {
+            next_tick = now + POLL_TICK_MS;
+            if (self->state != SERVER_DOWN && s_server_hangs (self, now)) {
+                char *reason = zsys_sprintf ("did not answer within %d ms", self->ping_ms);
+                s_server_lost (self, reason);
+                zstr_free (&reason);
+            }
         }
         if (self->state == SERVER_READY)
             s_check_refusals (self, now);
@@ -1364,30 +1373,25 @@ s_run (self_t *self)
             s_request (self, REQUEST_PING, "ping", NULL);
             self->next_ping_at = now + self->ping_ms;
         }
-
-        //  Fixed slots first, then one per call in flight
-        size_t capacity = 4 + zhashx_size (self->requests);
-        struct pollfd *fds = (struct pollfd *) zmalloc (capacity * sizeof (struct pollfd));
-        assert (fds);
-        fds [0] = (struct pollfd) { .fd = self->inbox.wake_read, .events = POLLIN };
-        fds [1] = (struct pollfd) { .fd = self->rpc? self->stdout_fd: -1, .events = POLLIN };
-        fds [2] = (struct pollfd) { .fd = self->log_lines? self->stderr_fd: -1, .events = POLLIN };
-        fds [3] = (struct pollfd) { .fd = self->rpc && dsh_jsonrpc_backlog (self->rpc)? self->stdin_fd: -1,
-                                    .events = POLLOUT };
-        size_t count = 4;
-        for (s_request_t *request = zhashx_first (self->requests); request;
-             request = zhashx_next (self->requests))
-            if (request->kind == REQUEST_CALL && dsh_call_cancel_fd (request->call) >= 0)
-                fds [count++] = (struct pollfd) { .fd = dsh_call_cancel_fd (request->call), .events = POLLIN };
-        int ready = poll (fds, count, POLL_TICK_MS);
-        short wake = fds [0].revents, out = fds [1].revents, err = fds [2].revents, in = fds [3].revents;
-        free (fds);
-        if (ready < 0)
-            continue;           //  EINTR: the loop checks zsys_interrupted
-        if (in && self->rpc && dsh_jsonrpc_flush (self->rpc))
+        //  This turn's messages to the server, in as few writes as it takes
+        if (self->rpc && dsh_jsonrpc_backlog (self->rpc) && dsh_jsonrpc_flush (self->rpc))
             s_server_lost (self, "closed its stdin");
-        s_read_server (self, out, err);
-        if (wake) {
+
+        //  Cancelled calls are found on the tick too (dsh_call_cancelled),
+        //  so the poll set stays four fds whatever is in flight
+        struct pollfd fds [4] = {
+            { .fd = self->inbox.wake_read, .events = POLLIN },
+            { .fd = self->rpc? self->stdout_fd: -1, .events = POLLIN },
+            { .fd = self->log_lines? self->stderr_fd: -1, .events = POLLIN },
+            { .fd = self->rpc && dsh_jsonrpc_backlog (self->rpc)? self->stdin_fd: -1, .events = POLLOUT }
+        };
+        int timeout = (int) (next_tick - now);
+        if (poll (fds, 4, timeout < 0? 0: timeout) < 0)
+            continue;           //  EINTR: the loop checks zsys_interrupted
+        if (fds [3].revents && self->rpc && dsh_jsonrpc_flush (self->rpc))
+            s_server_lost (self, "closed its stdin");
+        s_read_server (self, fds [1].revents, fds [2].revents);
+        if (fds [0].revents) {
             zlistx_t *jobs = s_inbox_take (&self->inbox, false);
             for (s_job_t *job = zlistx_first (jobs); job; job = zlistx_next (jobs)) {
                 s_call_start (self, job->call, job->result);
@@ -1395,8 +1399,12 @@ s_run (self_t *self)
             }
             zlistx_destroy (&jobs);
         }
-        s_calls_check_cancelled (self);
-        s_log_polls_answer (self, false);
+        if (zclock_mono () >= next_tick) {
+            s_calls_check_cancelled (self);
+            s_log_polls_answer (self, false);
+        }
+        if (self->rpc && dsh_jsonrpc_backlog (self->rpc) && dsh_jsonrpc_flush (self->rpc))
+            s_server_lost (self, "closed its stdin");
     }
     zsys_info ("%s: stopping", self->name);
     s_fail_calls (self, DSH_E_TOOL_GONE, "the MCP bridge is stopping", true);
