@@ -2,6 +2,7 @@
 //  directory ($DSH_BUILD_DIR), talk to them, and clean up.
 import { spawn, execFile } from 'node:child_process';
 import net from 'node:net';
+import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -96,6 +97,21 @@ export async function dshCall(endpoint, name, args = {}) {
 export async function runInspector(args, env) {
   return run(bin.inspector, ['--cli', ...Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`]), ...args],
     { cwd: path.join(here, 'node_modules') });
+}
+
+//  Every tool the MCP server behind client lists is registered with the
+//  broker at endpoint under its own name, with its inputSchema as dsh's
+//  parameters. Returns [server's tools, the broker's entries by name].
+export async function assertBridged(client, endpoint) {
+  const { tools } = await client.listTools();
+  const listed = new Map((await dshTools(endpoint)).map((tool) => [tool.name, tool]));
+  assert.ok(tools.length > 5);
+  for (const tool of tools) {
+    const entry = listed.get(tool.name);
+    assert.ok(entry, `${tool.name} is registered`);
+    assert.deepEqual(entry.parameters, tool.inputSchema);
+  }
+  return [tools, listed];
 }
 
 //  An official SDK client connected to dsh-mcp on the broker.
