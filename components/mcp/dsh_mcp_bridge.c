@@ -2,7 +2,7 @@
     dsh-mcp-bridge - serve an MCP server's tools to a dsh broker
 
         dsh-mcp-bridge [--broker E] [--name N] [--prefix P] [--id ID]
-                       [--untrusted] [--confined] [--ping-ms N] [--root DIR]... [-v]
+                       [--untrusted] [--confined] [--concurrency N] [--ping-ms N] [--root DIR]... [-v]
                        -- COMMAND [ARGS...]
         dsh-mcp-bridge [options] --url URL [--header "NAME: VALUE"]...
                        [--bearer-token-file FILE]
@@ -18,10 +18,12 @@
     reached or that the server ends is a server that exited.
 
     One thread owns the server: this program's main loop polls the server's
-    stdout and stderr, a wake pipe, and the cancel fds of the calls in
-    flight. The provider's handlers only queue each call for that loop and
-    return DSH_HANDLER_DEFER, so no worker waits on the server; the loop
-    finishes each call (dsh_call_finish) when its answer comes.
+    stdout and stderr and a wake pipe, and looks for cancelled calls on a
+    100 ms tick. The provider's handler only queues each call for that loop
+    and returns DSH_HANDLER_DEFER; it runs on the provider's own thread
+    (inline, no worker), and the provider tells the broker it takes
+    --concurrency calls at once. The loop finishes each call
+    (dsh_call_finish) when its answer comes.
 
     A server that exits or stops answering pings is withdrawn (its
     provider destroyed, calls in flight answered TOOL_GONE), then started
@@ -68,6 +70,9 @@ extern char **environ;
 //  The largest bearer token file read
 #define MAX_TOKEN_BYTES         16384
 #define POLL_TICK_MS            100
+//  Calls the server may have in flight at once: what the broker is told
+//  this component takes (MCP servers take many over one pipe).
+#define DEFAULT_CONCURRENCY     64
 //  How long after the broker first asks for our tools its refusals are
 //  awaited before the "serving N tools" line (they come within a round
 //  trip; a later one prints the line again).
@@ -150,6 +155,7 @@ typedef struct {
     char *component_id;
     bool untrusted;
     bool confined;              //  --confined: the server's roots lie inside the workspace
+    size_t concurrency;         //  calls the server may have at once (--concurrency)
     bool verbose;
     int ping_ms;
     char **command;
@@ -365,7 +371,11 @@ s_apply_listing (self_t *self, const json_t *listing)
         zstr_free (&dsh_name);
     }
     if (!self->provider) {
-        self->provider = dsh_provider_new (self->broker, self->component_id, 0);
+        //  The handler only queues the call for this loop: it runs on the
+        //  provider's thread, and the broker may send as many calls at once
+        //  as the server is let to have
+        dsh_provider_options_t options = { self->broker, self->component_id, self->concurrency, 0, false, true };
+        self->provider = dsh_provider_new_options (&options);
         assert (self->provider);   //  the id and endpoint were checked at start
     }
     size_t added = 0, removed = 0;
@@ -1439,6 +1449,8 @@ s_usage (FILE *stream)
         "  --confined         declare every tool confined: the server can reach nothing outside\n"
         "                     the sandbox workspace (its roots), so the sandbox stage lets its\n"
         "                     tools write without a human's approval\n"
+        "  --concurrency N    calls the server may have in flight at once, what the broker\n"
+        "                     is told it may send (default %d)\n"
         "  --ping-ms N        ping the server every N ms; no answer within N ms = hung\n"
         "                     (default 5000)\n"
         "  --url URL          an MCP server on Streamable HTTP (http or https), instead of\n"
@@ -1452,7 +1464,7 @@ s_usage (FILE *stream)
         "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
         "  -v, --verbose      log every call\n"
         "  -h, --help         show this help\n",
-        DSH_DEFAULT_ENDPOINT);
+        DSH_DEFAULT_ENDPOINT, DEFAULT_CONCURRENCY);
 }
 
 static int
@@ -1520,6 +1532,7 @@ main (int argc, char *argv [])
         { "id", required_argument, NULL, 'i' },
         { "untrusted", no_argument, NULL, 'u' },
         { "confined", no_argument, NULL, 'c' },
+        { "concurrency", required_argument, NULL, 'N' },
         { "ping-ms", required_argument, NULL, 'P' },
         { "root", required_argument, NULL, 'R' },
         { "cert", required_argument, NULL, 'C' },
@@ -1531,7 +1544,7 @@ main (int argc, char *argv [])
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    self_t self = { .prefix = "", .ping_ms = 5000, .backoff_ms = BACKOFF_MIN_MS,
+    self_t self = { .prefix = "", .ping_ms = 5000, .concurrency = DEFAULT_CONCURRENCY, .backoff_ms = BACKOFF_MIN_MS,
                     .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1 };
     const char *id = NULL;
     size_t root_count = 0;
@@ -1552,6 +1565,14 @@ main (int argc, char *argv [])
             case 'i': id = optarg; break;
             case 'u': self.untrusted = true; break;
             case 'c': self.confined = true; break;
+            case 'N': {
+                char *end = NULL;
+                long value = strtol (optarg, &end, 10);
+                if (end == optarg || *end || value < 1 || value > 65536)
+                    return s_bad_usage ("--concurrency needs a number from 1 to 65536, not \"%s\"", optarg);
+                self.concurrency = (size_t) value;
+                break;
+            }
             case 'v': self.verbose = true; break;
             case 'C': cert = optarg; break;
             case 'K': broker_cert = optarg; break;

@@ -136,6 +136,7 @@ struct _self_t {
     zlistx_t *refusals;             //  char *, "tool: reason"
     dsh_pool_t *pool;
     size_t workers;                 //  the pool's: what ANNOUNCE states as concurrency
+    bool inline_handlers;           //  handlers run on this thread, not the pool's
     zhashx_t *running;              //  &key -> s_job_t *, queued, running or deferred
 };
 
@@ -146,6 +147,7 @@ typedef struct {
     size_t workers;
     size_t queue_limit;
     bool held;
+    bool inline_handlers;
 } s_settings_t;
 
 static void
@@ -702,6 +704,17 @@ s_tool_find (self_t *self, const char *name)
     return NULL;
 }
 
+//  A job's handler is done with it: its RESULT goes, unless the broker
+//  answered the call already.
+static void
+s_job_done (self_t *self, s_job_t *job)
+{
+    zhashx_delete (self->running, &job->key);
+    if (!dsh_call_cancelled (job->call) && job->is_encoded)
+        s_send_work (self->links [job->key.link], DSH_RESULT, job->key.token, &job->encoded);
+    s_job_destroy (&job);
+}
+
 static void
 s_handle_call (s_link_t *link, dsh_sock_msg_t *msg)
 {
@@ -748,6 +761,14 @@ s_handle_call (s_link_t *link, dsh_sock_msg_t *msg)
         s_job_destroy (&job);
         return;
     }
+    if (self->inline_handlers) {
+        //  The handler answers or defers without blocking: no thread hop.
+        //  Its result goes through the pool's queue all the same, behind
+        //  the progress it reported
+        if (s_job_run (job))
+            dsh_pool_post (self->pool, job);
+        return;
+    }
     if (dsh_pool_submit (self->pool, job)) {
         zhashx_delete (self->running, &job->key);
         char text [128];
@@ -786,11 +807,7 @@ s_pool_done (zloop_t *loop, zmq_pollitem_t *item, void *arg)
             s_note_destroy (&note);
             continue;
         }
-        s_job_t *job = (s_job_t *) done;
-        zhashx_delete (self->running, &job->key);
-        if (!dsh_call_cancelled (job->call) && job->is_encoded)
-            s_send_work (self->links [job->key.link], DSH_RESULT, job->key.token, &job->encoded);
-        s_job_destroy (&job);
+        s_job_done (self, (s_job_t *) done);
     }
     return 0;
 }
@@ -1023,9 +1040,12 @@ s_provider_actor (zsock_t *pipe, void *args)
     //  Generations start from the clock, so a restarted component never
     //  repeats one its predecessor used
     self->generation = (uint64_t) zclock_time ();
-    self->pool = dsh_pool_new (settings->workers, settings->queue_limit, s_job_run);
+    //  Inline handlers need no worker; the pool still hands deferred
+    //  calls back from whichever thread finishes them
+    self->pool = dsh_pool_new (settings->inline_handlers? 1: settings->workers, settings->queue_limit, s_job_run);
     assert (self->pool);
     self->workers = settings->workers;
+    self->inline_handlers = settings->inline_handlers;
     self->running = zhashx_new ();
     //  Keys are the jobs' own key fields: nothing to copy or free
     zhashx_set_key_hasher (self->running, s_key_hash);
@@ -1115,7 +1135,7 @@ s_front_endpoints (const char *spec, char *error, size_t error_size)
 dsh_provider_t *
 dsh_provider_new (const char *broker, const char *id, size_t workers)
 {
-    dsh_provider_options_t options = { broker, id, workers, 0, false };
+    dsh_provider_options_t options = { broker, id, workers, 0, false, false };
     return dsh_provider_new_options (&options);
 }
 
@@ -1147,7 +1167,8 @@ dsh_provider_new_options (const dsh_provider_options_t *options)
         fronts, self->id,
         options->workers? options->workers: S_DEFAULT_WORKERS,
         options->queue_limit? options->queue_limit: S_DEFAULT_QUEUE_LIMIT,
-        options->held
+        options->held,
+        options->inline_handlers
     };
     self->actor = zactor_new (s_provider_actor, &settings);
     zlistx_destroy (&fronts);

@@ -45,6 +45,10 @@ typedef struct {
                                 //  are answered OVERLOADED (0: 1024)
     bool held;                  //  find the broker only on dsh_provider_start,
                                 //  so a program's first ANNOUNCE has all its tools
+    bool inline_handlers;       //  run handlers on the provider's own thread, no
+                                //  worker: for handlers that never block (they
+                                //  answer at once or defer); workers is then only
+                                //  the concurrency ANNOUNCE states
 } dsh_provider_options_t;
 
 //  Start a provider with default options but these. NULL if the arguments

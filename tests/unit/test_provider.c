@@ -190,6 +190,9 @@ s_head (zframe_t *routing_id, const char *command)
     return msg;
 }
 
+//  Whether s_broker_start's provider runs its handlers inline.
+static bool s_inline_handlers = false;
+
 static void
 s_broker_start (s_broker_t *self, size_t workers, size_t queue_limit)
 {
@@ -214,7 +217,7 @@ s_broker_start (s_broker_t *self, size_t workers, size_t queue_limit)
     assert_non_null (self->work);
     assert_non_null (self->announce);
     //  Held: it looks for the broker only once every tool is in
-    dsh_provider_options_t options = { front, "test-provider", workers, queue_limit, true };
+    dsh_provider_options_t options = { front, "test-provider", workers, queue_limit, true, s_inline_handlers };
     self->provider = dsh_provider_new_options (&options);
     assert_non_null (self->provider);
     assert_int_equal (dsh_provider_add (self->provider, &s_echo_def, s_echo, NULL), 0);
@@ -349,12 +352,11 @@ s_assert_result (s_reply_t *reply, const char *call_id, const char *text, const 
 //  ---------------------------------------------------------------------
 //  Tests
 
+//  Every kind of call a provider answers, on a started broker.
 static void
-test_calls (void **state)
+s_calls (s_broker_t *self)
 {
-    (void) state;
-    s_broker_t broker;
-    s_broker_start (&broker, 2, 16);
+    s_broker_t broker = *self;
 
     //  A typed tool, answered under the CALL's token
     s_call (&broker, 0x0102030405060708ull, "c-1", "echo", "{\"message\": \"hello\"}");
@@ -409,8 +411,30 @@ test_calls (void **state)
     const msgpack_object *text = dsh_map_get (&dsh_map_get (reply.root, "content")->via.array.ptr [0], "text");
     assert_int_equal (text->via.str.size, 8192);
     s_reply_destroy (&reply);
+}
 
+static void
+test_calls (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    s_broker_start (&broker, 2, 16);
+    s_calls (&broker);
     s_broker_stop (&broker);
+}
+
+//  Handlers on the provider's own thread (dsh-mcp-bridge's way): the same
+//  answers, deferred calls finished from another thread included
+static void
+test_calls_inline (void **state)
+{
+    (void) state;
+    s_inline_handlers = true;
+    s_broker_t broker;
+    s_broker_start (&broker, 64, 16);
+    s_calls (&broker);
+    s_broker_stop (&broker);
+    s_inline_handlers = false;
 }
 
 static void
@@ -589,6 +613,7 @@ main (void)
 {
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_calls),
+        cmocka_unit_test (test_calls_inline),
         cmocka_unit_test (test_malformed),
         cmocka_unit_test (test_cancel_and_overload),
         cmocka_unit_test (test_tools),
