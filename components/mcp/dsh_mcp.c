@@ -1,19 +1,25 @@
 /*  =========================================================================
     dsh-mcp - a dsh broker's tools, offered as one MCP server on stdio
+    and, with --http, over Streamable HTTP
 
-        dsh-mcp [--broker E[,E...]] [--agent ID] [--timeout-ms N] [-v]
+        dsh-mcp [--broker E[,E...]] [--agent ID] [--timeout-ms N]
+                [--http HOST:PORT [--http-token-file FILE]] [-v]
 
-    An MCP client (a coding agent, the MCP inspector) starts this program
-    and sees every tool registered with the broker. tools/list is the
-    broker's LIST in MCP's shape, in pages of 100; tools/call is a dsh
-    CALL through the broker's chain, made as agent ID, so permissions,
-    plan mode, hooks and sandboxes apply. Calls are asynchronous: many are
-    in flight at once, their results answered as they come. A watcher
-    follows the registry and turns every change into
-    notifications/tools/list_changed; notifications/cancelled cancels the
-    dsh call; a call's dsh progress becomes notifications/progress when
-    the request asked for it. stdout carries only MCP messages, one JSON
-    line each; logs go to stderr.
+    An MCP client (a coding agent, the MCP inspector) starts this program,
+    or reaches it over HTTP, and sees every tool registered with the
+    broker, and the resources and prompts of bridged MCP servers (their
+    gateway tools, dsh_mcp_extras). One core serves every client: stdin
+    and stdout are one session, each HTTP session (dsh_mcp_httpd) another,
+    each with its own revision, log level and calls. tools/list is the
+    registry as the watcher keeps it, in pages of 100 (for --agent, only
+    what the chain could allow); tools/call is a dsh CALL through the
+    broker's chain, made as agent ID. Calls are asynchronous: many are in
+    flight at once, their results answered whole as they come (an MCP
+    server's own JSON-RPC error behind a bridge, as that error). Registry
+    changes become list_changed notifications; notifications/cancelled
+    cancels the dsh call; dsh progress becomes notifications/progress, and
+    a call that waits long sends progress of its own. stdout carries only
+    MCP messages, one JSON line each; logs go to stderr.
     =========================================================================
 */
 
