@@ -523,15 +523,20 @@ s_extras_answer (self_t *self, s_origin_t *origin, const json_t *id, const json_
     s_answer (self, origin, message);
 }
 
-//  The registry's entries this client may see (caller owns them).
+//  The registry's entries (caller owns them). For a listing, only those
+//  the chain could let this agent call: asking it takes round trips, so
+//  a forwarded request, which the chain judges as a call anyway, is
+//  routed on them all.
 static json_t *
-s_extras_entries (self_t *self)
+s_extras_entries (self_t *self, bool listing)
 {
     json_t *known = json_array ();
     const char *name;
     json_t *entry;
     json_object_foreach (self->entries, name, entry)
         json_array_append (known, entry);
+    if (!listing)
+        return known;
     json_t *entries = s_for_agent (self, known);
     json_decref (known);
     return entries;
@@ -574,7 +579,8 @@ s_extras (self_t *self, s_origin_t *origin, const json_t *id, const char *method
     if (s_held_early (self, origin, method, id, params))
         return;
     s_session_t *session = origin->session;
-    json_t *entries = s_extras_entries (self);
+    const char *slash = strrchr (method, '/');
+    json_t *entries = s_extras_entries (self, slash && streq (slash, "/list"));
     json_t *plan = dsh_mcp_extras_plan (entries, method, params);
     const json_t *call = json_object_get (plan, "call");
     bool level_set = streq (method, "logging/setLevel") && json_object_get (plan, "result")
@@ -706,6 +712,7 @@ s_downgrade (json_t *content, const char *version)
 //  The MCP answer for a dsh RESULT body: the result itself, every field
 //  kept but dsh's callId and error; an error the MCP server behind a
 //  bridge sent, as that same JSON-RPC error; "no such tool" as MCP says it.
+//  body (borrowed) is changed into the result: the caller uses it no more.
 static json_t *
 s_mcp_answer (const json_t *request_id, const char *tool, const char *code, json_t *body,
               const char *version)
@@ -724,15 +731,12 @@ s_mcp_answer (const json_t *request_id, const char *tool, const char *code, json
         zstr_free (&message);
         return answer;
     }
-    json_t *result = json_copy (body);
-    json_object_del (result, "callId");
-    json_object_del (result, "error");
-    if (strcmp (version, "2025-06-18") < 0) {
-        json_t *content = json_deep_copy (json_object_get (result, "content"));
-        s_downgrade (content, version);
-        json_object_set_new (result, "content", content);
-    }
-    return dsh_jsonrpc_result (request_id, result);
+    //  The body is ours and used no more: it becomes the result as it is
+    json_object_del (body, "callId");
+    json_object_del (body, "error");
+    if (strcmp (version, "2025-06-18") < 0)
+        s_downgrade (json_object_get (body, "content"), version);
+    return dsh_jsonrpc_result (request_id, json_incref (body));
 }
 
 static void
@@ -926,7 +930,7 @@ s_on_watcher (self_t *self)
         s_broadcast (self, dsh_jsonrpc_notification ("notifications/resources/list_changed", NULL));
         s_broadcast (self, dsh_jsonrpc_notification ("notifications/prompts/list_changed", NULL));
         //  A new gateway's logs are followed by the sessions that follow logs
-        json_t *entries = s_extras_entries (self);
+        json_t *entries = s_extras_entries (self, false);
         if (self->stdio && dsh_mcp_logs_following (self->stdio->logs))
             s_extras_polls (self, self->stdio, entries);
         for (s_session_t *session = zhashx_first (self->sessions); session; session = zhashx_next (self->sessions))

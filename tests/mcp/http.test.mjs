@@ -20,8 +20,8 @@ const token = 'a-long-random-token-for-the-tests';
 let broker, demo, facade, url, secured, securedUrl, scratch;
 
 //  dsh-mcp with stdin kept open: an HTTP server must not depend on it.
-function startFacade(args) {
-  const child = spawn(bin.facade, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+function startFacade(args, stdin = 'pipe') {
+  const child = spawn(bin.facade, args, { stdio: [stdin, 'pipe', 'pipe'] });
   child.log = '';
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`dsh-mcp did not serve HTTP:\n${child.log}`)), 20000);
@@ -166,6 +166,21 @@ test('with --http-token-file every request needs the bearer token', async () => 
       { what: 'the demo tools behind the token' });
   } finally {
     await client.close();
+  }
+});
+
+test('with --http, stdin at end of file ends only the stdio session', async () => {
+  const { child, url: daemonUrl } = await startFacade(['--broker', broker.endpoint, '--http', '127.0.0.1:0'],
+    'ignore');
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(child.exitCode, null, 'still running');
+    const { client } = await connect(daemonUrl);
+    const result = await client.callTool({ name: 'echo', arguments: { message: 'daemon' } });
+    assert.equal(result.content[0].text, 'daemon');
+    await client.close();
+  } finally {
+    await stop(child);
   }
 });
 
