@@ -3,10 +3,10 @@
 //  approval) kept alive with progress.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bin, start, stop, rawFacade, freePort, waitFor } from './helpers.mjs';
+import { bin, start, startBroker, stop, rawFacade, freePort, waitFor } from './helpers.mjs';
 
 test('started before the broker: answered at once, then list_changed once the broker is up', async () => {
-  const port = await freePort();
+  const port = await freePort(4);
   const endpoint = `tcp://127.0.0.1:${port}`;
   const facade = rawFacade(['--broker', endpoint]);
   let broker, demo;
@@ -34,9 +34,7 @@ test('started before the broker: answered at once, then list_changed once the br
 });
 
 test('a call that waits long sends progress when the client asked for it', async () => {
-  const port = await freePort();
-  const endpoint = `tcp://127.0.0.1:${port}`;
-  const { child: broker } = await start(bin.broker, ['-e', endpoint], /listening on/);
+  const { child: broker, endpoint } = await startBroker();
   const { child: demo } = await start(bin.demo, ['--broker', endpoint], /serving/);
   const facade = rawFacade(['--broker', endpoint, '--keepalive-ms', '200']);
   try {

@@ -187,12 +187,26 @@ export function rawFacade(args) {
   return raw;
 }
 
-//  A TCP port nothing listens on now (for a broker started later).
-export function freePort() {
+//  True if port can be bound on loopback now.
+function bindable(port) {
   return new Promise((resolve) => {
-    const server = net.createServer().listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
+    const probe = net.createServer();
+    probe.once('error', () => resolve(false));
+    probe.listen(port, '127.0.0.1', () => probe.close(() => resolve(true)));
   });
+}
+
+//  The first of count consecutive TCP ports nothing listens on now, for a
+//  server started later (a broker binds its front port and the next
+//  three). Taken below Linux's ephemeral range (32768 up), so no outgoing
+//  connection takes one meanwhile.
+export async function freePort(count = 1) {
+  for (let tries = 0; tries < 200; tries++) {
+    const base = 20000 + Math.floor(Math.random() * (32768 - 20000 - count));
+    let free = true;
+    for (let port = base; free && port < base + count; port++)
+      free = await bindable(port);
+    if (free) return base;
+  }
+  throw new Error(`no ${count} free consecutive ports`);
 }

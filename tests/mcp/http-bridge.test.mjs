@@ -6,7 +6,6 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
-import net from 'node:net';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -16,23 +15,13 @@ import { execFile } from 'node:child_process';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { ListToolsRequestSchema, CallToolRequestSchema } from '@modelcontextprotocol/sdk/types.js';
-import { bin, start, startBroker, stop, dshTools, dshCall, facadeClient, waitFor, assertBridged } from './helpers.mjs';
+import { bin, start, startBroker, stop, dshTools, dshCall, facadeClient, waitFor, assertBridged, freePort } from './helpers.mjs';
 
 const everythingMain = path.join(path.dirname(bin.everything), '../@modelcontextprotocol/server-everything/dist/index.js');
 
 let broker, serverPort, server, proxy, bridge, direct, facade;
 const seen = [];               //  every request the proxy passed on: {method, headers, body}
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const probe = net.createServer();
-    probe.on('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => resolve(port));
-    });
-  });
-}
 
 function listen(handler) {
   return new Promise((resolve) => {
