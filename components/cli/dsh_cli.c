@@ -445,18 +445,29 @@ s_query (dsh_client_t *client, options_t *options, const char *command, const ch
     return body;
 }
 
+//  One query on a client of its own: the reply body, or NULL with the
+//  reason on stderr and *exit_code set.
+static json_t *
+s_query_once (options_t *options, const char *command, const char *expected, int *exit_code)
+{
+    dsh_client_t *client = s_client (options);
+    if (!client) {
+        *exit_code = EXIT_NO_BROKER;
+        return NULL;
+    }
+    json_t *body = s_query (client, options, command, NULL, expected, exit_code);
+    dsh_client_destroy (&client);
+    return body;
+}
+
 static int
 s_ping (options_t *options)
 {
-    dsh_client_t *client = s_client (options);
-    if (!client)
-        return EXIT_NO_BROKER;
     int exit_code = 0;
-    json_t *body = s_query (client, options, DSH_PING, NULL, DSH_PONG, &exit_code);
+    json_t *body = s_query_once (options, DSH_PING, DSH_PONG, &exit_code);
     if (body)
         s_print (body, JSON_DOCUMENT);
     json_decref (body);
-    dsh_client_destroy (&client);
     return exit_code;
 }
 
@@ -873,12 +884,8 @@ s_control_print (options_t *options, const char *stage, const char *command, jso
 static int
 s_chain (options_t *options)
 {
-    dsh_client_t *client = s_client (options);
-    if (!client)
-        return EXIT_NO_BROKER;
     int exit_code = 0;
-    json_t *body = s_query (client, options, DSH_CHAIN, NULL, DSH_CHAIN, &exit_code);
-    dsh_client_destroy (&client);
+    json_t *body = s_query_once (options, DSH_CHAIN, DSH_CHAIN, &exit_code);
     json_t *stages = json_object_get (body, "stages");
     if (json_is_array (stages))
         s_print (stages, JSON_DOCUMENT);
@@ -1797,12 +1804,8 @@ s_stats_table (json_t *stats)
 static int
 s_stats (options_t *options)
 {
-    dsh_client_t *client = s_client (options);
-    if (!client)
-        return EXIT_NO_BROKER;
     int exit_code = 0;
-    json_t *body = s_query (client, options, DSH_STATS, NULL, DSH_STATS, &exit_code);
-    dsh_client_destroy (&client);
+    json_t *body = s_query_once (options, DSH_STATS, DSH_STATS, &exit_code);
     if (body && !options->json && isatty (STDOUT_FILENO))
         s_stats_table (body);
     else
