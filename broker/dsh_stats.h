@@ -15,8 +15,9 @@
     that, calls count under tool "*") and 1024 agent rows (past that, under
     agent "*").
 
-    Every function takes a NULL self and does nothing: a broker with
-    statistics off has none, and pays one test per hook.
+    Every hook takes a NULL self and does nothing, and dsh_stats_pack
+    then reports statistics off: a broker run with --no-stats has no table,
+    and pays one test per hook.
     =========================================================================
 */
 
