@@ -5,9 +5,4 @@
 set -eu
 directory="${DESTDIR:-}$2"
 mkdir -p "$directory"
-if [ -e "$directory/dsh-broker.cfg" ]; then
-    echo "Keeping $2/dsh-broker.cfg (the example is $1)"
-else
-    install -m 644 "$1" "$directory/dsh-broker.cfg"
-    echo "Installing $1 to $2"
-fi
+[ -e "$directory/dsh-broker.cfg" ] || install -m 644 "$1" "$directory/dsh-broker.cfg"
