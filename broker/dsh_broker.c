@@ -52,7 +52,7 @@ s_usage (FILE *out)
         "                           the config's beacon/interface)\n"
         "  -v, --verbose            log every event and refusal (default off)\n"
         "  -h, --help               this help\n",
-        DSH_DEFAULT_ENDPOINT, defaults->heartbeat_ms, defaults->liveness, defaults->call_timeout_ms,
+        defaults->endpoint, defaults->heartbeat_ms, defaults->liveness, defaults->call_timeout_ms,
         defaults->max_call_timeout_ms, defaults->max_message_bytes, defaults->queue_limit,
         defaults->max_tool_bytes, defaults->max_tools, defaults->events_queue_bytes,
         defaults->beacon_port, defaults->beacon_interval_ms);
