@@ -12,38 +12,67 @@
 #include "dsh_middleware.h"
 #include "dsh_proto.h"
 #include "dsh_registry.h"
+#if DSH_HAVE_SYSTEMD
+#   include <systemd/sd-daemon.h>
+#endif
 
+//  Every flag with its default; the numbers come from a fresh configuration,
+//  so the help cannot drift from the code.
 static void
 s_usage (FILE *out)
 {
+    dsh_config_t *defaults = dsh_config_new ();
     fprintf (out,
         "usage: dsh-broker [options]\n"
-        "  -c, --config FILE        read settings from a ZPL file (section \"broker\")\n"
-        "  -e, --endpoint ENDPOINT  front endpoint clients and components use\n"
-        "                           (default %s, or $DSH_BROKER)\n"
+        "  -c, --config FILE        read settings from a ZPL file (sections broker, security, beacon,\n"
+        "                           chain; see deploy/dsh-broker.cfg); flags override it\n"
+        "                           (default: none, the built-in defaults)\n"
+        "  -e, --endpoint ENDPOINT  front endpoint clients and components use; --broker is the same\n"
+        "                           (default $DSH_BROKER, else %s)\n"
         "      --announce ENDPOINT  SUB endpoint for component announcements (default: front port+1)\n"
         "      --work ENDPOINT      ROUTER endpoint for component calls (default: front port+2)\n"
         "      --events ENDPOINT    PUB endpoint for change events (default: front port+3)\n"
         "      --heartbeat-ms N     component heartbeat interval (default %d)\n"
         "      --liveness N         missed heartbeats before a component expires (default %d)\n"
         "      --call-timeout-ms N  deadline of a call that sets none (default %d)\n"
+        "      --max-call-timeout-ms N  cap on a call's own deadline (default %d)\n"
         "      --max-message-bytes N  largest frame accepted (default %d)\n"
-        "      --cert FILE          the broker's certificate (or $DSH_CERT): turns CURVE on\n"
+        "      --queue-limit N      high-water mark of every socket, in messages (default %d)\n"
+        "      --max-tool-bytes N   largest tool entry a component may announce (default %d)\n"
+        "      --max-tools N        tools one component may provide (default %d)\n"
+        "      --events-queue-bytes N  change events queued per subscriber, in bytes (default %d)\n"
+        "      --cert FILE          the broker's certificate; turns CURVE on\n"
+        "                           (default $DSH_CERT, else none: CURVE off)\n"
         "      --allow DIR          allow-list: the public certificates that may connect\n"
-        "      --curve              CURVE on every socket (needs --cert and --allow)\n"
-        "      --insecure           listen beyond loopback without CURVE (anyone may connect)\n"
-        "      --max-tool-bytes N   largest tool entry a component may announce (default 65536)\n"
-        "      --max-tools N        tools one component may provide (default 1024)\n"
-        "      --events-queue-bytes N  change events queued per subscriber, in bytes (default 33554432)\n"
+        "                           (default none; CURVE needs it)\n"
+        "      --curve              CURVE on every socket (needs --cert and --allow; default off)\n"
+        "      --insecure           listen beyond loopback without CURVE, anyone may connect (default off)\n"
         "      --beacon[=PORT]      broadcast UDP beacons so `--broker beacon[:PORT]` finds this broker\n"
-        "                           (default port %d, every %d ms; interface: $ZSYS_INTERFACE or the\n"
-        "                           config's beacon/interface; default off)\n"
+        "                           (default off; port %d, every %d ms; interface: $ZSYS_INTERFACE or\n"
+        "                           the config's beacon/interface)\n"
         "      --no-stats           keep no call statistics (STATS answers enabled: false;\n"
         "                           config key stats = false; default on)\n"
-        "  -v, --verbose            log every event and refusal\n"
+        "  -v, --verbose            log every event and refusal (default off)\n"
         "  -h, --help               this help\n",
-        DSH_DEFAULT_ENDPOINT, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS,
-        DSH_DEFAULT_CALL_TIMEOUT_MS, DSH_MAX_MESSAGE_DEFAULT, DSH_DEFAULT_BEACON_PORT, DSH_BEACON_INTERVAL_MS);
+        defaults->endpoint, defaults->heartbeat_ms, defaults->liveness, defaults->call_timeout_ms,
+        defaults->max_call_timeout_ms, defaults->max_message_bytes, defaults->queue_limit,
+        defaults->max_tool_bytes, defaults->max_tools, defaults->events_queue_bytes,
+        defaults->beacon_port, defaults->beacon_interval_ms);
+    dsh_config_destroy (&defaults);
+}
+
+//  Tells the service manager how the broker is doing: a systemd unit of
+//  Type=notify (deploy/systemd) counts the broker started at READY=1, once
+//  its sockets are bound. Nothing without $NOTIFY_SOCKET, or when built
+//  without libsystemd.
+static void
+s_notify (const char *state)
+{
+#if DSH_HAVE_SYSTEMD
+    sd_notify (0, state);
+#else
+    (void) state;
+#endif
 }
 
 //  Flag -> config key, for the flags that take a value.
@@ -231,9 +260,13 @@ main (int argc, char *argv [])
         printf ("dsh-broker: try  DSH_BROKER=%s dsh tools   and   dsh call echo '{\"message\":\"hi\"}'\n",
                 front);
         fflush (stdout);
+        char *ready = zsys_sprintf ("READY=1\nSTATUS=listening on %s", front);
+        s_notify (ready);
+        zstr_free (&ready);
         //  The actor does the work; this thread only waits for a signal
         while (!zsys_interrupted)
             zclock_sleep (100);
+        s_notify ("STOPPING=1");
         printf ("dsh-broker: stopping\n");
     }
     zactor_destroy (&beacon);
