@@ -35,11 +35,14 @@ dsh_curve_valid_role (const char *role)
     return false;
 }
 
-//  True if the file at path reads as ZPL (or does not exist).
+//  True if the file at path reads as ZPL, or cannot be read at all (it
+//  does not exist, or is not ours to read): zcert_load then does without
+//  it, as it should for a public certificate next to a secret only its
+//  owner may read (a broker's, under /etc/dsh).
 static bool
 s_parses (const char *path)
 {
-    if (!zsys_file_exists (path))
+    if (!zsys_file_exists (path) || access (path, R_OK))
         return true;
     zchunk_t *chunk = zchunk_slurp (path, 0);
     zconfig_t *root = chunk? zconfig_chunk_load (chunk): NULL;
@@ -76,7 +79,13 @@ s_load (const char *path, bool secret, char *error, size_t error_size)
         return NULL;
     }
     if (secret && streq (zcert_secret_txt (cert), "0000000000000000000000000000000000000000")) {
-        snprintf (error, error_size, "%s: no secret key (want %s_secret beside it)", path, path);
+        char *secret_path = zsys_sprintf ("%s_secret", path);
+        if (zsys_file_exists (secret_path))
+            snprintf (error, error_size, "%s: cannot read its secret key %s (%s)", path, secret_path,
+                      strerror (access (secret_path, R_OK)? errno: EISDIR));
+        else
+            snprintf (error, error_size, "%s: no secret key (want %s_secret beside it)", path, path);
+        zstr_free (&secret_path);
         zcert_destroy (&cert);
         return NULL;
     }

@@ -14,6 +14,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "dsh_curve.h"
 #include "dsh_proto.h"
@@ -119,6 +122,48 @@ test_setup_errors (void **state)
     zstr_free (&broker);
     zstr_free (&public_only);
     zstr_free (&garbage);
+}
+
+//  A public certificate loads beside a secret the reader may not read (a
+//  component given /etc/dsh/broker.cert, whose _secret only the broker's
+//  user reads), and a party whose own secret it cannot read is told so.
+//  Run in a child that cannot read the secret: as nobody when we are root.
+static void
+test_unreadable_secret (void **state)
+{
+    (void) state;
+    char error [256];
+    char *broker = s_path ("locked.cert");
+    char *secret = s_path ("locked.cert_secret");
+    assert_int_equal (dsh_curve_keygen (broker, "admin", NULL, NULL, NULL, NULL, error, sizeof (error)), 0);
+    zcert_t *cert = zcert_load (broker);
+    assert_non_null (cert);
+    char public_key [41];
+    snprintf (public_key, sizeof (public_key), "%s", zcert_public_txt (cert));
+    zcert_destroy (&cert);
+    assert_int_equal (chmod (secret, 0), 0);
+    assert_int_equal (chmod (s_dir, 0755), 0);
+    assert_int_equal (chmod (broker, 0644), 0);
+
+    pid_t child = fork ();
+    assert_true (child >= 0);
+    if (child == 0) {
+        if (geteuid () == 0 && (setgid (65534) || setuid (65534)))
+            _exit (2);
+        zcert_t *loaded = dsh_curve_load (broker);
+        bool public_ok = loaded && streq (zcert_public_txt (loaded), public_key);
+        zcert_destroy (&loaded);
+        bool refused = dsh_curve_setup (broker, broker, error, sizeof (error)) == -1
+                    && strstr (error, "cannot read its secret key");
+        _exit (public_ok && refused? 0: 1);
+    }
+    int status = 0;
+    assert_int_equal (waitpid (child, &status, 0), child);
+    assert_true (WIFEXITED (status));
+    assert_int_equal (WEXITSTATUS (status), 0);
+    assert_int_equal (chmod (s_dir, 0700), 0);
+    zstr_free (&broker);
+    zstr_free (&secret);
 }
 
 //  A CURVE ROUTER served with zauth over the allow-list, and a client with
@@ -324,6 +369,7 @@ main (void)
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_keygen_checks),
         cmocka_unit_test (test_setup_errors),
+        cmocka_unit_test (test_unreadable_secret),
         cmocka_unit_test (test_identity_from_metadata),
         cmocka_unit_test (test_handshake_watch_ends_cleanly),
     };
