@@ -9,6 +9,17 @@
 
 //  The longest preview of a pending call's arguments, in bytes
 #define ARGUMENTS_PREVIEW_MAX   160
+//  Rates and quantiles are over the polls of about this long, so that a
+//  fast poll does not make them jump from one call to none
+#define RATE_WINDOW_MS          10000
+//  At most this many polls are kept for the window
+#define RATE_SAMPLES            10
+
+//  One poll's STATS body, kept to measure rates from.
+typedef struct {
+    int64_t mono_ms;
+    json_t *stats;
+} s_sample_t;
 
 struct _dsh_monitor_model_t {
     size_t events_kept;
@@ -20,8 +31,7 @@ struct _dsh_monitor_model_t {
     json_t *components;         //  component id -> [tool name]
     zlistx_t *events;           //  json_t, oldest first
     json_t *last;               //  the last poll with its rates
-    json_t *previous;           //  the STATS body rates are measured from
-    int64_t previous_mono;
+    zlistx_t *samples;          //  s_sample_t of the current epoch, oldest first
 };
 
 static void
@@ -29,6 +39,17 @@ s_json_release (void **item_p)
 {
     json_decref ((json_t *) *item_p);
     *item_p = NULL;
+}
+
+static void
+s_sample_destroy (void **item_p)
+{
+    s_sample_t *sample = (s_sample_t *) *item_p;
+    if (sample) {
+        json_decref (sample->stats);
+        free (sample);
+        *item_p = NULL;
+    }
 }
 
 dsh_monitor_model_t *
@@ -42,6 +63,8 @@ dsh_monitor_model_new (size_t events_kept)
     self->events = zlistx_new ();
     zlistx_set_destructor (self->events, s_json_release);
     self->last = json_pack ("{s:b, s:s}", "reachable", 0, "error", "not polled yet");
+    self->samples = zlistx_new ();
+    zlistx_set_destructor (self->samples, s_sample_destroy);
     return self;
 }
 
@@ -56,7 +79,7 @@ dsh_monitor_model_destroy (dsh_monitor_model_t **self_p)
         json_decref (self->components);
         zlistx_destroy (&self->events);
         json_decref (self->last);
-        json_decref (self->previous);
+        zlistx_destroy (&self->samples);
         free (self);
         *self_p = NULL;
     }
@@ -407,17 +430,34 @@ dsh_monitor_model_poll (dsh_monitor_model_t *self, const json_t *poll, int64_t m
         json_object_set_new (doc, "pending", s_pending_brief (pending));
     json_t *stats = json_object_get (poll, "stats");
     json_t *rates = NULL;
-    //  A new epoch is a new broker: its counters start again, and a rate
-    //  across the two would be nonsense
-    if (stats && self->previous && mono_ms > self->previous_mono
-    &&  json_equal (json_object_get (stats, "epoch"), json_object_get (self->previous, "epoch")))
-        rates = s_rates (self->previous, stats, mono_ms - self->previous_mono);
-    json_object_set_new (doc, "rates", rates? rates: json_null ());
     if (stats) {
-        json_decref (self->previous);
-        self->previous = json_incref (stats);
-        self->previous_mono = mono_ms;
+        //  A new epoch is a new broker: its counters start again, and a
+        //  rate across the two would be nonsense
+        s_sample_t *newest = (s_sample_t *) zlistx_last (self->samples);
+        if (newest && !json_equal (json_object_get (stats, "epoch"), json_object_get (newest->stats, "epoch")))
+            zlistx_purge (self->samples);
+        //  The base is the newest poll at least a window old, else the oldest
+        while (zlistx_size (self->samples) >= 2) {
+            zlistx_first (self->samples);
+            s_sample_t *second = (s_sample_t *) zlistx_next (self->samples);
+            if (mono_ms - second->mono_ms < RATE_WINDOW_MS)
+                break;
+            void *oldest = zlistx_detach (self->samples, NULL);
+            s_sample_destroy (&oldest);
+        }
+        s_sample_t *base = (s_sample_t *) zlistx_first (self->samples);
+        if (base && mono_ms > base->mono_ms)
+            rates = s_rates (base->stats, stats, mono_ms - base->mono_ms);
+        newest = (s_sample_t *) zlistx_last (self->samples);
+        if (!newest || mono_ms - newest->mono_ms >= RATE_WINDOW_MS / RATE_SAMPLES) {
+            s_sample_t *sample = (s_sample_t *) zmalloc (sizeof (s_sample_t));
+            assert (sample);
+            sample->mono_ms = mono_ms;
+            sample->stats = json_incref (stats);
+            zlistx_add_end (self->samples, sample);
+        }
     }
+    json_object_set_new (doc, "rates", rates? rates: json_null ());
     json_decref (self->last);
     self->last = doc;
 }

@@ -6,8 +6,8 @@
     (re)sync, then every change event) give the tool set by component and
     the last events; each poll of the broker (STATS, CHAIN, the pending
     approvals of each permission stage) gives the counters, from which the
-    model derives rates and latency quantiles between two polls of the
-    same broker epoch. It reads JSON and gives JSON; it knows no sockets.
+    model derives rates and latency quantiles over the polls of the last
+    ten seconds or so (a sliding window of the same broker epoch). It reads JSON and gives JSON; it knows no sockets.
     =========================================================================
 */
 
@@ -55,9 +55,9 @@ json_t *
 
 //  The last poll with what was derived from it (caller owns): the poll's
 //  fields, plus at, and rates {intervalMs, calls, errors, tools: {name:
-//  {calls, errors, p50Ms, p99Ms}}} (per second; quantiles null when no
-//  call ended in the interval), or rates null on the first poll of an
-//  epoch. Before any poll: {reachable: false, error: "not polled yet"}.
+//  {calls, errors, p50Ms, p99Ms}}} over the window's intervalMs (per
+//  second; quantiles null when no call ended in it), or rates null on the
+//  first poll of an epoch. Before any poll: {reachable: false, error: "not polled yet"}.
 json_t *
     dsh_monitor_model_stats (dsh_monitor_model_t *self);
 
