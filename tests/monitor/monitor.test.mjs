@@ -106,6 +106,28 @@ test('the event stream starts with a snapshot, then carries change events and po
   }
 });
 
+test('at most 32 event streams at once; a closed one frees its place', async () => {
+  const streams = [];
+  try {
+    //  A stream whose client went away is noticed at its next write
+    //  (the next poll): the earlier tests' may still count for a moment
+    const open = () => waitFor(async () => {
+      try { return await openEvents(monitor.url); } catch { return null; }
+    }, { what: 'a free stream' });
+    for (let index = 0; index < 32; index++)
+      streams.push(await open());
+    const refused = await fetch(monitor.url + '/api/events');
+    assert.equal(refused.status, 503);
+    await refused.text();
+    streams.pop().close();
+    const again = await open();
+    streams.push(again);
+    await again.next('snapshot');
+  } finally {
+    for (const stream of streams) stream.close();
+  }
+});
+
 function promtool(text) {
   return new Promise((resolve) => {
     const child = execFile('promtool', ['check', 'metrics'], (error, stdout, stderr) =>
@@ -182,6 +204,8 @@ test('a token guards every endpoint; /?token= trades it for an HttpOnly SameSite
   } finally {
     await stop(guarded.child);
   }
+  //  A clean exit, which in the sanitizer build also says nothing leaked
+  assert.equal(guarded.child.exitCode, 0, guarded.child.log);
 });
 
 test('a broker restart: the page is told it is unreachable, then gets a fresh snapshot of the new epoch', async () => {
@@ -204,4 +228,13 @@ test('a broker restart: the page is told it is unreachable, then gets a fresh sn
   } finally {
     events.close();
   }
+});
+
+test('SIGINT and SIGTERM end it with exit 0', async () => {
+  const { child } = monitor;
+  const gone = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGINT');
+  await gone;
+  assert.equal(child.exitCode, 0, child.log);
+  assert.doesNotMatch(child.log, /Sanitizer|runtime error/);
 });
