@@ -5,18 +5,17 @@ set -euo pipefail
 
 #  libmicrohttpd-dev serves MCP's Streamable HTTP transport (dsh-mcp --http);
 #  libcurl4-openssl-dev is dsh-mcp-bridge --url's HTTP client (and the tests').
-#  iproute2 (ip, bridge, tc) builds the netns test bed of tests/netns/.
 #  prometheus (its promtool checks dsh-monitor's /metrics) and chromium
 #  (headless, for dsh-monitor's page) are for tests/monitor only.
+#  iproute2 (ip, bridge, tc) builds the netns test bed of tests/netns/.
 #  nats-server and libnats-dev are only for dsh-bench's NATS column (the
 #  peer it is measured against); dsh itself never links or runs them
 packages=(gcc pkg-config meson ninja-build python3
           clang libfuzzer-14-dev
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
           libmicrohttpd-dev libcurl4-openssl-dev
-          valgrind
+          valgrind prometheus chromium
           iproute2
-          prometheus chromium
           nats-server libnats-dev)
 
 #  The MCP tests run real MCP software from npm; a node of 18 or later that
