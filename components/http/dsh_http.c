@@ -65,6 +65,33 @@ dsh_http_addr_is_loopback (const struct sockaddr_storage *addr)
         || (IN6_IS_ADDR_V4MAPPED (ipv6) && ipv6->s6_addr [12] == 127);
 }
 
+static void
+s_log (void *cls, const char *format, va_list args)
+{
+    char line [512];
+    vsnprintf (line, sizeof line, format, args);
+    line [strcspn (line, "\n")] = 0;
+    zsys_warning ("%s: http: %s", (const char *) cls, line);
+}
+
+struct MHD_Daemon *
+dsh_http_daemon_start (const struct sockaddr_storage *addr, const char *program,
+                       MHD_AccessHandlerCallback access, MHD_RequestCompletedCallback completed,
+                       void *cls, unsigned int connection_limit, unsigned int connection_timeout_s)
+{
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME
+                       | MHD_USE_ERROR_LOG | (addr->ss_family == AF_INET6? MHD_USE_IPv6: 0);
+    uint16_t port = ntohs (addr->ss_family == AF_INET6? ((const struct sockaddr_in6 *) addr)->sin6_port
+                                                      : ((const struct sockaddr_in *) addr)->sin_port);
+    return MHD_start_daemon (flags, port, NULL, NULL, access, cls,
+                             MHD_OPTION_EXTERNAL_LOGGER, s_log, (void *) program,
+                             MHD_OPTION_SOCK_ADDR, (const struct sockaddr *) addr,
+                             MHD_OPTION_NOTIFY_COMPLETED, completed, cls,
+                             MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+                             MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_s,
+                             MHD_OPTION_END);
+}
+
 int
 dsh_http_bound_port (struct MHD_Daemon *daemon)
 {

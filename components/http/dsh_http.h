@@ -36,6 +36,16 @@ int
 bool
     dsh_http_addr_is_loopback (const struct sockaddr_storage *addr);
 
+//  Start serving at addr on libmicrohttpd's own thread, with connections
+//  that may be suspended (streams), at most connection_limit of them, each
+//  closed after connection_timeout_s without progress. access and
+//  completed get cls; MHD's own complaints are logged as "<program>: http:
+//  ...". NULL if the address cannot be bound.
+struct MHD_Daemon *
+    dsh_http_daemon_start (const struct sockaddr_storage *addr, const char *program,
+                           MHD_AccessHandlerCallback access, MHD_RequestCompletedCallback completed,
+                           void *cls, unsigned int connection_limit, unsigned int connection_timeout_s);
+
 //  The port daemon listens on (the one picked when asked for port 0), or 0.
 int
     dsh_http_bound_port (struct MHD_Daemon *daemon);

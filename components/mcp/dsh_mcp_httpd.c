@@ -19,6 +19,7 @@
 #include "dsh_jsonrpc.h"
 #include "dsh_json.h"
 #include "dsh_http.h"
+#include "dsh_http_outq.h"
 
 #include <czmq.h>
 #include <microhttpd.h>
@@ -63,13 +64,7 @@ typedef struct {
     json_t *waiting;            //  ids of its requests not answered yet
     json_t *responses;          //  answers gathered for a JSON body
     bool batch;
-    char *out;                  //  bytes for the client: out [out_start..out_size)
-    size_t out_start;
-    size_t out_size;
-    size_t out_capacity;
-    bool finished;              //  nothing follows what is queued
-    bool broken;                //  close the connection, not the stream
-    bool suspended;
+    dsh_http_outq_t out;        //  bytes for the client
     int64_t last_write;
 } s_request_t;
 
@@ -142,26 +137,13 @@ s_event_destroy (void **item_p)
 //  ---------------------------------------------------------------------
 //  Exchanges (under the lock)
 
-//  Lets MHD call the content reader again.
-static void
-s_wake (s_request_t *request)
-{
-    if (request->suspended && request->connection) {
-        request->suspended = false;
-        MHD_resume_connection (request->connection);
-    }
-}
-
 //  Drops the connection, and what was queued for it.
 static void
 s_out_break (s_request_t *request)
 {
     if (request->session)
-        request->session->backlog -= request->out_size - request->out_start;
-    request->broken = true;
-    zstr_free (&request->out);
-    request->out_start = request->out_size = request->out_capacity = 0;
-    s_wake (request);
+        request->session->backlog -= dsh_http_outq_pending (&request->out);
+    dsh_http_outq_break (&request->out);
 }
 
 //  Queues bytes for the client; a client that lets them pile up past a
@@ -170,9 +152,9 @@ s_out_break (s_request_t *request)
 static void
 s_out_append (s_request_t *request, const char *data, size_t size)
 {
-    if (request->broken || request->finished)
+    if (request->out.broken || request->out.finished)
         return;
-    size_t pending = request->out_size - request->out_start;
+    size_t pending = dsh_http_outq_pending (&request->out);
     size_t session_backlog = request->session? request->session->backlog: 0;
     if (pending > DSH_MCP_HTTPD_MAX_BACKLOG || (pending && session_backlog > DSH_MCP_HTTPD_MAX_SESSION_BACKLOG)) {
         zsys_warning ("dsh-mcp: an HTTP client reads too slowly (%zu bytes waiting, %zu in its session): "
@@ -180,26 +162,10 @@ s_out_append (s_request_t *request, const char *data, size_t size)
         s_out_break (request);
         return;
     }
-    //  The consumed prefix is reclaimed once it is half the buffer
-    if (request->out_start > 0 && request->out_start * 2 >= request->out_size) {
-        memmove (request->out, request->out + request->out_start, pending);
-        request->out_size = pending;
-        request->out_start = 0;
-    }
-    if (request->out_size + size > request->out_capacity) {
-        size_t capacity = request->out_capacity? request->out_capacity: 4096;
-        while (capacity < request->out_size + size)
-            capacity *= 2;
-        request->out = (char *) realloc (request->out, capacity);
-        assert (request->out);
-        request->out_capacity = capacity;
-    }
-    memcpy (request->out + request->out_size, data, size);
-    request->out_size += size;
+    dsh_http_outq_append (&request->out, data, size);
     if (request->session)
         request->session->backlog += size;
     request->last_write = zclock_mono ();
-    s_wake (request);
 }
 
 //  One SSE event carrying message.
@@ -218,8 +184,7 @@ s_out_event (s_request_t *request, const json_t *message)
 static void
 s_out_finish (s_request_t *request)
 {
-    request->finished = true;
-    s_wake (request);
+    dsh_http_outq_finish (&request->out);
 }
 
 //  Ends a session: its streams end, its exchanges outlive it until MHD
@@ -259,7 +224,7 @@ s_exchange_for (dsh_mcp_httpd_t *self, s_session_t *session, const json_t *id, s
 {
     for (s_request_t *request = (s_request_t *) zlistx_first (self->exchanges); request;
          request = (s_request_t *) zlistx_next (self->exchanges))
-        if (request->session == session && !request->finished && !request->broken)
+        if (request->session == session && !request->out.finished && !request->out.broken)
             for (size_t index = 0; index < json_array_size (request->waiting); index++)
                 if (json_equal (json_array_get (request->waiting, index), (json_t *) id)) {
                     if (index_p)
@@ -279,27 +244,9 @@ s_content_reader (void *cls, uint64_t pos, char *buf, size_t max)
     s_request_t *request = (s_request_t *) cls;
     dsh_mcp_httpd_t *self = request->httpd;
     pthread_mutex_lock (&self->lock);
-    ssize_t size = 0;
-    if (request->broken)
-        size = MHD_CONTENT_READER_END_WITH_ERROR;
-    else
-    if (request->out_size > request->out_start) {
-        size_t pending = request->out_size - request->out_start;
-        size = (ssize_t) (pending < max? pending: max);
-        memcpy (buf, request->out + request->out_start, (size_t) size);
-        request->out_start += (size_t) size;
-        if (request->session)
-            request->session->backlog -= (size_t) size;
-        if (request->out_start == request->out_size)
-            request->out_start = request->out_size = 0;
-    }
-    else
-    if (request->finished)
-        size = MHD_CONTENT_READER_END_OF_STREAM;
-    else {
-        request->suspended = true;
-        MHD_suspend_connection (request->connection);
-    }
+    ssize_t size = dsh_http_outq_read (&request->out, buf, max);
+    if (size > 0 && request->session)
+        request->session->backlog -= (size_t) size;
     pthread_mutex_unlock (&self->lock);
     return size;
 }
@@ -667,6 +614,7 @@ s_access (void *cls, struct MHD_Connection *connection, const char *url, const c
         assert (request);
         request->httpd = self;
         request->connection = connection;
+        dsh_http_outq_init (&request->out, connection);
         *req_cls = request;
         return s_on_headers (self, request, url, method);
     }
@@ -720,7 +668,7 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls, enum 
     s_session_t *session = request->session;
     if (session) {
         session->exchanges--;
-        session->backlog -= request->out_size - request->out_start;
+        session->backlog -= dsh_http_outq_pending (&request->out);
         session->last_active = zclock_mono ();
         if (session->get_stream == request)
             session->get_stream = NULL;
@@ -736,21 +684,11 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls, enum 
     pthread_mutex_unlock (&self->lock);
     free (request->session_id);
     free (request->body);
-    free (request->out);
+    dsh_http_outq_release (&request->out);
     json_decref (request->waiting);
     json_decref (request->responses);
     free (request);
     *req_cls = NULL;
-}
-
-static void
-s_log (void *cls, const char *format, va_list args)
-{
-    (void) cls;
-    char line [512];
-    vsnprintf (line, sizeof line, format, args);
-    line [strcspn (line, "\n")] = 0;
-    zsys_warning ("dsh-mcp: http: %s", line);
 }
 
 //  ---------------------------------------------------------------------
@@ -776,7 +714,7 @@ s_housekeeper (void *args)
              request = (s_request_t *) zlistx_next (self->exchanges))
             //  A stream with bytes queued needs none, and must not have a
             //  keep-alive count against a large answer being read
-            if (request->kind != KIND_POST_JSON && request->out_size == request->out_start
+            if (request->kind != KIND_POST_JSON && dsh_http_outq_pending (&request->out) == 0
                 && now - request->last_write >= self->keepalive_ms)
                 s_out_append (request, ": keepalive\n\n", 13);
         zlistx_t *expired = zlistx_new ();
@@ -834,18 +772,9 @@ dsh_mcp_httpd_new (const char *address, const char *token, char *error, size_t e
     self->events = zlistx_new ();
     zlistx_set_destructor (self->events, s_event_destroy);
     self->event_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME
-                       | MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6? MHD_USE_IPv6: 0);
-    uint16_t port = ntohs (addr.ss_family == AF_INET6? ((struct sockaddr_in6 *) &addr)->sin6_port
-                                                     : ((struct sockaddr_in *) &addr)->sin_port);
     if (self->event_fd >= 0)
-        self->daemon = MHD_start_daemon (flags, port, NULL, NULL, s_access, self,
-                                         MHD_OPTION_EXTERNAL_LOGGER, s_log, NULL,
-                                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
-                                         MHD_OPTION_NOTIFY_COMPLETED, s_completed, self,
-                                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int) MAX_CONNECTIONS,
-                                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) CONNECTION_TIMEOUT_S,
-                                         MHD_OPTION_END);
+        self->daemon = dsh_http_daemon_start (&addr, "dsh-mcp", s_access, s_completed, self, MAX_CONNECTIONS,
+                                              CONNECTION_TIMEOUT_S);
     if (!self->daemon) {
         snprintf (error, error_size, "cannot serve HTTP on %s: %s", address,
                   self->event_fd < 0? strerror (errno): "the address is in use or not ours");

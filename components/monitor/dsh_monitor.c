@@ -22,6 +22,7 @@
 
 #include "dsh_beacon.h"
 #include "dsh_client.h"
+#include "dsh_component.h"
 #include "dsh_curve.h"
 #include "dsh_http.h"
 #include "dsh_proto.h"
@@ -29,7 +30,6 @@
 #include "dsh_watcher.h"
 
 #include <getopt.h>
-#include <stdarg.h>
 
 #define DEFAULT_HTTP            "127.0.0.1:7580"
 #define DEFAULT_POLL_MS         1000
@@ -316,21 +316,6 @@ s_usage (FILE *stream)
         DSH_DEFAULT_ENDPOINT, DEFAULT_HTTP, DEFAULT_POLL_MS, DEFAULT_EVENTS);
 }
 
-static int
-s_bad_usage (const char *format, ...) __attribute__ ((format (printf, 1, 2)));
-
-static int
-s_bad_usage (const char *format, ...)
-{
-    va_list args;
-    va_start (args, format);
-    fprintf (stderr, "dsh-monitor: ");
-    vfprintf (stderr, format, args);
-    fprintf (stderr, " (try --help)\n");
-    va_end (args);
-    return 2;
-}
-
 //  A number option within [min, max], or -1.
 static int
 s_number (const char *text, long min, long max)
@@ -356,6 +341,8 @@ main (int argc, char *argv [])
         { NULL, 0, NULL, 0 }
     };
     self_t self = { .http = DEFAULT_HTTP, .poll_ms = DEFAULT_POLL_MS, .events = DEFAULT_EVENTS };
+    //  Usage errors read as every dsh program's
+    const dsh_component_options_t program = { .program = "dsh-monitor" };
     const char *cert = NULL, *broker_cert = NULL;
     opterr = 0;
     int option;
@@ -370,25 +357,27 @@ main (int argc, char *argv [])
             case 'h': s_usage (stdout); return 0;
             case 'p':
                 if ((self.poll_ms = s_number (optarg, 50, 3600000)) < 0)
-                    return s_bad_usage ("--poll-ms needs a number from 50 to 3600000, not \"%s\"", optarg);
+                    return dsh_component_usage_error (&program, "--poll-ms needs a number from 50 to 3600000, "
+                                                      "not \"%s\"", optarg);
                 break;
             case 'e':
                 if ((self.events = s_number (optarg, 1, 100000)) < 0)
-                    return s_bad_usage ("--events needs a number from 1 to 100000, not \"%s\"", optarg);
+                    return dsh_component_usage_error (&program, "--events needs a number from 1 to 100000, "
+                                                      "not \"%s\"", optarg);
                 break;
             case ':':
-                return s_bad_usage ("option %s needs a value", argv [optind - 1]);
+                return dsh_component_usage_error (&program, "option %s needs a value", argv [optind - 1]);
             default:
                 if (optopt)
-                    return s_bad_usage ("unknown option -%c", optopt);
-                return s_bad_usage ("unknown option %s", argv [optind - 1]);
+                    return dsh_component_usage_error (&program, "unknown option -%c", optopt);
+                return dsh_component_usage_error (&program, "unknown option %s", argv [optind - 1]);
         }
     }
     if (optind < argc)
-        return s_bad_usage ("unexpected argument \"%s\"", argv [optind]);
+        return dsh_component_usage_error (&program, "unexpected argument \"%s\"", argv [optind]);
     char error [512];
     if (dsh_curve_setup (cert, broker_cert, error, sizeof error))
-        return s_bad_usage ("%s", error);
+        return dsh_component_usage_error (&program, "%s", error);
     if (!self.broker) {
         self.broker = getenv ("DSH_BROKER");
         if (self.broker && !*self.broker)
@@ -396,7 +385,7 @@ main (int argc, char *argv [])
     }
     zlistx_t *brokers = dsh_sock_brokers (self.broker, error, sizeof error);
     if (!brokers)
-        return s_bad_usage ("%s", error);
+        return dsh_component_usage_error (&program, "%s", error);
     zlistx_destroy (&brokers);
     //  stdout says one thing, that the monitor is ready
     zsys_set_logstream (stderr);

@@ -12,6 +12,7 @@
 
 #include "dsh_monitor_httpd.h"
 #include "dsh_http.h"
+#include "dsh_http_outq.h"
 
 #include <czmq.h>
 #include <microhttpd.h>
@@ -36,15 +37,9 @@ typedef struct {
 //  An open event stream, from its headers to MHD's completion callback.
 typedef struct {
     dsh_monitor_httpd_t *httpd;
-    struct MHD_Connection *connection;
     void *handle;               //  in httpd->streams
-    char *out;                  //  bytes for the client: out [out_start..out_size)
-    size_t out_start;
-    size_t out_size;
-    size_t out_capacity;
+    dsh_http_outq_t out;        //  bytes for the client
     bool sent_since_tick;       //  had an event since the last keep-alive round
-    bool broken;                //  close the connection
-    bool suspended;
 } s_stream_t;
 
 struct _dsh_monitor_httpd_t {
@@ -74,55 +69,19 @@ s_doc_destroy (void **item_p)
 //  ---------------------------------------------------------------------
 //  Streams (under the lock)
 
-static void
-s_wake (s_stream_t *stream)
-{
-    if (stream->suspended) {
-        stream->suspended = false;
-        MHD_resume_connection (stream->connection);
-    }
-}
-
-static void
-s_stream_break (s_stream_t *stream)
-{
-    stream->broken = true;
-    zstr_free (&stream->out);
-    stream->out_start = stream->out_size = stream->out_capacity = 0;
-    s_wake (stream);
-}
-
 //  Queues bytes for the client; one that lets them pile up loses its
 //  stream, so it never holds the monitor or the other clients back. One
 //  event of any size fits on a stream with nothing queued.
 static void
 s_stream_append (s_stream_t *stream, const char *data, size_t size)
 {
-    if (stream->broken)
-        return;
-    size_t pending = stream->out_size - stream->out_start;
-    if (pending && pending + size > DSH_MONITOR_HTTPD_MAX_BACKLOG) {
+    size_t pending = dsh_http_outq_pending (&stream->out);
+    if (pending && pending + size > DSH_MONITOR_HTTPD_MAX_BACKLOG && !stream->out.broken) {
         zsys_warning ("dsh-monitor: an HTTP client reads its event stream too slowly (%zu bytes waiting): "
                       "the stream is closed", pending);
-        s_stream_break (stream);
-        return;
+        dsh_http_outq_break (&stream->out);
     }
-    if (stream->out_start > 0) {
-        memmove (stream->out, stream->out + stream->out_start, pending);
-        stream->out_size = pending;
-        stream->out_start = 0;
-    }
-    if (stream->out_size + size > stream->out_capacity) {
-        size_t capacity = stream->out_capacity? stream->out_capacity: 4096;
-        while (capacity < stream->out_size + size)
-            capacity *= 2;
-        stream->out = (char *) realloc (stream->out, capacity);
-        assert (stream->out);
-        stream->out_capacity = capacity;
-    }
-    memcpy (stream->out + stream->out_size, data, size);
-    stream->out_size += size;
-    s_wake (stream);
+    dsh_http_outq_append (&stream->out, data, size);
 }
 
 static ssize_t
@@ -132,22 +91,7 @@ s_content_reader (void *cls, uint64_t pos, char *buf, size_t max)
     s_stream_t *stream = (s_stream_t *) cls;
     dsh_monitor_httpd_t *self = stream->httpd;
     pthread_mutex_lock (&self->lock);
-    ssize_t size = 0;
-    if (stream->broken)
-        size = MHD_CONTENT_READER_END_WITH_ERROR;
-    else
-    if (stream->out_size > stream->out_start) {
-        size_t pending = stream->out_size - stream->out_start;
-        size = (ssize_t) (pending < max? pending: max);
-        memcpy (buf, stream->out + stream->out_start, (size_t) size);
-        stream->out_start += (size_t) size;
-        if (stream->out_start == stream->out_size)
-            stream->out_start = stream->out_size = 0;
-    }
-    else {
-        stream->suspended = true;
-        MHD_suspend_connection (stream->connection);
-    }
+    ssize_t size = dsh_http_outq_read (&stream->out, buf, max);
     pthread_mutex_unlock (&self->lock);
     return size;
 }
@@ -209,7 +153,7 @@ s_open_stream (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, voi
     s_stream_t *stream = (s_stream_t *) zmalloc (sizeof (s_stream_t));
     assert (stream);
     stream->httpd = self;
-    stream->connection = connection;
+    dsh_http_outq_init (&stream->out, connection);
     stream->handle = zlistx_add_end (self->streams, stream);
     //  The retry hint makes a browser come back soon after the monitor does
     const char *retry = "retry: 2000\n\n";
@@ -293,19 +237,9 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls,
     pthread_mutex_lock (&self->lock);
     zlistx_delete (self->streams, stream->handle);
     pthread_mutex_unlock (&self->lock);
-    free (stream->out);
+    dsh_http_outq_release (&stream->out);
     free (stream);
     *req_cls = NULL;
-}
-
-static void
-s_log (void *cls, const char *format, va_list args)
-{
-    (void) cls;
-    char line [512];
-    vsnprintf (line, sizeof line, format, args);
-    line [strcspn (line, "\n")] = 0;
-    zsys_warning ("dsh-monitor: http: %s", line);
 }
 
 //  ---------------------------------------------------------------------
@@ -340,17 +274,8 @@ dsh_monitor_httpd_new (const char *address, const char *token, char *error, size
     self->docs = zhashx_new ();
     zhashx_set_destructor (self->docs, s_doc_destroy);
     self->streams = zlistx_new ();
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME
-                       | MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6? MHD_USE_IPv6: 0);
-    uint16_t port = ntohs (addr.ss_family == AF_INET6? ((struct sockaddr_in6 *) &addr)->sin6_port
-                                                     : ((struct sockaddr_in *) &addr)->sin_port);
-    self->daemon = MHD_start_daemon (flags, port, NULL, NULL, s_access, self,
-                                     MHD_OPTION_EXTERNAL_LOGGER, s_log, NULL,
-                                     MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
-                                     MHD_OPTION_NOTIFY_COMPLETED, s_completed, self,
-                                     MHD_OPTION_CONNECTION_LIMIT, (unsigned int) MAX_CONNECTIONS,
-                                     MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) CONNECTION_TIMEOUT_S,
-                                     MHD_OPTION_END);
+    self->daemon = dsh_http_daemon_start (&addr, "dsh-monitor", s_access, s_completed, self, MAX_CONNECTIONS,
+                                          CONNECTION_TIMEOUT_S);
     if (!self->daemon) {
         snprintf (error, error_size, "cannot serve HTTP on %s: the address is in use or not ours", address);
         dsh_monitor_httpd_destroy (&self);
@@ -370,7 +295,7 @@ dsh_monitor_httpd_destroy (dsh_monitor_httpd_t **self_p)
         pthread_mutex_lock (&self->lock);
         for (s_stream_t *stream = (s_stream_t *) zlistx_first (self->streams); stream;
              stream = (s_stream_t *) zlistx_next (self->streams))
-            s_stream_break (stream);
+            dsh_http_outq_break (&stream->out);
         pthread_mutex_unlock (&self->lock);
         if (self->daemon)
             MHD_stop_daemon (self->daemon);

@@ -129,7 +129,8 @@ s_parties (FILE *out, const json_t *stats)
     s_family (out, "dsh_component_inflight", "gauge", "Calls a component holds now.");
     json_array_foreach (components, index, row)
         s_sample (out, "dsh_component_inflight", "component", json_object_get (row, "id"), s_int (row, "inFlight"));
-    s_family (out, "dsh_component_heartbeat_age_seconds", "gauge", "Time since the broker last heard from a component.");
+    s_family (out, "dsh_component_heartbeat_age_seconds", "gauge",
+              "Time since the broker last heard from a component.");
     json_array_foreach (components, index, row) {
         fputs ("dsh_component_heartbeat_age_seconds{component=\"", out);
         s_label_value (out, json_object_get (row, "id"));
