@@ -38,6 +38,8 @@ s_usage (FILE *out)
         "      --beacon[=PORT]      broadcast UDP beacons so `--broker beacon[:PORT]` finds this broker\n"
         "                           (default port %d, every %d ms; interface: $ZSYS_INTERFACE or the\n"
         "                           config's beacon/interface; default off)\n"
+        "      --no-stats           keep no call statistics (STATS answers enabled: false;\n"
+        "                           config key stats = false; default on)\n"
         "  -v, --verbose            log every event and refusal\n"
         "  -h, --help               this help\n",
         DSH_DEFAULT_ENDPOINT, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS,
@@ -130,6 +132,9 @@ main (int argc, char *argv [])
         else
         if (streq (flag, "--curve"))
             config->curve = true;
+        else
+        if (streq (flag, "--no-stats"))
+            config->stats = false;
         else
         if (streq (flag, "--insecure"))
             config->insecure = true;

@@ -703,9 +703,7 @@ dsh_catalog_pack_snapshot (dsh_catalog_t *self, msgpack_packer *pk)
         s_pack_names (pk, tool->providers);
     }
     //  Components in id order, so that two snapshots of one state are equal
-    zlistx_t *ids = zhashx_keys (self->components);
-    zlistx_set_comparator (ids, (zlistx_comparator_fn *) strcmp);
-    zlistx_sort (ids);
+    zlistx_t *ids = dsh_catalog_component_ids (self);
     dsh_pack_cstr (pk, "components");
     msgpack_pack_array (pk, zlistx_size (ids));
     for (char *id = zlistx_first (ids); id; id = zlistx_next (ids)) {
@@ -730,6 +728,48 @@ dsh_catalog_pack_providers (dsh_catalog_t *self, const char *name, msgpack_packe
         s_pack_names (pk, tool->providers);
     else
         msgpack_pack_array (pk, 0);
+}
+
+size_t
+dsh_catalog_replicas (dsh_catalog_t *self, const char *name)
+{
+    assert (self);
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    return tool? zlistx_size (tool->providers): 0;
+}
+
+zlistx_t *
+dsh_catalog_tool_names (dsh_catalog_t *self)
+{
+    assert (self);
+    zlistx_t *names = zlistx_new ();
+    for (s_tool_t *tool = zlistx_first (self->tool_order); tool; tool = zlistx_next (self->tool_order))
+        zlistx_add_end (names, tool->name);
+    return names;
+}
+
+zlistx_t *
+dsh_catalog_component_ids (dsh_catalog_t *self)
+{
+    assert (self);
+    zlistx_t *ids = zhashx_keys (self->components);
+    zlistx_set_comparator (ids, (zlistx_comparator_fn *) strcmp);
+    zlistx_sort (ids);
+    return ids;
+}
+
+int
+dsh_catalog_component_load (dsh_catalog_t *self, const char *component, size_t *outstanding,
+                            int64_t *last_seen_ms)
+{
+    assert (self);
+    assert (outstanding && last_seen_ms);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (!record)
+        return -1;
+    *outstanding = record->outstanding;
+    *last_seen_ms = record->last_seen_ms;
+    return 0;
 }
 
 uint64_t

@@ -189,6 +189,26 @@ void
 void
     dsh_catalog_pack_providers (dsh_catalog_t *self, const char *name, msgpack_packer *pk);
 
+//  How many components provide a tool now (0 if it is unknown).
+size_t
+    dsh_catalog_replicas (dsh_catalog_t *self, const char *name);
+
+//  The tools' names in registration order, in a new list that borrows them
+//  (caller destroys it before the catalog changes).
+zlistx_t *
+    dsh_catalog_tool_names (dsh_catalog_t *self);
+
+//  The components' ids in id order, in a new list of char * (caller
+//  destroys).
+zlistx_t *
+    dsh_catalog_component_ids (dsh_catalog_t *self);
+
+//  A component's calls outstanding and when it was last heard from
+//  (zclock_mono). Returns 0, or -1 if it is unknown.
+int
+    dsh_catalog_component_load (dsh_catalog_t *self, const char *component, size_t *outstanding,
+                                int64_t *last_seen_ms);
+
 //  The sequence number of the latest event (0 before any).
 uint64_t
     dsh_catalog_seq (dsh_catalog_t *self);

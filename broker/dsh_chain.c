@@ -275,6 +275,10 @@ static void
 s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
 {
     zframe_destroy (&record->held);
+    //  A stage it goes up through may change the result: its outcome is
+    //  read off the answer (dsh_inflight_answer)
+    if (record->hops && zlistx_size (record->hops))
+        record->outcome = DSH_STATS_OUTCOME_UNKNOWN;
     s_hop_t *hop;
     while (record->hops && (hop = (s_hop_t *) zlistx_last (record->hops))) {
         zlistx_detach_cur (record->hops);

@@ -28,6 +28,7 @@ dsh_config_new (void)
     self->max_queued_bytes = 256 * 1024 * 1024;
     self->max_queued_per_caller = 10000;
     self->max_queued_bytes_per_caller = 64 * 1024 * 1024;
+    self->stats = true;
     self->beacon_port = DSH_DEFAULT_BEACON_PORT;
     self->beacon_interval_ms = DSH_BEACON_INTERVAL_MS;
     return self;
@@ -153,6 +154,8 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_int (&self->queue_limit, key, value, 1, 10000000, error, error_size);
     if (streq (key, "verbose"))
         return s_set_bool (&self->verbose, key, value, error, error_size);
+    if (streq (key, "stats"))
+        return s_set_bool (&self->stats, key, value, error, error_size);
     if (streq (key, "curve"))
         return s_set_bool (&self->curve, key, value, error, error_size);
     if (streq (key, "certificate"))

@@ -39,6 +39,7 @@ typedef struct {
     int max_queued_per_caller;  //  calls held for one caller
     int max_queued_bytes_per_caller;    //  ... their bytes
     bool verbose;
+    bool stats;                 //  call statistics (STATS); --no-stats turns them off
     bool curve;                 //  security/curve: CURVE on every socket
     char *certificate;          //  security/certificate: the broker's keypair (zcert files)
     char *allow;                //  security/allow: directory of allowed public certificates

@@ -28,6 +28,7 @@ struct _dsh_inflight_t {
     uint64_t random [S_TOKEN_BLOCK];
     size_t random_left;
     uint64_t fallback;          //  if getrandom fails: never a repeat, at least
+    dsh_stats_t *stats;         //  counts every answer, or NULL
 };
 
 //  ---------------------------------------------------------------------
@@ -156,6 +157,13 @@ s_copy (char *target, size_t size, const char *source)
     target [length] = 0;
 }
 
+void
+dsh_inflight_set_stats (dsh_inflight_t *self, dsh_stats_t *stats)
+{
+    assert (self);
+    self->stats = stats;
+}
+
 dsh_record_t *
 dsh_inflight_open (dsh_inflight_t *self, zmq_msg_t *route, size_t route_size,
                    const char *call_id, const char *tool, int64_t deadline_ms)
@@ -174,6 +182,8 @@ dsh_inflight_open (dsh_inflight_t *self, zmq_msg_t *route, size_t route_size,
     s_copy (record->tool, sizeof (record->tool), tool);
     record->deadline_ms = deadline_ms;
     record->hold_until_ms = deadline_ms;
+    if (self->stats)
+        record->arrival_us = zclock_usecs ();
     do
         record->token = s_next_token (self);
     while (record->token == 0 || zhashx_lookup (self->tokens, &record->token));
@@ -255,6 +265,13 @@ dsh_inflight_answer (dsh_inflight_t *self, dsh_record_t **record_p, zmq_msg_t *b
     assert (record_p && *record_p);
     dsh_record_t *record = *record_p;
     s_unlink (self, record);
+    if (self->stats) {
+        //  Read from the body only when no one said: a stage passed it
+        int outcome = record->outcome? record->outcome
+                                     : dsh_stats_outcome_decode (zmq_msg_data (body), zmq_msg_size (body));
+        dsh_stats_answer (self->stats, record->stats_tool, record->stats_agent, outcome,
+                          (uint64_t) (zclock_usecs () - record->arrival_us));
+    }
     self->reply (self->reply_arg, record->route, record->route_size, body);
     s_record_destroy (record_p);
 }
@@ -273,6 +290,8 @@ dsh_inflight_answer_error (dsh_inflight_t *self, dsh_record_t **record_p, const 
 {
     assert (record_p && *record_p);
     zframe_t *body = dsh_proto_error_result ((*record_p)->call_id, code, text);
+    if (self->stats)
+        (*record_p)->outcome = dsh_stats_outcome (code);
     dsh_inflight_answer_frame (self, record_p, &body);
 }
 
@@ -283,6 +302,7 @@ dsh_inflight_drop (dsh_inflight_t *self, dsh_record_t **record_p)
     assert (record_p);
     if (*record_p) {
         s_unlink (self, *record_p);
+        dsh_stats_drop (self->stats, (*record_p)->stats_tool);
         s_record_destroy (record_p);
     }
 }

@@ -23,6 +23,7 @@
 #include <czmq.h>
 
 #include "dsh_proto.h"
+#include "dsh_stats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,6 +64,10 @@ typedef struct {
     bool has_retry_body;
     bool retried;                       //  already sent to a second replica
     bool indexed;                       //  in the caller index (the newest of its callId)
+    int64_t arrival_us;                 //  zclock_usecs at FRONT, with statistics on
+    dsh_stats_tool_t *stats_tool;       //  the rows its answer is counted in (dsh_stats_open)
+    dsh_stats_agent_t *stats_agent;
+    int outcome;                        //  its answer's, once known (dsh_stats_outcome); else 0
 } dsh_record_t;
 
 //  Sends a RESULT body to a caller along route (route_size frames, which
@@ -78,6 +83,11 @@ dsh_inflight_t *
 //  stopping). Safe twice.
 void
     dsh_inflight_destroy (dsh_inflight_t **self_p);
+
+//  Count every answer in stats (borrowed; NULL: statistics off). A
+//  record's rows are its own to set (dsh_stats_open), after it is opened.
+void
+    dsh_inflight_set_stats (dsh_inflight_t *self, dsh_stats_t *stats);
 
 //  Open a record for a call: moves the route frames in (they are closed
 //  in the caller's array), copies call_id and tool, gives it a fresh token.
@@ -105,7 +115,9 @@ dsh_record_t *
                               const char *call_id);
 
 //  Answer a call: send body (taken) to its caller, take the record out of
-//  the table and destroy it. The one place a call's RESULT is sent from.
+//  the table and destroy it. The one place a call's RESULT is sent from,
+//  and so where it is counted: with the record's outcome if set, else
+//  the body's.
 void
     dsh_inflight_answer (dsh_inflight_t *self, dsh_record_t **record_p, zmq_msg_t *body);
 

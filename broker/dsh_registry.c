@@ -36,6 +36,7 @@
 #include "dsh_proto.h"
 #include "dsh_routes.h"
 #include "dsh_sock.h"
+#include "dsh_stats.h"
 
 //  Messages taken from one socket per wakeup, at most
 #define S_BATCH 64
@@ -58,6 +59,7 @@ typedef struct {
     dsh_chain_t *chain;         //  the middleware stages every call runs through
     dsh_heap_t *heap;           //  gives freed memory back, after a storm
     dsh_fairq_t *fairq;         //  calls held for busy components, served by caller in turn
+    dsh_stats_t *stats;         //  call statistics, or NULL (--no-stats)
     char *broker_id;
     uint64_t epoch;             //  changes when the broker restarts
     int64_t started_ms;
@@ -90,6 +92,7 @@ typedef struct {
 static void s_chain_dispatch (void *arg, dsh_record_t *record, zframe_t **body_p);
 static void s_chain_control_reply (void *arg, zmsg_t **envelope_p, zframe_t **body_p);
 static int s_reply_route (void *arg, zmq_msg_t *route, size_t route_size, zmq_msg_t *body);
+static size_t s_tool_replicas (void *arg, const char *tool);
 
 //  ---------------------------------------------------------------------
 //  Frames
@@ -171,6 +174,10 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->catalog = dsh_catalog_new ();
     dsh_catalog_set_limits (self->catalog, (size_t) config->max_tool_bytes, (size_t) config->max_tools);
     self->inflight = dsh_inflight_new (s_reply_route, self);
+    if (config->stats) {
+        self->stats = dsh_stats_new (s_tool_replicas, self);
+        dsh_inflight_set_stats (self->inflight, self->stats);
+    }
     self->heap = dsh_heap_new (S_TRIM_BYTES);
     dsh_fairq_limits_t limits = {
         (size_t) config->max_queued, (size_t) config->max_queued_bytes,
@@ -240,6 +247,7 @@ s_self_destroy (self_t **self_p)
         zloop_destroy (&self->loop);
         dsh_fairq_destroy (&self->fairq);
         dsh_inflight_destroy (&self->inflight);
+        dsh_stats_destroy (&self->stats);
         zsock_destroy (&self->work_monitor);
         dsh_routes_destroy (&self->routes);
         zsock_destroy (&self->front);
@@ -337,6 +345,8 @@ s_answer_error (self_t *self, dsh_record_t **record_p, const char *code, const c
     zframe_t *frame = dsh_proto_error_result ((*record_p)->call_id, code, text);
     zmq_msg_t body;
     dsh_sock_part_frame (&body, &frame);
+    if (self->stats)
+        (*record_p)->outcome = dsh_stats_outcome (code);
     s_answer (self, record_p, &body);
 }
 
@@ -460,6 +470,7 @@ s_publish (self_t *self, zlistx_t *events)
     for (dsh_event_t *event = zlistx_first (events); event; event = zlistx_next (events)) {
         zmsg_t *msg = zmsg_new ();
         zmsg_addstr (msg, event->kind);
+        dsh_stats_event (self->stats, event->kind);
         zframe_t *body = dsh_event_encode (event, self->epoch);
         zmsg_append (msg, &body);
         dsh_sock_send (self->events, &msg);
@@ -725,6 +736,7 @@ s_remove_component (self_t *self, const char *component, const char *reason)
         dsh_routes_forget (self->routes, component);
         dsh_log_info ("dsh-broker: component %s %s", component, reason);
         s_fail_component_calls (self, component, reason);
+        dsh_stats_component_gone (self->stats, component);
         s_publish (self, events);
     }
     zlistx_destroy (&events);
@@ -865,6 +877,7 @@ s_handle_call (self_t *self, s_request_t *request)
     dsh_call_head_t head;
     if (dsh_proto_decode_call (request->doc, &head, error, sizeof (error))) {
         self->bad_messages++;
+        dsh_stats_refused (self->stats, DSH_E_BAD_REQUEST);
         if (head.call_id)
             s_refuse_call (self, request, head.call_id, DSH_E_BAD_REQUEST, error);
         else
@@ -875,18 +888,21 @@ s_handle_call (self_t *self, s_request_t *request)
         self->bad_messages++;
         snprintf (error, sizeof (error), "the envelope has %zu frames, more than %d",
                   request->parts->envelope, DSH_ROUTE_MAX);
+        dsh_stats_refused (self->stats, DSH_E_BAD_REQUEST);
         s_refuse_call (self, request, head.call_id, DSH_E_BAD_REQUEST, error);
         return;
     }
     char forbidden [DSH_ID_MAX * 2 + 256];
     zframe_t *stamped = NULL;
     if (s_front_forbidden (self, request, DSH_CALL, forbidden, sizeof (forbidden))) {
+        dsh_stats_refused (self->stats, DSH_E_FORBIDDEN);
         s_refuse_call (self, request, head.call_id, DSH_E_FORBIDDEN, forbidden);
         return;
     }
     if (s_call_agent (self, request, &head, &stamped, forbidden, sizeof (forbidden))) {
-        s_refuse_call (self, request, head.call_id,
-                       strncmp (forbidden, "Error:", 6)? DSH_E_BAD_REQUEST: DSH_E_FORBIDDEN, forbidden);
+        const char *code = strncmp (forbidden, "Error:", 6)? DSH_E_BAD_REQUEST: DSH_E_FORBIDDEN;
+        dsh_stats_refused (self->stats, code);
+        s_refuse_call (self, request, head.call_id, code, forbidden);
         return;
     }
     if (dsh_inflight_size (self->inflight) >= self->max_in_flight) {
@@ -894,6 +910,7 @@ s_handle_call (self_t *self, s_request_t *request)
         char text [96];
         snprintf (text, sizeof (text), "Error: the broker is overloaded (%zu calls in flight)",
                   dsh_inflight_size (self->inflight));
+        dsh_stats_refused (self->stats, DSH_E_OVERLOADED);
         s_refuse_call (self, request, head.call_id, DSH_E_OVERLOADED, text);
         return;
     }
@@ -907,6 +924,9 @@ s_handle_call (self_t *self, s_request_t *request)
                                               head.call_id, head.name, zclock_mono () + (int64_t) timeout_ms);
     if (self->curve && request->peer.key)
         snprintf (record->caller, sizeof (record->caller), "%s", request->peer.key);
+    //  Under CURVE the key's agent, which the body's must be if it names one
+    dsh_stats_open (self->stats, record->tool, head.agent? head.agent: self->curve? request->peer.agent: NULL,
+                    &record->stats_tool, &record->stats_agent);
     //  The head points into the body; done with it before the body moves
     dsh_doc_destroy (&request->doc);
     if (stamped) {
@@ -1084,6 +1104,53 @@ s_handle_get (self_t *self, s_request_t *request)
     }
 }
 
+//  The statistics (PROTOCOL.md, "STATS"): the table's, and what the
+//  catalog and the in-flight table know now.
+static void
+s_handle_stats (self_t *self, s_request_t *request)
+{
+    dsh_packer_t packer;
+    s_reply_begin (&packer, request);
+    msgpack_packer *pk = &packer.pk;
+    dsh_packer_kv_str (&packer, "broker", self->broker_id);
+    dsh_pack_cstr (pk, "epoch");
+    msgpack_pack_uint64 (pk, self->epoch);
+    dsh_pack_cstr (pk, "uptimeMs");
+    msgpack_pack_uint64 (pk, (uint64_t) (zclock_time () - self->started_ms));
+    dsh_pack_cstr (pk, "inFlight");
+    msgpack_pack_uint64 (pk, dsh_inflight_size (self->inflight));
+    zlistx_t *tools = dsh_catalog_tool_names (self->catalog);
+    dsh_stats_pack (self->stats, &packer, tools);
+    zlistx_destroy (&tools);
+    zlistx_t *ids = dsh_catalog_component_ids (self->catalog);
+    dsh_pack_cstr (pk, "components");
+    msgpack_pack_array (pk, self->stats? (uint32_t) zlistx_size (ids): 0);
+    int64_t now_ms = zclock_mono ();
+    for (const char *id = zlistx_first (ids); id && self->stats; id = zlistx_next (ids)) {
+        size_t outstanding = 0;
+        int64_t last_seen_ms = now_ms;
+        dsh_catalog_component_load (self->catalog, id, &outstanding, &last_seen_ms);
+        dsh_packer_map_begin (&packer);
+        dsh_packer_kv_str (&packer, "id", id);
+        dsh_pack_cstr (pk, "served");
+        msgpack_pack_uint64 (pk, dsh_stats_served_count (self->stats, id));
+        dsh_pack_cstr (pk, "inFlight");
+        msgpack_pack_uint64 (pk, outstanding);
+        dsh_pack_cstr (pk, "heartbeatAgeMs");
+        msgpack_pack_uint64 (pk, (uint64_t) (now_ms > last_seen_ms? now_ms - last_seen_ms: 0));
+        dsh_packer_map_end (&packer);
+    }
+    zlistx_destroy (&ids);
+    s_reply_packed (self, request, DSH_STATS, &packer);
+}
+
+//  dsh_stats' view of the catalog: who provides a tool now.
+static size_t
+s_tool_replicas (void *arg, const char *tool)
+{
+    return dsh_catalog_replicas (((self_t *) arg)->catalog, tool);
+}
+
 typedef void (s_front_fn) (self_t *self, s_request_t *request);
 
 //  The FRONT commands, and who handles each.
@@ -1099,6 +1166,7 @@ static const struct {
     { DSH_GET, s_handle_get },
     { DSH_SNAPSHOT, s_handle_snapshot },
     { DSH_CHAIN, s_handle_chain },
+    { DSH_STATS, s_handle_stats },
     { DSH_CONTROL, s_handle_control },
 };
 
@@ -1225,6 +1293,7 @@ s_handle_result (self_t *self, const char *component, zmq_msg_t *token_part, zmq
     if (!record)
         return;
     dsh_catalog_outstanding (self->catalog, record->component, -1);
+    dsh_stats_served (self->stats, component);
     s_refill (self, component);
     char error [DSH_CALL_ID_MAX + 64];
     dsh_doc_t *doc = dsh_doc_new (zmq_msg_data (body), zmq_msg_size (body), error, sizeof (error));
@@ -1235,6 +1304,10 @@ s_handle_result (self_t *self, const char *component, zmq_msg_t *token_part, zmq
         dsh_doc_destroy (&doc);
     }
     if (doc) {
+        //  Read here, where the body is decoded anyway; a stage the result
+        //  goes up through may change it (dsh_chain then forgets it)
+        if (self->stats)
+            record->outcome = dsh_stats_outcome_of (dsh_doc_root (doc));
         dsh_doc_destroy (&doc);
         zmq_msg_t result;
         zmq_msg_init (&result);

@@ -46,6 +46,7 @@ extern "C" {
 #define DSH_RESULT              "RESULT"
 #define DSH_ERROR               "ERROR"
 #define DSH_CHAIN               "CHAIN"
+#define DSH_STATS               "STATS"
 #define DSH_CONTROL             "CONTROL"
 
 //  Commands on the announce channel (component PUB -> registry SUB)

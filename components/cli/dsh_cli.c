@@ -66,6 +66,7 @@ typedef struct {
     const char *components;     //  keygen --components
     const char *tools;          //  keygen --tools
     const char *name;           //  keygen --name
+    bool json;                  //  stats --json: JSON even on a terminal
     const char *args [2];       //  positional arguments
     int nargs;
 } options_t;
@@ -95,6 +96,7 @@ static int s_pending (options_t *options);
 static int s_approver (options_t *options);
 static int s_keygen (options_t *options);
 static int s_brokers (options_t *options);
+static int s_stats (options_t *options);
 static json_t *s_control (options_t *options, const char *stage, const char *command, json_t *args,
                           int *exit_code);
 
@@ -118,6 +120,10 @@ static const command_t s_commands [] = {
       "format agent stage", 0, 0, s_schemas },
     { "chain", "chain",
       "show the execution chain's stages and their counters as a JSON array", "", 0, 0, s_chain },
+    { "stats", "stats [--json]",
+      "show the broker's call statistics (STATS): per tool, component and agent; JSON, or a\n"
+      "table with p50 and p99 (from the histogram) when stdout is a terminal and --json is not given",
+      "json", 0, 0, s_stats },
     { "mode", "mode AGENT plan|normal [--stage NAME]",
       "put an agent into plan mode or take it out (stage default \"plan\")", "stage", 2, 2, s_mode },
     { "approve", "approve ID [--stage NAME]",
@@ -272,6 +278,15 @@ s_parse (int argc, char *argv [], int index, const command_t *command,
         if (!known) {
             *exit_code = s_usage_error (command, "unknown option \"%s\"", arg);
             return -1;
+        }
+        if (streq (name, "json")) {
+            //  The one flag without a value
+            if (equals) {
+                *exit_code = s_usage_error (command, "--json takes no value: \"%s\"", arg);
+                return -1;
+            }
+            options->json = true;
+            continue;
         }
         if (equals)
             value = equals + 1;
@@ -430,18 +445,29 @@ s_query (dsh_client_t *client, options_t *options, const char *command, const ch
     return body;
 }
 
+//  One query on a client of its own: the reply body, or NULL with the
+//  reason on stderr and *exit_code set.
+static json_t *
+s_query_once (options_t *options, const char *command, const char *expected, int *exit_code)
+{
+    dsh_client_t *client = s_client (options);
+    if (!client) {
+        *exit_code = EXIT_NO_BROKER;
+        return NULL;
+    }
+    json_t *body = s_query (client, options, command, NULL, expected, exit_code);
+    dsh_client_destroy (&client);
+    return body;
+}
+
 static int
 s_ping (options_t *options)
 {
-    dsh_client_t *client = s_client (options);
-    if (!client)
-        return EXIT_NO_BROKER;
     int exit_code = 0;
-    json_t *body = s_query (client, options, DSH_PING, NULL, DSH_PONG, &exit_code);
+    json_t *body = s_query_once (options, DSH_PING, DSH_PONG, &exit_code);
     if (body)
         s_print (body, JSON_DOCUMENT);
     json_decref (body);
-    dsh_client_destroy (&client);
     return exit_code;
 }
 
@@ -858,12 +884,8 @@ s_control_print (options_t *options, const char *stage, const char *command, jso
 static int
 s_chain (options_t *options)
 {
-    dsh_client_t *client = s_client (options);
-    if (!client)
-        return EXIT_NO_BROKER;
     int exit_code = 0;
-    json_t *body = s_query (client, options, DSH_CHAIN, NULL, DSH_CHAIN, &exit_code);
-    dsh_client_destroy (&client);
+    json_t *body = s_query_once (options, DSH_CHAIN, DSH_CHAIN, &exit_code);
     json_t *stages = json_object_get (body, "stages");
     if (json_is_array (stages))
         s_print (stages, JSON_DOCUMENT);
@@ -1654,5 +1676,141 @@ s_brokers (options_t *options)
         fprintf (stderr, "dsh: brokers: no broker beacon heard on UDP port %ld within %d ms\n", port, timeout_ms);
     s_print (heard, JSON_DOCUMENT);
     json_decref (heard);
+    return exit_code;
+}
+
+//  ---------------------------------------------------------------------
+//  Statistics
+
+//  The latency in µs below which a share q of a tool's calls fell, from its
+//  histogram (counts per bucket, bounds in µs, one more bucket past them),
+//  interpolated linearly within the bucket as Prometheus's
+//  histogram_quantile does; the last bound if it falls past them. -1 if
+//  there are no calls.
+static double
+s_stats_quantile_us (json_t *bounds, json_t *histogram, double q)
+{
+    double total = 0;
+    for (size_t index = 0; index < json_array_size (histogram); index++)
+        total += (double) json_integer_value (json_array_get (histogram, index));
+    if (total == 0 || json_array_size (histogram) != json_array_size (bounds) + 1)
+        return -1;
+    double rank = q * total, seen = 0, lower = 0;
+    for (size_t index = 0; index < json_array_size (bounds); index++) {
+        double count = (double) json_integer_value (json_array_get (histogram, index));
+        double upper = (double) json_integer_value (json_array_get (bounds, index));
+        if (count > 0 && seen + count >= rank)
+            return lower + (upper - lower) * (rank - seen) / count;
+        seen += count;
+        lower = upper;
+    }
+    return lower;
+}
+
+static void
+s_stats_ms (char *text, size_t size, double us)
+{
+    if (us < 0)
+        snprintf (text, size, "-");
+    else
+        snprintf (text, size, us < 10000? "%.2f": "%.0f", us / 1000);
+}
+
+//  A column of names no wider than 40, nor narrower than its heading.
+static int
+s_stats_width (json_t *rows, const char *key, const char *heading)
+{
+    size_t width = strlen (heading);
+    for (size_t index = 0; index < json_array_size (rows); index++) {
+        const char *text = json_string_value (json_object_get (json_array_get (rows, index), key));
+        if (text && strlen (text) > width)
+            width = strlen (text);
+    }
+    return (int) (width < 40? width: 40);
+}
+
+static json_int_t
+s_stats_int (json_t *object, const char *key)
+{
+    return json_integer_value (json_object_get (object, key));
+}
+
+//  The statistics as a person reads them on a terminal.
+static void
+s_stats_table (json_t *stats)
+{
+    json_t *refused = json_object_get (stats, "refused");
+    printf ("broker %s, up %" JSON_INTEGER_FORMAT " s: %" JSON_INTEGER_FORMAT " calls answered, %"
+            JSON_INTEGER_FORMAT " in flight",
+            json_string_value (json_object_get (stats, "broker")), s_stats_int (stats, "uptimeMs") / 1000,
+            s_stats_int (stats, "calls"), s_stats_int (stats, "inFlight"));
+    const char *code;
+    json_t *count;
+    json_object_foreach (refused, code, count)
+        printf (", %" JSON_INTEGER_FORMAT " refused %s", json_integer_value (count), code);
+    printf ("\n");
+    if (!json_is_true (json_object_get (stats, "enabled"))) {
+        printf ("statistics are off (dsh-broker --no-stats)\n");
+        return;
+    }
+    json_t *bounds = json_object_get (stats, "bucketsUs");
+    json_t *tools = json_object_get (stats, "tools");
+    int width = s_stats_width (tools, "name", "TOOL");
+    printf ("\n%-*s %8s %10s %8s %9s %9s %9s\n", width, "TOOL", "REPLICAS", "CALLS", "ERRORS", "IN FLIGHT",
+            "P50 ms", "P99 ms");
+    for (size_t index = 0; index < json_array_size (tools); index++) {
+        json_t *tool = json_array_get (tools, index);
+        json_t *outcomes = json_object_get (tool, "outcomes");
+        json_int_t calls = 0;
+        json_object_foreach (outcomes, code, count)
+            calls += json_integer_value (count);
+        json_int_t errors = calls - s_stats_int (outcomes, "ok");
+        char p50 [32], p99 [32];
+        s_stats_ms (p50, sizeof (p50), s_stats_quantile_us (bounds, json_object_get (tool, "histogram"), 0.50));
+        s_stats_ms (p99, sizeof (p99), s_stats_quantile_us (bounds, json_object_get (tool, "histogram"), 0.99));
+        printf ("%-*.*s %8" JSON_INTEGER_FORMAT " %10" JSON_INTEGER_FORMAT " %8" JSON_INTEGER_FORMAT " %9"
+                JSON_INTEGER_FORMAT " %9s %9s\n", width, width, json_string_value (json_object_get (tool, "name")),
+                s_stats_int (tool, "replicas"), calls, errors, s_stats_int (tool, "inFlight"), p50, p99);
+    }
+    json_t *components = json_object_get (stats, "components");
+    width = s_stats_width (components, "id", "COMPONENT");
+    printf ("\n%-*s %10s %9s %16s\n", width, "COMPONENT", "SERVED", "IN FLIGHT", "HEARTBEAT AGE ms");
+    for (size_t index = 0; index < json_array_size (components); index++) {
+        json_t *component = json_array_get (components, index);
+        printf ("%-*.*s %10" JSON_INTEGER_FORMAT " %9" JSON_INTEGER_FORMAT " %16" JSON_INTEGER_FORMAT "\n",
+                width, width, json_string_value (json_object_get (component, "id")),
+                s_stats_int (component, "served"), s_stats_int (component, "inFlight"),
+                s_stats_int (component, "heartbeatAgeMs"));
+    }
+    json_t *agents = json_object_get (stats, "agents");
+    //  Calls without an agent show as "(none)"
+    width = s_stats_width (agents, "agent", "AGENT");
+    width = width < (int) strlen ("(none)")? (int) strlen ("(none)"): width;
+    printf ("\n%-*s %10s %8s\n", width, "AGENT", "CALLS", "ERRORS");
+    for (size_t index = 0; index < json_array_size (agents); index++) {
+        json_t *agent = json_array_get (agents, index);
+        //  Agent ids are any string: shown so they cannot drive the terminal
+        const char *id = json_string_value (json_object_get (agent, "agent"));
+        char *safe = s_terminal_text (id && *id? id: "(none)", false);
+        printf ("%-*.*s %10" JSON_INTEGER_FORMAT " %8" JSON_INTEGER_FORMAT "\n", width, width, safe,
+                s_stats_int (agent, "calls"), s_stats_int (agent, "errors"));
+        free (safe);
+    }
+    fflush (stdout);
+}
+
+//  With several brokers, the one the client is connected to answers, as
+//  for ping and chain: statistics are each broker's own.
+static int
+s_stats (options_t *options)
+{
+    int exit_code = 0;
+    json_t *body = s_query_once (options, DSH_STATS, DSH_STATS, &exit_code);
+    if (body && !options->json && isatty (STDOUT_FILENO))
+        s_stats_table (body);
+    else
+    if (body)
+        s_print (body, JSON_DOCUMENT);
+    json_decref (body);
     return exit_code;
 }

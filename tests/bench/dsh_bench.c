@@ -21,6 +21,11 @@
                  and 64 in flight, 1 replica, plain and CURVE back to back
                  in five short rounds per figure, with the CURVE/plain
                  ratio and its range over the rounds
+      statistics dsh (empty chain) with the broker's call statistics on
+                 and off (--no-stats): calls/s at 64 and 1 in flight and
+                 the broker's CPU time per call, 64 B, 1 replica, on and
+                 off back to back in ten short rounds, the on/off ratio
+                 and its range over the rounds
 
     latency (one call in flight, p50/p99) and throughput (1, 16 and 64 in
     flight) against 1 and 4 replicas, with payloads of 64 B and 4 KiB; then
@@ -30,12 +35,12 @@
     figure is printed with its ratio to the raw floor of the same run, and
     the empty chain's also with its ratio to NATS.
     --quick does it all with small counts (scale: 10 x 100) in a few seconds.
-    --only runs some parts (raw, nats, dsh, pass3, scale, curve), e.g.
+    --only runs some parts (raw, nats, dsh, pass3, scale, curve, stats), e.g.
     --only scale to look at the broker's memory run after run.
     --drive only loads an existing broker's echo tool, for profiling (and
     for tests/mcp/bench.mjs); with --inflight 1 it also prints p50/p99.
 
-    The targets of issue 10 are printed, each met or missed, never
+    The targets of issues 10 and 14 are printed, each met or missed, never
     asserted; the exit status is 1 only when a dsh or floor figure is
     missing or insane (no calls completed, errors, timeouts). NATS is the
     peer, not the subject: when it fails, its column is dropped with the
@@ -65,7 +70,8 @@
 #define S_SUBSCRIBERS   100
 #define S_PART_SCALE    S_VARIANTS
 #define S_PART_CURVE    (S_VARIANTS + 1)
-#define S_PARTS         (S_VARIANTS + 2)
+#define S_PART_STATS    (S_VARIANTS + 2)
+#define S_PARTS         (S_VARIANTS + 3)
 //  Longest wait for any one reply before a run counts as failed.
 #define S_REPLY_WAIT_MS 5000
 //  Calls --drive makes before it counts (the first one also connects).
@@ -73,8 +79,9 @@
 
 static const char *s_variant_names [S_VARIANTS] = { "raw floor", "NATS", "dsh (empty chain)", "dsh (3 pass stages)" };
 static const char *s_variant_keys [S_VARIANTS] = { "raw", "nats", "dsh", "dsh_pass3" };
-//  What --only takes: the variants, then the scale run and the CURVE part.
-static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale", "curve" };
+//  What --only takes: the variants, then the scale run, the CURVE part and
+//  the statistics part.
+static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale", "curve", "stats" };
 static const size_t s_payloads [S_PAYLOADS] = { 64, 4096 };
 static const int s_inflights [] = { 1, 16, 64 };
 #define S_INFLIGHTS     (sizeof (s_inflights) / sizeof (s_inflights [0]))
@@ -106,6 +113,20 @@ static const struct {
 #define S_CURVE_COMPONENT "bench-curve-demo"
 //  Each figure is measured in this many rounds per layout
 #define S_CURVE_ROUNDS  5
+
+//  The statistics part: a broker with them on, one with them off
+#define S_STATS_ON      0
+#define S_STATS_OFF     1
+#define S_STATS_ROUNDS  10
+static const char *s_stats_layout_names [2] = { "dsh, statistics on", "dsh, statistics off" };
+//  Its figures, 64 B, in the order they are printed
+static const struct {
+    const char *figure;
+    int inflight;
+} s_stats_figures [] = {
+    { "calls_per_s", 64 }, { "broker_cpu_us_per_call", 64 }, { "calls_per_s", 1 }, { "broker_cpu_us_per_call", 1 }
+};
+#define S_STATS_FIGURES (sizeof (s_stats_figures) / sizeof (s_stats_figures [0]))
 
 //  How long and how many: every run stops at whichever bound comes first.
 typedef struct {
@@ -145,6 +166,16 @@ typedef struct {
     double ratio_high [2];
 } s_curve_row_t;
 
+//  One figure of the statistics part: on, off, and the range of the
+//  rounds' own on/off ratios.
+typedef struct {
+    const char *figure;
+    int inflight;
+    double value [2];           //  0: not measured or failed
+    double ratio_low;
+    double ratio_high;
+} s_stats_row_t;
+
 typedef struct {
     s_plan_t plan;
     bool run [S_PARTS];         //  which parts this run measures
@@ -153,6 +184,8 @@ typedef struct {
     json_t *scale;              //  scale figures, by name
     s_curve_row_t curve_rows [S_CURVE_ROWS];
     double curve_seconds;       //  how long the CURVE part took
+    s_stats_row_t stats_rows [S_STATS_FIGURES];
+    double stats_seconds;       //  how long the statistics part took
     json_t *nats;               //  how NATS was run, or why not
     bool nats_dropped;          //  no NATS figures: not run, or skipped
     bool sane;                  //  false as soon as any figure is missing or insane
@@ -804,17 +837,18 @@ s_curve_use (const s_curve_keys_t *keys, char *error, size_t error_size)
     return dsh_curve_setup (keys? keys->agent: NULL, keys? keys->broker: NULL, error, error_size);
 }
 
-//  One layout of the part: a server, one echo and a target calling it.
+//  One layout of a part (CURVE, statistics): a server, one echo and a
+//  target calling it.
 typedef struct {
     dsh_testproc_t *server;     //  dsh-broker, or the raw forwarder
     dsh_testproc_t *echo;       //  dsh-demo, or a raw echo process
     s_target_t *target;
-} s_curve_layout_t;
+} s_layout_t;
 
 //  Starts layout index, plain or (keys given) with CURVE on every hop.
 //  Returns 0, or -1 (and the run fails).
 static int
-s_curve_layout_start (s_bench_t *self, s_curve_layout_t *layout, int index, const s_curve_keys_t *keys)
+s_curve_layout_start (s_bench_t *self, s_layout_t *layout, int index, const s_curve_keys_t *keys)
 {
     char error [512];
     if (s_curve_use (keys, error, sizeof (error))) {
@@ -910,7 +944,7 @@ s_proc_cpu_usecs (pid_t pid)
 //  other layouts' sockets in it are idle meanwhile), layout's server and
 //  echo. Microseconds, or -1.
 static int64_t
-s_curve_cpu_usecs (s_curve_layout_t *layout)
+s_curve_cpu_usecs (s_layout_t *layout)
 {
     struct rusage usage;
     int64_t server = s_proc_cpu_usecs (dsh_testproc_pid (layout->server));
@@ -926,7 +960,7 @@ s_curve_cpu_usecs (s_curve_layout_t *layout)
 //  the round). Writes the round's figures and adds it to tally. Returns 0,
 //  or -1 (and the run fails).
 static int
-s_curve_round (s_bench_t *self, s_curve_layout_t *layout, int index, size_t payload, int inflight,
+s_curve_round (s_bench_t *self, s_layout_t *layout, int index, size_t payload, int inflight,
                s_curve_tally_t *tally, s_curve_figures_t *figures)
 {
     s_target_t *target = layout->target;
@@ -963,15 +997,21 @@ s_curve_round (s_bench_t *self, s_curve_layout_t *layout, int index, size_t payl
     return 0;
 }
 
+//  Widens a range of per-round ratios with one more.
+static void
+s_ratio_range (double *low, double *high, double ratio)
+{
+    if (*low == 0 || ratio < *low)
+        *low = ratio;
+    if (ratio > *high)
+        *high = ratio;
+}
+
 //  Widens row's range of per-round ratios of pair (0 dsh, 1 raw).
 static void
 s_curve_ratio_range (s_curve_row_t *row, int pair, double plain, double curve)
 {
-    double ratio = curve / plain;
-    if (row->ratio_low [pair] == 0 || ratio < row->ratio_low [pair])
-        row->ratio_low [pair] = ratio;
-    if (ratio > row->ratio_high [pair])
-        row->ratio_high [pair] = ratio;
+    s_ratio_range (&row->ratio_low [pair], &row->ratio_high [pair], curve / plain);
 }
 
 //  One figure at payload with inflight calls in flight, on all layouts:
@@ -980,7 +1020,7 @@ s_curve_ratio_range (s_curve_row_t *row, int pair, double plain, double curve)
 //  rounds' p50/p99, calls/s all calls over all their time, CPU per call
 //  all CPU time over all calls.
 static void
-s_curve_figure (s_bench_t *self, s_curve_layout_t *layouts, int64_t **samples, size_t payload, int inflight)
+s_curve_figure (s_bench_t *self, s_layout_t *layouts, int64_t **samples, size_t payload, int inflight)
 {
     s_curve_tally_t tallies [S_CURVE_LAYOUTS];
     for (int index = 0; index < S_CURVE_LAYOUTS; index++)
@@ -1044,7 +1084,7 @@ s_bench_curve (s_bench_t *self)
     //  All four up at once: the machine is shared, so plain and CURVE are
     //  measured back to back in short rounds, and load that drifts over the
     //  minute falls on both alike
-    s_curve_layout_t layouts [S_CURVE_LAYOUTS] = { { NULL, NULL, NULL } };
+    s_layout_t layouts [S_CURVE_LAYOUTS] = { { NULL, NULL, NULL } };
     bool ready = true;
     for (int index = 0; index < S_CURVE_LAYOUTS && ready; index++)
         ready = s_curve_layout_start (self, &layouts [index], index, index % 2? &keys: NULL) == 0;
@@ -1069,6 +1109,107 @@ s_bench_curve (s_bench_t *self)
     }
     s_curve_keys_remove (&keys);
     self->curve_seconds = (double) (zclock_mono () - started) / 1000.0;
+}
+
+//  ---------------------------------------------------------------------
+//  Statistics: the same call path with the broker's statistics on and off
+
+//  Runs inflight calls of 64 B on each layout in S_STATS_ROUNDS rounds,
+//  the two back to back in each, which goes first alternating; sets the
+//  figures of that many in flight: calls/s over all rounds' calls and
+//  time, the broker's CPU time per call. Returns 0, or -1 (the run fails).
+static int
+s_stats_figure (s_bench_t *self, s_layout_t *layouts, int inflight, s_stats_row_t *rate, s_stats_row_t *cpu)
+{
+    int calls = (inflight == 1? self->plan.latency_calls: self->plan.throughput_calls) * 2 / S_STATS_ROUNDS;
+    int ms = (inflight == 1? self->plan.latency_ms: self->plan.throughput_ms) * 2 / S_STATS_ROUNDS;
+    uint64_t total_calls [2] = { 0, 0 };
+    int64_t total_usecs [2] = { 0, 0 }, total_cpu [2] = { 0, 0 };
+    for (int round = 0; round < S_STATS_ROUNDS && !zsys_interrupted; round++) {
+        double round_rate [2], round_cpu [2];
+        for (int turn = 0; turn < 2; turn++) {
+            int which = (round + turn) % 2;
+            s_target_t *target = layouts [which].target;
+            uint64_t replies_before = target->replies;
+            int64_t cpu_before = s_proc_cpu_usecs (dsh_testproc_pid (layouts [which].server));
+            int64_t started = zclock_usecs ();
+            round_rate [which] = s_run (target, 0, inflight, calls, ms, NULL, NULL);
+            int64_t elapsed = zclock_usecs () - started;
+            int64_t cpu_after = s_proc_cpu_usecs (dsh_testproc_pid (layouts [which].server));
+            uint64_t done = target->replies - replies_before;
+            if (round_rate [which] <= 0 || cpu_before < 0 || cpu_after < 0 || done == 0) {
+                s_fail (self, "%s: run with %d in flight failed (%s)", s_stats_layout_names [which], inflight,
+                        target->last_error [0]? target->last_error: "no reply, or no CPU time");
+                return -1;
+            }
+            total_calls [which] += done;
+            total_usecs [which] += elapsed;
+            total_cpu [which] += cpu_after - cpu_before;
+            round_cpu [which] = (double) (cpu_after - cpu_before) / (double) done;
+        }
+        s_ratio_range (&rate->ratio_low, &rate->ratio_high, round_rate [S_STATS_ON] / round_rate [S_STATS_OFF]);
+        //  A short round may use less than a clock tick of CPU
+        if (round_cpu [S_STATS_ON] > 0 && round_cpu [S_STATS_OFF] > 0)
+            s_ratio_range (&cpu->ratio_low, &cpu->ratio_high, round_cpu [S_STATS_ON] / round_cpu [S_STATS_OFF]);
+    }
+    for (int which = 0; which < 2; which++) {
+        rate->value [which] = total_usecs [which] > 0? (double) total_calls [which] * 1e6 / (double) total_usecs [which]: 0;
+        cpu->value [which] = total_calls [which]? (double) total_cpu [which] / (double) total_calls [which]: 0;
+    }
+    return 0;
+}
+
+static s_stats_row_t *
+s_stats_row (s_bench_t *self, const char *figure, int inflight)
+{
+    for (size_t index = 0; index < S_STATS_FIGURES; index++)
+        if (streq (self->stats_rows [index].figure, figure) && self->stats_rows [index].inflight == inflight)
+            return &self->stats_rows [index];
+    assert (false);
+    return NULL;
+}
+
+static void
+s_bench_stats (s_bench_t *self)
+{
+    int64_t started = zclock_mono ();
+    for (size_t index = 0; index < S_STATS_FIGURES; index++)
+        self->stats_rows [index] = (s_stats_row_t) { s_stats_figures [index].figure, s_stats_figures [index].inflight,
+                                                     { 0, 0 }, 0, 0 };
+    //  Both up at once, measured in turns, so load that drifts falls on both
+    s_layout_t layouts [2] = { { NULL, NULL, NULL }, { NULL, NULL, NULL } };
+    bool ready = true;
+    for (int which = 0; which < 2 && ready; which++) {
+        const char *off [] = { "--no-stats", NULL };
+        char endpoint [256];
+        char id [32];
+        snprintf (id, sizeof (id), "bench-stats-demo-%d", which);
+        layouts [which].server = dsh_testkit_broker (1000, which == S_STATS_OFF? off: NULL, endpoint, sizeof (endpoint));
+        layouts [which].echo = layouts [which].server?
+            dsh_testkit_component ("components/demo/dsh-demo", endpoint, id, NULL): NULL;
+        ready = layouts [which].echo && s_wait_providers (endpoint, 1, 10000) == 0;
+        if (ready) {
+            layouts [which].target = s_target_new (S_DSH, endpoint);
+            //  Calls from an agent, so its row is counted too
+            layouts [which].target->agent = S_CURVE_AGENT;
+        }
+        else
+            s_fail (self, "%s: did not start", s_stats_layout_names [which]);
+    }
+    for (int which = 0; which < 2 && ready; which++)
+        s_warm_up (self, layouts [which].target);
+    for (size_t index = 0; index < S_STATS_FIGURES && ready && !zsys_interrupted; index++)
+        if (streq (s_stats_figures [index].figure, "calls_per_s")) {
+            int inflight = s_stats_figures [index].inflight;
+            ready = s_stats_figure (self, layouts, inflight, s_stats_row (self, "calls_per_s", inflight),
+                                    s_stats_row (self, "broker_cpu_us_per_call", inflight)) == 0;
+        }
+    for (int which = 0; which < 2; which++) {
+        s_target_destroy (&layouts [which].target);
+        s_stop (&layouts [which].echo);
+        s_stop (&layouts [which].server);
+    }
+    self->stats_seconds = (double) (zclock_mono () - started) / 1000.0;
 }
 
 //  ---------------------------------------------------------------------
@@ -1425,7 +1566,7 @@ s_ratio (const s_row_t *row, int variant, int reference)
         row->value [variant] / row->value [reference]: 0;
 }
 
-//  The targets of issue 10, evaluated, never asserted. A target is listed
+//  The targets of issues 10 and 14, evaluated, never asserted. A target is listed
 //  when the parts it needs were asked for (--only).
 static json_t *
 s_targets (s_bench_t *self)
@@ -1466,6 +1607,16 @@ s_targets (s_bench_t *self)
                       s_payloads [payload], replicas);
             s_target_add (targets, text, s_ratio (row, S_PASS3, S_DSH), 0.6, S_AT_LEAST);
         }
+    for (size_t index = 0; index < S_STATS_FIGURES && self->run [S_PART_STATS]; index++) {
+        //  Issue 14: statistics on cost under 3 % of throughput
+        const s_stats_row_t *row = &self->stats_rows [index];
+        if (!streq (row->figure, "calls_per_s"))
+            continue;
+        snprintf (text, sizeof (text), "statistics on, calls/s, %d in flight, 64 B: > 0.97x off (cost < 3 %%)",
+                  row->inflight);
+        s_target_add (targets, text, row->value [S_STATS_OFF] > 0? row->value [S_STATS_ON] / row->value [S_STATS_OFF]: 0,
+                      0.97, S_AT_LEAST);
+    }
     if (self->run [S_PART_SCALE]) {
         //  The broker's peak over the first start, whichever sample saw it
         double peak_kib = 0;
@@ -1551,6 +1702,30 @@ s_print_curve (s_bench_t *self)
     }
 }
 
+//  The statistics part's table: on, off, and the ratio.
+static void
+s_print_stats (s_bench_t *self)
+{
+    printf ("\nstatistics, dsh (empty chain), 1 replica, 64 B: on and off (--no-stats) back to back in %d rounds;\n"
+            "\"rounds\" is the range of the rounds' own on/off ratios. %.0f s:\n", S_STATS_ROUNDS, self->stats_seconds);
+    printf ("%-36s %9s %9s %6s %s\n", "figure", "on", "off", "ratio", "rounds");
+    for (size_t index = 0; index < S_STATS_FIGURES; index++) {
+        const s_stats_row_t *row = &self->stats_rows [index];
+        char label [80];
+        snprintf (label, sizeof (label), "%-18s %2d in flight 64 B",
+                  streq (row->figure, "calls_per_s")? "calls/s": "broker CPU us/call", row->inflight);
+        printf ("%-36s ", label);
+        s_print_value (row->value [S_STATS_ON], "%9.1f");
+        printf (" ");
+        s_print_value (row->value [S_STATS_OFF], "%9.1f");
+        if (row->value [S_STATS_ON] > 0 && row->value [S_STATS_OFF] > 0)
+            printf (" %5.3fx %.3f-%.3f\n", row->value [S_STATS_ON] / row->value [S_STATS_OFF], row->ratio_low,
+                    row->ratio_high);
+        else
+            printf (" %6s\n", "-");
+    }
+}
+
 static void
 s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
 {
@@ -1596,6 +1771,8 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
                 (long long) json_integer_value (json_object_get (self->nats, "server_hwm_kib")));
     if (self->run [S_PART_CURVE])
         s_print_curve (self);
+    if (self->run [S_PART_STATS])
+        s_print_stats (self);
     if (self->run [S_PART_SCALE])
         printf ("\nscale (%d components x %d tools, %d subscribers):\n", self->plan.components, self->plan.tools,
                 S_SUBSCRIBERS);
@@ -1607,7 +1784,7 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
         else
             printf ("  %-26s %12.2f\n", key, json_number_value (value));
     if (json_array_size (targets))
-        printf ("\ntargets of issue 10 (reported, never asserted):\n");
+        printf ("\ntargets of issues 10 and 14 (reported, never asserted):\n");
     size_t index;
     json_array_foreach (targets, index, value) {
         const char *verdict = json_string_value (json_object_get (value, "verdict"));
@@ -1655,6 +1832,29 @@ s_curve_json (s_bench_t *self)
 }
 
 static json_t *
+s_stats_json (s_bench_t *self)
+{
+    if (!self->run [S_PART_STATS])
+        return json_null ();
+    json_t *figures = json_array ();
+    for (size_t index = 0; index < S_STATS_FIGURES; index++) {
+        const s_stats_row_t *row = &self->stats_rows [index];
+        bool measured = row->value [S_STATS_ON] > 0 && row->value [S_STATS_OFF] > 0;
+        json_array_append_new (figures, json_pack ("{s:s, s:i, s:i, s:f, s:f, s:o, s:o}", "figure", row->figure,
+                                                   "payload", 64, "inflight", row->inflight,
+                                                   "stats_on", row->value [S_STATS_ON],
+                                                   "stats_off", row->value [S_STATS_OFF],
+                                                   "ratio", measured? json_real (row->value [S_STATS_ON]
+                                                                                 / row->value [S_STATS_OFF])
+                                                                    : json_null (),
+                                                   "ratio_rounds", measured? json_pack ("[f, f]", row->ratio_low,
+                                                                                        row->ratio_high)
+                                                                           : json_null ()));
+    }
+    return json_pack ("{s:i, s:f, s:o}", "rounds", S_STATS_ROUNDS, "seconds", self->stats_seconds, "calls", figures);
+}
+
+static json_t *
 s_json (s_bench_t *self, json_t *machine, json_t *targets)
 {
     json_t *calls = json_array ();
@@ -1675,9 +1875,9 @@ s_json (s_bench_t *self, json_t *machine, json_t *targets)
                                                   json_real (s_ratio (row, S_DSH, S_NATS)));
         json_array_append_new (calls, item);
     }
-    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:O, s:O, s:b, s:s}", "machine", json_incref (machine),
+    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:o, s:O, s:O, s:b, s:s}", "machine", json_incref (machine),
                       "mode", self->plan.quick? "quick": "full", "calls", calls, "nats", self->nats,
-                      "curve", s_curve_json (self), "scale", self->scale, "targets", targets, "sane", self->sane,
+                      "curve", s_curve_json (self), "stats", s_stats_json (self), "scale", self->scale, "targets", targets, "sane", self->sane,
                       "failures", self->failures);
 }
 
@@ -1790,7 +1990,7 @@ s_usage (FILE *out)
         "       dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S] [--calls N]\n"
         "  --quick        small counts, scale 10 x 100 tools (a few seconds)\n"
         "  --json         print the results as JSON instead of a table\n"
-        "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale, curve\n"
+        "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale, curve, stats\n"
         "  --drive EP     only load EP's echo tool (for profiling a broker or component);\n"
         "                 with --inflight 1 also print latency p50/p99\n"
         "  --calls N      with --drive: stop after N calls (default: only --seconds)\n");
@@ -1868,6 +2068,8 @@ main (int argc, char *argv [])
     }
     if (self->run [S_PART_CURVE] && !zsys_interrupted)
         s_bench_curve (self);
+    if (self->run [S_PART_STATS] && !zsys_interrupted)
+        s_bench_stats (self);
     if (self->run [S_PART_SCALE] && !zsys_interrupted)
         s_bench_scale (self);
 
@@ -1895,6 +2097,15 @@ main (int argc, char *argv [])
             if (!(row->value [layout] > 0 && isfinite (row->value [layout]))) {
                 s_fail (self, "%s: %s, %d in flight, %zu B missing", s_curve_layout_names [layout], row->figure,
                         row->inflight, row->payload);
+                break;
+            }
+        }
+    for (size_t index = 0; self->run [S_PART_STATS] && index < S_STATS_FIGURES; index++)
+        for (int which = 0; which < 2; which++) {
+            const s_stats_row_t *row = &self->stats_rows [index];
+            if (!(row->value [which] > 0 && isfinite (row->value [which]))) {
+                s_fail (self, "%s: %s, %d in flight missing", s_stats_layout_names [which], row->figure,
+                        row->inflight);
                 break;
             }
         }

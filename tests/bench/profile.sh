@@ -9,6 +9,8 @@
 #  in its own layout, alone under callgrind, the others native:
 #
 #    broker             client -> dsh-broker (empty chain) -> dsh-demo
+#    broker, no stats   the same with the broker's call statistics off
+#                       (--no-stats): what they cost, in instructions
 #    broker+3 built-in  the same through three built-in pass stages, which
 #                       run inline in the broker's thread
 #    broker+1 external  the same, the chain one external stage, attached by
@@ -161,6 +163,8 @@ measure_server () {
 
 pass_config="$out/pass1.cfg"
 printf 'chain\n    stage\n        name = "p1"\n        kind = "external"\n' >"$pass_config"
+nostats_config="$out/nostats.cfg"
+printf 'broker\n    stats = false\n' >"$nostats_config"
 inline_config="$out/pass3.cfg"
 printf 'chain\n' >"$inline_config"
 for stage_name in p1 p2 p3; do
@@ -187,6 +191,12 @@ echo "profile.sh: broker (empty chain)" >&2
 start_broker broker "" callgrind
 demo demo-for-broker
 measure_server "broker (empty chain)" broker "$broker_pid"
+stop_all
+
+echo "profile.sh: broker (empty chain), statistics off" >&2
+start_broker broker-nostats "$nostats_config" callgrind
+demo demo-for-broker-nostats
+measure_server "broker (empty chain, --no-stats)" broker-nostats "$broker_pid"
 stop_all
 
 echo "profile.sh: broker with three built-in pass stages" >&2

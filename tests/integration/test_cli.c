@@ -255,12 +255,55 @@ test_call_interrupted (void **state)
     dsh_client_destroy (&client);
 }
 
+//  dsh stats: the STATS reply as JSON when stdout is not a terminal (and
+//  with --json), from the first broker of a list
+static void
+test_stats (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    char *output;
+    for (int index = 0; index < 2; index++) {
+        assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "echo", "{\"message\":\"m\"}",
+                                                                      "--agent", "cli-agent", NULL }, &output), 0);
+        zstr_free (&output);
+    }
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "fail", "--agent", "cli-agent", NULL },
+                             &output), 1);
+    zstr_free (&output);
+    char *list = zsys_sprintf ("%s,tcp://127.0.0.1:1", broker->endpoint);
+    const char *const variants [][3] = { { "stats", NULL }, { "stats", "--json", NULL } };
+    for (size_t variant = 0; variant < 2; variant++) {
+        assert_int_equal (s_cli (list, variants [variant], &output), 0);
+        json_t *stats = s_parse (output);
+        assert_true (json_is_true (json_object_get (stats, "enabled")));
+        assert_null (json_object_get (stats, "id"));
+        assert_int_equal (json_integer_value (json_object_get (stats, "calls")), 3);
+        json_t *tools = json_object_get (stats, "tools");
+        json_t *echo = json_array_get (tools, 0);
+        assert_string_equal (json_string_value (json_object_get (echo, "name")), "echo");
+        assert_int_equal (json_integer_value (json_object_get (json_object_get (echo, "outcomes"), "ok")), 2);
+        json_t *agent = json_array_get (json_object_get (stats, "agents"), 0);
+        assert_string_equal (json_string_value (json_object_get (agent, "agent")), "cli-agent");
+        assert_int_equal (json_integer_value (json_object_get (agent, "calls")), 3);
+        assert_int_equal (json_integer_value (json_object_get (agent, "errors")), 1);
+        assert_string_equal (json_string_value (json_object_get (json_array_get (json_object_get (stats, "components"),
+                                                                                 0), "id")), "demo");
+        json_decref (stats);
+        zstr_free (&output);
+    }
+    zstr_free (&list);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "stats", "--json=yes", NULL }, &output), 2);
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "stats", "extra", NULL }, &output), 2);
+    zstr_free (&output);
+}
+
 static void
 test_help (void **state)
 {
     broker_t *broker = (broker_t *) *state;
     const char *commands [] = { "ping", "tools", "get", "call", "watch", "schemas", "chain", "mode",
-                                "approve", "deny", "pending", "approver", NULL };
+                                "approve", "deny", "pending", "approver", "stats", NULL };
     for (size_t index = 0; commands [index]; index++) {
         char *output;
         assert_int_equal (s_cli (broker->endpoint, (const char *[]) { commands [index], "--help", NULL },
@@ -712,6 +755,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_call_batch, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_call_interrupted, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_help, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_stats, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_schemas, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_missing_required_argument, s_setup, s_teardown),
         cmocka_unit_test (test_chain_command),

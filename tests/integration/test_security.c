@@ -729,6 +729,22 @@ test_agent_identity (void **state)
     s_call (alice, "still-planning", "tick", "{\"ms\": 1}", NULL);
     s_expect_result (alice, DSH_E_DENIED, "not available in plan mode");
 
+    //  Any allowed key may ask STATS, a component's too: alice's calls
+    //  count under her key's agent, the two refused at FRONT as FORBIDDEN
+    s_send (component, true, DSH_STATS, NULL, "{}");
+    doc = s_reply (component, command, &body, 5000);
+    assert_string_equal (command, DSH_STATS);
+    json_t *stats = dsh_json_from_msgpack (dsh_doc_root (doc));
+    assert_int_equal (json_integer_value (json_object_get (json_object_get (stats, "refused"), DSH_E_FORBIDDEN)), 2);
+    json_t *agents = json_object_get (stats, "agents");
+    assert_int_equal (json_array_size (agents), 1);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (agents, 0), "agent")), "alice");
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (agents, 0), "calls")), 5);
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (agents, 0), "errors")), 2);
+    json_decref (stats);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+
     zsock_destroy (&component);
     zsock_destroy (&admin);
     zsock_destroy (&alice);

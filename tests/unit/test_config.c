@@ -95,6 +95,10 @@ test_set_each_key (void **state)
     assert_true (config->verbose);
     s_set_ok (config, "verbose", "false");
     assert_false (config->verbose);
+    //  Statistics are on unless turned off
+    assert_true (config->stats);
+    s_set_ok (config, "stats", "false");
+    assert_false (config->stats);
     //  Bounds are inclusive
     s_set_ok (config, "heartbeat_ms", "10");
     s_set_ok (config, "heartbeat_ms", "3600000");
