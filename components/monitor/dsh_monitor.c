@@ -110,8 +110,8 @@ s_poll (self_t *self)
 {
     char error [512] = "";
     json_t *poll = json_object ();
-    dsh_reply_t *reply = dsh_client_request (self->client, "STATS", NULL, QUERY_TIMEOUT_MS, error, sizeof error);
-    json_t *stats = reply? s_reply_json (reply, "STATS", error, sizeof error): NULL;
+    dsh_reply_t *reply = dsh_client_request (self->client, DSH_STATS, NULL, QUERY_TIMEOUT_MS, error, sizeof error);
+    json_t *stats = reply? s_reply_json (reply, DSH_STATS, error, sizeof error): NULL;
     if (stats)
         json_object_set_new (poll, "stats", stats);
     else

@@ -31,9 +31,18 @@ export async function startMonitor(endpoint, extra = []) {
 //  Reads Server-Sent Events from url; next(name, test) resolves with the
 //  data of the first event of that name (JSON-parsed) that passes test,
 //  among those not yet taken.
-export async function openEvents(url, headers = {}) {
-  const controller = new AbortController();
-  const response = await fetch(url + '/api/events', { headers, signal: controller.signal });
+//  A 503 (every stream taken) is tried again for a while: streams whose
+//  clients went away are noticed at their next writes.
+export async function openEvents(url, headers = {}, { retryMs = 10000 } = {}) {
+  const giveUp = Date.now() + retryMs;
+  let controller, response;
+  for (;;) {
+    controller = new AbortController();
+    response = await fetch(url + '/api/events', { headers, signal: controller.signal });
+    if (response.status !== 503 || Date.now() > giveUp) break;
+    await response.text();
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
   if (response.status !== 200) throw new Error(`/api/events answered ${response.status}`);
   const events = [];
   const waiters = [];
