@@ -6,6 +6,7 @@
 #include "dsh_http_outq.h"
 
 #include <czmq.h>
+#include <sys/socket.h>
 
 void
 dsh_http_outq_init (dsh_http_outq_t *self, struct MHD_Connection *connection)
@@ -80,6 +81,14 @@ dsh_http_outq_break (dsh_http_outq_t *self)
     self->broken = true;
     dsh_http_outq_release (self);
     s_wake (self);
+    //  A client that reads nothing never lets MHD call the reader again to
+    //  hear that the response is over: its socket is shut down, so that
+    //  MHD's next write fails and it closes the connection now, not at its
+    //  timeout. MHD still owns and closes the descriptor
+    const union MHD_ConnectionInfo *info = self->connection?
+        MHD_get_connection_info (self->connection, MHD_CONNECTION_INFO_CONNECTION_FD): NULL;
+    if (info)
+        shutdown (info->connect_fd, SHUT_RDWR);
 }
 
 ssize_t

@@ -54,7 +54,8 @@ void
 void
     dsh_http_outq_finish (dsh_http_outq_t *self);
 
-//  Drop what is queued and close the connection.
+//  Drop what is queued and close the connection (at once, even if the
+//  client reads nothing).
 void
     dsh_http_outq_break (dsh_http_outq_t *self);
 
