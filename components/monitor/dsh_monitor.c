@@ -214,7 +214,10 @@ s_take_notices (self_t *self)
     json_t *events = json_array ();
     bool resynced = false;
     while ((notice = dsh_watcher_recv (self->watcher, 0))) {
-        if (dsh_monitor_model_notice (self->model, notice, zclock_time ())) {
+        const json_t *event = dsh_monitor_model_notice (self->model, notice, zclock_time ());
+        if (event)
+            json_array_append (events, (json_t *) event);
+        else {
             resynced = true;
             json_array_clear (events);
             if (self->verbose)
@@ -223,21 +226,14 @@ s_take_notices (self_t *self)
                            json_integer_value (json_object_get (notice, "epoch")),
                            json_integer_value (json_object_get (notice, "seq")));
         }
-        else
-            json_array_append (events, notice);
         json_decref (notice);
     }
     if (resynced)
         s_publish (self, NULL, NULL);
     size_t index;
     json_t *event;
-    json_array_foreach (events, index, event) {
-        json_t *brief = json_copy (event);
-        json_object_del (brief, "tool");
-        json_object_set_new (brief, "at", json_integer (zclock_time ()));
-        s_broadcast (self, "event", brief);
-        json_decref (brief);
-    }
+    json_array_foreach (events, index, event)
+        s_broadcast (self, "event", event);
     if (json_array_size (events))
         s_publish (self, "tools", dsh_monitor_model_tools (self->model));
     json_decref (events);

@@ -167,7 +167,7 @@ s_take_event (dsh_monitor_model_t *self, const json_t *event)
         json_object_del (self->components, component);
 }
 
-bool
+const json_t *
 dsh_monitor_model_notice (dsh_monitor_model_t *self, const json_t *notice, int64_t at)
 {
     assert (self);
@@ -180,7 +180,7 @@ dsh_monitor_model_notice (dsh_monitor_model_t *self, const json_t *notice, int64
         self->seq = json_integer_value (seq);
     if (kind && streq (kind, "snapshot")) {
         s_take_snapshot (self, notice);
-        return true;
+        return NULL;
     }
     s_take_event (self, notice);
     json_t *kept = json_deep_copy (notice);
@@ -192,7 +192,7 @@ dsh_monitor_model_notice (dsh_monitor_model_t *self, const json_t *notice, int64
         json_t *oldest = (json_t *) zlistx_detach (self->events, NULL);
         json_decref (oldest);
     }
-    return false;
+    return kept;
 }
 
 static int

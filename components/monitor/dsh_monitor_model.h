@@ -33,10 +33,11 @@ dsh_monitor_model_t *
 void
     dsh_monitor_model_destroy (dsh_monitor_model_t **self_p);
 
-//  Take a watcher notice (borrowed): a snapshot replaces the tool set, a
-//  change event updates it and joins the last events, stamped with
-//  at (ms since the Unix epoch). True for a snapshot.
-bool
+//  Take a watcher notice (borrowed): a snapshot replaces the tool set and
+//  gives NULL; a change event updates it and joins the last events,
+//  stamped with at (ms since the Unix epoch) and without its tool entry,
+//  and that is what is given (the model's, valid until its next call).
+const json_t *
     dsh_monitor_model_notice (dsh_monitor_model_t *self, const json_t *notice, int64_t at);
 
 //  Take one poll's results (borrowed): {reachable, error?, stats?, ping?,

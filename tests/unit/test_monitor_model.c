@@ -68,7 +68,7 @@ test_tool_set (void **state)
         "             {\"tool\": {\"name\": \"add\", \"annotations\": {\"destructiveHint\": false}}, \"providers\": [\"b\"]}],"
         " \"components\": [{\"id\": \"b\", \"generation\": 1, \"tools\": [\"read\", \"wipe\", \"add\"]},"
         "                  {\"id\": \"a\", \"generation\": 1, \"tools\": [\"read\"]}]}");
-    assert_true (dsh_monitor_model_notice (model, notice, 1));
+    assert_null (dsh_monitor_model_notice (model, notice, 1));
     json_decref (notice);
     json_t *tools = dsh_monitor_model_tools (model);
     assert_true (json_is_true (json_object_get (tools, "synced")));
@@ -92,7 +92,10 @@ test_tool_set (void **state)
     };
     for (size_t index = 0; events [index]; index++) {
         notice = s_json (events [index]);
-        assert_false (dsh_monitor_model_notice (model, notice, 100 + (int64_t) index));
+        const json_t *kept = dsh_monitor_model_notice (model, notice, 100 + (int64_t) index);
+        assert_non_null (kept);
+        assert_null (json_object_get (kept, "tool"));
+        assert_int_equal (json_integer_value (json_object_get (kept, "at")), 100 + (int64_t) index);
         json_decref (notice);
     }
     tools = dsh_monitor_model_tools (model);
