@@ -5,6 +5,8 @@ set -euo pipefail
 
 #  libmicrohttpd-dev serves MCP's Streamable HTTP transport (dsh-mcp --http);
 #  libcurl4-openssl-dev is dsh-mcp-bridge --url's HTTP client (and the tests').
+#  prometheus (its promtool checks dsh-monitor's /metrics) and chromium
+#  (headless, for dsh-monitor's page) are for tests/monitor only.
 #  iproute2 (ip, bridge, tc) builds the netns test bed of tests/netns/.
 #  libsystemd-dev lets dsh-broker tell systemd it is ready (sd_notify);
 #  systemd brings systemd-analyze, which checks the units in the tests.
@@ -14,7 +16,7 @@ packages=(gcc pkg-config meson ninja-build python3
           clang libfuzzer-14-dev
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
           libmicrohttpd-dev libcurl4-openssl-dev
-          valgrind
+          valgrind prometheus chromium
           iproute2
           libsystemd-dev systemd
           nats-server libnats-dev)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 #  The main job: installs what is missing, builds, and runs dsh-broker on its
-#  built-in defaults, with the default chain (deploy/dsh-broker.cfg) and the
+#  built-in defaults, with the default chain (deploy/dsh-broker.cfg), the
 #  example components attached (dsh-demo, and dsh-fs serving a sample
-#  workspace). Ctrl-C stops everything.
+#  workspace) and dsh-monitor's live page on loopback. Ctrl-C stops
+#  everything.
 #
 #  It listens on loopback without CURVE by default: one command, no keys to
 #  hand out. With --curve it makes keys under build/keys (a broker keypair,
@@ -34,6 +35,7 @@ trap 'exit 0' INT TERM
 broker_keys=()
 demo_keys=()
 fs_keys=()
+monitor_keys=()
 if $curve; then
     keys=build/keys
     mkdir -p "$keys/allow"
@@ -42,16 +44,22 @@ if $curve; then
     [ -f "$keys/demo.cert" ] || $dsh keygen "$keys/demo.cert" --role component --components demo >/dev/null
     [ -f "$keys/fs.cert" ] || $dsh keygen "$keys/fs.cert" --role component --components fs >/dev/null
     [ -f "$keys/you.cert" ] || $dsh keygen "$keys/you.cert" --role admin --agent you >/dev/null
-    cp "$keys/demo.cert" "$keys/fs.cert" "$keys/you.cert" "$keys/allow/"
+    #  The monitor reads; an approver key may also list pending approvals
+    [ -f "$keys/monitor.cert" ] || $dsh keygen "$keys/monitor.cert" --role approver --name monitor >/dev/null
+    cp "$keys/demo.cert" "$keys/fs.cert" "$keys/you.cert" "$keys/monitor.cert" "$keys/allow/"
     broker_keys=(--cert "$keys/broker.cert" --allow "$keys/allow")
     demo_keys=(--cert "$keys/demo.cert" --broker-cert "$keys/broker.cert")
     fs_keys=(--cert "$keys/fs.cert" --broker-cert "$keys/broker.cert")
+    monitor_keys=(--cert "$keys/monitor.cert" --broker-cert "$keys/broker.cert")
 fi
 
 build/broker/dsh-broker -c deploy/dsh-broker.cfg --endpoint "$broker" "${broker_keys[@]}" & pids+=($!)
 sleep 0.3
 build/components/demo/dsh-demo --broker "$broker" --id demo "${demo_keys[@]}" & pids+=($!)
 build/components/fs/dsh-fs --broker "$broker" --id fs --root "$workspace" "${fs_keys[@]}" & pids+=($!)
+monitor_http="${DSH_MONITOR_HTTP:-127.0.0.1:7580}"
+build/components/monitor/dsh-monitor --broker "$broker" --http "$monitor_http" "${monitor_keys[@]}" >/dev/null \
+    & pids+=($!)
 sleep 0.5
 if $curve; then
     cat <<MSG
@@ -62,11 +70,12 @@ MSG
 fi
 cat <<MSG
 
-dsh is up. In another terminal (DSH_BROKER=$broker is the default):
+dsh is up. Watch it live at http://$monitor_http/ (metrics: /metrics).
+In another terminal (DSH_BROKER=$broker is the default):
   build/components/cli/dsh tools
   build/components/cli/dsh call echo '{"message":"hello"}'
   build/components/cli/dsh call read_file '{"path":"hello.txt"}'
   build/components/cli/dsh watch
-Ctrl-C stops the broker and the components.
+Ctrl-C stops the broker, the components and the monitor.
 MSG
 wait

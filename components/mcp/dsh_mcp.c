@@ -29,6 +29,7 @@
 #include "dsh_json.h"
 #include "dsh_jsonrpc.h"
 #include "dsh_mcp_extras.h"
+#include "dsh_http.h"
 #include "dsh_mcp_httpd.h"
 #include "dsh_mcp_logs.h"
 #include "dsh_proto.h"
@@ -1267,7 +1268,7 @@ main (int argc, char *argv [])
         return s_bad_usage ("--http-token-file needs --http");
     if (http) {
         char http_error [512];
-        char *token = token_file? dsh_mcp_httpd_read_token (token_file, http_error, sizeof http_error): NULL;
+        char *token = token_file? dsh_http_read_token (token_file, http_error, sizeof http_error): NULL;
         self.httpd = !token_file || token? dsh_mcp_httpd_new (http, token, http_error, sizeof http_error): NULL;
         zstr_free (&token);
         if (!self.httpd) {

@@ -18,19 +18,17 @@
 #include "dsh_mcp_httpd.h"
 #include "dsh_jsonrpc.h"
 #include "dsh_json.h"
+#include "dsh_http.h"
+#include "dsh_http_outq.h"
 
 #include <czmq.h>
 #include <microhttpd.h>
-#include <arpa/inet.h>
-#include <ctype.h>
-#include <netdb.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 
 #define PATH                    "/mcp"
 #define SESSION_ID_MAX          128
-#define TOKEN_MAX               4096
 //  What all sessions together may have waiting for the core
 #define MAX_QUEUED_BYTES        (64 * 1024 * 1024)
 #define MAX_CONNECTIONS         256
@@ -66,13 +64,7 @@ typedef struct {
     json_t *waiting;            //  ids of its requests not answered yet
     json_t *responses;          //  answers gathered for a JSON body
     bool batch;
-    char *out;                  //  bytes for the client: out [out_start..out_size)
-    size_t out_start;
-    size_t out_size;
-    size_t out_capacity;
-    bool finished;              //  nothing follows what is queued
-    bool broken;                //  close the connection, not the stream
-    bool suspended;
+    dsh_http_outq_t out;        //  bytes for the client
     int64_t last_write;
 } s_request_t;
 
@@ -145,26 +137,13 @@ s_event_destroy (void **item_p)
 //  ---------------------------------------------------------------------
 //  Exchanges (under the lock)
 
-//  Lets MHD call the content reader again.
-static void
-s_wake (s_request_t *request)
-{
-    if (request->suspended && request->connection) {
-        request->suspended = false;
-        MHD_resume_connection (request->connection);
-    }
-}
-
 //  Drops the connection, and what was queued for it.
 static void
 s_out_break (s_request_t *request)
 {
     if (request->session)
-        request->session->backlog -= request->out_size - request->out_start;
-    request->broken = true;
-    zstr_free (&request->out);
-    request->out_start = request->out_size = request->out_capacity = 0;
-    s_wake (request);
+        request->session->backlog -= dsh_http_outq_pending (&request->out);
+    dsh_http_outq_break (&request->out);
 }
 
 //  Queues bytes for the client; a client that lets them pile up past a
@@ -173,9 +152,9 @@ s_out_break (s_request_t *request)
 static void
 s_out_append (s_request_t *request, const char *data, size_t size)
 {
-    if (request->broken || request->finished)
+    if (request->out.broken || request->out.finished)
         return;
-    size_t pending = request->out_size - request->out_start;
+    size_t pending = dsh_http_outq_pending (&request->out);
     size_t session_backlog = request->session? request->session->backlog: 0;
     if (pending > DSH_MCP_HTTPD_MAX_BACKLOG || (pending && session_backlog > DSH_MCP_HTTPD_MAX_SESSION_BACKLOG)) {
         zsys_warning ("dsh-mcp: an HTTP client reads too slowly (%zu bytes waiting, %zu in its session): "
@@ -183,26 +162,10 @@ s_out_append (s_request_t *request, const char *data, size_t size)
         s_out_break (request);
         return;
     }
-    //  The consumed prefix is reclaimed once it is half the buffer
-    if (request->out_start > 0 && request->out_start * 2 >= request->out_size) {
-        memmove (request->out, request->out + request->out_start, pending);
-        request->out_size = pending;
-        request->out_start = 0;
-    }
-    if (request->out_size + size > request->out_capacity) {
-        size_t capacity = request->out_capacity? request->out_capacity: 4096;
-        while (capacity < request->out_size + size)
-            capacity *= 2;
-        request->out = (char *) realloc (request->out, capacity);
-        assert (request->out);
-        request->out_capacity = capacity;
-    }
-    memcpy (request->out + request->out_size, data, size);
-    request->out_size += size;
+    dsh_http_outq_append (&request->out, data, size);
     if (request->session)
         request->session->backlog += size;
     request->last_write = zclock_mono ();
-    s_wake (request);
 }
 
 //  One SSE event carrying message.
@@ -221,8 +184,7 @@ s_out_event (s_request_t *request, const json_t *message)
 static void
 s_out_finish (s_request_t *request)
 {
-    request->finished = true;
-    s_wake (request);
+    dsh_http_outq_finish (&request->out);
 }
 
 //  Ends a session: its streams end, its exchanges outlive it until MHD
@@ -262,7 +224,7 @@ s_exchange_for (dsh_mcp_httpd_t *self, s_session_t *session, const json_t *id, s
 {
     for (s_request_t *request = (s_request_t *) zlistx_first (self->exchanges); request;
          request = (s_request_t *) zlistx_next (self->exchanges))
-        if (request->session == session && !request->finished && !request->broken)
+        if (request->session == session && !request->out.finished && !request->out.broken)
             for (size_t index = 0; index < json_array_size (request->waiting); index++)
                 if (json_equal (json_array_get (request->waiting, index), (json_t *) id)) {
                     if (index_p)
@@ -282,27 +244,9 @@ s_content_reader (void *cls, uint64_t pos, char *buf, size_t max)
     s_request_t *request = (s_request_t *) cls;
     dsh_mcp_httpd_t *self = request->httpd;
     pthread_mutex_lock (&self->lock);
-    ssize_t size = 0;
-    if (request->broken)
-        size = MHD_CONTENT_READER_END_WITH_ERROR;
-    else
-    if (request->out_size > request->out_start) {
-        size_t pending = request->out_size - request->out_start;
-        size = (ssize_t) (pending < max? pending: max);
-        memcpy (buf, request->out + request->out_start, (size_t) size);
-        request->out_start += (size_t) size;
-        if (request->session)
-            request->session->backlog -= (size_t) size;
-        if (request->out_start == request->out_size)
-            request->out_start = request->out_size = 0;
-    }
-    else
-    if (request->finished)
-        size = MHD_CONTENT_READER_END_OF_STREAM;
-    else {
-        request->suspended = true;
-        MHD_suspend_connection (request->connection);
-    }
+    ssize_t size = dsh_http_outq_read (&request->out, buf, max);
+    if (size > 0 && request->session)
+        request->session->backlog -= (size_t) size;
     pthread_mutex_unlock (&self->lock);
     return size;
 }
@@ -336,93 +280,9 @@ s_reply (struct MHD_Connection *connection, unsigned int status, int code, const
 //  Checks on a request's headers
 
 static bool
-s_is_loopback_host (const char *host, size_t size)
-{
-    char name [64];
-    if (size == 0 || size >= sizeof name)
-        return false;
-    memcpy (name, host, size);
-    name [size] = 0;
-    if (strcasecmp (name, "localhost") == 0)
-        return true;
-    struct in_addr ipv4;
-    struct in6_addr ipv6;
-    if (inet_pton (AF_INET, name, &ipv4) == 1)
-        return (ntohl (ipv4.s_addr) >> 24) == 127;
-    if (inet_pton (AF_INET6, name, &ipv6) == 1)
-        return IN6_IS_ADDR_LOOPBACK (&ipv6);
-    return false;
-}
-
-//  The host part of "host[:port]" or "[v6]:port": where it starts, its size.
-static const char *
-s_host_part (const char *authority, size_t *size_p)
-{
-    if (*authority == '[') {
-        const char *end = strchr (authority, ']');
-        if (!end)
-            return NULL;
-        *size_p = (size_t) (end - authority - 1);
-        return authority + 1;
-    }
-    *size_p = strcspn (authority, ":/");
-    return authority;
-}
-
-//  DNS rebinding: a page from elsewhere must not reach us through a name
-//  that resolves to us. Loopback origins always pass; bound beyond
-//  loopback, so does the origin the client addressed us by.
-static bool
-s_origin_allowed (dsh_mcp_httpd_t *self, struct MHD_Connection *connection)
-{
-    const char *host = MHD_lookup_connection_value (connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-    size_t host_size = 0;
-    const char *host_name = host? s_host_part (host, &host_size): NULL;
-    if (self->loopback && host && !(host_name && s_is_loopback_host (host_name, host_size)))
-        return false;
-    const char *origin = MHD_lookup_connection_value (connection, MHD_HEADER_KIND, "Origin");
-    if (!origin)
-        return true;
-    const char *scheme_end = strstr (origin, "://");
-    if (!scheme_end)
-        return false;
-    size_t origin_size = 0;
-    const char *origin_name = s_host_part (scheme_end + 3, &origin_size);
-    if (!origin_name)
-        return false;
-    if (s_is_loopback_host (origin_name, origin_size))
-        return true;
-    return !self->loopback && host_name && host_size == origin_size
-        && strncasecmp (host_name, origin_name, origin_size) == 0;
-}
-
-//  Compares in time that depends on the token's length only.
-static bool
-s_token_equal (const char *given, size_t given_size, const char *token)
-{
-    size_t size = strlen (token);
-    unsigned char diff = given_size != size;
-    for (size_t index = 0; index < size; index++)
-        diff |= (unsigned char) token [index] ^ (unsigned char) (index < given_size? given [index]: 0);
-    return diff == 0;
-}
-
-static bool
 s_authorized (dsh_mcp_httpd_t *self, struct MHD_Connection *connection)
 {
-    if (!self->token)
-        return true;
-    const char *header = MHD_lookup_connection_value (connection, MHD_HEADER_KIND,
-                                                      MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!header || strncasecmp (header, "Bearer ", 7))
-        return false;
-    const char *given = header + 7;
-    while (*given == ' ')
-        given++;
-    size_t size = strlen (given);
-    while (size && given [size - 1] == ' ')
-        size--;
-    return s_token_equal (given, size, self->token);
+    return !self->token || dsh_http_bearer_ok (connection, self->token);
 }
 
 //  Whether a list-valued header (Accept) names one of the media types.
@@ -464,7 +324,7 @@ s_on_headers (dsh_mcp_httpd_t *self, s_request_t *request, const char *url, cons
     request->answered = true;
     if (strcmp (url, PATH))
         return s_reply (connection, MHD_HTTP_NOT_FOUND, -32000, "Not Found: MCP is served at " PATH);
-    if (!s_origin_allowed (self, connection))
+    if (!dsh_http_origin_allowed (connection, self->loopback))
         return s_reply (connection, MHD_HTTP_FORBIDDEN, -32000, "Forbidden: Origin or Host not allowed");
     if (!s_authorized (self, connection))
         return s_reply (connection, MHD_HTTP_UNAUTHORIZED, -32000, "Unauthorized: a bearer token is required");
@@ -754,6 +614,7 @@ s_access (void *cls, struct MHD_Connection *connection, const char *url, const c
         assert (request);
         request->httpd = self;
         request->connection = connection;
+        dsh_http_outq_init (&request->out, connection);
         *req_cls = request;
         return s_on_headers (self, request, url, method);
     }
@@ -807,7 +668,7 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls, enum 
     s_session_t *session = request->session;
     if (session) {
         session->exchanges--;
-        session->backlog -= request->out_size - request->out_start;
+        session->backlog -= dsh_http_outq_pending (&request->out);
         session->last_active = zclock_mono ();
         if (session->get_stream == request)
             session->get_stream = NULL;
@@ -823,21 +684,11 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls, enum 
     pthread_mutex_unlock (&self->lock);
     free (request->session_id);
     free (request->body);
-    free (request->out);
+    dsh_http_outq_release (&request->out);
     json_decref (request->waiting);
     json_decref (request->responses);
     free (request);
     *req_cls = NULL;
-}
-
-static void
-s_log (void *cls, const char *format, va_list args)
-{
-    (void) cls;
-    char line [512];
-    vsnprintf (line, sizeof line, format, args);
-    line [strcspn (line, "\n")] = 0;
-    zsys_warning ("dsh-mcp: http: %s", line);
 }
 
 //  ---------------------------------------------------------------------
@@ -863,7 +714,7 @@ s_housekeeper (void *args)
              request = (s_request_t *) zlistx_next (self->exchanges))
             //  A stream with bytes queued needs none, and must not have a
             //  keep-alive count against a large answer being read
-            if (request->kind != KIND_POST_JSON && request->out_size == request->out_start
+            if (request->kind != KIND_POST_JSON && dsh_http_outq_pending (&request->out) == 0
                 && now - request->last_write >= self->keepalive_ms)
                 s_out_append (request, ": keepalive\n\n", 13);
         zlistx_t *expired = zlistx_new ();
@@ -885,78 +736,22 @@ s_housekeeper (void *args)
 //  ---------------------------------------------------------------------
 //  The core's side
 
-//  Parses "HOST:PORT" ("[V6]:PORT"). Returns 0, or -1 with error set.
-static int
-s_resolve (const char *address, struct sockaddr_storage *addr, socklen_t *addr_size, char *error,
-           size_t error_size)
-{
-    const char *colon = NULL;
-    char host [256];
-    if (*address == '[') {
-        const char *end = strchr (address, ']');
-        if (end && end [1] == ':')
-            colon = end + 1;
-        if (!colon || (size_t) (end - address - 1) >= sizeof host) {
-            snprintf (error, error_size, "bad HTTP address \"%s\": expected [IPV6]:PORT", address);
-            return -1;
-        }
-        memcpy (host, address + 1, (size_t) (end - address - 1));
-        host [end - address - 1] = 0;
-    }
-    else {
-        colon = strrchr (address, ':');
-        if (!colon || colon == address || (size_t) (colon - address) >= sizeof host) {
-            snprintf (error, error_size, "bad HTTP address \"%s\": expected HOST:PORT", address);
-            return -1;
-        }
-        memcpy (host, address, (size_t) (colon - address));
-        host [colon - address] = 0;
-    }
-    char *end = NULL;
-    long port = strtol (colon + 1, &end, 10);
-    if (end == colon + 1 || *end || port < 0 || port > 65535) {
-        snprintf (error, error_size, "bad HTTP address \"%s\": the port must be 0 to 65535", address);
-        return -1;
-    }
-    struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM };
-    struct addrinfo *found = NULL;
-    int rc = getaddrinfo (host, colon + 1, &hints, &found);
-    if (rc || !found) {
-        snprintf (error, error_size, "cannot resolve HTTP address \"%s\": %s", address, gai_strerror (rc));
-        return -1;
-    }
-    memcpy (addr, found->ai_addr, found->ai_addrlen);
-    *addr_size = found->ai_addrlen;
-    freeaddrinfo (found);
-    return 0;
-}
-
-static bool
-s_is_loopback_addr (const struct sockaddr_storage *addr)
-{
-    if (addr->ss_family == AF_INET)
-        return (ntohl (((const struct sockaddr_in *) addr)->sin_addr.s_addr) >> 24) == 127;
-    const struct in6_addr *ipv6 = &((const struct sockaddr_in6 *) addr)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK (ipv6)
-        || (IN6_IS_ADDR_V4MAPPED (ipv6) && ipv6->s6_addr [12] == 127);
-}
-
 dsh_mcp_httpd_t *
 dsh_mcp_httpd_new (const char *address, const char *token, char *error, size_t error_size)
 {
     assert (address);
     struct sockaddr_storage addr;
     socklen_t addr_size = 0;
-    if (s_resolve (address, &addr, &addr_size, error, error_size))
+    if (dsh_http_address (address, &addr, &addr_size, error, error_size))
         return NULL;
-    bool loopback = s_is_loopback_addr (&addr);
+    bool loopback = dsh_http_addr_is_loopback (&addr);
     if (!token && !loopback) {
         snprintf (error, error_size, "serving MCP over HTTP on %s, beyond loopback, needs a bearer token "
                   "(--http-token-file)", address);
         return NULL;
     }
-    if (token && (!*token || strlen (token) > TOKEN_MAX)) {
-        snprintf (error, error_size, "the bearer token must have 1 to %d characters", TOKEN_MAX);
+    if (token && (!*token || strlen (token) > DSH_HTTP_TOKEN_MAX)) {
+        snprintf (error, error_size, "the bearer token must have 1 to %d characters", DSH_HTTP_TOKEN_MAX);
         return NULL;
     }
     dsh_mcp_httpd_t *self = (dsh_mcp_httpd_t *) zmalloc (sizeof (dsh_mcp_httpd_t));
@@ -977,30 +772,16 @@ dsh_mcp_httpd_new (const char *address, const char *token, char *error, size_t e
     self->events = zlistx_new ();
     zlistx_set_destructor (self->events, s_event_destroy);
     self->event_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME
-                       | MHD_USE_ERROR_LOG | (addr.ss_family == AF_INET6? MHD_USE_IPv6: 0);
-    uint16_t port = ntohs (addr.ss_family == AF_INET6? ((struct sockaddr_in6 *) &addr)->sin6_port
-                                                     : ((struct sockaddr_in *) &addr)->sin_port);
     if (self->event_fd >= 0)
-        self->daemon = MHD_start_daemon (flags, port, NULL, NULL, s_access, self,
-                                         MHD_OPTION_EXTERNAL_LOGGER, s_log, NULL,
-                                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
-                                         MHD_OPTION_NOTIFY_COMPLETED, s_completed, self,
-                                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int) MAX_CONNECTIONS,
-                                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int) CONNECTION_TIMEOUT_S,
-                                         MHD_OPTION_END);
+        self->daemon = dsh_http_daemon_start (&addr, "dsh-mcp", s_access, s_completed, self, MAX_CONNECTIONS,
+                                              CONNECTION_TIMEOUT_S);
     if (!self->daemon) {
         snprintf (error, error_size, "cannot serve HTTP on %s: %s", address,
                   self->event_fd < 0? strerror (errno): "the address is in use or not ours");
         dsh_mcp_httpd_destroy (&self);
         return NULL;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info (self->daemon, MHD_DAEMON_INFO_LISTEN_FD);
-    struct sockaddr_storage bound;
-    socklen_t bound_size = sizeof bound;
-    if (info && getsockname (info->listen_fd, (struct sockaddr *) &bound, &bound_size) == 0)
-        self->port = ntohs (bound.ss_family == AF_INET6? ((struct sockaddr_in6 *) &bound)->sin6_port
-                                                       : ((struct sockaddr_in *) &bound)->sin_port);
+    self->port = dsh_http_bound_port (self->daemon);
     if (pthread_create (&self->housekeeper, NULL, s_housekeeper, self)) {
         snprintf (error, error_size, "cannot start the HTTP housekeeping thread");
         dsh_mcp_httpd_destroy (&self);
@@ -1144,33 +925,4 @@ dsh_mcp_httpd_set_timeouts (dsh_mcp_httpd_t *self, int idle_ms, int keepalive_ms
     if (keepalive_ms > 0)
         self->keepalive_ms = keepalive_ms;
     pthread_mutex_unlock (&self->lock);
-}
-
-char *
-dsh_mcp_httpd_read_token (const char *path, char *error, size_t error_size)
-{
-    FILE *file = fopen (path, "r");
-    if (!file) {
-        snprintf (error, error_size, "cannot read the token file %s: %s", path, strerror (errno));
-        return NULL;
-    }
-    char line [TOKEN_MAX + 2];
-    char *token = fgets (line, sizeof line, file)? line: NULL;
-    fclose (file);
-    if (token) {
-        size_t size = strlen (token);
-        while (size && isspace ((unsigned char) token [size - 1]))
-            token [--size] = 0;
-        while (isspace ((unsigned char) *token))
-            token++;
-    }
-    bool usable = token && *token && strlen (token) <= TOKEN_MAX;
-    for (const char *next = token; usable && *next; next++)
-        usable = *next >= 0x21 && *next <= 0x7e;
-    if (!usable) {
-        snprintf (error, error_size, "the token file %s holds no token (one line of 1 to %d visible "
-                  "ASCII characters)", path, TOKEN_MAX);
-        return NULL;
-    }
-    return strdup (token);
 }

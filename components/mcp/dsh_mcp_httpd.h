@@ -85,12 +85,6 @@ int
 void
     dsh_mcp_httpd_set_timeouts (dsh_mcp_httpd_t *self, int idle_ms, int keepalive_ms);
 
-//  The bearer token in file path: its first line, without surrounding
-//  blanks. Caller frees. NULL with the reason in error when the file
-//  cannot be read or holds no usable token.
-char *
-    dsh_mcp_httpd_read_token (const char *path, char *error, size_t error_size);
-
 #ifdef __cplusplus
 }
 #endif

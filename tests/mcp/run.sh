@@ -1,6 +1,7 @@
 #!/bin/sh
 #  The MCP tests: install the pinned npm packages if they are missing,
-#  then run every *.test.mjs here with node's test runner. Without node
+#  then run every *.test.mjs here (or in the directory given, which
+#  shares these packages: tests/monitor) with node's test runner. Without node
 #  and npm (or with a node older than 18) the suite is skipped: exit 77.
 here=$(cd "$(dirname "$0")" && pwd)
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
@@ -24,4 +25,4 @@ concurrency=""
 if [ "$major" -ge 20 ]; then
     concurrency="--test-concurrency=1"
 fi
-cd "$here" && exec node --test $concurrency
+cd "${1:-$here}" && exec node --test $concurrency

@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "dsh_http.h"
 #include "dsh_mcp_httpd.h"
 
 //  Only how long a failing wait takes: valgrind is slow
@@ -666,17 +667,17 @@ test_token_file (void **state)
     assert_int_equal (write (fd, "  abc.DEF-123 \n", 15), 15);
     close (fd);
     char error [256] = "";
-    char *token = dsh_mcp_httpd_read_token (path, error, sizeof error);
+    char *token = dsh_http_read_token (path, error, sizeof error);
     assert_non_null (token);
     assert_string_equal (token, "abc.DEF-123");
     free (token);
     FILE *file = fopen (path, "w");
     fputs ("\n", file);
     fclose (file);
-    assert_null (dsh_mcp_httpd_read_token (path, error, sizeof error));
+    assert_null (dsh_http_read_token (path, error, sizeof error));
     assert_non_null (strstr (error, "no token"));
     unlink (path);
-    assert_null (dsh_mcp_httpd_read_token (path, error, sizeof error));
+    assert_null (dsh_http_read_token (path, error, sizeof error));
 }
 
 static void

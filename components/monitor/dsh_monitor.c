@@ -1,0 +1,437 @@
+/*  =========================================================================
+    dsh-monitor - a live page, Prometheus metrics and JSON for a dsh swarm
+
+        dsh-monitor [--broker ENDPOINT[,ENDPOINT...]] [--http HOST:PORT] [--token-file FILE]
+                    [--poll-ms N] [--events N] [--cert FILE --broker-cert FILE] [-v]
+
+    A watcher: it follows the tool set by the Clone procedure (dsh_watcher)
+    and, every --poll-ms, asks the broker for its call statistics (STATS),
+    its chain's counters (CHAIN) and each permission stage's pending
+    approvals. What it learns goes into the model (dsh_monitor_model), and
+    from there to HTTP (dsh_monitor_httpd) as finished documents and
+    Server-Sent Events: the page at /, /metrics, /api/tools, /api/stats and
+    /api/events. The loop never waits for an HTTP client, and a broker that
+    does not answer costs one query timeout per poll, said on the page.
+    =========================================================================
+*/
+
+#include "dsh_monitor_httpd.h"
+#include "dsh_monitor_metrics.h"
+#include "dsh_monitor_model.h"
+#include "dsh_monitor_page.h"
+
+#include "dsh_beacon.h"
+#include "dsh_client.h"
+#include "dsh_component.h"
+#include "dsh_curve.h"
+#include "dsh_http.h"
+#include "dsh_proto.h"
+#include "dsh_sock.h"
+#include "dsh_watcher.h"
+
+#include <getopt.h>
+
+#define DEFAULT_HTTP            "127.0.0.1:7580"
+#define DEFAULT_POLL_MS         1000
+#define DEFAULT_EVENTS          100
+//  How long a poll's query waits: past it the broker counts as unreachable
+#define QUERY_TIMEOUT_MS        2000
+//  An idle event stream gets a comment this often, so that proxies and
+//  the server's own connection timeout leave it open
+#define KEEPALIVE_MS            15000
+
+typedef struct {
+    const char *broker;
+    const char *http;
+    const char *token_file;
+    int poll_ms;
+    int events;
+    bool verbose;
+    dsh_client_t *client;
+    dsh_watcher_t *watcher;
+    dsh_monitor_model_t *model;
+    dsh_monitor_httpd_t *httpd;
+    bool reachable;             //  as of the last poll
+} self_t;
+
+//  ---------------------------------------------------------------------
+//  Polling the broker
+
+//  A query's reply body as JSON without its id, or NULL with the reason.
+static json_t *
+s_reply_json (dsh_reply_t *reply, const char *expected, char *error, size_t error_size)
+{
+    json_t *body = NULL;
+    if (!streq (dsh_reply_command (reply), expected)) {
+        const char *text = dsh_reply_text (reply);
+        snprintf (error, error_size, "%s", text? text: dsh_reply_command (reply));
+    }
+    else
+    if (!(body = dsh_reply_json (reply)))
+        snprintf (error, error_size, "the %s reply has no JSON form", expected);
+    else
+        json_object_del (body, "id");
+    return body;
+}
+
+//  The open requests of every permission stage of stages, each with its
+//  stage's name.
+static json_t *
+s_poll_pending (self_t *self, const json_t *stages)
+{
+    json_t *pending = json_array ();
+    size_t index;
+    json_t *stage;
+    json_array_foreach (stages, index, stage) {
+        const char *name = json_string_value (json_object_get (stage, "name"));
+        const char *kind = json_string_value (json_object_get (stage, "kind"));
+        if (!name || !kind || !streq (kind, "permission"))
+            continue;
+        char error [256];
+        dsh_reply_t *reply = dsh_client_control (self->client, name, "pending", NULL, QUERY_TIMEOUT_MS,
+                                                 error, sizeof error);
+        json_t *body = reply && !dsh_reply_is_error (reply)? dsh_reply_json (reply): NULL;
+        dsh_reply_destroy (&reply);
+        size_t position;
+        json_t *request;
+        json_array_foreach (json_object_get (body, "data"), position, request)
+            if (json_is_object (request)) {
+                json_object_set_new (request, "stage", json_string (name));
+                json_array_append (pending, request);
+            }
+        json_decref (body);
+    }
+    return pending;
+}
+
+//  One poll: {reachable, error?, stats?, statsError?, ping?, chain?, pending?}.
+static json_t *
+s_poll (self_t *self)
+{
+    char error [512] = "";
+    json_t *poll = json_object ();
+    dsh_reply_t *reply = dsh_client_request (self->client, DSH_STATS, NULL, QUERY_TIMEOUT_MS, error, sizeof error);
+    json_t *stats = reply? s_reply_json (reply, DSH_STATS, error, sizeof error): NULL;
+    if (stats)
+        json_object_set_new (poll, "stats", stats);
+    else
+    if (reply) {
+        //  A broker without STATS still says how it is
+        json_object_set_new (poll, "statsError", json_string (error));
+        dsh_reply_destroy (&reply);
+        reply = dsh_client_request (self->client, DSH_PING, NULL, QUERY_TIMEOUT_MS, error, sizeof error);
+        json_t *ping = reply? s_reply_json (reply, DSH_PONG, error, sizeof error): NULL;
+        if (ping)
+            json_object_set_new (poll, "ping", ping);
+    }
+    dsh_reply_destroy (&reply);
+    bool reachable = json_object_get (poll, "stats") || json_object_get (poll, "ping");
+    json_object_set_new (poll, "reachable", json_boolean (reachable));
+    if (!reachable) {
+        const char *failure = dsh_client_handshake_failure (self->client);
+        json_object_set_new (poll, "error", json_string (failure? failure: error));
+        return poll;
+    }
+    reply = dsh_client_request (self->client, DSH_CHAIN, NULL, QUERY_TIMEOUT_MS, error, sizeof error);
+    json_t *chain = reply? s_reply_json (reply, DSH_CHAIN, error, sizeof error): NULL;
+    dsh_reply_destroy (&reply);
+    json_t *stages = json_object_get (chain, "stages");
+    if (json_is_array (stages)) {
+        json_object_set (poll, "chain", stages);
+        json_object_set_new (poll, "pending", s_poll_pending (self, stages));
+    }
+    json_decref (chain);
+    //  Replies that came after their query gave up are of no use now
+    while ((reply = dsh_client_recv (self->client, 0)))
+        dsh_reply_destroy (&reply);
+    return poll;
+}
+
+//  ---------------------------------------------------------------------
+//  Publishing
+
+static void
+s_publish_json (self_t *self, const char *path, json_t *doc)
+{
+    char *text = json_dumps (doc, JSON_COMPACT);
+    if (text)
+        dsh_monitor_httpd_publish (self->httpd, path, "application/json", text, strlen (text));
+    free (text);
+}
+
+static void
+s_broadcast (self_t *self, const char *event, json_t *data)
+{
+    char *text = json_dumps (data, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (text)
+        dsh_monitor_httpd_broadcast (self->httpd, event, text);
+    free (text);
+}
+
+//  Everything, for a stream's first event and after each resync. Takes
+//  tools and stats.
+static json_t *
+s_snapshot (self_t *self, json_t *tools, json_t *stats)
+{
+    return json_pack ("{s:o, s:o, s:o, s:{s:i, s:i, s:i}}", "tools", tools, "stats", stats,
+                      "events", dsh_monitor_model_events (self->model),
+                      "monitor", "pollMs", self->poll_ms, "eventsKept", self->events,
+                      "queryTimeoutMs", QUERY_TIMEOUT_MS);
+}
+
+//  Publishes the documents after the model changed, and sends event (with
+//  data, taken) to every stream: NULL for a resync, which sends the whole
+//  snapshot instead.
+static void
+s_publish (self_t *self, const char *event, json_t *data)
+{
+    json_t *tools = dsh_monitor_model_tools (self->model);
+    json_t *stats = dsh_monitor_model_stats (self->model);
+    s_publish_json (self, "/api/tools", tools);
+    s_publish_json (self, "/api/stats", stats);
+    char *metrics = dsh_monitor_metrics (tools, stats);
+    dsh_monitor_httpd_publish (self->httpd, "/metrics", DSH_MONITOR_METRICS_TYPE, metrics, strlen (metrics));
+    free (metrics);
+    json_t *snapshot = s_snapshot (self, tools, stats);
+    char *text = json_dumps (snapshot, JSON_COMPACT);
+    if (text)
+        dsh_monitor_httpd_set_first (self->httpd, "snapshot", text);
+    if (!event && text)
+        dsh_monitor_httpd_broadcast (self->httpd, "snapshot", text);
+    free (text);
+    json_decref (snapshot);
+    if (event)
+        s_broadcast (self, event, data);
+    json_decref (data);
+}
+
+//  Takes what the watcher has: change events go to the streams one by
+//  one, then the tool set they left; a resync sends a new snapshot.
+static void
+s_take_notices (self_t *self)
+{
+    json_t *notice;
+    json_t *events = json_array ();
+    bool resynced = false;
+    while ((notice = dsh_watcher_recv (self->watcher, 0))) {
+        const json_t *event = dsh_monitor_model_notice (self->model, notice, zclock_time ());
+        if (event)
+            json_array_append (events, (json_t *) event);
+        else {
+            resynced = true;
+            json_array_clear (events);
+            if (self->verbose)
+                zsys_info ("dsh-monitor: synchronised with %s (epoch %" JSON_INTEGER_FORMAT ", seq %"
+                           JSON_INTEGER_FORMAT ")", json_string_value (json_object_get (notice, "broker")),
+                           json_integer_value (json_object_get (notice, "epoch")),
+                           json_integer_value (json_object_get (notice, "seq")));
+        }
+        json_decref (notice);
+    }
+    if (resynced)
+        s_publish (self, NULL, NULL);
+    size_t index;
+    json_t *event;
+    json_array_foreach (events, index, event)
+        s_broadcast (self, "event", event);
+    if (json_array_size (events))
+        s_publish (self, "tools", dsh_monitor_model_tools (self->model));
+    json_decref (events);
+}
+
+static void
+s_take_poll (self_t *self)
+{
+    json_t *poll = s_poll (self);
+    bool reachable = json_is_true (json_object_get (poll, "reachable"));
+    if (reachable != self->reachable) {
+        if (reachable)
+            zsys_info ("dsh-monitor: the broker answers");
+        else
+            zsys_warning ("dsh-monitor: the broker does not answer: %s",
+                          json_string_value (json_object_get (poll, "error")));
+        self->reachable = reachable;
+    }
+    dsh_monitor_model_poll (self->model, poll, zclock_mono (), zclock_time ());
+    json_decref (poll);
+    s_publish (self, "stats", dsh_monitor_model_stats (self->model));
+}
+
+static void
+s_run (self_t *self)
+{
+    zpoller_t *poller = zpoller_new (dsh_watcher_sock (self->watcher), NULL);
+    int64_t next_poll = zclock_mono ();
+    int64_t next_keepalive = zclock_mono () + KEEPALIVE_MS;
+    while (!zsys_interrupted) {
+        int64_t wait_ms = next_poll - zclock_mono ();
+        void *which = zpoller_wait (poller, wait_ms > 0? (int) wait_ms: 0);
+        if (zpoller_terminated (poller))
+            break;
+        if (which)
+            s_take_notices (self);
+        int64_t now = zclock_mono ();
+        if (now >= next_poll) {
+            s_take_poll (self);
+            next_poll = zclock_mono () + self->poll_ms;
+        }
+        if (now >= next_keepalive) {
+            dsh_monitor_httpd_broadcast (self->httpd, NULL, NULL);
+            next_keepalive = now + KEEPALIVE_MS;
+        }
+    }
+    zpoller_destroy (&poller);
+}
+
+//  ---------------------------------------------------------------------
+//  Start and options
+
+static void
+s_usage (FILE *stream)
+{
+    fprintf (stream,
+        "usage: dsh-monitor [--broker ENDPOINT[,ENDPOINT...]] [--http HOST:PORT] [--token-file FILE]\n"
+        "                   [--poll-ms N] [--events N] [--cert FILE --broker-cert FILE] [-v]\n"
+        "Watch a dsh swarm: a live page at /, Prometheus metrics at /metrics, JSON at\n"
+        "/api/tools and /api/stats, Server-Sent Events at /api/events.\n"
+        "  --broker ENDPOINT[,ENDPOINT...]\n"
+        "                     the broker's front endpoint, or a list of brokers followed one\n"
+        "                     at a time (default: $DSH_BROKER, else %s)\n"
+        "  --http HOST:PORT   where to serve HTTP (default %s; port 0: any free one)\n"
+        "  --token-file FILE  a bearer token (the file's first line) every request must carry;\n"
+        "                     required when HOST is not loopback (default: none)\n"
+        "  --poll-ms N        how often to ask the broker for STATS, CHAIN and pending\n"
+        "                     approvals, 50 to 3600000 (default %d)\n"
+        "  --events N         the last change events kept for the page, 1 to 100000\n"
+        "                     (default %d)\n"
+        "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
+        "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
+        "  -v, --verbose      log each resynchronisation on stderr (default: off)\n"
+        "  -h, --help         show this help\n"
+        "Ready, it prints \"dsh-monitor: serving http://HOST:PORT/\" on stdout.\n",
+        DSH_DEFAULT_ENDPOINT, DEFAULT_HTTP, DEFAULT_POLL_MS, DEFAULT_EVENTS);
+}
+
+//  A number option within [min, max], or -1.
+static int
+s_number (const char *text, long min, long max)
+{
+    char *end = NULL;
+    long value = strtol (text, &end, 10);
+    return end == text || *end || value < min || value > max? -1: (int) value;
+}
+
+int
+main (int argc, char *argv [])
+{
+    static const struct option options [] = {
+        { "broker", required_argument, NULL, 'b' },
+        { "http", required_argument, NULL, 'H' },
+        { "token-file", required_argument, NULL, 'T' },
+        { "poll-ms", required_argument, NULL, 'p' },
+        { "events", required_argument, NULL, 'e' },
+        { "cert", required_argument, NULL, 'C' },
+        { "broker-cert", required_argument, NULL, 'K' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 }
+    };
+    self_t self = { .http = DEFAULT_HTTP, .poll_ms = DEFAULT_POLL_MS, .events = DEFAULT_EVENTS };
+    //  Usage errors read as every dsh program's
+    const dsh_component_options_t program = { .program = "dsh-monitor" };
+    const char *cert = NULL, *broker_cert = NULL;
+    opterr = 0;
+    int option;
+    while ((option = getopt_long (argc, argv, ":vh", options, NULL)) != -1) {
+        switch (option) {
+            case 'b': self.broker = optarg; break;
+            case 'H': self.http = optarg; break;
+            case 'T': self.token_file = optarg; break;
+            case 'C': cert = optarg; break;
+            case 'K': broker_cert = optarg; break;
+            case 'v': self.verbose = true; break;
+            case 'h': s_usage (stdout); return 0;
+            case 'p':
+                if ((self.poll_ms = s_number (optarg, 50, 3600000)) < 0)
+                    return dsh_component_usage_error (&program, "--poll-ms needs a number from 50 to 3600000, "
+                                                      "not \"%s\"", optarg);
+                break;
+            case 'e':
+                if ((self.events = s_number (optarg, 1, 100000)) < 0)
+                    return dsh_component_usage_error (&program, "--events needs a number from 1 to 100000, "
+                                                      "not \"%s\"", optarg);
+                break;
+            case ':':
+                return dsh_component_usage_error (&program, "option %s needs a value", argv [optind - 1]);
+            default:
+                if (optopt)
+                    return dsh_component_usage_error (&program, "unknown option -%c", optopt);
+                return dsh_component_usage_error (&program, "unknown option %s", argv [optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return dsh_component_usage_error (&program, "unexpected argument \"%s\"", argv [optind]);
+    char error [512];
+    if (dsh_curve_setup (cert, broker_cert, error, sizeof error))
+        return dsh_component_usage_error (&program, "%s", error);
+    if (!self.broker) {
+        self.broker = getenv ("DSH_BROKER");
+        if (self.broker && !*self.broker)
+            self.broker = NULL;
+    }
+    zlistx_t *brokers = dsh_sock_brokers (self.broker, error, sizeof error);
+    if (!brokers)
+        return dsh_component_usage_error (&program, "%s", error);
+    zlistx_destroy (&brokers);
+    //  stdout says one thing, that the monitor is ready
+    zsys_set_logstream (stderr);
+    zsys_init ();
+    zsys_set_logstream (stderr);
+    char *token = NULL;
+    if (self.token_file && !(token = dsh_http_read_token (self.token_file, error, sizeof error))) {
+        fprintf (stderr, "dsh-monitor: %s\n", error);
+        return 2;
+    }
+    self.httpd = dsh_monitor_httpd_new (self.http, token, error, sizeof error);
+    zstr_free (&token);
+    if (!self.httpd) {
+        fprintf (stderr, "dsh-monitor: --http %s: %s\n", self.http, error);
+        //  Refused by the rules is a usage error; a port in use is not
+        return strstr (error, "in use")? 1: 2;
+    }
+    //  Beacon entries become the brokers heard now
+    char *resolved = NULL;
+    if (self.broker && strstr (self.broker, "beacon")) {
+        resolved = dsh_beacon_resolve (self.broker, 0, error, sizeof error);
+        if (!resolved) {
+            fprintf (stderr, "dsh-monitor: %s\n", error);
+            dsh_monitor_httpd_destroy (&self.httpd);
+            return 3;
+        }
+        self.broker = resolved;
+    }
+    self.client = dsh_client_new (self.broker);
+    self.watcher = self.client? dsh_watcher_new (self.broker): NULL;
+    if (!self.watcher) {
+        fprintf (stderr, "dsh-monitor: cannot connect to the broker\n");
+        dsh_client_destroy (&self.client);
+        dsh_monitor_httpd_destroy (&self.httpd);
+        zstr_free (&resolved);
+        return 1;
+    }
+    self.model = dsh_monitor_model_new ((size_t) self.events);
+    dsh_monitor_httpd_publish (self.httpd, "/", "text/html; charset=utf-8", dsh_monitor_page, dsh_monitor_page_size);
+    s_publish (&self, NULL, NULL);
+    //  The host as given, the port as bound
+    const char *colon = strrchr (self.http, ':');
+    printf ("dsh-monitor: serving http://%.*s:%d/\n", (int) (colon - self.http), self.http,
+            dsh_monitor_httpd_port (self.httpd));
+    fflush (stdout);
+    s_run (&self);
+    dsh_monitor_httpd_destroy (&self.httpd);
+    dsh_watcher_destroy (&self.watcher);
+    dsh_client_destroy (&self.client);
+    dsh_monitor_model_destroy (&self.model);
+    zstr_free (&resolved);
+    return 0;
+}

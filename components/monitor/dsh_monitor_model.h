@@ -1,0 +1,80 @@
+/*  =========================================================================
+    dsh_monitor_model - the swarm as dsh-monitor sees it
+
+    Everything the page, the JSON API and /metrics show, kept in one place and
+    fed from two sources: the watcher's notices (a snapshot after each
+    (re)sync, then every change event) give the tool set by component and
+    the last events; each poll of the broker (STATS, CHAIN, the pending
+    approvals of each permission stage) gives the counters, from which the
+    model derives rates and latency quantiles over the polls of the last
+    ten seconds or so (a sliding window of the same broker epoch). It reads JSON and gives JSON; it knows no sockets.
+    =========================================================================
+*/
+
+#ifndef DSH_MONITOR_MODEL_H_INCLUDED
+#define DSH_MONITOR_MODEL_H_INCLUDED
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct _dsh_monitor_model_t dsh_monitor_model_t;
+
+//  A model that keeps the last events_kept change events (at least 1).
+dsh_monitor_model_t *
+    dsh_monitor_model_new (size_t events_kept);
+
+//  Destroy; safe twice.
+void
+    dsh_monitor_model_destroy (dsh_monitor_model_t **self_p);
+
+//  Take a watcher notice (borrowed): a snapshot replaces the tool set and
+//  gives NULL; a change event updates it and joins the last events,
+//  stamped with at (ms since the Unix epoch) and without its tool entry,
+//  and that is what is given (the model's, valid until its next call).
+const json_t *
+    dsh_monitor_model_notice (dsh_monitor_model_t *self, const json_t *notice, int64_t at);
+
+//  Take one poll's results (borrowed): {reachable, error?, stats?, ping?,
+//  chain?, pending?}, stats a STATS reply body, ping a PONG (for a broker
+//  that has no STATS), chain CHAIN's stages, pending the open approval
+//  requests with their stage. mono_ms is a monotonic clock for the rates;
+//  at is ms since the Unix epoch.
+void
+    dsh_monitor_model_poll (dsh_monitor_model_t *self, const json_t *poll, int64_t mono_ms, int64_t at);
+
+//  The tool set (caller owns): {synced, broker?, epoch?, seq?, components:
+//  [{id, tools: [name]}] sorted by id, tools: [{name, title?, readOnly,
+//  destructive, providers: [id]}] in registration order}.
+json_t *
+    dsh_monitor_model_tools (dsh_monitor_model_t *self);
+
+//  The last poll with what was derived from it (caller owns): the poll's
+//  fields, plus at, and rates {intervalMs, calls, errors, tools: {name:
+//  {calls, errors, p50Ms, p99Ms}}} over the window's intervalMs (per
+//  second; quantiles null when no call ended in it), or rates null on the
+//  first poll of an epoch. Before any poll: {reachable: false, error: "not polled yet"}.
+json_t *
+    dsh_monitor_model_stats (dsh_monitor_model_t *self);
+
+//  The last change events, oldest first (caller owns).
+json_t *
+    dsh_monitor_model_events (dsh_monitor_model_t *self);
+
+//  The latency at quantile q (0..1) in µs of a histogram's counts (not
+//  cumulative; one more than bounds, the last for +Inf), interpolated
+//  linearly within its bucket as Prometheus's histogram_quantile does.
+//  -1 when the counts are all 0.
+double
+    dsh_monitor_quantile (const json_t *bounds_us, const uint64_t *counts, double q);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

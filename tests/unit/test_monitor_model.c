@@ -1,0 +1,209 @@
+/*  =========================================================================
+    test_monitor_model - dsh-monitor's model and metrics without sockets:
+    the tool set from a snapshot and change events, rates and quantiles
+    between polls (and none across a new epoch), and the Prometheus text
+    with untrusted names escaped
+    =========================================================================
+*/
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <czmq.h>
+#include <string.h>
+
+#include "dsh_monitor_metrics.h"
+#include "dsh_monitor_model.h"
+
+static json_t *
+s_json (const char *text)
+{
+    json_error_t error;
+    json_t *json = json_loads (text, 0, &error);
+    if (!json)
+        fail_msg ("bad JSON in the test: %s", error.text);
+    return json;
+}
+
+static void
+test_quantile (void **state)
+{
+    (void) state;
+    json_t *bounds = s_json ("[100, 250, 500]");
+    uint64_t counts [] = { 0, 4, 0, 0 };
+    //  rank 2 of 4, all in (100, 250]: halfway
+    assert_float_equal (dsh_monitor_quantile (bounds, counts, 0.5), 175, 1e-9);
+    uint64_t first [] = { 2, 0, 0, 0 };
+    assert_float_equal (dsh_monitor_quantile (bounds, first, 0.5), 50, 1e-9);
+    //  In the +Inf bucket: the highest finite bound, as histogram_quantile
+    uint64_t slow [] = { 1, 0, 0, 9 };
+    assert_float_equal (dsh_monitor_quantile (bounds, slow, 0.99), 500, 1e-9);
+    uint64_t none [] = { 0, 0, 0, 0 };
+    assert_true (dsh_monitor_quantile (bounds, none, 0.5) < 0);
+    json_decref (bounds);
+}
+
+static json_t *
+s_tool (json_t *tools, const char *name)
+{
+    size_t index;
+    json_t *tool;
+    json_array_foreach (json_object_get (tools, "tools"), index, tool)
+        if (streq (json_string_value (json_object_get (tool, "name")), name))
+            return tool;
+    return NULL;
+}
+
+static void
+test_tool_set (void **state)
+{
+    (void) state;
+    dsh_monitor_model_t *model = dsh_monitor_model_new (2);
+    json_t *notice = s_json ("{\"kind\": \"snapshot\", \"seq\": 2, \"epoch\": 7, \"broker\": \"tcp://b:1\","
+        " \"tools\": [{\"tool\": {\"name\": \"read\", \"annotations\": {\"readOnlyHint\": true}}, \"providers\": [\"a\", \"b\"]},"
+        "             {\"tool\": {\"name\": \"wipe\"}, \"providers\": [\"b\"]},"
+        "             {\"tool\": {\"name\": \"add\", \"annotations\": {\"destructiveHint\": false}}, \"providers\": [\"b\"]}],"
+        " \"components\": [{\"id\": \"b\", \"generation\": 1, \"tools\": [\"read\", \"wipe\", \"add\"]},"
+        "                  {\"id\": \"a\", \"generation\": 1, \"tools\": [\"read\"]}]}");
+    assert_null (dsh_monitor_model_notice (model, notice, 1));
+    json_decref (notice);
+    json_t *tools = dsh_monitor_model_tools (model);
+    assert_true (json_is_true (json_object_get (tools, "synced")));
+    assert_int_equal (json_integer_value (json_object_get (tools, "epoch")), 7);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (json_object_get (tools, "components"), 0), "id")), "a");
+    json_t *read = s_tool (tools, "read");
+    assert_true (json_is_true (json_object_get (read, "readOnly")));
+    assert_true (json_is_false (json_object_get (read, "destructive")));
+    assert_int_equal (json_array_size (json_object_get (read, "providers")), 2);
+    //  MCP's defaults: a tool that says nothing may destroy
+    assert_true (json_is_true (json_object_get (s_tool (tools, "wipe"), "destructive")));
+    assert_true (json_is_false (json_object_get (s_tool (tools, "add"), "destructive")));
+    assert_true (json_is_false (json_object_get (s_tool (tools, "add"), "readOnly")));
+    json_decref (tools);
+
+    const char *events [] = {
+        "{\"kind\": \"tool.registered\", \"seq\": 3, \"epoch\": 7, \"component\": \"c\", \"name\": \"new\", \"tool\": {\"name\": \"new\"}}",
+        "{\"kind\": \"component.joined\", \"seq\": 4, \"epoch\": 7, \"component\": \"c\", \"tools\": [\"new\", \"read\"]}",
+        "{\"kind\": \"tool.unregistered\", \"seq\": 5, \"epoch\": 7, \"component\": \"b\", \"name\": \"wipe\"}",
+        NULL
+    };
+    for (size_t index = 0; events [index]; index++) {
+        notice = s_json (events [index]);
+        const json_t *kept = dsh_monitor_model_notice (model, notice, 100 + (int64_t) index);
+        assert_non_null (kept);
+        assert_null (json_object_get (kept, "tool"));
+        assert_int_equal (json_integer_value (json_object_get (kept, "at")), 100 + (int64_t) index);
+        json_decref (notice);
+    }
+    tools = dsh_monitor_model_tools (model);
+    assert_int_equal (json_array_size (json_object_get (tools, "components")), 3);
+    assert_int_equal (json_array_size (json_object_get (s_tool (tools, "read"), "providers")), 3);
+    assert_null (s_tool (tools, "wipe"));
+    assert_string_equal (json_string_value (json_object_get (json_array_get (json_object_get (tools, "tools"), 2), "name")), "new");
+    json_decref (tools);
+    notice = s_json ("{\"kind\": \"component.left\", \"seq\": 6, \"epoch\": 7, \"component\": \"c\", \"reason\": \"expired\"}");
+    dsh_monitor_model_notice (model, notice, 200);
+    json_decref (notice);
+    tools = dsh_monitor_model_tools (model);
+    assert_int_equal (json_array_size (json_object_get (tools, "components")), 2);
+    json_decref (tools);
+    //  Only the last two events are kept, stamped, without their entries
+    json_t *kept = dsh_monitor_model_events (model);
+    assert_int_equal (json_array_size (kept), 2);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (kept, 1), "kind")), "component.left");
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (kept, 1), "at")), 200);
+    json_decref (kept);
+    dsh_monitor_model_destroy (&model);
+    dsh_monitor_model_destroy (&model);
+}
+
+//  A poll with one tool's outcomes and histogram over bounds [1000, 10000].
+static json_t *
+s_poll (int epoch, int ok, int failed, int fast, int slow)
+{
+    return json_pack ("{s:b, s:{s:s, s:i, s:i, s:b, s:[ii], s:i, s:i, s:{}, s:{}, s:[{s:s, s:i, s:i, s:{s:i, s:i},"
+                      " s:[iii], s:i}], s:[], s:[]}, s:[], s:[]}",
+                      "reachable", 1, "stats", "broker", "x", "epoch", epoch, "uptimeMs", 5, "enabled", 1,
+                      "bucketsUs", 1000, 10000, "calls", ok + failed, "inFlight", 0, "refused", "events",
+                      "tools", "name", "t\"o\\o\nl", "replicas", 1, "inFlight", 0, "outcomes", "ok", ok,
+                      "TOOL_FAILED", failed, "histogram", fast, slow, 0, "sumUs", fast * 500 + slow * 5000,
+                      "components", "agents", "chain", "pending");
+}
+
+static void
+test_rates (void **state)
+{
+    (void) state;
+    dsh_monitor_model_t *model = dsh_monitor_model_new (10);
+    json_t *stats = dsh_monitor_model_stats (model);
+    assert_true (json_is_false (json_object_get (stats, "reachable")));
+    json_decref (stats);
+    json_t *poll = s_poll (1, 1, 0, 1, 0);
+    dsh_monitor_model_poll (model, poll, 1000, 1);
+    json_decref (poll);
+    stats = dsh_monitor_model_stats (model);
+    assert_true (json_is_null (json_object_get (stats, "rates")));
+    json_decref (stats);
+    //  Two seconds later: 4 more calls, 2 failed, 2 fast and 2 slow
+    poll = s_poll (1, 3, 2, 3, 2);
+    dsh_monitor_model_poll (model, poll, 3000, 2);
+    json_decref (poll);
+    stats = dsh_monitor_model_stats (model);
+    json_t *rates = json_object_get (stats, "rates");
+    assert_int_equal (json_integer_value (json_object_get (rates, "intervalMs")), 2000);
+    assert_float_equal (json_real_value (json_object_get (rates, "calls")), 2.0, 1e-9);
+    json_t *tool = json_object_get (json_object_get (rates, "tools"), "t\"o\\o\nl");
+    assert_float_equal (json_real_value (json_object_get (tool, "calls")), 2.0, 1e-9);
+    assert_float_equal (json_real_value (json_object_get (tool, "errors")), 1.0, 1e-9);
+    //  rank 2 of 4: the top of (0, 1 ms]
+    assert_float_equal (json_real_value (json_object_get (tool, "p50Ms")), 1.0, 1e-9);
+    assert_float_equal (json_real_value (json_object_get (tool, "p99Ms")), 1.0 + 9.0 * (3.96 - 2) / 2, 1e-9);
+
+    //  The metrics: the name escaped, the histogram cumulative in seconds
+    json_t *tools = dsh_monitor_model_tools (model);
+    char *text = dsh_monitor_metrics (tools, stats);
+    assert_non_null (strstr (text, "# TYPE dsh_calls_total counter\n"));
+    assert_non_null (strstr (text, "dsh_calls_total{tool=\"t\\\"o\\\\o\\nl\",code=\"TOOL_FAILED\"} 2\n"));
+    assert_non_null (strstr (text, "dsh_call_duration_seconds_bucket{tool=\"t\\\"o\\\\o\\nl\",le=\"0.001\"} 3\n"));
+    assert_non_null (strstr (text, "dsh_call_duration_seconds_bucket{tool=\"t\\\"o\\\\o\\nl\",le=\"0.01\"} 5\n"));
+    assert_non_null (strstr (text, "dsh_call_duration_seconds_bucket{tool=\"t\\\"o\\\\o\\nl\",le=\"+Inf\"} 5\n"));
+    assert_non_null (strstr (text, "dsh_call_duration_seconds_count{tool=\"t\\\"o\\\\o\\nl\"} 5\n"));
+    assert_non_null (strstr (text, "dsh_up 1\n"));
+    free (text);
+    json_decref (stats);
+
+    //  A new epoch: no rate across two brokers
+    poll = s_poll (2, 1, 0, 1, 0);
+    dsh_monitor_model_poll (model, poll, 4000, 3);
+    json_decref (poll);
+    stats = dsh_monitor_model_stats (model);
+    assert_true (json_is_null (json_object_get (stats, "rates")));
+    json_decref (stats);
+
+    //  Unreachable: dsh_up 0 and nothing else
+    poll = s_json ("{\"reachable\": false, \"error\": \"no reply\"}");
+    dsh_monitor_model_poll (model, poll, 5000, 4);
+    json_decref (poll);
+    stats = dsh_monitor_model_stats (model);
+    text = dsh_monitor_metrics (tools, stats);
+    assert_string_equal (text, "# HELP dsh_up Whether the broker answered the monitor's last poll.\n"
+                               "# TYPE dsh_up gauge\ndsh_up 0\n");
+    free (text);
+    json_decref (stats);
+    json_decref (tools);
+    dsh_monitor_model_destroy (&model);
+}
+
+int
+main (void)
+{
+    const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_quantile),
+        cmocka_unit_test (test_tool_set),
+        cmocka_unit_test (test_rates),
+    };
+    return cmocka_run_group_tests (tests, NULL, NULL);
+}
