@@ -689,6 +689,10 @@ main (int argc, char *argv [])
                  "tests/conformance/SCENARIOS.md.\n");
         return argc == 2? 0: 2;
     }
+    //  stdout is the answers' channel: the SDK's log lines go to stderr
+    zsys_set_logstream (stderr);
+    zsys_init ();
+    zsys_set_logstream (stderr);
     driver_t self = { .endpoint = argv [1] };
     self.client = dsh_client_new (self.endpoint);
     if (!self.client)

@@ -242,7 +242,7 @@ def find_drivers(args, build):
     else:
         skipped["c"] = "%s is not built" % c_driver
     if not os.path.exists(args.python_driver):
-        skipped["python"] = "no driver (%s)" % os.path.relpath(args.python_driver, SOURCE)
+        skipped["python"] = "no driver (%s)" % shown(args.python_driver)
     elif not os.access(PYTHON, os.X_OK):
         skipped["python"] = "%s is missing" % PYTHON
     elif subprocess.run([PYTHON, "-c", "import zmq, msgpack"], capture_output=True, timeout=30).returncode:
@@ -250,11 +250,11 @@ def find_drivers(args, build):
     else:
         present["python"] = [PYTHON, args.python_driver]
     if not os.path.exists(args.node_driver):
-        skipped["node"] = "no driver (%s)" % os.path.relpath(args.node_driver, SOURCE)
+        skipped["node"] = "no driver (%s)" % shown(args.node_driver)
     elif not shutil.which("node"):
         skipped["node"] = "node is not installed"
     elif not os.path.isdir(NODE_MODULES):
-        skipped["node"] = "%s is missing (npm ci there)" % os.path.relpath(NODE_MODULES, SOURCE)
+        skipped["node"] = "%s is missing (npm ci there)" % shown(NODE_MODULES)
     else:
         present["node"] = ["node", args.node_driver]
     for language in LANGUAGES:
@@ -513,7 +513,7 @@ def judge(name, results, expected, languages, skipped):
             row[language] = "ok"
         else:
             row[language] = "DIFFERS"
-            details.append("%s / %s: differs from C\n    C:    %s\n    %-5s %s"
+            details.append("%s / %s: differs from C\n    C:    %s\n    %-7s %s"
                            % (name, language, json.dumps(reference), language + ":", json.dumps(value)))
     return row, details
 
@@ -549,13 +549,17 @@ def run_scenarios(bed, drivers, skipped, verbose):
         except Failure as failure:
             results, expected = {language: failure for language in drivers}, None
         verdict(name, results, expected)
+    #  Nothing on stdout but answers, and exit 0 once stdin is closed
     exits = {}
     for language, driver in drivers.items():
         code = driver.close()
-        exits[language] = "ok" if code == 0 else "ERROR"
+        exits[language] = "ok" if code == 0 and not driver.garbage else "ERROR"
         if code != 0:
             details.append("exit on stdin EOF / %s: %s%s" % (language, code, driver.last_words()))
-    rows.append(["exit 0 on EOF"] + [exits.get(language, "skipped") for language in languages])
+        if driver.garbage:
+            details.append("stdout / %s: lines that are not answers:\n    %s"
+                           % (language, "\n    ".join(driver.garbage[:10])))
+    rows.append(["stdout, exit on EOF"] + [exits.get(language, "skipped") for language in languages])
     print_table("conformance (answers compared with the C SDK's):", ["scenario"] + languages, rows)
     for language in languages:
         if language in skipped:
@@ -563,6 +567,12 @@ def run_scenarios(bed, drivers, skipped, verbose):
     for detail in details:
         print(detail)
     return not details
+
+
+def shown(path):
+    """A path as the table shows it: from the source tree where it is inside."""
+    relative = os.path.relpath(path, SOURCE)
+    return path if relative.startswith("..") else relative
 
 
 def run_bench(bed, drivers, build, seconds):
