@@ -35,8 +35,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(os.path.dirname(HERE))
 PYTHON = "/usr/bin/python3"
-#  Where the Node package's dependencies are installed (npm ci there)
-NODE_MODULES = os.path.join(SOURCE, "components", "node", "node_modules")
+#  Where the Node package's dependencies are installed (npm ci there), in
+#  the tree the Node driver is in (tests/conformance/ of it)
+NODE_MODULES = os.path.join("components", "node", "node_modules")
 PYTHON_PACKAGE = os.path.join(SOURCE, "components", "python")
 
 #  A short heartbeat, so a killed component expires and a restarted broker
@@ -249,12 +250,13 @@ def find_drivers(args, build):
         skipped["python"] = "%s cannot import zmq and msgpack (python3-zmq, python3-msgpack)" % PYTHON
     else:
         present["python"] = [PYTHON, args.python_driver]
+    node_modules = os.path.join(os.path.dirname(os.path.abspath(args.node_driver)), "..", "..", NODE_MODULES)
     if not os.path.exists(args.node_driver):
         skipped["node"] = "no driver (%s)" % shown(args.node_driver)
     elif not shutil.which("node"):
         skipped["node"] = "node is not installed"
-    elif not os.path.isdir(NODE_MODULES):
-        skipped["node"] = "%s is missing (npm ci there)" % shown(NODE_MODULES)
+    elif not os.path.isdir(node_modules):
+        skipped["node"] = "%s is missing (npm ci there)" % shown(node_modules)
     else:
         present["node"] = ["node", args.node_driver]
     for language in LANGUAGES:
@@ -571,7 +573,7 @@ def run_scenarios(bed, drivers, skipped, verbose):
 
 def shown(path):
     """A path as the table shows it: from the source tree where it is inside."""
-    relative = os.path.relpath(path, SOURCE)
+    relative = os.path.relpath(os.path.normpath(path), SOURCE)
     return path if relative.startswith("..") else relative
 
 
