@@ -222,8 +222,10 @@ s_send_call (driver_t *self, json_t *id, json_t *request, int64_t cancel_after_m
     json_t *arguments = json_object_get (request, "arguments");
     json_t *timeout = json_object_get (request, "timeoutMs");
     json_t *agent = json_object_get (request, "agent");
-    if ((timeout && !json_is_integer (timeout)) || (agent && !json_is_string (agent))) {
-        s_answer_error (id, "\"timeoutMs\" must be an integer and \"agent\" a string");
+    if ((timeout && (!json_is_integer (timeout) || json_integer_value (timeout) < 0
+                     || json_integer_value (timeout) > INT32_MAX))
+    ||  (agent && !json_is_string (agent))) {
+        s_answer_error (id, "\"timeoutMs\" must be a non-negative integer and \"agent\" a string");
         return;
     }
     int timeout_ms = timeout? (int) json_integer_value (timeout): 0;
@@ -237,8 +239,12 @@ s_send_call (driver_t *self, json_t *id, json_t *request, int64_t cancel_after_m
     const char *call_id = rc? NULL: dsh_client_call_send (self->client, NULL, name, args.data, args.size,
                                                           json_string_value (agent), NULL, 0, timeout_ms);
     msgpack_sbuffer_destroy (&args);
+    if (rc) {
+        s_answer_error (id, "\"arguments\" cannot be sent as msgpack");
+        return;
+    }
     if (!call_id) {
-        s_answer_error (id, rc? "\"arguments\" cannot be sent": "the call could not be sent: %s", zmq_strerror (errno));
+        s_answer_error (id, "the call could not be sent: %s", zmq_strerror (errno));
         return;
     }
     s_pending_t *pending = (s_pending_t *) zmalloc (sizeof (s_pending_t));
@@ -637,6 +643,10 @@ s_on_stdin (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     char chunk [65536];
     ssize_t got = read (item->fd, chunk, sizeof chunk);
     if (got <= 0) {
+        //  A last line with no newline is still a request
+        if (self->input_size)
+            s_handle_line (self, self->input, self->input_size);
+        self->input_size = 0;
         self->input_closed = true;
         zloop_poller_end (loop, item);
         return 0;
@@ -705,6 +715,9 @@ main (int argc, char *argv [])
     zloop_reader (self.loop, dsh_client_sock (self.client), s_on_client, &self);
     zmq_pollitem_t input = { NULL, STDIN_FILENO, ZMQ_POLLIN, 0 };
     zloop_poller (self.loop, &input, s_on_stdin, &self);
+    //  A closed pipe polls as an error as well as readable: it is read, to
+    //  its end, rather than dropped by the loop unread
+    zloop_poller_set_tolerant (self.loop, &input);
     zloop_timer (self.loop, S_TICK_MS, 0, s_on_tick, &self);
     zloop_start (self.loop);
 
