@@ -409,8 +409,12 @@ s_bench_run (s_bench_t *self)
     }
     int64_t elapsed_ms = zclock_mono () - started;
     dsh_client_destroy (&client);
-    if (failure)
-        return json_pack ("{s:s,s:I}", "error", failure, "calls", done);
+    if (failure) {
+        char *text = zsys_sprintf ("%s, after %" PRId64 " calls", failure, (int64_t) done);
+        json_t *outcome = json_pack ("{s:s}", "error", text);
+        zstr_free (&text);
+        return outcome;
+    }
     return json_pack ("{s:I,s:I,s:f}", "calls", done, "errors", errors,
                       "callsPerS", elapsed_ms > 0? (double) done * 1000.0 / (double) elapsed_ms: 0.0);
 }
@@ -465,8 +469,14 @@ s_on_bench (zloop_t *loop, zsock_t *reader, void *arg)
     char *kind = NULL, *text = NULL;
     zstr_recvx (reader, &kind, &text, NULL);
     json_t *outcome = text? json_loads (text, 0, NULL): NULL;
-    json_t *answer = json_is_object (outcome)? outcome: json_pack ("{s:s}", "error", "the bench died");
+    if (!json_is_object (outcome)) {
+        json_decref (outcome);
+        outcome = json_pack ("{s:s}", "error", "the bench died");
+    }
+    json_t *answer = json_object ();
     json_object_set (answer, "id", running->id);
+    json_object_update (answer, outcome);
+    json_decref (outcome);
     s_answer (&answer);
     zstr_free (&kind);
     zstr_free (&text);
