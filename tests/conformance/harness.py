@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The conformance harness: the same scenarios through every client library.
 
-    harness.py [BUILD_DIR] [--bench [--seconds S]] [--only c,python,node] [-v]
+    harness.py [BUILD_DIR] [--bench [--seconds S] [--rounds N]] [--only c,python,node] [-v]
                [--python-driver PATH] [--node-driver PATH]
 
 Starts a real dsh-broker and dsh-demo from BUILD_DIR (default: $DSH_BUILD_DIR,
@@ -15,7 +15,8 @@ ones, and every other language's must equal the C driver's exactly. Prints a
 table of scenario x language and exits 1 on any disagreement or error.
 
 --bench instead asks each driver's bench op (echo, 64 in flight, 3 s) and runs
-dsh-bench --drive for the C SDK's own figure, and prints calls/s per language.
+dsh-bench --drive for the C SDK's own figure, in rounds, and prints calls/s per
+language (the median round) with its ratio to the C driver's.
 
 Standard library only; every wait has a timeout.
 """
@@ -27,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -577,35 +579,60 @@ def shown(path):
     return path if relative.startswith("..") else relative
 
 
-def run_bench(bed, drivers, build, seconds):
-    message = "x" * 64      # dsh-bench's 64 B payload
-    rows, failed = [], False    # rows: [client, calls/s or None, calls, errors, note]
-    for language, driver in drivers.items():
-        try:
-            answer = driver.ask("bench", timeout=seconds + 30, name="echo", arguments={"message": message},
-                                inflight=64, seconds=seconds)
-            rows.append([language, answer["callsPerS"], answer["calls"], answer["errors"], ""])
-            failed |= answer["errors"] > 0 or answer["calls"] == 0
-        except (Failure, KeyError) as error:
-            rows.append([language, None, "", "", "ERROR: %s" % error])
-            failed = True
-    for driver in drivers.values():
-        driver.close()
+def bench_driver(driver, seconds):
+    """One bench op through a driver: (calls/s, calls, errors)."""
+    answer = driver.ask("bench", timeout=seconds + 30, name="echo", arguments={"message": "x" * 64},
+                        inflight=64, seconds=seconds)
+    try:
+        return float(answer["callsPerS"]), int(answer["calls"]), int(answer["errors"])
+    except (KeyError, TypeError, ValueError):
+        raise Failure("the bench answered %s" % json.dumps(answer))
+
+
+def bench_drive(build, front, seconds):
+    """dsh-bench --drive, the C SDK's own load: (calls/s, calls, errors)."""
     bench = os.path.join(build, "tests", "bench", "dsh-bench")
-    drive = subprocess.run([bench, "--drive", bed.front, "--inflight", "64", "--seconds", str(seconds)],
+    drive = subprocess.run([bench, "--drive", front, "--inflight", "64", "--seconds", str(seconds)],
                            capture_output=True, text=True, timeout=seconds + 30)
     match = re.search(r"drive: ([0-9.]+) calls/s, \d+ in flight, \d+ B, (\d+) errors, (\d+) calls", drive.stdout)
-    if match:
-        rows.append(["C (dsh-bench --drive)", float(match.group(1)), int(match.group(3)), int(match.group(2)), ""])
-    else:
-        rows.append(["C (dsh-bench --drive)", None, "", "", "ERROR: %s" % (drive.stdout + drive.stderr).strip()])
-        failed = True
-    reference = next((row[1] for row in rows if row[0] == "c"), None)
-    table = [[client, "%.0f" % rate if rate else "", "%.2fx" % (rate / reference) if rate and reference else "",
-              calls, errors, note] for client, rate, calls, errors, note in rows]
-    print_table("echo, 64 B, 64 in flight, %d s, one dsh-demo (ratio to the C driver):" % seconds,
-                ["client", "calls/s", "ratio", "calls", "errors", ""], table)
-    return not failed
+    if not match:
+        raise Failure("dsh-bench --drive: %s" % (drive.stdout + drive.stderr).strip())
+    return float(match.group(1)), int(match.group(3)), int(match.group(2))
+
+
+def run_bench(bed, drivers, build, seconds, rounds):
+    """Every client in turn, round after round (so a machine that is busy for
+    a while slows them all alike); the median round per client, its range,
+    and its ratio to the C driver's median."""
+    clients = [(language, lambda driver=driver: bench_driver(driver, seconds)) for language, driver in drivers.items()]
+    clients.append(("C (dsh-bench --drive)", lambda: bench_drive(build, bed.front, seconds)))
+    figures = {name: [] for name, _ in clients}
+    problems = {}
+    for _ in range(rounds):
+        for name, measure in clients:
+            if name in problems:
+                continue
+            try:
+                rate, calls, errors = measure()
+                if errors or not calls:
+                    problems[name] = "%d errors in %d calls" % (errors, calls)
+                figures[name].append(rate)
+            except Failure as failure:
+                problems[name] = str(failure)
+    for driver in drivers.values():
+        driver.close()
+    medians = {name: statistics.median(rates) for name, rates in figures.items() if rates}
+    reference = medians.get("c")
+    table = []
+    for name, _ in clients:
+        median = medians.get(name)
+        table.append([name, "%.0f" % median if median else "",
+                      "%.2fx" % (median / reference) if median and reference else "",
+                      "%.0f-%.0f" % (min(figures[name]), max(figures[name])) if figures[name] else "",
+                      "ERROR: %s" % problems[name] if name in problems else ""])
+    print_table("echo, 64 B, 64 in flight, one dsh-demo; %d rounds of %d s per client (median, ratio to the "
+                "C driver's):" % (rounds, seconds), ["client", "calls/s", "ratio", "range", ""], table)
+    return not problems
 
 
 def main():
@@ -613,6 +640,7 @@ def main():
     parser.add_argument("build", nargs="?", default=os.environ.get("DSH_BUILD_DIR", os.path.join(SOURCE, "build")))
     parser.add_argument("--bench", action="store_true", help="measure calls/s per language instead")
     parser.add_argument("--seconds", type=int, default=3, help="with --bench: seconds per figure")
+    parser.add_argument("--rounds", type=int, default=3, help="with --bench: rounds of every client")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every answer compared")
     parser.add_argument("--only", type=lambda text: text.split(","), help="languages, e.g. c,python")
     parser.add_argument("--python-driver", default=os.path.join(HERE, "driver.py"))
@@ -634,7 +662,7 @@ def main():
         drivers = start_drivers(present, bed.front)
         #  The demo's tools are listed before any scenario counts on them
         poll(drivers["c"], "tools", lambda answer: answer["tools"] == DEMO_TOOLS, "the demo's tools", 10)
-        good = run_bench(bed, drivers, build, args.seconds) if args.bench else run_scenarios(bed, drivers, skipped, args.verbose)
+        good = run_bench(bed, drivers, build, args.seconds, args.rounds) if args.bench else run_scenarios(bed, drivers, skipped, args.verbose)
     except Failure as failure:
         print("conformance: the bed failed: %s" % failure)
         good = False
