@@ -40,7 +40,8 @@ PYTHON = "/usr/bin/python3"
 #  Where the Node package's dependencies are installed (npm ci there), in
 #  the tree the Node driver is in (tests/conformance/ of it)
 NODE_MODULES = os.path.join("components", "node", "node_modules")
-PYTHON_PACKAGE = os.path.join(SOURCE, "components", "python")
+#  The Python package, in the tree the Python driver is in
+PYTHON_PACKAGE = os.path.join("components", "python")
 
 #  A short heartbeat, so a killed component expires and a restarted broker
 #  is relearnt in about a second and a half
@@ -268,9 +269,11 @@ def find_drivers(args, build):
     return present, skipped
 
 
-def start_drivers(present, front):
+def start_drivers(present, front, python_driver):
     env = dict(os.environ)
-    env["PYTHONPATH"] = PYTHON_PACKAGE + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    package = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(python_driver)), "..", "..",
+                                            PYTHON_PACKAGE))
+    env["PYTHONPATH"] = package + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return {language: Driver(language, argv + [front], env) for language, argv in present.items()}
 
 
@@ -659,7 +662,7 @@ def main():
     try:
         bed.start_broker(heartbeat_ms=1000 if args.bench else HEARTBEAT_MS)
         bed.start_demo("conformance-demo")
-        drivers = start_drivers(present, bed.front)
+        drivers = start_drivers(present, bed.front, args.python_driver)
         #  The demo's tools are listed before any scenario counts on them
         poll(drivers["c"], "tools", lambda answer: answer["tools"] == DEMO_TOOLS, "the demo's tools", 10)
         good = run_bench(bed, drivers, build, args.seconds, args.rounds) if args.bench else run_scenarios(bed, drivers, skipped, args.verbose)
