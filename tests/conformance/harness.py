@@ -212,8 +212,8 @@ class Driver:
                                   % (self.proc.returncode, request_id, self.last_words()))
                 self.changed.wait(min(left, 0.2))
             answer = self.answers.pop(key)
-        if "error" in answer and len(answer) == 2:
-            raise Failure("%s answered error: %s" % (request_id, answer["error"]))
+        if "error" in answer:
+            raise Failure("%s answered %s" % (request_id, json.dumps(answer)))
         return answer
 
     def ask(self, op, timeout=ANSWER_S, **fields):
