@@ -161,6 +161,8 @@ class Driver:
         self.stderr = collections.deque(maxlen=30)
         self.changed = threading.Condition()
         self.next_id = 0
+        self.answered_at = 0.0      # when its last answer came
+        self.gave_up = None         # why it is asked nothing more: it died, or went silent
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1,
                                      cwd=SOURCE, env=env)
@@ -178,6 +180,7 @@ class Driver:
                 continue
             with self.changed:
                 self.answers[key] = answer
+                self.answered_at = time.monotonic()
                 self.changed.notify_all()
         with self.changed:
             self.changed.notify_all()
@@ -201,13 +204,19 @@ class Driver:
     def wait(self, request_id, timeout):
         """The answer to request_id, within timeout s."""
         key = json.dumps(request_id)
-        give_up = time.monotonic() + timeout
+        started = time.monotonic()
+        give_up = started + timeout
         with self.changed:
             while key not in self.answers:
                 left = give_up - time.monotonic()
                 if left <= 0:
-                    raise Failure("no answer to %s within %ss%s" % (request_id, timeout, self.last_words()))
-                if self.proc.poll() is not None and key not in self.answers:
+                    #  A driver that said nothing at all meanwhile is hung:
+                    #  later scenarios do not wait for it again
+                    if self.answered_at < started:
+                        self.gave_up = "silent since %s went unanswered" % request_id
+                    raise Failure("no answer to %s within %.0f s%s" % (request_id, timeout, self.last_words()))
+                if self.proc.poll() is not None:
+                    self.gave_up = "exited (%s)" % self.proc.returncode
                     raise Failure("the driver exited (%s) before answering %s%s"
                                   % (self.proc.returncode, request_id, self.last_words()))
                 self.changed.wait(min(left, 0.2))
@@ -290,13 +299,21 @@ def fan(drivers, op, timeout=ANSWER_S, **fields):
             sent[language] = driver.send(op, **fields)
         except Failure as failure:
             sent[language] = failure
+    return collect(drivers, sent, timeout)
+
+
+def collect(drivers, sent, timeout, value=lambda answer: answer):
+    """The answers to requests sent ({key: id | Failure}, key a language or
+    (scenario, language)), all within one timeout: {key: value(answer) | Failure}."""
+    give_up = time.monotonic() + timeout
     results = {}
-    for language, request_id in sent.items():
+    for key, request_id in sent.items():
+        language = key[1] if isinstance(key, tuple) else key
         try:
-            results[language] = request_id if isinstance(request_id, Failure) else \
-                drivers[language].wait(request_id, timeout)
+            results[key] = request_id if isinstance(request_id, Failure) else \
+                value(drivers[language].wait(request_id, max(0.1, give_up - time.monotonic())))
         except Failure as failure:
-            results[language] = failure
+            results[key] = failure
     return results
 
 
@@ -380,18 +397,9 @@ def simple_calls(bed, drivers):
                 sent[(name, language)] = driver.send(request["op"], **fields)
             except Failure as failure:
                 sent[(name, language)] = failure
-    outcomes = []
-    for name, _, expected in SIMPLE_CALLS:
-        results = {}
-        for language, driver in drivers.items():
-            request_id = sent[(name, language)]
-            try:
-                results[language] = request_id if isinstance(request_id, Failure) else \
-                    call_value(driver.wait(request_id, ANSWER_S))
-            except Failure as failure:
-                results[language] = failure
-        outcomes.append((name, results, expected))
-    return outcomes
+    answers = collect(drivers, sent, ANSWER_S, call_value)
+    return [(name, {language: answers[(name, language)] for language in drivers}, expected)
+            for name, _, expected in SIMPLE_CALLS]
 
 
 def scenario_component_death(bed, drivers):
@@ -406,16 +414,14 @@ def scenario_component_death(bed, drivers):
             sent[language] = driver.send("call", name=tool, arguments={"ms": 30000}, timeoutMs=20000)
         except Failure as failure:
             sent[language] = failure
-    #  Killed once every call is running in it (dsh-demo -v logs each)
-    gone.wait_line(r"sleep_ms \(call ", 10, count=sum(1 for s in sent.values() if not isinstance(s, Failure)))
+    #  Killed once every call is running in it (dsh-demo -v logs each), or
+    #  after 10 s: a driver whose call never came gets no TOOL_GONE
+    try:
+        gone.wait_line(r"sleep_ms \(call ", 10, count=sum(1 for s in sent.values() if not isinstance(s, Failure)))
+    except Failure:
+        pass
     gone.stop(signal.SIGKILL)
-    results = {}
-    for language, request_id in sent.items():
-        try:
-            results[language] = request_id if isinstance(request_id, Failure) else \
-                call_value(drivers[language].wait(request_id, ANSWER_S))
-        except Failure as failure:
-            results[language] = failure
+    results = collect(drivers, sent, ANSWER_S, call_value)
 
     def expected(value):
         prefix = 'Error: tool "%s" is gone: component "conformance-gone"' % tool
@@ -434,9 +440,11 @@ def scenario_watcher(bed, drivers):
     watching = {language: driver for language, driver in drivers.items() if language not in results}
     joined_names = sorted(DEMO_TOOLS + [WATCH_PREFIX + name for name in DEMO_TOOLS])
     joining = bed.start_demo("conformance-watched", "--prefix", WATCH_PREFIX)
-    joined = for_each(watching, lambda driver: poll(driver, "watched", lambda a: a["tools"] == joined_names,
-                                                    "the watched set with %s*" % WATCH_PREFIX))
-    joining.stop(signal.SIGTERM)
+    try:
+        joined = for_each(watching, lambda driver: poll(driver, "watched", lambda a: a["tools"] == joined_names,
+                                                        "the watched set with %s*" % WATCH_PREFIX))
+    finally:
+        joining.stop(signal.SIGTERM)
     left = for_each(watching, lambda driver: poll(driver, "watched", lambda a: a["tools"] == DEMO_TOOLS,
                                                   "the watched set without %s*" % WATCH_PREFIX))
     listed = fan(watching, "tools")
@@ -496,7 +504,7 @@ def scenario_broker_restart(bed, drivers):
 #  Verdicts
 
 
-def judge(name, results, expected, languages, skipped):
+def judge(name, results, expected, languages, skipped, gave_up):
     """One row: per language "ok", "DIFFERS", "ERROR" or "skipped"; and details."""
     row, details = {}, []
     reference = results.get("c")
@@ -504,7 +512,7 @@ def judge(name, results, expected, languages, skipped):
         if language in skipped:
             row[language] = "skipped"
             continue
-        value = results.get(language, Failure("not run"))
+        value = results.get(language, Failure("not asked: the driver %s" % gave_up.get(language)))
         if isinstance(value, Failure):
             row[language] = "ERROR"
             details.append("%s / %s: %s" % (name, language, value))
@@ -537,7 +545,8 @@ def run_scenarios(bed, drivers, skipped, verbose):
     rows, details = [], []
 
     def verdict(name, results, expected):
-        row, more = judge(name, results, expected, languages, skipped)
+        row, more = judge(name, results, expected, languages, skipped,
+                          {language: driver.gave_up for language, driver in drivers.items()})
         if verbose:
             for language in drivers:
                 value = results.get(language)
@@ -545,16 +554,20 @@ def run_scenarios(bed, drivers, skipped, verbose):
         rows.append([name] + [row[language] for language in languages])
         details.extend(more)
 
-    verdict("list", *scenario_list(bed, drivers))
-    for name, results, expected in simple_calls(bed, drivers):
+    def live():
+        """The drivers still asked: not dead, not hung."""
+        return {language: driver for language, driver in drivers.items() if not driver.gave_up}
+
+    verdict("list", *scenario_list(bed, live()))
+    for name, results, expected in simple_calls(bed, live()):
         verdict(name, results, expected)
     for name, scenario in [("component death", scenario_component_death),
                            ("watcher gap-free", scenario_watcher),
                            ("broker restart", scenario_broker_restart)]:
         try:
-            results, expected = scenario(bed, drivers)
+            results, expected = scenario(bed, live())
         except Failure as failure:
-            results, expected = {language: failure for language in drivers}, None
+            results, expected = {language: failure for language in drivers if not drivers[language].gave_up}, None
         verdict(name, results, expected)
     #  Nothing on stdout but answers, and exit 0 once stdin is closed
     exits = {}
