@@ -346,7 +346,7 @@ def poll(driver, op, check, what, timeout=SETTLE_S):
         if check(answer):
             return answer
         if time.monotonic() > give_up:
-            raise Failure("%s not reached in %ss; last answer %s" % (what, timeout, json.dumps(answer)))
+            raise Failure("%s not reached in %s s; last answer %s" % (what, timeout, json.dumps(answer)))
         time.sleep(0.1)
 
 
@@ -406,21 +406,22 @@ def scenario_component_death(bed, drivers):
     """A component killed -9 with a call of every driver in flight: TOOL_GONE."""
     gone = bed.start_demo("conformance-gone", "--prefix", GONE_PREFIX, "-v")
     tool = GONE_PREFIX + "sleep_ms"
-    reference = next(iter(drivers.values()))
-    poll(reference, "tools", lambda answer: tool in answer["tools"], "%s listed" % tool, 10)
-    sent = {}
-    for language, driver in drivers.items():
-        try:
-            sent[language] = driver.send("call", name=tool, arguments={"ms": 30000}, timeoutMs=20000)
-        except Failure as failure:
-            sent[language] = failure
-    #  Killed once every call is running in it (dsh-demo -v logs each), or
-    #  after 10 s: a driver whose call never came gets no TOOL_GONE
     try:
-        gone.wait_line(r"sleep_ms \(call ", 10, count=sum(1 for s in sent.values() if not isinstance(s, Failure)))
-    except Failure:
-        pass
-    gone.stop(signal.SIGKILL)
+        poll(next(iter(drivers.values())), "tools", lambda answer: tool in answer["tools"], "%s listed" % tool, 10)
+        sent = {}
+        for language, driver in drivers.items():
+            try:
+                sent[language] = driver.send("call", name=tool, arguments={"ms": 30000}, timeoutMs=20000)
+            except Failure as failure:
+                sent[language] = failure
+        #  Killed once every call is running in it (dsh-demo -v logs each),
+        #  or after 10 s: a driver whose call never came gets no TOOL_GONE
+        try:
+            gone.wait_line(r"sleep_ms \(call ", 10, count=sum(1 for s in sent.values() if not isinstance(s, Failure)))
+        except Failure:
+            pass
+    finally:
+        gone.stop(signal.SIGKILL)
     results = collect(drivers, sent, ANSWER_S, call_value)
 
     def expected(value):
