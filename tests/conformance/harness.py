@@ -43,9 +43,11 @@ NODE_MODULES = os.path.join("components", "node", "node_modules")
 #  The Python package, in the tree the Python driver is in
 PYTHON_PACKAGE = os.path.join("components", "python")
 
-#  A short heartbeat, so a killed component expires and a restarted broker
-#  is relearnt in about a second and a half
-HEARTBEAT_MS = 500
+#  The broker's default: a killed component expires in about 3 s. A shorter
+#  one would be quicker, but a watcher that hears nothing for three
+#  heartbeats resyncs, and a loaded machine (the sanitizer build on two
+#  cores) can stall that long, which would show as a resync in one language
+HEARTBEAT_MS = 1000
 DEMO_TOOLS = sorted(["count", "echo", "fail", "sample_content", "sleep_ms", "tick"])
 GONE_PREFIX = "gone."
 WATCH_PREFIX = "watched."
@@ -114,12 +116,12 @@ class Bed:
         self.endpoints = None   # [front, announce, work, events]
         self.processes = []
 
-    def start_broker(self, endpoints=None, heartbeat_ms=HEARTBEAT_MS):
+    def start_broker(self, endpoints=None):
         """A broker on random ports ("!"), or on the ones a previous one bound."""
         wanted = endpoints or ["tcp://127.0.0.1:!"] * 4
         argv = [os.path.join(self.build, "broker", "dsh-broker"), "--endpoint", wanted[0],
                 "--announce", wanted[1], "--work", wanted[2], "--events", wanted[3],
-                "--heartbeat-ms", str(heartbeat_ms)]
+                "--heartbeat-ms", str(HEARTBEAT_MS)]
         self.broker = self._start(argv, "dsh-broker")
         match = self.broker.wait_line(r"listening on (\S+) \(announce ([^,]+), work ([^,]+), events ([^)]+)\)",
                                       10)
@@ -675,7 +677,7 @@ def main():
     bed = Bed(build)
     drivers = {}
     try:
-        bed.start_broker(heartbeat_ms=1000 if args.bench else HEARTBEAT_MS)
+        bed.start_broker()
         bed.start_demo("conformance-demo")
         drivers = start_drivers(present, bed.front, args.python_driver)
         #  The demo's tools are listed before any scenario counts on them
