@@ -49,6 +49,7 @@ PYTHON_PACKAGE = os.path.join("components", "python")
 #  cores) can stall that long, which would show as a resync in one language
 HEARTBEAT_MS = 1000
 DEMO_TOOLS = sorted(["count", "echo", "fail", "sample_content", "sleep_ms", "tick"])
+RACE_CALLS = 20         # cancels racing their results, per driver
 GONE_PREFIX = "gone."
 WATCH_PREFIX = "watched."
 ANSWER_S = 10           # the longest wait for one answer of a quick op
@@ -159,6 +160,8 @@ class Driver:
         self.language = language
         self.answers = {}
         self.garbage = []
+        self.answered = set()       # every id answered, to see a second answer
+        self.duplicates = []        # ids answered twice
         self.stderr = collections.deque(maxlen=30)
         self.changed = threading.Condition()
         self.next_id = 0
@@ -180,6 +183,10 @@ class Driver:
                     self.garbage.append(line.rstrip("\n"))
                 continue
             with self.changed:
+                if key in self.answered:
+                    self.duplicates.append(key)
+                    continue
+                self.answered.add(key)
                 self.answers[key] = answer
                 self.answered_at = time.monotonic()
                 self.changed.notify_all()
@@ -404,6 +411,38 @@ def simple_calls(bed, drivers):
             for name, _, expected in SIMPLE_CALLS]
 
 
+def scenario_cancel_race(bed, drivers):
+    """Cancels that race their calls' results (the broker then sends both):
+    the library delivers one answer per call, CANCELLED or the result. The
+    calls sleep 20-77 ms and are cancelled at 50 ms, so some finish first,
+    most are cancelled, and some cross."""
+    sent = {}
+    for language, driver in drivers.items():
+        for index in range(RACE_CALLS):
+            try:
+                sent[(index, language)] = driver.send("cancel", name="sleep_ms", arguments={"ms": 20 + 3 * index},
+                                                      afterMs=50)
+            except Failure as failure:
+                sent[(index, language)] = failure
+    answers = collect(drivers, sent, ANSWER_S, call_value)
+    #  A second answer to any of them, were there one, comes meanwhile
+    time.sleep(0.5)
+    results = {}
+    for language, driver in drivers.items():
+        mine = [answers[(index, language)] for index in range(RACE_CALLS)]
+        failure = next((answer for answer in mine if isinstance(answer, Failure)), None)
+        unexpected = [answer for answer in mine if not isinstance(answer, Failure)
+                      and answer["code"] != "CANCELLED" and not answer["text"].startswith("slept ")]
+        ids = {json.dumps(sent[(index, language)]) for index in range(RACE_CALLS)}
+        results[language] = failure or {"answered": len(mine), "unexpected": unexpected,
+                                        "answeredTwice": len(ids & set(driver.duplicates))}
+
+    def expected(value):
+        return value == {"answered": RACE_CALLS, "unexpected": [], "answeredTwice": 0}, \
+            "%d answers, each CANCELLED or the tool's \"slept N ms\", none twice" % RACE_CALLS
+    return results, expected
+
+
 def scenario_component_death(bed, drivers):
     """A component killed -9 with a call of every driver in flight: TOOL_GONE."""
     gone = bed.start_demo("conformance-gone", "--prefix", GONE_PREFIX, "-v")
@@ -564,7 +603,8 @@ def run_scenarios(bed, drivers, skipped, verbose):
     verdict("list", *scenario_list(bed, live()))
     for name, results, expected in simple_calls(bed, live()):
         verdict(name, results, expected)
-    for name, scenario in [("component death", scenario_component_death),
+    for name, scenario in [("cancel race", scenario_cancel_race),
+                           ("component death", scenario_component_death),
                            ("watcher gap-free", scenario_watcher),
                            ("broker restart", scenario_broker_restart)]:
         try:
@@ -576,12 +616,14 @@ def run_scenarios(bed, drivers, skipped, verbose):
     exits = {}
     for language, driver in drivers.items():
         code = driver.close()
-        exits[language] = "ok" if code == 0 and not driver.garbage else "ERROR"
+        exits[language] = "ok" if code == 0 and not driver.garbage and not driver.duplicates else "ERROR"
         if code != 0:
             details.append("exit on stdin EOF / %s: %s%s" % (language, code, driver.last_words()))
         if driver.garbage:
             details.append("stdout / %s: lines that are not answers:\n    %s"
                            % (language, "\n    ".join(driver.garbage[:10])))
+        if driver.duplicates:
+            details.append("stdout / %s: a second answer to %s" % (language, ", ".join(driver.duplicates[:10])))
     rows.append(["stdout, exit on EOF"] + [exits.get(language, "skipped") for language in languages])
     print_table("conformance (answers compared with the C SDK's):", ["scenario"] + languages, rows)
     for language in languages:
