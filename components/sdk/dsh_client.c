@@ -26,6 +26,16 @@
 //  broker's TIMEOUT result to arrive first.
 #define S_CALL_MARGIN_MS 2000
 
+//  Time a call sent with dsh_client_call_send is waited for beyond its own
+//  deadline before the client answers it TIMEOUT itself: the broker's
+//  answer was lost (a broker that restarted knows nothing of it). Longer
+//  than S_CALL_MARGIN_MS, so the blocking helpers give up first, as they
+//  document.
+#define S_OPEN_MARGIN_MS 5000
+
+//  Calls given up on whose late answers are still dropped, at most
+#define S_GIVEN_UP_MAX 4096
+
 //  How old the list of tools that may be sent again can get before a call
 //  asks for it afresh (with several brokers).
 #define S_TOOLS_MAX_AGE_MS 30000
@@ -38,7 +48,10 @@ struct _dsh_client_t {
     zlistx_t *stash;            //  dsh_reply_t * received while waiting for another
     zlistx_t *made;             //  dsh_reply_t * made here (BROKER_GONE), delivered first
     zhashx_t *cancelled;        //  callId -> "sent" | "answered": calls this client cancelled
-    zhashx_t *open_calls;       //  callIds sent and not yet answered
+    zhashx_t *open_calls;       //  callId -> int64_t *: sent, not yet answered, and
+                                //  when the client gives up on it (zclock_mono)
+    int64_t next_due_ms;        //  no open call is due before this
+    zhashx_t *given_up;         //  callIds answered TIMEOUT here: what comes later is dropped
     zhashx_t *retained;         //  callId -> s_retained_t *: with several brokers, what
                                 //  a failover needs to send an open call again
     zhashx_t *retryable;        //  tool names whose entries say a repeat is harmless
@@ -58,6 +71,7 @@ struct _dsh_client_t {
                                 //  current broker was connected to
     bool reached;               //  a connection to it was made since
     bool asked_liveness;        //  a PING went to it to learn its liveness
+    char *broker_id;            //  the instance id its first PONG named, or NULL
 };
 
 //  An open call as sent, kept to send again to the next broker.
@@ -115,6 +129,13 @@ s_brokers_resolve (const char *spec, char *error, size_t error_size)
     return brokers;
 }
 
+static void
+s_free (void **item_p)
+{
+    free (*item_p);
+    *item_p = NULL;
+}
+
 //  Connects the DEALER to the current broker afresh.
 static void
 s_connect (dsh_client_t *self)
@@ -122,6 +143,7 @@ s_connect (dsh_client_t *self)
     self->handshakes = self->handshake? dsh_handshake_successes (self->handshake): 0;
     self->reached = false;
     self->asked_liveness = false;
+    zstr_free (&self->broker_id);
     zsock_connect (self->dealer, "%s", self->endpoint);
     self->heard_ms = zclock_mono ();
     self->pinged_ms = 0;
@@ -159,6 +181,9 @@ dsh_client_new (const char *broker)
     zlistx_set_destructor (self->made, (zlistx_destructor_fn *) dsh_reply_destroy);
     self->cancelled = zhashx_new ();
     self->open_calls = zhashx_new ();
+    zhashx_set_destructor (self->open_calls, (zhashx_destructor_fn *) s_free);
+    self->next_due_ms = INT64_MAX;
+    self->given_up = zhashx_new ();
     self->retained = zhashx_new ();
     zhashx_set_destructor (self->retained, (zhashx_destructor_fn *) s_retained_destroy);
     self->retryable = zhashx_new ();
@@ -180,6 +205,8 @@ dsh_client_destroy (dsh_client_t **self_p)
         zlistx_destroy (&self->made);
         zhashx_destroy (&self->cancelled);
         zhashx_destroy (&self->open_calls);
+        zhashx_destroy (&self->given_up);
+        zstr_free (&self->broker_id);
         zhashx_destroy (&self->retained);
         zhashx_destroy (&self->retryable);
         zlistx_destroy (&self->brokers);
@@ -311,8 +338,17 @@ dsh_client_call_send (dsh_client_t *self, const char *call_id, const char *name,
         s_retained_destroy (&retained);
         return NULL;
     }
-    //  An id already open stays so: one lookup, not update's two
-    zhashx_insert (self->open_calls, self->call_id, (void *) 1);
+    //  An id already open stays so, with its deadline: one lookup, not
+    //  update's two
+    int64_t *due = (int64_t *) malloc (sizeof (int64_t));
+    assert (due);
+    *due = zclock_mono () + (timeout_ms > 0? timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS) + S_OPEN_MARGIN_MS;
+    if (zhashx_insert (self->open_calls, self->call_id, due) == 0) {
+        if (*due < self->next_due_ms)
+            self->next_due_ms = *due;
+    }
+    else
+        free (due);
     if (retained) {
         zhashx_update (self->retained, self->call_id, retained);
         s_ask_tools (self, false);
@@ -458,6 +494,8 @@ dsh_client_cancel (dsh_client_t *self, const char *call_id)
     return 0;
 }
 
+static void s_broker_restarted (dsh_client_t *self, const char *broker);
+
 //  Handles a reply to a query the client made for itself (s_send_own);
 //  returns false for anything else.
 static bool
@@ -477,6 +515,13 @@ s_own_reply (dsh_client_t *self, dsh_reply_t *reply)
         //  The broker's own heartbeat and liveness, as components use
         self->heartbeat_ms = dsh_map_int_in (root, "heartbeatMs", 10, 3600000, self->heartbeat_ms);
         self->liveness = dsh_map_int_in (root, "liveness", 1, 1000, self->liveness);
+        //  Owned by the document
+        const char *broker = dsh_doc_strdup (reply->doc, dsh_map_get (root, "broker"));
+        if (broker && self->broker_id && !streq (broker, self->broker_id))
+            s_broker_restarted (self, broker);
+        else
+        if (broker && !self->broker_id)
+            self->broker_id = strdup (broker);
         return true;
     }
     //  A repeat is harmless for a read-only tool, and for one that says so
@@ -546,6 +591,12 @@ s_take_one (dsh_client_t *self, dsh_reply_t **reply_p)
     dsh_sock_msg_close (&msg);
     if (reply && s_own_reply (self, reply))
         dsh_reply_destroy (&reply);
+    if (reply && reply->call_id && zhashx_size (self->given_up) && zhashx_lookup (self->given_up, reply->call_id)) {
+        //  Answered TIMEOUT here already: its one reply has gone out
+        if (streq (reply->command, DSH_RESULT))
+            zhashx_delete (self->given_up, reply->call_id);
+        dsh_reply_destroy (&reply);
+    }
     if (reply)
         reply = s_filter_cancelled (self, reply);
     if (reply && s_try_elsewhere (self, reply))
@@ -625,8 +676,10 @@ s_move (dsh_client_t *self, bool resend_all, const char *code, const char *text)
         zhashx_delete (self->retained, call_id);
     }
     zlistx_destroy (&call_ids);
-    //  The old broker's answers to cancels will never come
+    //  The old broker's answers to cancels, and to calls given up on, will
+    //  never come
     zhashx_purge (self->cancelled);
+    zhashx_purge (self->given_up);
     if (count > 1)
         s_ask_tools (self, true);
 }
@@ -651,6 +704,52 @@ s_broker_gone (dsh_client_t *self)
     zstr_free (&gone);
 }
 
+//  The broker answered a PING under another instance id than it did first
+//  on this connection: it restarted (on the same endpoint) since, and the
+//  calls open at the one that went will get no answer. They are sent
+//  again or answered BROKER_GONE, as for a broker gone silent (s_move).
+static void
+s_broker_restarted (dsh_client_t *self, const char *broker)
+{
+    char text [400];
+    snprintf (text, sizeof (text), "Error: the broker at %.200s restarted with the call in flight", self->endpoint);
+    size_t open = zhashx_size (self->open_calls);
+    dsh_log_warning ("dsh_client: the broker at %s restarted (instance %.36s, was %.36s); %zu call(s) were open",
+                     self->endpoint, broker, self->broker_id, open);
+    s_move (self, false, DSH_E_BROKER_GONE, text);
+}
+
+//  Answers TIMEOUT here each call past its own deadline and the margin
+//  (S_OPEN_MARGIN_MS): the broker's answer is not coming. Returns when the
+//  next open call is due.
+static int64_t
+s_expire_calls (dsh_client_t *self, int64_t now)
+{
+    if (now < self->next_due_ms)
+        return self->next_due_ms;
+    self->next_due_ms = INT64_MAX;
+    zlistx_t *call_ids = zhashx_keys (self->open_calls);
+    for (const char *call_id = zlistx_first (call_ids); call_id; call_id = zlistx_next (call_ids)) {
+        int64_t due = *(int64_t *) zhashx_lookup (self->open_calls, call_id);
+        if (due > now) {
+            if (due < self->next_due_ms)
+                self->next_due_ms = due;
+            continue;
+        }
+        dsh_reply_t *reply = s_made_result (call_id, DSH_E_TIMEOUT,
+                                            "Error: no answer from the broker by the call's deadline");
+        if (reply)
+            zlistx_add_end (self->made, reply);
+        if (zhashx_size (self->given_up) >= S_GIVEN_UP_MAX)
+            zhashx_purge (self->given_up);
+        zhashx_insert (self->given_up, call_id, (void *) 1);
+        zhashx_delete (self->open_calls, call_id);
+        zhashx_delete (self->retained, call_id);
+    }
+    zlistx_destroy (&call_ids);
+    return self->next_due_ms;
+}
+
 //  Keeps an eye on the broker while anything is awaited: PINGs it after a
 //  heartbeat of silence, gives it up after the liveness window. Returns
 //  when it next needs to look.
@@ -659,6 +758,9 @@ s_check_broker (dsh_client_t *self, int64_t now)
 {
     if (!self->waiting && zhashx_size (self->open_calls) == 0)
         return INT64_MAX;
+    int64_t expiry_due = s_expire_calls (self, now);
+    if (zlistx_size (self->made))
+        return now;
     int64_t window = (int64_t) self->heartbeat_ms * self->liveness;
     //  A broker never reached has none of our calls: with another to go
     //  to, it is left after a heartbeat (the connect timeout); alone, it
@@ -678,7 +780,8 @@ s_check_broker (dsh_client_t *self, int64_t now)
     }
     int64_t ping_due = last + self->heartbeat_ms;
     int64_t gone_due = self->heard_ms + (others && !reached? self->heartbeat_ms: window);
-    return ping_due < gone_due? ping_due: gone_due;
+    int64_t due = ping_due < gone_due? ping_due: gone_due;
+    return due < expiry_due? due: expiry_due;
 }
 
 //  Receives one reply from the socket, waiting at most timeout_ms, and

@@ -13,7 +13,11 @@
     silence (the broker's heartbeatMs x liveness, learnt from its PONG;
     1000 ms x 3 until then) the broker is gone. Each call in flight is then
     answered here with error BROKER_GONE, within the window, not at its
-    deadline, and the connection is made afresh. Given several brokers
+    deadline, and the connection is made afresh; so is each call when a
+    PONG names another broker instance than the first did (the broker
+    restarted on the same endpoint and lost them). A call sent with
+    dsh_client_call_send and not answered by its timeout plus 5 s is
+    answered TIMEOUT here. Given several brokers
     ("A,B"), the client uses one at a time and moves to the next when its
     broker is gone: a call in flight to a tool whose entry says it is
     read-only or idempotent is sent again there (until every broker has

@@ -302,6 +302,82 @@ test_restarts_resync (void **state)
     dsh_testproc_destroy (&broker);
 }
 
+//  The next RESULT for call_id on client within wait_ms, or NULL.
+static dsh_reply_t *
+s_result_for (dsh_client_t *client, const char *call_id, int wait_ms)
+{
+    int64_t give_up = zclock_mono () + wait_ms;
+    while (zclock_mono () < give_up) {
+        dsh_reply_t *reply = dsh_client_recv (client, 100);
+        if (reply && dsh_reply_call_id (reply) && streq (dsh_reply_call_id (reply), call_id)
+        &&  streq (dsh_reply_command (reply), "RESULT"))
+            return reply;
+        dsh_reply_destroy (&reply);
+    }
+    return NULL;
+}
+
+//  A call in flight when its broker restarts on the same endpoints: the
+//  new broker answers PINGs, so the client never finds it silent, and it
+//  knows nothing of the call. The client tells the restart by the
+//  instance id in PONG and answers the call BROKER_GONE, long before its
+//  deadline (60 s): without that the call waited for ever.
+static void
+test_call_across_restart (void **state)
+{
+    (void) state;
+    endpoints_t any = { "tcp://127.0.0.1:!", "tcp://127.0.0.1:!", "tcp://127.0.0.1:!", "tcp://127.0.0.1:!" };
+    endpoints_t fixed;
+    dsh_testproc_t *broker = s_broker_start (&any, &fixed);
+    dsh_testproc_t *demo = dsh_testkit_component (DEMO, fixed.front, "restart-demo", NULL);
+    assert_non_null (demo);
+    dsh_client_t *client = dsh_client_new (fixed.front);
+    assert_non_null (client);
+    const char *sent = dsh_testkit_send_json (client, "across", "sleep_ms", "{\"ms\": 3000}", 60000);
+    assert_non_null (sent);
+    zclock_sleep (500);
+    s_broker_kill (&broker);
+    endpoints_t bound;
+    broker = s_broker_start (&fixed, &bound);
+    dsh_reply_t *reply = s_result_for (client, "across", 20000);
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_error_code (reply), "BROKER_GONE");
+    assert_non_null (strstr (dsh_reply_text (reply), "restarted"));
+    dsh_reply_destroy (&reply);
+    //  The client goes on with the new broker
+    assert_true (s_relearnt (fixed.front, DSH_TESTKIT_DEMO_TOOLS));
+    sent = dsh_testkit_send_json (client, "after", "echo", "{\"message\": \"again\"}", 10000);
+    assert_non_null (sent);
+    reply = s_result_for (client, "after", 15000);
+    assert_non_null (reply);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+    dsh_client_destroy (&client);
+    dsh_testproc_destroy (&demo);
+    dsh_testproc_destroy (&broker);
+}
+
+//  A call sent to a broker that is never reached (one broker: it is
+//  waited for, a link may be slow) is answered TIMEOUT by the client past
+//  its deadline and a margin, never left open.
+static void
+test_call_never_reached (void **state)
+{
+    (void) state;
+    dsh_client_t *client = dsh_client_new ("tcp://127.0.0.1:1");
+    assert_non_null (client);
+    const char *sent = dsh_testkit_send_json (client, "nowhere", "echo", "{\"message\": \"x\"}", 200);
+    assert_non_null (sent);
+    dsh_reply_t *reply = s_result_for (client, "nowhere", 20000);
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_error_code (reply), "TIMEOUT");
+    dsh_reply_destroy (&reply);
+    //  Nothing else comes for it
+    reply = dsh_client_recv (client, 300);
+    assert_null (reply);
+    dsh_client_destroy (&client);
+}
+
 static void
 test_restart_on_other_ports (void **state)
 {
@@ -396,6 +472,8 @@ main (void)
         cmocka_unit_test (test_failover),
         cmocka_unit_test (test_restart_on_other_ports),
         cmocka_unit_test (test_restarts_resync),
+        cmocka_unit_test (test_call_across_restart),
+        cmocka_unit_test (test_call_never_reached),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
