@@ -1,0 +1,14 @@
+"""dsh: Python client, component and watcher libraries for the dsh tool
+broker, on its wire protocol (schemas/PROTOCOL.md).
+
+    Client / AsyncClient   list and call tools through a broker
+    Component              serve Python functions as tools
+    Watcher                follow the tool set (the Clone procedure)
+    render, Tools          the tool list as OpenAI, Anthropic, MCP or markdown
+"""
+
+from .client import AsyncClient, CallHandle, Client, DshError
+from .render import Tools, render
+from .result import Result
+
+__all__ = ["AsyncClient", "CallHandle", "Client", "DshError", "Result", "Tools", "render"]

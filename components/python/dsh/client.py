@@ -1,0 +1,491 @@
+"""Calling tools and querying the registry through a broker's FRONT.
+
+AsyncClient holds one DEALER to the broker, so any number of calls are in
+flight at once, matched to their answers by callId; queries are matched by
+the `id` the broker echoes. A ticker answers every call whose reply does not
+come by its own deadline (timeoutMs + 2 s, as the C SDK) and watches the
+broker while anything is awaited (PROTOCOL.md, Client liveness): PING after
+a heartbeat of silence, and after heartbeatMs x liveness the broker is gone:
+the calls in flight are answered BROKER_GONE and the connection is made
+afresh, to the next broker of the list if there is one. So every call gets
+exactly one Result and nothing waits forever.
+
+Client is the same client for code without an event loop: it runs an
+AsyncClient on a loop of its own, in a thread.
+"""
+
+import asyncio
+import inspect
+import itertools
+import threading
+import time
+import uuid
+
+import zmq
+import zmq.asyncio
+
+from . import wire
+from .curve import secure
+from .render import Tools
+from .result import Result
+
+#  How often the ticker looks at deadlines and at the broker's silence
+TICK_S = 0.05
+QUERY_TIMEOUT_S = 5.0
+
+
+class DshError(Exception):
+    """A query the broker did not answer (code TIMEOUT or BROKER_GONE) or
+    answered with ERROR (its code, e.g. UNKNOWN_TOOL). Tool calls never
+    raise it: their failures are Results."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Call:
+    __slots__ = ("future", "deadline", "on_progress", "progress", "cancelled", "name")
+
+    def __init__(self, future, deadline, on_progress, name):
+        self.future = future
+        self.deadline = deadline
+        self.on_progress = on_progress
+        self.progress = 0
+        self.cancelled = False
+        self.name = name
+
+
+class _Query:
+    __slots__ = ("future", "deadline", "frames")
+
+    def __init__(self, future, deadline, frames):
+        self.future = future
+        self.deadline = deadline
+        self.frames = frames
+
+
+def _is_safe(entry):
+    """Whether the registry's entry lets calls run side by side."""
+    annotations = entry.get("annotations")
+    return entry.get("concurrencySafe") is True or (
+        isinstance(annotations, dict) and annotations.get("readOnlyHint") is True)
+
+
+def batch_groups(calls, safe_names):
+    """The batch partition of `dsh call --batch`: runs of consecutive calls to
+    concurrency-safe tools go together, any other call alone, in order.
+    Returns lists of positions."""
+    groups, index = [], 0
+    while index < len(calls):
+        last = index + 1
+        if calls[index]["name"] in safe_names:
+            while last < len(calls) and calls[last]["name"] in safe_names:
+                last += 1
+        groups.append(list(range(index, last)))
+        index = last
+    return groups
+
+
+class AsyncClient:
+    """A client on asyncio. Use inside a running loop; close() when done (or
+    `async with`)."""
+
+    def __init__(self, broker=None, *, cert=None, broker_cert=None, context=None):
+        self.endpoints = wire.brokers(broker)
+        self._index = 0
+        self._cert, self._broker_cert = cert, broker_cert
+        self._context = context or zmq.asyncio.Context.instance()
+        self._sock = None
+        self._reader = None
+        self._ticker = None
+        self._calls = {}
+        self._queries = {}
+        self._ids = itertools.count(1)
+        self._prefix = "py-" + uuid.uuid4().hex[:12] + "-"
+        self.heartbeat_ms = wire.DEFAULT_HEARTBEAT_MS
+        self.liveness = wire.DEFAULT_LIVENESS
+        self.broker_id = None
+        self._last_heard = self._last_ping = time.monotonic()
+        self._reached = False
+        self._closed = False
+
+    @property
+    def endpoint(self):
+        """The front endpoint in use."""
+        return self.endpoints[self._index]
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    def _connect(self):
+        sock = self._context.socket(zmq.DEALER)
+        wire.heal(sock, self.heartbeat_ms, self.liveness)
+        secure(sock, self._cert, self._broker_cert)
+        sock.connect(self.endpoint)
+        self._sock = sock
+        self._reached = False
+        self._last_heard = self._last_ping = time.monotonic()
+        self._reader = asyncio.get_running_loop().create_task(self._read(sock))
+
+    def _ensure(self):
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        if self._sock is None:
+            self._connect()
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+
+    async def close(self):
+        """Answer whatever is open as cancelled and close the socket."""
+        if self._closed:
+            return
+        self._closed = True
+        for task in (self._reader, self._ticker):
+            if task:
+                task.cancel()
+        for call_id, call in list(self._calls.items()):
+            self._finish(call_id, wire.error_result(call_id, "CANCELLED", "Error: the client was closed"))
+        for query in self._queries.values():
+            if not query.future.done():
+                query.future.set_exception(DshError("CANCELLED", "the client was closed"))
+        self._queries.clear()
+        if self._sock is not None:
+            self._sock.close(linger=0)
+
+    #  ------------------------------------------------------------------
+    #  Receiving
+
+    async def _read(self, sock):
+        while True:
+            try:
+                frames = await sock.recv_multipart()
+            except (asyncio.CancelledError, zmq.ZMQError):
+                return
+            self._last_heard = time.monotonic()
+            self._reached = True
+            try:
+                command, _, body = wire.parse_dealer(frames)
+            except wire.WireError:
+                continue
+            self._dispatch(command, body)
+
+    def _dispatch(self, command, body):
+        if command == "RESULT":
+            call_id = body.get("callId")
+            call = self._calls.get(call_id) if isinstance(call_id, str) else None
+            if call is not None:
+                if call.cancelled:
+                    body = wire.error_result(call_id, "CANCELLED", "Error: the call was cancelled")
+                self._finish(call_id, body)
+            return
+        if command == "PROGRESS":
+            call = self._calls.get(body.get("callId"))
+            if call is not None:
+                call.progress += 1
+                if call.on_progress is not None:
+                    self._notify(call.on_progress, body)
+            return
+        if command == "PONG":
+            self._adopt(body)
+        query = self._queries.pop(body.get("id"), None) if _hashable(body.get("id")) else None
+        if query is not None and not query.future.done():
+            query.future.set_result((command, body))
+
+    def _adopt(self, pong):
+        """The broker's heartbeat and liveness, which a client watching it adopts."""
+        if isinstance(pong.get("heartbeatMs"), int) and pong["heartbeatMs"] > 0:
+            self.heartbeat_ms = pong["heartbeatMs"]
+        if isinstance(pong.get("liveness"), int) and pong["liveness"] > 0:
+            self.liveness = pong["liveness"]
+        if isinstance(pong.get("broker"), str):
+            self.broker_id = pong["broker"]
+
+    @staticmethod
+    def _notify(callback, body):
+        progress = {"progress": body.get("progress"), "total": body.get("total"),
+                    "message": body.get("message")}
+        try:
+            outcome = callback(progress)
+            if inspect.isawaitable(outcome):
+                asyncio.ensure_future(outcome)
+        except Exception:  # noqa: BLE001 - a caller's callback must not stop the client
+            pass
+
+    def _finish(self, call_id, body):
+        call = self._calls.pop(call_id, None)
+        if call is not None and not call.future.done():
+            result = Result(body)
+            result.body.setdefault("callId", call_id)
+            call.future.set_result((result, call.progress))
+
+    #  ------------------------------------------------------------------
+    #  Deadlines and the broker's liveness
+
+    async def _tick(self):
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = time.monotonic()
+            for call_id, call in list(self._calls.items()):
+                if now >= call.deadline:
+                    self._finish(call_id, wire.error_result(
+                        call_id, "CANCELLED" if call.cancelled else "TIMEOUT",
+                        "Error: the call was cancelled" if call.cancelled
+                        else "Error: no reply from the broker in time"))
+            for query_id, query in list(self._queries.items()):
+                if now >= query.deadline:
+                    del self._queries[query_id]
+                    if not query.future.done():
+                        query.future.set_exception(DshError("TIMEOUT", "no reply from the broker at %s in time"
+                                                            % self.endpoint))
+            self._watch(now)
+
+    def _watch(self, now):
+        if not self._calls and not self._queries:
+            self._last_heard = now
+            return
+        silence = now - self._last_heard
+        beat = self.heartbeat_ms / 1000.0
+        if silence >= beat and now - self._last_ping >= beat:
+            self._last_ping = now
+            self._send("PING", {})
+        window = beat * self.liveness
+        #  A broker never reached holds none of our calls: with no other
+        #  broker to go to, it is waited for until the calls' deadlines
+        if silence >= window and (self._reached or len(self.endpoints) > 1):
+            self._broker_gone(silence)
+
+    def _broker_gone(self, silence):
+        endpoint = self.endpoint
+        for call_id, call in list(self._calls.items()):
+            if call.cancelled:
+                self._finish(call_id, wire.error_result(call_id, "CANCELLED", "Error: the call was cancelled"))
+            else:
+                self._finish(call_id, wire.error_result(
+                    call_id, "BROKER_GONE", "Error: the broker at %s went silent (no answer for %d ms) "
+                    "with the call in flight" % (endpoint, silence * 1000)))
+        self._reader.cancel()
+        self._sock.close(linger=0)
+        self._index = (self._index + 1) % len(self.endpoints)
+        self._connect()
+        #  Queries can run anywhere: they go again to the broker now in use
+        for query in self._queries.values():
+            self._sock.send_multipart(query.frames, copy=False)
+
+    #  ------------------------------------------------------------------
+    #  Requests
+
+    def _send(self, command, body):
+        self._sock.send_multipart(wire.dealer_message(command, body), copy=False)
+
+    async def request(self, command, body=None, *, timeout=QUERY_TIMEOUT_S):
+        """A FRONT query (PING, LIST, GET, SNAPSHOT, STATS, CHAIN, CONTROL):
+        its reply body, or DshError for ERROR or no reply within timeout s."""
+        self._ensure()
+        query_id = "%sq%d" % (self._prefix, next(self._ids))
+        body = dict(body or {}, id=query_id)
+        frames = wire.dealer_message(command, body)
+        future = asyncio.get_running_loop().create_future()
+        self._queries[query_id] = _Query(future, time.monotonic() + timeout, frames)
+        self._sock.send_multipart(frames, copy=False)
+        try:
+            reply_command, reply = await future
+        finally:
+            self._queries.pop(query_id, None)
+        if reply_command == "ERROR":
+            raise DshError(str(reply.get("code")), str(reply.get("message")))
+        return reply
+
+    async def ping(self):
+        return await self.request("PING")
+
+    async def tools(self):
+        """Every tool entry, in registration order (LIST)."""
+        reply = await self.request("LIST")
+        return Tools(reply.get("tools") or [])
+
+    async def get(self, name):
+        """The entry of one tool (GET), or DshError UNKNOWN_TOOL."""
+        reply = await self.request("GET", {"name": name})
+        return reply.get("tool")
+
+    def new_call_id(self):
+        return "%sc%d" % (self._prefix, next(self._ids))
+
+    async def call(self, name, arguments=None, *, timeout=None, agent=None, meta=None, on_progress=None,
+                   call_id=None):
+        """Call a tool; its Result, always. timeout in seconds (None: the
+        broker's default, 60 s). on_progress(progress) gets each PROGRESS
+        ({progress, total, message}). Cancelling the awaiting task sends
+        CANCEL to the broker."""
+        result, _ = await self.call_counted(name, arguments, timeout=timeout, agent=agent, meta=meta,
+                                            on_progress=on_progress, call_id=call_id)
+        return result
+
+    async def call_counted(self, name, arguments=None, *, timeout=None, agent=None, meta=None,
+                           on_progress=None, call_id=None):
+        """As call, with the number of PROGRESS notifications received."""
+        self._ensure()
+        call_id = call_id or self.new_call_id()
+        timeout_ms = int(round(timeout * 1000)) if timeout else 0
+        body = {"callId": call_id, "name": name, "arguments": {} if arguments is None else arguments}
+        if agent is not None:
+            body["agent"] = agent
+        if meta is not None:
+            body["meta"] = meta
+        if timeout_ms:
+            body["timeoutMs"] = timeout_ms
+        future = asyncio.get_running_loop().create_future()
+        wait_s = ((timeout_ms or wire.DEFAULT_CALL_TIMEOUT_MS) + wire.CALL_MARGIN_MS) / 1000.0
+        self._calls[call_id] = _Call(future, time.monotonic() + wait_s, on_progress, name)
+        try:
+            self._send("CALL", body)
+        except (TypeError, ValueError) as error:
+            self._calls.pop(call_id, None)
+            return Result(wire.error_result(call_id, "BAD_REQUEST", "Error: arguments cannot be sent: %s"
+                                            % error)), 0
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if call_id in self._calls:
+                self._calls.pop(call_id)
+                self._send("CANCEL", {"callId": call_id})
+            raise
+
+    async def cancel(self, call_id):
+        """Cancel a call in flight: its caller gets one Result, CANCELLED."""
+        call = self._calls.get(call_id)
+        if call is None or call.cancelled:
+            return
+        call.cancelled = True
+        self._send("CANCEL", {"callId": call_id})
+
+    async def call_batch(self, calls, *, timeout=None, agent=None):
+        """The calls of one model turn ([{name, arguments?}]) as `dsh call
+        --batch` runs them: runs of consecutive calls to tools whose entries
+        say concurrencySafe or readOnlyHint go in parallel, any other call
+        alone, in order. One Result per call, in call order."""
+        for position, call in enumerate(calls, 1):
+            if not isinstance(call, dict) or not isinstance(call.get("name"), str) \
+                    or not isinstance(call.get("arguments", {}), dict):
+                raise ValueError('batch entry %d needs a string "name" and an object "arguments"' % position)
+        safe = {entry.get("name") for entry in await self.tools() if _is_safe(entry)}
+        results = [None] * len(calls)
+        for group in batch_groups(calls, safe):
+            answers = await asyncio.gather(*(self.call(calls[i]["name"], calls[i].get("arguments", {}),
+                                                       timeout=timeout, agent=agent) for i in group))
+            for position, answer in zip(group, answers):
+                results[position] = answer
+        return results
+
+
+def _hashable(value):
+    return isinstance(value, (str, int, bytes, bool, float)) or value is None
+
+
+class _LoopThread:
+    """An asyncio loop in a daemon thread, for the synchronous wrappers."""
+
+    def __init__(self, name):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+    def run(self, coroutine):
+        return self.submit(coroutine).result()
+
+    def stop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class CallHandle:
+    """A call started with Client.start: result() waits for its one Result,
+    cancel() asks the broker to cancel it."""
+
+    def __init__(self, client, call_id, future):
+        self.call_id = call_id
+        self._client = client
+        self._future = future
+
+    def result(self, timeout=None):
+        return self._future.result(timeout)[0]
+
+    def done(self):
+        return self._future.done()
+
+    def cancel(self):
+        self._client.cancel(self.call_id)
+
+
+class Client:
+    """The synchronous client: the same API as AsyncClient, blocking. Safe
+    to use from several threads."""
+
+    def __init__(self, broker=None, *, cert=None, broker_cert=None):
+        self._thread = _LoopThread("dsh-client")
+        self._async = self._thread.run(self._make(broker, cert, broker_cert))
+
+    @staticmethod
+    async def _make(broker, cert, broker_cert):
+        return AsyncClient(broker, cert=cert, broker_cert=broker_cert, context=zmq.asyncio.Context())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def endpoint(self):
+        return self._async.endpoint
+
+    def close(self):
+        if self._thread is None:
+            return
+        context = self._async._context
+        self._thread.run(self._async.close())
+        self._thread.stop()
+        context.term()
+        self._thread = None
+
+    def ping(self):
+        return self._thread.run(self._async.ping())
+
+    def request(self, command, body=None, *, timeout=QUERY_TIMEOUT_S):
+        return self._thread.run(self._async.request(command, body, timeout=timeout))
+
+    def tools(self):
+        return self._thread.run(self._async.tools())
+
+    def get(self, name):
+        return self._thread.run(self._async.get(name))
+
+    def start(self, name, arguments=None, *, timeout=None, agent=None, meta=None, on_progress=None):
+        """Start a call without waiting: a CallHandle."""
+        call_id = self._async.new_call_id()
+        future = self._thread.submit(self._async.call_counted(
+            name, arguments, timeout=timeout, agent=agent, meta=meta, on_progress=on_progress, call_id=call_id))
+        return CallHandle(self, call_id, future)
+
+    def call(self, name, arguments=None, *, timeout=None, agent=None, meta=None, on_progress=None):
+        """Call a tool and wait for its Result (see AsyncClient.call)."""
+        return self.start(name, arguments, timeout=timeout, agent=agent, meta=meta,
+                          on_progress=on_progress).result()
+
+    def cancel(self, call_id):
+        self._thread.run(self._async.cancel(call_id))
+
+    def call_batch(self, calls, *, timeout=None, agent=None):
+        return self._thread.run(self._async.call_batch(calls, timeout=timeout, agent=agent))
+
+
+__all__ = ["AsyncClient", "Client", "CallHandle", "DshError", "batch_groups"]
