@@ -8,7 +8,9 @@ broker, on its wire protocol (schemas/PROTOCOL.md).
 """
 
 from .client import AsyncClient, CallHandle, Client, DshError
+from .component import Component, Context, ToolError
 from .render import Tools, render
 from .result import Result
 
-__all__ = ["AsyncClient", "CallHandle", "Client", "DshError", "Result", "Tools", "render"]
+__all__ = ["AsyncClient", "CallHandle", "Client", "Component", "Context", "DshError", "Result", "ToolError",
+           "Tools", "render"]
