@@ -11,6 +11,7 @@ from .client import AsyncClient, CallHandle, Client, DshError
 from .component import Component, Context, ToolError
 from .render import Tools, render
 from .result import Result
+from .watcher import AsyncWatcher, Watcher
 
-__all__ = ["AsyncClient", "CallHandle", "Client", "Component", "Context", "DshError", "Result", "ToolError",
-           "Tools", "render"]
+__all__ = ["AsyncClient", "AsyncWatcher", "CallHandle", "Client", "Component", "Context", "DshError", "Result", "ToolError",
+           "Tools", "Watcher", "render"]
