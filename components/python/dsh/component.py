@@ -309,7 +309,7 @@ class Component:
             welcome = await self._discover(link)
             if welcome is None:
                 return
-            self._connect(link, welcome)
+            await self._connect(link, welcome)
             watchers = [asyncio.ensure_future(self._read(link)), asyncio.ensure_future(self._monitor(link))]
             try:
                 await self._beat(link)
@@ -348,13 +348,24 @@ class Component:
         finally:
             front.close(linger=0)
 
-    def _connect(self, link, welcome):
+    async def _connect(self, link, welcome):
         link.heartbeat_ms = welcome.get("heartbeatMs") or wire.DEFAULT_HEARTBEAT_MS
         link.liveness = welcome.get("liveness") or wire.DEFAULT_LIVENESS
         link.pub = self._context.socket(zmq.PUB)
         wire.heal(link.pub, link.heartbeat_ms, link.liveness)
         secure(link.pub, self._cert, self._broker_cert)
+        pub_monitor = link.pub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         link.pub.connect(wire.resolve(welcome["announce"], link.front))
+        #  A PUB drops what it sends before its connection is up: the
+        #  ANNOUNCE that answers the SYNC would be lost (and repaired only
+        #  by the SYNC rule a heartbeat later), so WORK waits for it a while
+        try:
+            await asyncio.wait_for(pub_monitor.recv_multipart(), link.heartbeat_ms / 1000.0)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            link.pub.disable_monitor()
+            pub_monitor.close(linger=0)
         link.work = self._context.socket(zmq.DEALER)
         link.work.setsockopt(zmq.ROUTING_ID, ("%s %s" % (self.id, uuid.uuid4())).encode())
         wire.heal(link.work, link.heartbeat_ms, link.liveness)
