@@ -113,7 +113,13 @@ def start_broker(start, endpoint="tcp://127.0.0.1:*"):
 
 
 def start_demo(start, endpoint, *extra):
-    return start([DEMO, "--broker", endpoint, *extra], r"serving ")
+    """dsh-demo, once the broker lists its tools (its first ANNOUNCE may be
+    lost on PUB/SUB and repaired a heartbeat later)."""
+    process = start([DEMO, "--broker", endpoint, *extra], r"serving ")
+    import dsh
+    with dsh.Client(endpoint) as client:
+        eventually(lambda: "sample_content" in client.tools().names())
+    return process
 
 
 def start_python_component(start, endpoint, *extra):

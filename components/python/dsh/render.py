@@ -241,13 +241,13 @@ def markdown(entries):
 
 
 def render(entries, format="json"):
-    """The text `dsh schemas --format FORMAT` prints for these entries (without its final newline)."""
+    """The text `dsh schemas --format FORMAT` prints for these entries, to the byte."""
     if format == "markdown":
         return markdown(entries)
     shapes = {"json": lambda tools: list(_named(tools)), "openai": openai, "anthropic": anthropic, "mcp": mcp}
     if format not in shapes:
         raise ValueError("unknown format %r (one of %s)" % (format, ", ".join(FORMATS)))
-    return dumps(shapes[format](entries), 2)
+    return dumps(shapes[format](entries), 2) + "\n"
 
 
 class Tools(list):
