@@ -92,8 +92,7 @@ def free_ports(count=4):
     raise AssertionError("no %d free consecutive ports" % count)
 
 
-@pytest.fixture
-def processes():
+def _process_starter():
     started = []
 
     def start(argv, ready, **options):
@@ -101,6 +100,22 @@ def processes():
         started.append(process)
         return process
 
+    return start, started
+
+
+@pytest.fixture
+def processes():
+    """Start programs for one test (killed after it)."""
+    start, started = _process_starter()
+    yield start
+    for process in started:
+        process.kill()
+
+
+@pytest.fixture(scope="module")
+def module_processes():
+    """Start programs shared by a module's tests."""
+    start, started = _process_starter()
     yield start
     for process in started:
         process.kill()
@@ -127,19 +142,21 @@ def start_python_component(start, endpoint, *extra):
                  env={"PYTHONPATH": PACKAGE})
 
 
-@pytest.fixture
-def broker(processes):
-    return start_broker(processes)
+#  A broker, dsh-demo and the Python test component shared by a module's
+#  tests; a test that kills one starts its own with the start_* helpers.
+@pytest.fixture(scope="module")
+def broker(module_processes):
+    return start_broker(module_processes)
 
 
-@pytest.fixture
-def demo(processes, broker):
-    return start_demo(processes, broker.endpoint)
+@pytest.fixture(scope="module")
+def demo(module_processes, broker):
+    return start_demo(module_processes, broker.endpoint)
 
 
-@pytest.fixture
-def pycomp(processes, broker):
-    return start_python_component(processes, broker.endpoint)
+@pytest.fixture(scope="module")
+def pycomp(module_processes, broker):
+    return start_python_component(module_processes, broker.endpoint)
 
 
 def cli(endpoint, *args, stdin=None, timeout=20):

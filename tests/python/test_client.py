@@ -4,6 +4,7 @@ import asyncio
 import time
 
 import dsh
+from conftest import start_broker, start_demo
 from dsh.client import batch_groups
 
 
@@ -117,7 +118,9 @@ def test_batch_partitions_like_the_cli(broker, demo):
             assert 'batch entry 1 needs a string "name"' in str(error)
 
 
-def test_broker_gone_answers_calls_in_flight(processes, broker, demo):
+def test_broker_gone_answers_calls_in_flight(processes):
+    broker = start_broker(processes)
+    start_demo(processes, broker.endpoint)
     with dsh.Client(broker.endpoint) as client:
         assert client.call("echo", {"message": "up"}).text == "up"
         handle = client.start("sleep_ms", {"ms": 30000})

@@ -5,7 +5,7 @@ import json
 import signal
 
 import dsh
-from conftest import cli, cli_json, eventually, free_ports, start_broker, start_demo, start_python_component
+from conftest import cli, cli_json, eventually, free_ports, start_broker, start_python_component
 
 
 def test_schema_from_hints_as_dsh_get_shows_it(broker, pycomp):
@@ -67,10 +67,9 @@ def test_validation_messages(broker, pycomp):
         '"ports[1]" must be an integer; "mode" must be one of [1,2]')
 
 
-def test_validation_reads_as_the_c_sdk(processes, broker, pycomp):
+def test_validation_reads_as_the_c_sdk(broker, demo, pycomp):
     """The same schema served by C (dsh-demo's echo) and Python (aecho's
     message): the same words for the same bad arguments."""
-    start_demo(processes, broker.endpoint)
     for arguments in ("{}", '{"message": 3}', '{"message": [1]}', "[]", '{"message": null}'):
         c_text = cli_json(broker.endpoint, "call", "echo", arguments)["content"][0]["text"]
         py_text = cli_json(broker.endpoint, "call", "aecho", arguments)["content"][0]["text"]
@@ -105,7 +104,9 @@ def test_cancel_reaches_the_handler(broker, pycomp):
         eventually(lambda: len(client.call("cancelled_calls").structured["callIds"]) == 2)
 
 
-def test_kill_9_mid_call_gives_tool_gone(broker, pycomp):
+def test_kill_9_mid_call_gives_tool_gone(processes):
+    broker = start_broker(processes)
+    pycomp = start_python_component(processes, broker.endpoint)
     with dsh.Client(broker.endpoint) as client:
         handle = client.start("hold", {"ms": 30000})
         eventually(lambda: client.ping()["inFlight"] == 1)
@@ -116,7 +117,9 @@ def test_kill_9_mid_call_gives_tool_gone(broker, pycomp):
         eventually(lambda: "hold" not in client.tools().names())
 
 
-def test_clean_exit_withdraws(broker, pycomp):
+def test_clean_exit_withdraws(processes):
+    broker = start_broker(processes)
+    pycomp = start_python_component(processes, broker.endpoint)
     left = []
     watcher = dsh.Watcher(broker.endpoint, on_change=lambda kind, event: left.append(event)
                           if kind == "component.left" else None)

@@ -4,13 +4,12 @@ them, for the C demo's tools and a Python component's together."""
 import pytest
 
 import dsh
-from conftest import cli, eventually, start_demo
+from conftest import cli, eventually
 from dsh.render import dumps
 
 
 @pytest.mark.parametrize("format", ["json", "openai", "anthropic", "mcp", "markdown"])
-def test_renderings_equal_the_cli(processes, broker, pycomp, format):
-    start_demo(processes, broker.endpoint)
+def test_renderings_equal_the_cli(broker, demo, pycomp, format):
     with dsh.Client(broker.endpoint) as client:
         #  Both components' tools, before the two lists are compared
         tools = eventually(lambda: {"echo", "greet"} <= set(client.tools().names()) and client.tools())

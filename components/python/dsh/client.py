@@ -21,8 +21,9 @@ import threading
 import time
 import uuid
 
+import collections
+
 import zmq
-import zmq.asyncio
 
 from . import wire
 from .curve import secure
@@ -96,9 +97,10 @@ class AsyncClient:
         self.endpoints = wire.brokers(broker)
         self._index = 0
         self._cert, self._broker_cert = cert, broker_cert
-        self._context = context or zmq.asyncio.Context.instance()
+        self._context = context or zmq.Context.instance()
         self._sock = None
-        self._reader = None
+        self._loop = None
+        self._outbox = collections.deque()
         self._ticker = None
         self._calls = {}
         self._queries = {}
@@ -130,7 +132,16 @@ class AsyncClient:
         self._sock = sock
         self._reached = False
         self._last_heard = self._last_ping = time.monotonic()
-        self._reader = asyncio.get_running_loop().create_task(self._read(sock))
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.getsockopt(zmq.FD), self._drain)
+        #  The FD signals edges only: anything already queued is read now
+        self._loop.call_soon(self._drain)
+
+    def _disconnect(self):
+        self._loop.remove_reader(self._sock.getsockopt(zmq.FD))
+        self._sock.close(linger=0)
+        self._sock = None
+        self._outbox.clear()
 
     def _ensure(self):
         if self._closed:
@@ -144,9 +155,8 @@ class AsyncClient:
         if self._closed:
             return
         self._closed = True
-        for task in (self._reader, self._ticker):
-            if task:
-                task.cancel()
+        if self._ticker:
+            self._ticker.cancel()
         for call_id, call in list(self._calls.items()):
             self._finish(call_id, wire.error_result(call_id, "CANCELLED", "Error: the client was closed"))
         for query in self._queries.values():
@@ -154,17 +164,21 @@ class AsyncClient:
                 query.future.set_exception(DshError("CANCELLED", "the client was closed"))
         self._queries.clear()
         if self._sock is not None:
-            self._sock.close(linger=0)
+            self._disconnect()
 
     #  ------------------------------------------------------------------
     #  Receiving
 
-    async def _read(self, sock):
-        while True:
+    def _drain(self):
+        """Everything the socket holds, and whatever send waits for room.
+        A ZeroMQ FD is edge-triggered: only an empty queue rearms it, so
+        this reads until EAGAIN (and every send checks again after)."""
+        sock = self._sock
+        while sock is not None and sock is self._sock:
             try:
-                frames = await sock.recv_multipart()
-            except (asyncio.CancelledError, zmq.ZMQError):
-                return
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
             self._last_heard = time.monotonic()
             self._reached = True
             try:
@@ -172,6 +186,15 @@ class AsyncClient:
             except wire.WireError:
                 continue
             self._dispatch(command, body)
+        self._flush()
+
+    def _flush(self):
+        while self._outbox and self._sock is not None:
+            try:
+                self._sock.send_multipart(self._outbox[0], zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._outbox.popleft()
 
     def _dispatch(self, command, body):
         if command == "RESULT":
@@ -228,6 +251,7 @@ class AsyncClient:
     async def _tick(self):
         while True:
             await asyncio.sleep(TICK_S)
+            self._drain()
             now = time.monotonic()
             for call_id, call in list(self._calls.items()):
                 if now >= call.deadline:
@@ -267,19 +291,32 @@ class AsyncClient:
                 self._finish(call_id, wire.error_result(
                     call_id, "BROKER_GONE", "Error: the broker at %s went silent (no answer for %d ms) "
                     "with the call in flight" % (endpoint, silence * 1000)))
-        self._reader.cancel()
-        self._sock.close(linger=0)
+        self._disconnect()
         self._index = (self._index + 1) % len(self.endpoints)
         self._connect()
         #  Queries can run anywhere: they go again to the broker now in use
         for query in self._queries.values():
-            self._sock.send_multipart(query.frames, copy=False)
+            self._post(query.frames)
 
     #  ------------------------------------------------------------------
     #  Requests
 
+    def _post(self, frames):
+        """Send now, or queue behind what waits for room (the high-water
+        mark); the ticker and the reader flush it."""
+        if not self._outbox:
+            try:
+                self._sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.Again:
+                self._outbox.append(frames)
+        else:
+            self._outbox.append(frames)
+        #  A send may have taken in messages and used up the FD's edge
+        if self._sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._loop.call_soon(self._drain)
+
     def _send(self, command, body):
-        self._sock.send_multipart(wire.dealer_message(command, body), copy=False)
+        self._post(wire.dealer_message(command, body))
 
     async def request(self, command, body=None, *, timeout=QUERY_TIMEOUT_S):
         """A FRONT query (PING, LIST, GET, SNAPSHOT, STATS, CHAIN, CONTROL):
@@ -290,7 +327,7 @@ class AsyncClient:
         frames = wire.dealer_message(command, body)
         future = asyncio.get_running_loop().create_future()
         self._queries[query_id] = _Query(future, time.monotonic() + timeout, frames)
-        self._sock.send_multipart(frames, copy=False)
+        self._post(frames)
         try:
             reply_command, reply = await future
         finally:
@@ -436,7 +473,7 @@ class Client:
 
     @staticmethod
     async def _make(broker, cert, broker_cert):
-        return AsyncClient(broker, cert=cert, broker_cert=broker_cert, context=zmq.asyncio.Context())
+        return AsyncClient(broker, cert=cert, broker_cert=broker_cert, context=zmq.Context())
 
     def __enter__(self):
         return self

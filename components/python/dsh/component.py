@@ -391,6 +391,10 @@ class Component:
 
     def _presence(self, link, command, **more):
         if link.pub is not None:
+            #  Reading ZMQ_EVENTS makes libzmq take in the broker's
+            #  subscription now; a send alone may skip that (it throttles
+            #  command processing), and a PUB drops what no subscription wants
+            link.pub.getsockopt(zmq.EVENTS)
             link.pub.send_multipart([wire.PROTOCOL, command.encode(),
                                      wire.pack(dict(component=self.id, generation=self.generation, **more))])
 

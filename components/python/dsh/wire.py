@@ -60,14 +60,16 @@ def unpack(data):
     return body
 
 
-def _depth(value, level=1):
-    if level > MAX_DEPTH:
-        return level
-    if isinstance(value, dict):
-        return max([level] + [_depth(item, level + 1) for item in value.values()])
-    if isinstance(value, list):
-        return max([level] + [_depth(item, level + 1) for item in value])
-    return level - 1
+def _depth(container, level=1):
+    """How deep containers nest under container (itself at level); stops
+    counting past MAX_DEPTH."""
+    deepest = level
+    for item in container.values() if isinstance(container, dict) else container:
+        if isinstance(item, (dict, list)):
+            if level >= MAX_DEPTH:
+                return level + 1
+            deepest = max(deepest, _depth(item, level + 1))
+    return deepest
 
 
 def dealer_message(command, body, token=None):
