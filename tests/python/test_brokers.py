@@ -1,0 +1,40 @@
+"""A client given several brokers (PROTOCOL.md, Several brokers: Client
+liveness): what it sends again and what it answers BROKER_GONE."""
+
+import time
+
+import dsh
+from conftest import eventually, free_ports, start_broker, start_demo
+
+
+def test_failover_sends_again_only_what_may_run_twice(processes):
+    first, second = start_broker(processes), start_broker(processes)
+    start_demo(processes, "%s,%s" % (first.endpoint, second.endpoint))
+    with dsh.Client("%s,%s" % (first.endpoint, second.endpoint)) as client:
+        eventually(lambda: "tick" in client.tools().names())
+        assert client.endpoint == first.endpoint
+        #  sleep_ms is read-only and idempotent by its entry; tick is neither
+        again = client.start("sleep_ms", {"ms": 1500})
+        once = client.start("tick", {"ms": 1500})
+        eventually(lambda: client.ping()["inFlight"] == 2)
+        first.kill()
+        assert again.result(timeout=20).text == "slept 1500 ms"
+        gone = once.result(timeout=20)
+        assert gone.code == "BROKER_GONE", gone
+        assert client.endpoint == second.endpoint
+        assert client.call("echo", {"message": "on the second"}).text == "on the second"
+
+
+def test_unknown_tool_and_unreachable_brokers_are_passed_over(processes):
+    empty, serving = start_broker(processes), start_broker(processes)
+    start_demo(processes, serving.endpoint)
+    with dsh.Client("%s,%s" % (empty.endpoint, serving.endpoint)) as client:
+        #  The first broker does not know echo (yet): the second has it
+        assert client.call("echo", {"message": "found"}).text == "found"
+        assert client.endpoint == serving.endpoint
+    nobody = "tcp://127.0.0.1:%d" % free_ports(1)
+    started = time.monotonic()
+    with dsh.Client("%s,%s" % (nobody, serving.endpoint)) as client:
+        assert client.call("echo", {"message": "after one heartbeat"}).text == "after one heartbeat"
+        assert client.endpoint == serving.endpoint
+    assert time.monotonic() - started < 20
