@@ -38,3 +38,28 @@ def test_unknown_tool_and_unreachable_brokers_are_passed_over(processes):
         assert client.call("echo", {"message": "after one heartbeat"}).text == "after one heartbeat"
         assert client.endpoint == serving.endpoint
     assert time.monotonic() - started < 20
+
+
+def test_a_component_follows_every_broker(processes):
+    first, second = start_broker(processes), start_broker(processes)
+    component = dsh.Component("py-both", "%s,%s" % (first.endpoint, second.endpoint))
+
+    @component.tool(read_only=True)
+    def where(ctx: dsh.Context) -> str:
+        """Which call this is."""
+        return ctx.call_id
+
+    try:
+        assert component.start(10)
+        for broker in (first, second):
+            with dsh.Client(broker.endpoint) as client:
+                eventually(lambda: "where" in client.tools().names())
+                result = client.call("where")
+                assert result.text == result.call_id
+        #  Losing one broker costs only that broker's link
+        first.kill()
+        with dsh.Client(second.endpoint) as client:
+            for _ in range(3):
+                assert not client.call("where").is_error
+    finally:
+        component.stop()
