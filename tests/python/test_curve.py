@@ -42,9 +42,20 @@ def test_curve_both_ways(tmp_path, processes):
             spoofed = client.call("whoami", agent="mallory")
             assert spoofed.code == "FORBIDDEN"
         assert watcher.start(10) and "whoami" in watcher.tools
-        #  Without a key the broker never answers: the call still gets its one result
+        #  Without a key the broker never answers; the handshake says why
         with dsh.Client(endpoint) as plain:
-            assert plain.call("whoami", timeout=0.5).code == "TIMEOUT"
+            refused = plain.call("whoami", timeout=30)
+            assert refused.code == "BROKER_GONE"
+            assert refused.text.startswith("Error: cannot talk to broker at %s: the broker " % endpoint), refused
+        #  A key the broker does not allow: refused by name
+        stranger = str(tmp_path / "stranger.cert")
+        keygen(stranger, "--role", "agent", "--agent", "eve")
+        with dsh.Client(endpoint, cert=stranger, broker_cert=broker_cert) as client:
+            try:
+                client.tools()
+                raise AssertionError("a key not in the allow-list was answered")
+            except dsh.DshError as error:
+                assert "the broker refused this party's key" in error.message
     finally:
         watcher.close()
         component.stop()

@@ -35,6 +35,7 @@ import zmq
 
 from . import wire
 from .curve import secure
+from .handshake import Handshake
 from .render import Tools
 from .result import Result
 
@@ -148,6 +149,7 @@ class AsyncClient:
         sock = self._context.socket(zmq.DEALER)
         wire.heal(sock, self.heartbeat_ms, self.liveness)
         secure(sock, self._cert, self._broker_cert)
+        self._handshake = Handshake(sock, bool(self._cert))
         sock.connect(self.endpoint)
         self._sock = sock
         self._reached = False
@@ -162,6 +164,7 @@ class AsyncClient:
 
     def _disconnect(self):
         self._loop.remove_reader(self._sock.getsockopt(zmq.FD))
+        self._handshake.close()
         self._sock.close(linger=0)
         self._sock = None
         self._outbox.clear()
@@ -293,8 +296,12 @@ class AsyncClient:
             self._watch(now)
 
     def _watch(self, now):
+        self._handshake.poll()
         if not self._calls and not self._queries:
             self._last_heard = now
+            return
+        if self._handshake.failure:
+            self._refused()
             return
         silence = now - self._last_heard
         beat = self.heartbeat_ms / 1000.0
@@ -331,6 +338,22 @@ class AsyncClient:
         #  Queries can run anywhere: they go again to the broker now in use
         for query in self._queries.values():
             self._post(query.frames)
+
+    def _refused(self):
+        """The broker refused the handshake (the keys): no reply can come.
+        With other brokers this one is passed over; alone, whatever awaits
+        it is answered now instead of at its deadline."""
+        if len(self.endpoints) > 1:
+            self._broker_gone(0)
+            return
+        reason = "cannot talk to broker at %s: %s" % (self.endpoint, self._handshake.failure)
+        for call_id, call in list(self._calls.items()):
+            self._finish(call_id, wire.error_result(call_id, "CANCELLED" if call.cancelled else "BROKER_GONE",
+                                                    "Error: " + reason))
+        for query in self._queries.values():
+            if not query.future.done():
+                query.future.set_exception(DshError("BROKER_GONE", reason))
+        self._queries.clear()
 
     def _move(self):
         """Connect afresh, to the next broker of the list (the same one if it is alone)."""
