@@ -23,13 +23,12 @@ AsyncClient on a loop of its own, in a thread.
 """
 
 import asyncio
+import collections
 import inspect
 import itertools
 import threading
 import time
 import uuid
-
-import collections
 
 import zmq
 
@@ -551,7 +550,8 @@ class CallHandle:
 
 class Client:
     """The synchronous client: the same API as AsyncClient, blocking. Safe
-    to use from several threads."""
+    to use from several threads; on_progress callbacks run on the client's
+    own thread, so they must not block."""
 
     def __init__(self, broker=None, *, cert=None, broker_cert=None):
         self._thread = _LoopThread("dsh-client")

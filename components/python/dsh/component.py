@@ -83,7 +83,9 @@ class Context:
             body["total"] = float(total)
         if message is not None:
             body["message"] = str(message)
-        self._component._loop.call_soon_threadsafe(self._component._send_progress, self, body)
+        loop = self._component._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._component._send_progress, self, body)
 
 
 class _Tool:
