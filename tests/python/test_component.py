@@ -3,6 +3,7 @@ demo's tools next to it; its death, and a broker restart under it."""
 
 import json
 import signal
+import threading
 
 import dsh
 from conftest import cli, cli_json, eventually, free_ports, start_broker, start_python_component
@@ -157,3 +158,28 @@ def test_broker_restart(processes):
         assert watcher.resyncs >= 1
     finally:
         watcher.close()
+
+
+def test_a_full_queue_answers_overloaded(broker):
+    component = dsh.Component("py-small", broker.endpoint, concurrency=1, queue=0)
+    release = threading.Event()
+
+    @component.tool
+    def busy() -> str:
+        """Wait to be released."""
+        release.wait(10)
+        return "released"
+
+    try:
+        assert component.start(10)
+        with dsh.Client(broker.endpoint) as client:
+            eventually(lambda: "busy" in client.tools().names())
+            first = client.start("busy")
+            eventually(lambda: client.ping()["inFlight"] == 1)
+            second = client.call("busy")
+            assert (second.code, second.text) == ("OVERLOADED", 'Error: component "py-small" is overloaded')
+            release.set()
+            assert first.result(timeout=10).text == "released"
+    finally:
+        release.set()
+        component.stop()
