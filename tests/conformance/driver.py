@@ -25,7 +25,9 @@ def answer(reply):
 
 
 def outcome(result, progress):
-    return {"isError": result.is_error, "code": result.code, "text": result.text,
+    error = result.body.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return {"isError": result.is_error, "code": code, "text": result.text,
             "structured": result.structured, "progress": progress}
 
 

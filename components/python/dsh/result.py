@@ -24,7 +24,8 @@ class Result:
 
     @property
     def code(self):
-        """error.code of a failed result (None when it succeeded)."""
+        """error.code of a failed result (None when it succeeded; TOOL_FAILED
+        for a failure without an error map, as the broker counts it)."""
         error = self.body.get("error")
         if isinstance(error, dict) and isinstance(error.get("code"), str):
             return error["code"]
