@@ -258,12 +258,16 @@ class Watcher:
     def __exit__(self, *exc):
         self.close()
 
-    @property
-    def tools(self):
+    async def _copy(self):
         return dict(self._async.tools)
 
+    @property
+    def tools(self):
+        """A copy of the view (name -> entry), taken on the watcher's thread."""
+        return self._thread.run(self._copy())
+
     def entries(self):
-        return self._async.entries()
+        return Tools(self.tools.values())
 
     @property
     def seq(self):
