@@ -26,7 +26,6 @@ import asyncio
 import collections
 import inspect
 import itertools
-import threading
 import time
 import uuid
 
@@ -35,6 +34,7 @@ import zmq
 from . import wire
 from .curve import secure
 from .handshake import Handshake
+from .loopthread import LoopThread
 from .render import Tools
 from .result import Result
 
@@ -508,27 +508,6 @@ def _hashable(value):
     return isinstance(value, (str, int, bytes, bool, float)) or value is None
 
 
-class _LoopThread:
-    """An asyncio loop in a daemon thread, for the synchronous wrappers."""
-
-    def __init__(self, name):
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, coroutine):
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-
-    def run(self, coroutine):
-        return self.submit(coroutine).result()
-
-    def stop(self):
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
-        if not self._thread.is_alive():
-            self.loop.close()
-
-
 class CallHandle:
     """A call started with Client.start: result() waits for its one Result,
     cancel() asks the broker to cancel it."""
@@ -554,7 +533,7 @@ class Client:
     own thread, so they must not block."""
 
     def __init__(self, broker=None, *, cert=None, broker_cert=None):
-        self._thread = _LoopThread("dsh-client")
+        self._thread = LoopThread("dsh-client")
         self._async = self._thread.run(self._make(broker, cert, broker_cert))
 
     @staticmethod

@@ -26,7 +26,7 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from . import wire
-from .client import _LoopThread
+from .loopthread import LoopThread
 from .curve import secure
 from .render import Tools
 
@@ -238,7 +238,7 @@ class Watcher:
     its own, in a thread; its callbacks run there."""
 
     def __init__(self, broker=None, *, on_change=None, on_snapshot=None, cert=None, broker_cert=None):
-        self._thread = _LoopThread("dsh-watcher")
+        self._thread = LoopThread("dsh-watcher")
         self._async = AsyncWatcher(broker, on_change=on_change, on_snapshot=on_snapshot, cert=cert,
                                    broker_cert=broker_cert)
 
