@@ -1,10 +1,11 @@
 """C tools (dsh-demo) called from Python, through a real broker."""
 
 import asyncio
+import json
 import time
 
 import dsh
-from conftest import start_broker, start_demo
+from conftest import cli_json, start_broker, start_demo
 from dsh.client import batch_groups
 
 
@@ -110,6 +111,12 @@ def test_batch_partitions_like_the_cli(broker, demo):
     first_end = int(results[2].text.split()[1])
     second_start = int(results[3].text.split()[0])
     assert second_start >= first_end
+    #  The same batch through the C CLI: the same outcomes, in the same order
+    from_cli = cli_json(broker.endpoint, "call", "--batch", "-", stdin=json.dumps(calls))
+    assert [(r.get("isError"), r.get("error", {}).get("code")) for r in from_cli] == \
+        [(result.is_error, result.body.get("error", {}).get("code")) for result in results]
+    assert [r["content"][0]["text"] for r in from_cli if not r["content"][0]["text"][0].isdigit()] == \
+        [result.text for result in results if not result.text[0].isdigit()]
     with dsh.Client(broker.endpoint) as client:
         try:
             client.call_batch([{"name": 3}])
