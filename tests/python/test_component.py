@@ -6,7 +6,7 @@ import signal
 import threading
 
 import dsh
-from conftest import cli, cli_json, eventually, free_ports, start_broker, start_python_component
+from conftest import PACKAGE, PYTHON, cli, cli_json, eventually, free_ports, start_broker, start_python_component
 
 
 def test_schema_from_hints_as_dsh_get_shows_it(broker, pycomp):
@@ -183,3 +183,23 @@ def test_a_full_queue_answers_overloaded(broker):
     finally:
         release.set()
         component.stop()
+
+
+def test_run_serves_until_sigterm(tmp_path, processes, broker):
+    script = tmp_path / "served.py"
+    script.write_text(
+        "import sys, dsh\n"
+        "component = dsh.Component('py-run', sys.argv[1])\n"
+        "@component.tool\n"
+        "def ran(n: int) -> str:\n"
+        "    '''Say so.'''\n"
+        "    return 'ran %d' % n\n"
+        "print('serving', flush=True)\n"
+        "component.run()\n")
+    served = processes([PYTHON, str(script), broker.endpoint], r"serving", env={"PYTHONPATH": PACKAGE})
+    with dsh.Client(broker.endpoint) as client:
+        eventually(lambda: "ran" in client.tools().names())
+        assert client.call("ran", {"n": 7}).text == "ran 7"
+        served.kill(signal.SIGTERM)
+        assert served.proc.returncode == 0
+        eventually(lambda: "ran" not in client.tools().names())
