@@ -132,6 +132,8 @@ class AsyncClient:
         #  With several brokers: the tools whose calls may be sent again, from the last LIST
         self._retry_safe = set()
         self._retry_safe_at = None
+        self._hello_id = None
+        self._wrong_protocol = None
 
     @property
     def endpoint(self):
@@ -157,9 +159,11 @@ class AsyncClient:
         self._loop.add_reader(sock.getsockopt(zmq.FD), self._drain)
         #  The FD signals edges only: anything already queued is read now
         self._loop.call_soon(self._drain)
-        #  Its PONG says the broker is reached (a quiet broker is not a
-        #  missing one) and gives its heartbeat and liveness
-        self._send("PING", {})
+        #  Its WELCOME says the broker is reached (a quiet broker is not a
+        #  missing one), which protocol it speaks, and its heartbeat and liveness
+        self._hello_id = "%shello%d" % (self._prefix, next(self._ids))
+        self._wrong_protocol = None
+        self._send("HELLO", {"id": self._hello_id})
 
     def _disconnect(self):
         self._loop.remove_reader(self._sock.getsockopt(zmq.FD))
@@ -239,8 +243,10 @@ class AsyncClient:
                 if call.on_progress is not None:
                     self._notify(call.on_progress, body)
             return
-        if command == "PONG":
+        if command == "PONG" or command == "WELCOME" and body.get("id") == self._hello_id:
             self._adopt(body)
+            if command == "WELCOME" and body.get("protocol") != 1:
+                self._wrong_protocol = "the broker speaks protocol %r, not 1" % (body.get("protocol"),)
         query = self._queries.pop(body.get("id"), None) if _hashable(body.get("id")) else None
         if query is not None and not query.future.done():
             query.future.set_result((command, body))
@@ -299,7 +305,7 @@ class AsyncClient:
         if not self._calls and not self._queries:
             self._last_heard = now
             return
-        if self._handshake.failure:
+        if self._handshake.failure or self._wrong_protocol:
             self._refused()
             return
         silence = now - self._last_heard
@@ -339,13 +345,14 @@ class AsyncClient:
             self._post(query.frames)
 
     def _refused(self):
-        """The broker refused the handshake (the keys): no reply can come.
+        """The broker refused the handshake (the keys), or speaks another
+        protocol: no useful reply can come.
         With other brokers this one is passed over; alone, whatever awaits
         it is answered now instead of at its deadline."""
         if len(self.endpoints) > 1:
             self._broker_gone(0)
             return
-        reason = "cannot talk to broker at %s: %s" % (self.endpoint, self._handshake.failure)
+        reason = "cannot talk to broker at %s: %s" % (self.endpoint, self._handshake.failure or self._wrong_protocol)
         for call_id, call in list(self._calls.items()):
             self._finish(call_id, wire.error_result(call_id, "CANCELLED" if call.cancelled else "BROKER_GONE",
                                                     "Error: " + reason))
