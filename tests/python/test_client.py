@@ -5,7 +5,7 @@ import json
 import time
 
 import dsh
-from conftest import cli_json, start_broker, start_demo
+from conftest import cli_json, eventually, free_ports, start_broker, start_demo
 from dsh.client import batch_groups
 
 
@@ -135,4 +135,24 @@ def test_broker_gone_answers_calls_in_flight(processes):
         broker.kill()
         result = handle.result(timeout=15)
         assert result.code == "BROKER_GONE", result
-        assert result.text.startswith("Error: the broker at %s went silent" % broker.endpoint)
+        #  Silent; or, if another broker took its port meanwhile, replaced
+        assert result.text.startswith("Error: the broker at %s " % broker.endpoint), result
+        assert result.text.endswith(" with the call in flight"), result
+
+
+def test_broker_restart_answers_calls_in_flight(processes):
+    """A broker restarted on its address holds none of the calls sent to
+    the old one: they are answered BROKER_GONE (a PONG from another broker
+    id, or the silence), and the client goes on with the new broker."""
+    endpoint = "tcp://127.0.0.1:%d" % free_ports(4)
+    old = start_broker(processes, endpoint)
+    start_demo(processes, endpoint)
+    with dsh.Client(endpoint) as client:
+        handle = client.start("sleep_ms", {"ms": 30000})
+        eventually(lambda: client.ping()["inFlight"] == 1)
+        old.kill()
+        start_broker(processes, endpoint)
+        result = handle.result(timeout=15)
+        assert result.code == "BROKER_GONE", result
+        assert result.text.startswith("Error: the broker at %s " % endpoint), result
+        eventually(lambda: client.call("echo", {"message": "new"}).text == "new")

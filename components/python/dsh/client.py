@@ -26,6 +26,7 @@ import asyncio
 import collections
 import inspect
 import itertools
+import logging
 import time
 import uuid
 
@@ -37,6 +38,8 @@ from .handshake import Handshake
 from .loopthread import LoopThread
 from .render import Tools
 from .result import Result
+
+log = logging.getLogger("dsh.client")
 
 #  How often the ticker looks at deadlines and at the broker's silence
 TICK_S = 0.05
@@ -154,6 +157,7 @@ class AsyncClient:
         sock.connect(self.endpoint)
         self._sock = sock
         self._reached = False
+        self.broker_id = None
         self._last_heard = self._last_ping = time.monotonic()
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(sock.getsockopt(zmq.FD), self._drain)
@@ -258,7 +262,12 @@ class AsyncClient:
         if isinstance(pong.get("liveness"), int) and pong["liveness"] > 0:
             self.liveness = pong["liveness"]
         if isinstance(pong.get("broker"), str):
-            self.broker_id = pong["broker"]
+            before, self.broker_id = self.broker_id, pong["broker"]
+            #  Another instance answers at this address (a restarted broker,
+            #  or another one that took its port): it has none of our calls
+            if before is not None and before != self.broker_id and self._calls:
+                self._broker_gone("was replaced by another broker instance (%s, was %s)"
+                                  % (self.broker_id, before))
 
     @staticmethod
     def _notify(callback, body):
@@ -284,21 +293,27 @@ class AsyncClient:
     async def _tick(self):
         while True:
             await asyncio.sleep(TICK_S)
-            self._drain()
-            now = time.monotonic()
-            for call_id, call in list(self._calls.items()):
-                if now >= call.deadline:
-                    self._finish(call_id, wire.error_result(
-                        call_id, "CANCELLED" if call.cancelled else "TIMEOUT",
-                        "Error: the call was cancelled" if call.cancelled
-                        else "Error: no reply from the broker in time"))
-            for query_id, query in list(self._queries.items()):
-                if now >= query.deadline:
-                    del self._queries[query_id]
-                    if not query.future.done():
-                        query.future.set_exception(DshError("TIMEOUT", "no reply from the broker at %s in time"
-                                                            % self.endpoint))
-            self._watch(now)
+            try:
+                self._check(time.monotonic())
+            except Exception:  # noqa: BLE001 - the ticker is what keeps every promise: it must not stop
+                log.exception("dsh client: the ticker hit an error; going on")
+
+    def _check(self, now):
+        """Deadlines, and the broker's liveness."""
+        self._drain()
+        for call_id, call in list(self._calls.items()):
+            if now >= call.deadline:
+                self._finish(call_id, wire.error_result(
+                    call_id, "CANCELLED" if call.cancelled else "TIMEOUT",
+                    "Error: the call was cancelled" if call.cancelled
+                    else "Error: no reply from the broker in time"))
+        for query_id, query in list(self._queries.items()):
+            if now >= query.deadline:
+                del self._queries[query_id]
+                if not query.future.done():
+                    query.future.set_exception(DshError("TIMEOUT", "no reply from the broker at %s in time"
+                                                        % self.endpoint))
+        self._watch(now)
 
     def _watch(self, now):
         self._handshake.poll()
@@ -319,12 +334,13 @@ class AsyncClient:
         #  calls' own deadlines
         several = len(self.endpoints) > 1
         if self._reached and silence >= beat * self.liveness or several and not self._reached and silence >= beat:
-            self._broker_gone(silence)
+            self._broker_gone("went silent (no answer for %d ms)" % (silence * 1000))
 
-    def _broker_gone(self, silence):
-        """Answer each call in flight BROKER_GONE, or keep it for the next
-        broker when it cannot have run here or may run twice (read-only or
-        idempotent by the last LIST) and some broker has not had it."""
+    def _broker_gone(self, why):
+        """Answer each call in flight BROKER_GONE ("the broker at X <why>
+        with the call in flight"), or keep it for the next broker when it
+        cannot have run here or may run twice (read-only or idempotent by
+        the last LIST) and some broker has not had it."""
         endpoint, reached = self.endpoint, self._reached
         again = []
         for call_id, call in list(self._calls.items()):
@@ -334,8 +350,7 @@ class AsyncClient:
                 again.append(call)
             else:
                 self._finish(call_id, wire.error_result(
-                    call_id, "BROKER_GONE", "Error: the broker at %s went silent (no answer for %d ms) "
-                    "with the call in flight" % (endpoint, silence * 1000)))
+                    call_id, "BROKER_GONE", "Error: the broker at %s %s with the call in flight" % (endpoint, why)))
         self._move()
         for call in again:
             call.tried.add(self._index)
@@ -350,7 +365,7 @@ class AsyncClient:
         With other brokers this one is passed over; alone, whatever awaits
         it is answered now instead of at its deadline."""
         if len(self.endpoints) > 1:
-            self._broker_gone(0)
+            self._broker_gone("refused this client: %s" % (self._handshake.failure or self._wrong_protocol))
             return
         reason = "cannot talk to broker at %s: %s" % (self.endpoint, self._handshake.failure or self._wrong_protocol)
         for call_id, call in list(self._calls.items()):
