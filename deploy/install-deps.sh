@@ -11,7 +11,9 @@ set -euo pipefail
 #  libsystemd-dev lets dsh-broker tell systemd it is ready (sd_notify);
 #  systemd brings systemd-analyze, which checks the units in the tests.
 #  nats-server and libnats-dev are only for dsh-bench's NATS column (the
-#  peer it is measured against); dsh itself never links or runs them
+#  peer it is measured against); dsh itself never links or runs them.
+#  python3-zmq, python3-msgpack and python3-pytest run the Python library
+#  (components/python) and its tests under /usr/bin/python3
 packages=(gcc pkg-config meson ninja-build python3
           clang libfuzzer-14-dev
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
@@ -19,7 +21,8 @@ packages=(gcc pkg-config meson ninja-build python3
           valgrind prometheus chromium
           iproute2
           libsystemd-dev systemd
-          nats-server libnats-dev)
+          nats-server libnats-dev
+          python3-zmq python3-msgpack python3-pytest)
 
 #  The MCP tests run real MCP software from npm; a node of 18 or later that
 #  is already here (any vendor) will do

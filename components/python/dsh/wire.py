@@ -1,0 +1,140 @@
+"""The dsh/1 wire format (schemas/PROTOCOL.md): frames, bodies, endpoints and
+socket settings that every party of this package shares.
+
+A DEALER's message is  "" "DSH1" COMMAND [TOKEN] BODY,  each body one msgpack
+map; an announce message is  "DSH1" COMMAND BODY  and an event  KIND BODY.
+"""
+
+import os
+
+import msgpack
+import zmq
+
+PROTOCOL = b"DSH1"
+DEFAULT_BROKER = "tcp://127.0.0.1:7570"
+DEFAULT_HEARTBEAT_MS = 1000
+DEFAULT_LIVENESS = 3
+DEFAULT_CALL_TIMEOUT_MS = 60000
+#  A client waits this much past a call's own deadline: the broker answers
+#  TIMEOUT at the deadline, so only a lost broker makes the client's run out
+CALL_MARGIN_MS = 2000
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+#  Untrusted bodies: nesting deeper than this is refused (Limits on untrusted input)
+MAX_DEPTH = 24
+
+ERROR_NAMES = {
+    "BAD_REQUEST": "BadRequestError",
+    "UNKNOWN_TOOL": "UnknownToolError",
+    "INVALID_ARGS": "ToolArgsError",
+    "TOOL_FAILED": "ToolError",
+    "TOOL_GONE": "ToolGoneError",
+    "TIMEOUT": "ToolTimeoutError",
+    "OVERLOADED": "OverloadedError",
+    "BAD_RESULT": "BadResultError",
+    "DENIED": "PermissionDeniedError",
+    "MIDDLEWARE_FAILED": "MiddlewareError",
+    "CANCELLED": "CancelledError",
+    "FORBIDDEN": "ForbiddenError",
+    "BROKER_GONE": "BrokerGoneError",
+}
+
+
+class WireError(ValueError):
+    """A message that is not dsh/1: dropped by whoever received it."""
+
+
+def pack(body):
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def unpack(data):
+    """One msgpack map from untrusted bytes, or WireError."""
+    try:
+        body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as error:  # noqa: BLE001 - msgpack raises several kinds on bad input
+        raise WireError("malformed body: %s" % error) from None
+    if not isinstance(body, dict):
+        raise WireError("the body is not a map")
+    if _depth(body) > MAX_DEPTH:
+        raise WireError("the body nests deeper than %d" % MAX_DEPTH)
+    return body
+
+
+def _depth(container, level=1):
+    """How deep containers nest under container (itself at level); stops
+    counting past MAX_DEPTH."""
+    deepest = level
+    for item in container.values() if isinstance(container, dict) else container:
+        if isinstance(item, (dict, list)):
+            if level >= MAX_DEPTH:
+                return level + 1
+            deepest = max(deepest, _depth(item, level + 1))
+    return deepest
+
+
+def dealer_message(command, body, token=None):
+    """The frames a DEALER sends: "" "DSH1" COMMAND [TOKEN] BODY."""
+    frames = [b"", PROTOCOL, command.encode()]
+    if token is not None:
+        frames.append(token)
+    frames.append(body if isinstance(body, bytes) else pack(body))
+    return frames
+
+
+def parse_dealer(frames):
+    """(command, token or None, body) of a message a DEALER received."""
+    if len(frames) < 4 or frames[0] != b"" or frames[1] != PROTOCOL:
+        raise WireError("not a dsh/1 message")
+    command = frames[2].decode("ascii", "replace")
+    if len(frames) == 5:
+        return command, frames[3], unpack(frames[4])
+    if len(frames) == 4:
+        return command, None, unpack(frames[3])
+    raise WireError("%s with %d frames" % (command, len(frames)))
+
+
+def brokers(spec=None):
+    """The front endpoints of a comma list (None: $DSH_BROKER, else the default)."""
+    spec = spec or os.environ.get("DSH_BROKER") or DEFAULT_BROKER
+    if isinstance(spec, (list, tuple)):
+        entries = list(spec)
+    else:
+        entries = [entry.strip() for entry in spec.split(",") if entry.strip()]
+    if not entries or len(entries) > 16:
+        raise ValueError("a broker list holds 1 to 16 endpoints, not %r" % (spec,))
+    for entry in entries:
+        if not entry.startswith(("tcp://", "ipc://", "inproc://")):
+            raise ValueError("%r is not a broker endpoint (tcp://HOST:PORT, ipc://, inproc://)" % entry)
+    return entries
+
+
+def resolve(advertised, front):
+    """An advertised endpoint, its wildcard host replaced by the one used to
+    reach front (PROTOCOL.md, wildcard host rule)."""
+    if not advertised.startswith("tcp://") or not front.startswith("tcp://"):
+        return advertised
+    host, _, port = advertised[len("tcp://"):].rpartition(":")
+    if host not in ("*", "0.0.0.0", "::", "[::]"):
+        return advertised
+    front_host = front[len("tcp://"):].rpartition(":")[0]
+    return "tcp://%s:%s" % (front_host, port)
+
+
+def heal(sock, heartbeat_ms=DEFAULT_HEARTBEAT_MS, liveness=DEFAULT_LIVENESS):
+    """ZMTP heartbeats and quick reconnects, as the reference SDK sets them
+    (PROTOCOL.md, Liveness: connections)."""
+    window_ms = heartbeat_ms * liveness
+    sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, window_ms)
+    sock.setsockopt(zmq.HEARTBEAT_TTL, min(window_ms, 6553500))
+    sock.setsockopt(zmq.CONNECT_TIMEOUT, heartbeat_ms)
+    sock.setsockopt(zmq.RECONNECT_IVL, 100)
+    sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(heartbeat_ms, 100))
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+    sock.setsockopt(zmq.LINGER, 0)
+
+
+def error_result(call_id, code, text):
+    """A RESULT body made here, as dsh makes them: text starting "Error: "."""
+    return {"callId": call_id, "content": [{"type": "text", "text": text}], "isError": True,
+            "error": {"name": ERROR_NAMES.get(code, "Error"), "code": code}}
