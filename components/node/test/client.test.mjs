@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Client, ToolRegistry } from '../dist/index.js';
-import { startBroker, startDemo, stop, until, text } from './helpers.mjs';
+import { freePorts, startBroker, startDemo, stop, until, text } from './helpers.mjs';
 
 let broker;
 let demo;
@@ -94,5 +94,17 @@ test('a broker that dies mid-call: BROKER_GONE within the liveness window, never
   } finally {
     lonelyClient.close();
     await stop(lonelyDemo);
+  }
+});
+
+test('a broker list: a call to a broker never reached moves to the next one', async () => {
+  const nobody = `tcp://127.0.0.1:${await freePorts()}`;
+  const listed = new Client([nobody, broker.endpoint]);
+  try {
+    const result = await listed.call('echo', { message: 'moved' });
+    assert.equal(text(result), 'moved');
+    assert.equal(listed.endpoint, broker.endpoint);
+  } finally {
+    listed.close();
   }
 });

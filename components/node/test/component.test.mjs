@@ -101,6 +101,17 @@ test('a handler reports progress, sees its cancel, and runs at most `concurrency
   await dispose();
 });
 
+test('close() withdraws: the broker says the component left, "withdrawn"', async () => {
+  const departures = [];
+  registry.watcher.on('change', (event) => { if (event.kind === 'component.left') departures.push(event); });
+  const other = await ToolRegistry.connect({ broker: broker.endpoint, component: 'node-leaving' });
+  await other.register(add).ready;
+  await other.close();
+  const left = await until(() => departures.find((event) => event.component === 'node-leaving'), 'component.left');
+  assert.equal(left.reason, 'withdrawn');
+  assert.deepEqual(left.tools, ['node_add']);
+});
+
 test('kill -9 of a Node component mid-call gives TOOL_GONE', async () => {
   const child = await start(process.execPath, [path.join(fixtures, 'component.mjs'), broker.endpoint, 'node-victim'],
     /ready/);
