@@ -5,7 +5,15 @@
 //  with `npm ci && npm run build` there). Requests may be pipelined;
 //  answers carry the request's id and may come in any order.
 import readline from 'node:readline';
-import { Client, Watcher } from '../../components/node/dist/index.js';
+
+let Client;
+let Watcher;
+try {
+  ({ Client, Watcher } = await import('../../components/node/dist/index.js'));
+} catch (error) {
+  process.stderr.write(`driver.mjs: @dsh/tools is not built (cd components/node && npm ci && npm run build): ${error.message}\n`);
+  process.exit(2);
+}
 
 const endpoint = process.argv[2];
 if (!endpoint) {
