@@ -8,7 +8,7 @@ import { Client, Progress } from './client.js';
 import { Component, ToolExecution, ToolHandler } from './component.js';
 import { Watcher, ChangeEvent, SnapshotNotice, withTimeout } from './watcher.js';
 import { ToolDefinition, ToolSchema } from './schema.js';
-import { CallResult, ContentBlock, brokerList, errorResult, nextId } from './wire.js';
+import { CallResult, ContentBlock, brokerList, errorResult, nextId, pack } from './wire.js';
 
 export interface ToolRegistryOptions {
   //  Front endpoint(s): "tcp://h:p", "a,b" or a list; default $DSH_BROKER,
@@ -125,6 +125,11 @@ export class ToolRegistry {
     const { execute: _execute, ...entry } = tool as ToolDefinition;
     if (!entry.parameters || (entry.parameters as { type?: unknown }).type !== 'object')
       throw new TypeError(`tool "${tool.name}": parameters must be a JSON Schema with type "object"`);
+    try {
+      pack(entry);
+    } catch (error) {
+      throw new TypeError(`tool "${tool.name}" cannot be sent as msgpack: ${(error as Error).message}`);
+    }
     this.refusals.delete(tool.name);
     this.component.set(entry as ToolSchema & { parameters: Record<string, unknown> }, run);
     if (!this.componentStarted) {

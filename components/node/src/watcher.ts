@@ -274,7 +274,9 @@ export class Watcher extends EventEmitter {
 export function withTimeout<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} in ${timeoutMs} ms`)), timeoutMs);
+    //  unref: a wait nobody needs any more (the registry was closed) must
+    //  not keep the process alive
+    timer = setTimeout(() => reject(new Error(`${what} in ${timeoutMs} ms`)), timeoutMs).unref();
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
