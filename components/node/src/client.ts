@@ -5,7 +5,7 @@
 import { Dealer } from 'zeromq';
 import {
   Body, CallResult, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, DshError, MAX_MESSAGE_BYTES,
-  Outbox, brokerList, errorResult, frames, nextId, parse,
+  Outbox, brokerList, errorResult, frames, fromBroker, nextId, parse,
 } from './wire.js';
 
 //  How long past its deadline a call waits for the broker's TIMEOUT before
@@ -196,11 +196,12 @@ export class Client {
       for await (const message of socket) {
         if (socket !== this.socket)
           break;
+        const incoming = parse(message, () => false);
+        if (!incoming || !fromBroker(incoming.command, incoming.body))
+          continue;
         this.heardAt = Date.now();
         this.reached = true;
-        const incoming = parse(message, () => false);
-        if (incoming)
-          this.dispatch(incoming.command, incoming.body);
+        this.dispatch(incoming.command, incoming.body);
       }
     } catch {
       //  The socket was closed: its calls were settled by whoever closed it

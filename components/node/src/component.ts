@@ -10,7 +10,7 @@ import { EventEmitter } from 'node:events';
 import { Dealer, Publisher } from 'zeromq';
 import {
   Body, CallResult, ContentBlock, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, Outbox, PROTOCOL,
-  brokerList, errorResult, frames, nextId, pack, parse, resolveEndpoint,
+  WORK_FROM_BROKER, brokerList, errorResult, frames, nextId, pack, parse, resolveEndpoint,
 } from './wire.js';
 import type { ToolEntry } from './client.js';
 
@@ -335,10 +335,10 @@ export class Link {
       for await (const message of work) {
         if (work !== this.work)
           return;
-        this.heardAt = Date.now();
         const incoming = parse(message, (command) => command === 'CALL' || command === 'CANCEL');
-        if (!incoming)
+        if (!incoming || !WORK_FROM_BROKER.has(incoming.command))
           continue;
+        this.heardAt = Date.now();
         switch (incoming.command) {
           case 'SYNC':
             this.publish('ANNOUNCE');

@@ -6,7 +6,7 @@
 import { EventEmitter } from 'node:events';
 import { Dealer, Subscriber } from 'zeromq';
 import {
-  Body, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, Outbox, brokerList, frames, nextId, parse,
+  Body, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, Outbox, brokerList, frames, fromBroker, nextId, parse,
   resolveEndpoint, unpack,
 } from './wire.js';
 import type { ToolEntry } from './client.js';
@@ -137,10 +137,10 @@ export class Watcher extends EventEmitter {
       for await (const message of front) {
         if (front !== this.front)
           return;
-        this.heardAt = Date.now();
         const incoming = parse(message, () => false);
-        if (!incoming)
+        if (!incoming || !fromBroker(incoming.command, incoming.body))
           continue;
+        this.heardAt = Date.now();
         const { command, body } = incoming;
         if (command === 'WELCOME' && body.id === this.helloId && !this.brokerId)
           this.attach(body);

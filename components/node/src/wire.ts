@@ -64,6 +64,26 @@ export function parse(message: Uint8Array[], withToken: (command: string) => boo
   return body ? { command, body } : null;
 }
 
+//  Whether a FRONT message is one a broker sends. A DEALER reconnecting to
+//  a dead broker's port in the ephemeral range can be connected to itself
+//  by TCP simultaneous open, and then reads its own requests back: those
+//  must count neither as replies nor as signs of the broker's life. The
+//  commands that are both requests and replies differ by their fields.
+export function fromBroker(command: string, body: Body): boolean {
+  switch (command) {
+    case 'WELCOME': case 'PONG': case 'TOOLS': case 'TOOL': case 'RESULT': case 'PROGRESS': case 'ERROR':
+      return true;
+    case 'SNAPSHOT': return 'seq' in body;
+    case 'STATS': return 'uptimeMs' in body;
+    case 'CHAIN': return 'stages' in body;
+    case 'CONTROL': return 'ok' in body;
+    default: return false;
+  }
+}
+
+//  The same on WORK: what a broker sends a component.
+export const WORK_FROM_BROKER = new Set(['SYNC', 'CALL', 'CANCEL', 'REFUSED', 'HEARTBEAT']);
+
 //  A list of front endpoints: "a,b", an array, $DSH_BROKER, or the default.
 export function brokerList(broker?: string | string[]): string[] {
   const given = broker ?? process.env.DSH_BROKER ?? DEFAULT_BROKER;

@@ -79,7 +79,9 @@ test('many calls in flight each get their own result', async () => {
 });
 
 test('a broker that dies mid-call: BROKER_GONE within the liveness window, never a hang', async () => {
-  const lonely = await startBroker();
+  //  A port outside the kernel's ephemeral range: once this broker is dead,
+  //  no other test's broker on `tcp://127.0.0.1:*` can be given it
+  const lonely = await startBroker(`tcp://127.0.0.1:${await freePorts()}`);
   const lonelyDemo = await startDemo(lonely.endpoint);
   const lonelyClient = new Client(lonely.endpoint);
   try {
@@ -106,5 +108,24 @@ test('a broker list: a call to a broker never reached moves to the next one', as
     assert.equal(listed.endpoint, broker.endpoint);
   } finally {
     listed.close();
+  }
+});
+
+test('a peer that echoes requests back (a socket connected to itself) is no broker: BROKER_GONE', async () => {
+  //  What a DEALER reads when TCP simultaneous open connects it to itself
+  //  on a dead broker's ephemeral port: its own messages
+  const { Router } = await import('zeromq');
+  const mirror = new Router({ linger: 0 });
+  await mirror.bind('tcp://127.0.0.1:*');
+  void (async () => { try { for await (const message of mirror) await mirror.send(message); } catch { /* closed */ } })();
+  const fooled = new Client(mirror.lastEndpoint);
+  try {
+    const [listed, called] = await Promise.allSettled([fooled.tools(), fooled.call('echo', { message: 'x' })]);
+    assert.equal(listed.status, 'rejected');
+    assert.equal(listed.reason.code, 'BROKER_GONE');
+    assert.equal(called.value.error.code, 'BROKER_GONE');
+  } finally {
+    fooled.close();
+    mirror.close();
   }
 });
