@@ -94,7 +94,18 @@ export class Client {
       return Promise.resolve(errorResult(callId, 'BROKER_GONE', 'Error: the client is closed'));
     if (options.signal?.aborted)
       return Promise.resolve(errorResult(callId, 'CANCELLED', 'Error: the call was cancelled'));
+    //  What the broker could only answer with an ERROR that names no call
+    //  (so the call would wait out its deadline) is answered here at once
+    if (callId.length === 0 || Buffer.byteLength(callId) > 256 || callId.includes('\0'))
+      return Promise.resolve(errorResult(callId, 'BAD_REQUEST', 'field "callId" must be 1-256 bytes without NUL'));
     const body: Body = { callId, name, arguments: args, agent, meta: options.meta, timeoutMs };
+    let message: Uint8Array[];
+    try {
+      message = frames('CALL', body);
+    } catch (error) {
+      return Promise.resolve(errorResult(callId, 'BAD_REQUEST',
+        `the call cannot be sent as msgpack: ${(error as Error).message}`));
+    }
     return new Promise((resolve) => {
       const waitMs = (timeoutMs && timeoutMs > 0 ? timeoutMs : DEFAULT_CALL_TIMEOUT_MS) + CALL_MARGIN_MS;
       const call: PendingCall = {
@@ -110,7 +121,7 @@ export class Client {
       }
       this.awaiting();
       this.calls.set(callId, call);
-      this.outbox.send(frames('CALL', body));
+      this.outbox.send(message);
     });
   }
 

@@ -129,3 +129,15 @@ test('a peer that echoes requests back (a socket connected to itself) is no brok
     mirror.close();
   }
 });
+
+test('bad input is answered at once with a clear error, never left to a deadline', async () => {
+  const unsendable = await client.call('echo', { message: () => 'x' });
+  assert.equal(unsendable.error.code, 'BAD_REQUEST');
+  assert.match(text(unsendable), /cannot be sent as msgpack/);
+  const longId = await client.call('echo', { message: 'x' }, { callId: 'x'.repeat(300) });
+  assert.equal(longId.error.code, 'BAD_REQUEST');
+  assert.equal(text(longId), 'field "callId" must be 1-256 bytes without NUL');
+  const badName = await client.call('bad name!', {});
+  assert.equal(badName.error.code, 'UNKNOWN_TOOL');
+  assert.throws(() => new Client([]), /1 to 16 endpoints/);
+});
