@@ -110,8 +110,7 @@ export class Client {
       const waitMs = (timeoutMs && timeoutMs > 0 ? timeoutMs : DEFAULT_CALL_TIMEOUT_MS) + CALL_MARGIN_MS;
       const call: PendingCall = {
         body, resolve, onProgress: options.onProgress, cancelled: false,
-        deadline: setTimeout(() => this.settle(callId, errorResult(callId, 'TIMEOUT',
-          'Error: no reply from the broker in time')), waitMs),
+        deadline: setTimeout(() => this.expire(callId), waitMs),
       };
       if (options.signal) {
         const signal = options.signal;
@@ -121,7 +120,7 @@ export class Client {
       }
       this.awaiting();
       this.calls.set(callId, call);
-      this.outbox.send(message);
+      this.outbox.send(message, () => this.calls.has(callId));
     });
   }
 
@@ -184,7 +183,11 @@ export class Client {
 
   //  A new connection to the current endpoint.
   private open(): void {
+    //  immediate: messages wait in the Outbox, not in libzmq, until a
+    //  connection is up, so a call answered by its own deadline meanwhile is
+    //  never sent (Outbox's live) and cannot run later
     const socket = new Dealer({
+      immediate: true,
       linger: 0,
       maxMessageSize: MAX_MESSAGE_BYTES,
       heartbeatInterval: this.heartbeatMs,
@@ -262,6 +265,22 @@ export class Client {
     clearTimeout(call.deadline);
     call.detach?.();
     call.resolve(result);
+  }
+
+  //  A call's own deadline passed with no answer. If no connection was ever
+  //  made, its CALL still waits to be sent (in zeromq's blocked send, where
+  //  it cannot be taken back): a new socket drops it, so it never runs
+  //  later, and takes the calls and queries still open.
+  private expire(callId: string): void {
+    this.settle(callId, errorResult(callId, 'TIMEOUT', 'Error: no reply from the broker in time'));
+    if (this.reached || this.closed)
+      return;
+    this.socket.close();
+    this.open();
+    for (const call of this.calls.values())
+      this.outbox.send(frames('CALL', call.body));
+    for (const query of this.queries.values())
+      this.outbox.send(frames(query.command, query.body));
   }
 
   private fail(id: string, error: Error): void {

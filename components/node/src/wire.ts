@@ -167,13 +167,16 @@ export class DshError extends Error {
 //  (a DEALER blocks while it has no connection), so sends queue here instead
 //  of failing with EBUSY; a send on a closed socket is dropped, as a lost
 //  message would be.
+//  A message may come with live(): it is sent only if that still holds when
+//  its turn comes (a call that timed out while the broker was unreachable
+//  must not run when it comes back).
 export class Outbox {
-  private queue: Uint8Array[][] = [];
+  private queue: { message: Uint8Array[]; live?: () => boolean }[] = [];
   private sending = false;
   constructor(private readonly socket: { send(message: Uint8Array[]): Promise<void>; closed: boolean }) {}
 
-  send(message: Uint8Array[]): void {
-    this.queue.push(message);
+  send(message: Uint8Array[], live?: () => boolean): void {
+    this.queue.push({ message, live });
     if (!this.sending)
       void this.drain();
   }
@@ -181,7 +184,9 @@ export class Outbox {
   private async drain(): Promise<void> {
     this.sending = true;
     while (this.queue.length > 0 && !this.socket.closed) {
-      const message = this.queue.shift()!;
+      const { message, live } = this.queue.shift()!;
+      if (live && !live())
+        continue;
       try {
         await this.socket.send(message);
       } catch {

@@ -148,3 +148,30 @@ test('a broker restart: the component announces again and the view resynchronise
     await stop(fixed);
   }
 });
+
+test('a call that timed out while no broker could be reached is never run when one comes', async () => {
+  const endpoint = `tcp://127.0.0.1:${await freePorts()}`;
+  const early = new Client(endpoint);
+  let runs = 0;
+  let late;
+  let local;
+  try {
+    const stale = await early.call('node_once', {}, { timeoutMs: 100 });
+    assert.equal(stale.error.code, 'TIMEOUT');
+    assert.equal(text(stale), 'Error: no reply from the broker in time');
+    late = await startBroker(endpoint);
+    local = await ToolRegistry.connect({ broker: endpoint, component: 'node-once' });
+    await local.register({ name: 'node_once', parameters: { type: 'object' } }, async () => {
+      runs += 1;
+      return [{ type: 'text', text: 'ran' }];
+    }).ready;
+    //  The early client's messages leave in order: had the stale call been
+    //  kept, it would have run before this one is answered
+    assert.equal(text(await early.call('node_once', {})), 'ran');
+    assert.equal(runs, 1);
+  } finally {
+    early.close();
+    await local?.close();
+    await stop(late);
+  }
+});
