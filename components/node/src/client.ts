@@ -49,6 +49,8 @@ interface PendingCall {
   deadline: NodeJS.Timeout;
   onProgress?: (progress: Progress) => void;
   cancelled: boolean;
+  //  Taken by zeromq onto a live connection: it may have run
+  sent: boolean;
   detach?: () => void;
 }
 
@@ -109,7 +111,7 @@ export class Client {
     return new Promise((resolve) => {
       const waitMs = (timeoutMs && timeoutMs > 0 ? timeoutMs : DEFAULT_CALL_TIMEOUT_MS) + CALL_MARGIN_MS;
       const call: PendingCall = {
-        body, resolve, onProgress: options.onProgress, cancelled: false,
+        body, resolve, onProgress: options.onProgress, cancelled: false, sent: false,
         deadline: setTimeout(() => this.expire(callId), waitMs),
       };
       if (options.signal) {
@@ -120,7 +122,18 @@ export class Client {
       }
       this.awaiting();
       this.calls.set(callId, call);
-      this.outbox.send(message, () => this.calls.has(callId));
+      this.send(callId, message);
+    });
+  }
+
+  private send(callId: string, message: Uint8Array[]): void {
+    const call = this.calls.get(callId);
+    if (call)
+      call.sent = false;
+    this.outbox.send(message, () => this.calls.has(callId), () => {
+      const open = this.calls.get(callId);
+      if (open)
+        open.sent = true;
     });
   }
 
@@ -277,8 +290,8 @@ export class Client {
       return;
     this.socket.close();
     this.open();
-    for (const call of this.calls.values())
-      this.outbox.send(frames('CALL', call.body));
+    for (const [callId, call] of this.calls)
+      this.send(callId, frames('CALL', call.body));
     for (const query of this.queries.values())
       this.outbox.send(frames(query.command, query.body));
   }
@@ -325,25 +338,27 @@ export class Client {
       this.gone(silence);
   }
 
-  //  The broker fell silent: calls that cannot have run, and queries, go to
-  //  the next broker; other calls are answered BROKER_GONE (or CANCELLED).
+  //  The broker fell silent: calls that cannot have run (never taken onto a
+  //  connection) and queries go to the next broker (or wait for this one,
+  //  if it is the only one); other calls are answered BROKER_GONE (or
+  //  CANCELLED).
   private gone(silence: number): void {
     const old = this.endpoint;
-    const reached = this.reached;
     const others = this.endpoints.length > 1;
     const text = `Error: the broker at ${old} went silent (no answer for ${silence} ms) with the call in flight`;
-    const resend: Uint8Array[][] = [];
+    const resend: string[] = [];
     for (const [callId, call] of [...this.calls]) {
       if (call.cancelled)
         this.settle(callId, errorResult(callId, 'CANCELLED', 'Error: the call was cancelled'));
-      else if (!reached && others)
-        resend.push(frames('CALL', call.body));
+      else if (!call.sent)
+        resend.push(callId);
       else
         this.settle(callId, errorResult(callId, 'BROKER_GONE', text));
     }
+    const queries: Uint8Array[][] = [];
     for (const [id, query] of [...this.queries]) {
       if (others)
-        resend.push(frames(query.command, query.body));
+        queries.push(frames(query.command, query.body));
       else
         this.fail(id, new DshError('BROKER_GONE', `the broker at ${old} went silent (no answer for ${silence} ms)`));
     }
@@ -351,7 +366,9 @@ export class Client {
     this.index = (this.index + 1) % this.endpoints.length;
     this.open();
     this.heardAt = Date.now();
-    for (const message of resend)
+    for (const callId of resend)
+      this.send(callId, frames('CALL', this.calls.get(callId)!.body));
+    for (const message of queries)
       this.outbox.send(message);
   }
 

@@ -171,12 +171,14 @@ export class DshError extends Error {
 //  its turn comes (a call that timed out while the broker was unreachable
 //  must not run when it comes back).
 export class Outbox {
-  private queue: { message: Uint8Array[]; live?: () => boolean }[] = [];
+  private queue: { message: Uint8Array[]; live?: () => boolean; sent?: () => void }[] = [];
   private sending = false;
   constructor(private readonly socket: { send(message: Uint8Array[]): Promise<void>; closed: boolean }) {}
 
-  send(message: Uint8Array[], live?: () => boolean): void {
-    this.queue.push({ message, live });
+  //  sent() runs once zeromq has taken the message (with `immediate`, onto
+  //  a connection that is up).
+  send(message: Uint8Array[], live?: () => boolean, sent?: () => void): void {
+    this.queue.push({ message, live, sent });
     if (!this.sending)
       void this.drain();
   }
@@ -184,11 +186,12 @@ export class Outbox {
   private async drain(): Promise<void> {
     this.sending = true;
     while (this.queue.length > 0 && !this.socket.closed) {
-      const { message, live } = this.queue.shift()!;
+      const { message, live, sent } = this.queue.shift()!;
       if (live && !live())
         continue;
       try {
         await this.socket.send(message);
+        sent?.();
       } catch {
         break;
       }

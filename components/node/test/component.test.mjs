@@ -175,3 +175,26 @@ test('a call that timed out while no broker could be reached is never run when o
     await stop(late);
   }
 });
+
+test('two brokers: the component serves both; the view and the client move on when the first dies', async () => {
+  const first = await startBroker(`tcp://127.0.0.1:${await freePorts()}`);
+  const second = await startBroker(`tcp://127.0.0.1:${await freePorts()}`);
+  const both = await ToolRegistry.connect({ broker: [first.endpoint, second.endpoint], component: 'node-both' });
+  try {
+    await both.register(add).ready;
+    await until(async () => (await dshTools(second.endpoint)).includes('node_add'), 'node_add at the second broker');
+    assert.equal(text(await dshCall(first.endpoint, 'node_add', { a: 1, b: 1 })), '2');
+    assert.equal(text(await dshCall(second.endpoint, 'node_add', { a: 2, b: 2 })), '4');
+
+    const epoch = both.watcher.epoch;
+    await stop(first, 'SIGKILL');
+    await until(() => both.watcher.endpoint === second.endpoint && both.watcher.epoch !== epoch
+      && both.get('node_add'), 'the view to follow the second broker', 15000);
+    assert.equal(text(await both.execute('node_add', { a: 3, b: 3 })), '6');
+    assert.equal(both.client.endpoint, second.endpoint);
+  } finally {
+    await both.close();
+    await stop(first);
+    await stop(second);
+  }
+});
