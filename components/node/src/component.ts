@@ -230,7 +230,7 @@ export class Link {
   private running = false;
   private stopping = false;
 
-  constructor(private readonly owner: Component, readonly front_endpoint: string) {}
+  constructor(private readonly owner: Component, readonly frontEndpoint: string) {}
 
   start(): void {
     if (this.running || this.stopping)
@@ -245,7 +245,7 @@ export class Link {
     const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES });
     this.front = front;
     const frontOut = new Outbox(front);
-    front.connect(this.front_endpoint);
+    front.connect(this.frontEndpoint);
     this.helloId = nextId('hello');
     const hello = () => frontOut.send(frames('HELLO', { id: this.helloId, component: this.owner.id }));
     hello();
@@ -269,7 +269,7 @@ export class Link {
   //  WELCOME: connect PUB and WORK, claim the id, heartbeat.
   private attach(welcome: Body): void {
     if (welcome.protocol !== 1) {
-      this.owner.emit('error', new Error(`the broker at ${this.front_endpoint} speaks protocol ${String(welcome.protocol)}, not 1`));
+      this.owner.emit('error', new Error(`the broker at ${this.frontEndpoint} speaks protocol ${String(welcome.protocol)}, not 1`));
       return;
     }
     this.heartbeatMs = Number(welcome.heartbeatMs) || DEFAULT_HEARTBEAT_MS;
@@ -283,7 +283,7 @@ export class Link {
       reconnectMaxInterval: this.heartbeatMs,
     };
     const pub = new Publisher(zmtp);
-    pub.connect(resolveEndpoint(String(welcome.announce), this.front_endpoint));
+    pub.connect(resolveEndpoint(String(welcome.announce), this.frontEndpoint));
     const work = new Dealer({ ...zmtp, routingId: `${this.owner.id} ${randomUUID()}` });
     this.pub = pub;
     this.work = work;
@@ -295,7 +295,7 @@ export class Link {
       if (this.workHandshakes > 1 && work === this.work)
         this.hello();
     });
-    work.connect(resolveEndpoint(String(welcome.work), this.front_endpoint));
+    work.connect(resolveEndpoint(String(welcome.work), this.frontEndpoint));
     this.heardAt = Date.now();
     this.hello();
     this.beatTimer = setInterval(() => this.beat(), this.heartbeatMs);
@@ -350,7 +350,7 @@ export class Link {
             this.owner.cancel(this, incoming.token!);
             break;
           case 'REFUSED':
-            this.owner.emit('refused', { broker: this.front_endpoint, ...incoming.body });
+            this.owner.emit('refused', { broker: this.frontEndpoint, ...incoming.body });
             break;
           default:
             break;
