@@ -35,8 +35,15 @@ export function unpack(frame: Uint8Array): Body | null {
 }
 
 //  A ROUTER/DEALER message as a DEALER sends it: "" "DSH1" COMMAND [token] body.
+const EMPTY = new Uint8Array(0);
+const PROTOCOL_FRAME = Buffer.from(PROTOCOL);
+const commandFrames = new Map<string, Uint8Array>();
+
 export function frames(command: string, body: unknown, token?: Uint8Array): Uint8Array[] {
-  const head = [new Uint8Array(0), Buffer.from(PROTOCOL), Buffer.from(command)];
+  let commandFrame = commandFrames.get(command);
+  if (!commandFrame)
+    commandFrames.set(command, commandFrame = Buffer.from(command));
+  const head = [EMPTY, PROTOCOL_FRAME, commandFrame];
   return token ? [...head, token, pack(body)] : [...head, pack(body)];
 }
 
@@ -49,7 +56,7 @@ export interface Incoming {
 //  Parses what a DEALER receives; null for anything that is not dsh/1
 //  (dropped, as the spec says receivers do).
 export function parse(message: Uint8Array[], withToken: (command: string) => boolean): Incoming | null {
-  if (message.length < 4 || message[0].length !== 0 || Buffer.from(message[1]).toString() !== PROTOCOL)
+  if (message.length < 4 || message[0].length !== 0 || !PROTOCOL_FRAME.equals(message[1]))
     return null;
   const command = Buffer.from(message[2]).toString();
   if (withToken(command)) {
