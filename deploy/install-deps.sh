@@ -24,8 +24,10 @@ packages=(gcc pkg-config meson ninja-build python3
           nats-server libnats-dev
           python3-zmq python3-msgpack python3-pytest)
 
-#  The MCP tests run real MCP software from npm; a node of 18 or later that
-#  is already here (any vendor) will do
+#  The MCP tests run real MCP software from npm, and the node suite builds
+#  and tests @dsh/tools (components/node: zeromq 6 ships its linux-x64
+#  binary inside the npm package, so no compiler or libzmq is needed for it);
+#  a node of 18 or later that is already here (any vendor) will do
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     packages+=(nodejs npm)
 fi

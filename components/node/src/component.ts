@@ -1,0 +1,390 @@
+//  A component: serves tools to one or more brokers (Component lifecycle).
+//  For each broker it discovers the endpoints on FRONT, claims its id on
+//  WORK, announces on PUB when asked (SYNC), heartbeats, and starts over when
+//  the broker falls silent (a restart, a move). Calls run concurrently up to
+//  a limit, with progress and cancellation; each is answered exactly once
+//  on the WORK connection it came on.
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import { EventEmitter } from 'node:events';
+import { Dealer, Publisher } from 'zeromq';
+import {
+  Body, CallResult, ContentBlock, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, Outbox, PROTOCOL,
+  WORK_FROM_BROKER, brokerList, errorResult, frames, nextId, pack, parse, resolveEndpoint,
+} from './wire.js';
+import type { ToolEntry } from './client.js';
+
+const HELLO_RETRY_MS = 1000;
+const QUEUE_LIMIT = 1024;
+
+//  What a handler is given besides the arguments: the original's
+//  ToolExecution, with the call's meta and a progress reporter.
+export interface ToolExecution {
+  callId: string;
+  name: string;
+  arguments: unknown;
+  agent?: string;
+  signal?: AbortSignal;
+  meta?: Record<string, unknown>;
+  progress?: (progress: number, total?: number, message?: string) => void;
+}
+
+//  A handler returns content blocks (the original's shape) or a whole
+//  result ({content, structuredContent?, isError?}); a throw is an error
+//  result (TOOL_FAILED, or the error's own `code`).
+export type ToolHandler = (args: any, exec: ToolExecution) =>
+  Promise<ContentBlock[] | Partial<CallResult>> | ContentBlock[] | Partial<CallResult>;
+
+export interface ComponentOptions {
+  broker?: string | string[];
+  id?: string;
+  concurrency?: number;
+}
+
+interface Job {
+  link: Link;
+  token: Uint8Array;
+  body: Body;
+  abort: AbortController;
+}
+
+export class Component extends EventEmitter {
+  readonly id: string;
+  readonly concurrency: number;
+  private generation = Date.now();
+  private readonly tools = new Map<string, { entry: ToolEntry; handler: ToolHandler }>();
+  private readonly links: Link[];
+  private readonly running = new Map<string, Job>();
+  private readonly waiting: Job[] = [];
+  private stopped = false;
+
+  constructor(options: ComponentOptions = {}) {
+    super();
+    this.id = options.id ?? `node-${hostname().replace(/[^\x21-\x7e]/g, '_')}-${process.pid}`;
+    if (!/^[\x21-\x7e]{1,128}$/.test(this.id))
+      throw new TypeError(`component id "${this.id}" must be 1-128 printable ASCII characters, no space`);
+    this.concurrency = options.concurrency ?? 16;
+    if (!Number.isInteger(this.concurrency) || this.concurrency < 1 || this.concurrency > 65536)
+      throw new TypeError('concurrency must be an integer from 1 to 65536');
+    this.links = brokerList(options.broker).map((front) => new Link(this, front));
+  }
+
+  //  Adds or replaces a tool; the brokers hear of it at once (a new
+  //  generation, HELLO on WORK, ANNOUNCE).
+  set(entry: ToolEntry, handler: ToolHandler): void {
+    this.tools.set(entry.name, { entry, handler });
+    this.changed();
+  }
+
+  delete(name: string): boolean {
+    const had = this.tools.delete(name);
+    if (had)
+      this.changed();
+    return had;
+  }
+
+  has(name: string): boolean {
+    return this.tools.has(name);
+  }
+
+  get size(): number {
+    return this.tools.size;
+  }
+
+  //  Connects to every broker (idempotent).
+  start(): void {
+    for (const link of this.links)
+      link.start();
+  }
+
+  //  WITHDRAW to every broker, then close (lingering up to a second so the
+  //  WITHDRAW gets out). Calls still running are abandoned.
+  async stop(): Promise<void> {
+    if (this.stopped)
+      return;
+    this.stopped = true;
+    for (const job of this.running.values())
+      job.abort.abort();
+    await Promise.all(this.links.map((link) => link.stop()));
+  }
+
+  presence(command: string): Body {
+    const body: Body = { component: this.id, generation: this.generation };
+    if (command === 'ANNOUNCE') {
+      body.concurrency = this.concurrency;
+      body.tools = [...this.tools.values()].map(({ entry }) => entry);
+    }
+    return body;
+  }
+
+  private changed(): void {
+    this.generation = Math.max(this.generation + 1, Date.now());
+    for (const link of this.links)
+      link.reannounce();
+  }
+
+  //  A CALL from link: run now, queue, or refuse OVERLOADED.
+  accept(link: Link, token: Uint8Array, body: Body): void {
+    const job: Job = { link, token, body, abort: new AbortController() };
+    if (this.running.size < this.concurrency)
+      void this.run(job);
+    else if (this.waiting.length < QUEUE_LIMIT)
+      this.waiting.push(job);
+    else
+      link.result(token, errorResult(String(body.callId ?? ''), 'OVERLOADED',
+        `Error: component "${this.id}" is overloaded`));
+  }
+
+  //  CANCEL: abort a running handler, skip a waiting one. Keyed by token and
+  //  link: tokens are each broker's own.
+  cancel(link: Link, token: Uint8Array): void {
+    const key = jobKey(link, token);
+    const job = this.running.get(key);
+    if (job) {
+      job.abort.abort();
+      return;
+    }
+    const index = this.waiting.findIndex((waiting) => jobKey(waiting.link, waiting.token) === key);
+    if (index >= 0)
+      this.waiting.splice(index, 1);
+  }
+
+  private async run(job: Job): Promise<void> {
+    const key = jobKey(job.link, job.token);
+    this.running.set(key, job);
+    const callId = typeof job.body.callId === 'string' ? job.body.callId : '';
+    const result = await this.execute(job, callId);
+    this.running.delete(key);
+    //  A cancelled call's result would be dropped by the broker anyway
+    if (!job.abort.signal.aborted)
+      job.link.result(job.token, result);
+    const next = this.waiting.shift();
+    if (next)
+      void this.run(next);
+  }
+
+  private async execute(job: Job, callId: string): Promise<CallResult> {
+    const name = typeof job.body.name === 'string' ? job.body.name : '';
+    const tool = this.tools.get(name);
+    if (!tool)
+      return errorResult(callId, 'UNKNOWN_TOOL', `Error: unknown tool "${name}"`);
+    const exec: ToolExecution = {
+      callId, name,
+      arguments: job.body.arguments,
+      agent: typeof job.body.agent === 'string' ? job.body.agent : undefined,
+      signal: job.abort.signal,
+      meta: isMap(job.body.meta) ? job.body.meta as Record<string, unknown> : undefined,
+      progress: (progress, total, message) => {
+        if (!job.abort.signal.aborted && Number.isFinite(progress))
+          job.link.send(frames('PROGRESS', { callId, progress, total, message }, job.token));
+      },
+    };
+    try {
+      const value = await tool.handler(job.body.arguments, exec);
+      return toResult(callId, value);
+    } catch (error) {
+      const code = typeof (error as { code?: unknown })?.code === 'string' ? (error as { code: string }).code : 'TOOL_FAILED';
+      const message = error instanceof Error && error.message ? error.message : 'handler failed';
+      return errorResult(callId, /^[A-Z_]+$/.test(code) ? code : 'TOOL_FAILED', `Error: ${message}`);
+    }
+  }
+}
+
+function jobKey(link: Link, token: Uint8Array): string {
+  return `${link.serial}:${Buffer.from(token).toString('hex')}`;
+}
+
+function isMap(value: unknown): boolean {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof Uint8Array);
+}
+
+function toResult(callId: string, value: unknown): CallResult {
+  if (Array.isArray(value))
+    return { callId, content: value as ContentBlock[], isError: false };
+  if (isMap(value)) {
+    const result = value as Partial<CallResult>;
+    return { ...result, callId, content: result.content ?? [], isError: result.isError === true };
+  }
+  if (value === undefined)
+    return { callId, content: [], isError: false };
+  return { callId, content: [{ type: 'text', text: String(value) }], isError: false };
+}
+
+let linkSerial = 0;
+
+//  One broker's connections: FRONT for discovery, PUB for presence, WORK for
+//  calls. Rebuilt whole when the broker falls silent.
+export class Link {
+  readonly serial = ++linkSerial;
+  private front?: Dealer;
+  private pub?: Publisher;
+  private work?: Dealer;
+  private workOut?: Outbox;
+  private helloId = '';
+  private helloTimer?: NodeJS.Timeout;
+  private beatTimer?: NodeJS.Timeout;
+  private heardAt = 0;
+  private heartbeatMs = DEFAULT_HEARTBEAT_MS;
+  private liveness = DEFAULT_LIVENESS;
+  private workHandshakes = 0;
+  private running = false;
+  private stopping = false;
+
+  constructor(private readonly owner: Component, readonly frontEndpoint: string) {}
+
+  start(): void {
+    if (this.running || this.stopping)
+      return;
+    this.running = true;
+    this.discover();
+  }
+
+  //  HELLO on a fresh FRONT connection, again every second, until WELCOME.
+  private discover(): void {
+    this.close();
+    const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES });
+    this.front = front;
+    const frontOut = new Outbox(front);
+    front.connect(this.frontEndpoint);
+    this.helloId = nextId('hello');
+    const hello = () => frontOut.send(frames('HELLO', { id: this.helloId, component: this.owner.id }));
+    hello();
+    this.helloTimer = setInterval(hello, HELLO_RETRY_MS);
+    void (async () => {
+      try {
+        for await (const message of front) {
+          const incoming = parse(message, () => false);
+          if (incoming?.command === 'WELCOME' && incoming.body.id === this.helloId && front === this.front) {
+            clearInterval(this.helloTimer);
+            this.attach(incoming.body);
+            return;
+          }
+        }
+      } catch {
+        //  closed while discovering
+      }
+    })();
+  }
+
+  //  WELCOME: connect PUB and WORK, claim the id, heartbeat.
+  private attach(welcome: Body): void {
+    if (welcome.protocol !== 1) {
+      this.owner.emit('error', new Error(`the broker at ${this.frontEndpoint} speaks protocol ${String(welcome.protocol)}, not 1`));
+      return;
+    }
+    this.heartbeatMs = Number(welcome.heartbeatMs) || DEFAULT_HEARTBEAT_MS;
+    this.liveness = Number(welcome.liveness) || DEFAULT_LIVENESS;
+    const zmtp = {
+      linger: 1000,
+      maxMessageSize: Number(welcome.maxMessageBytes) || MAX_MESSAGE_BYTES,
+      heartbeatInterval: this.heartbeatMs,
+      heartbeatTimeout: this.heartbeatMs * this.liveness,
+      connectTimeout: this.heartbeatMs,
+      reconnectMaxInterval: this.heartbeatMs,
+    };
+    const pub = new Publisher(zmtp);
+    pub.connect(resolveEndpoint(String(welcome.announce), this.frontEndpoint));
+    const work = new Dealer({ ...zmtp, routingId: `${this.owner.id} ${randomUUID()}` });
+    this.pub = pub;
+    this.work = work;
+    this.workOut = new Outbox(work);
+    this.workHandshakes = 0;
+    //  A WORK connection made again (the link was cut) says HELLO again
+    work.events.on('handshake', () => {
+      this.workHandshakes += 1;
+      if (this.workHandshakes > 1 && work === this.work)
+        this.hello();
+    });
+    work.connect(resolveEndpoint(String(welcome.work), this.frontEndpoint));
+    this.heardAt = Date.now();
+    this.hello();
+    this.beatTimer = setInterval(() => this.beat(), this.heartbeatMs);
+    void this.receive(work);
+  }
+
+  private hello(): void {
+    this.send(frames('HELLO', { component: this.owner.id, generation: this.owner.presence('HELLO').generation }));
+  }
+
+  private publish(command: string): void {
+    if (this.pub && !this.pub.closed)
+      void this.pub.send([Buffer.from(PROTOCOL), Buffer.from(command), pack(this.owner.presence(command))])
+        .catch(() => undefined);
+  }
+
+  //  The tool set changed: HELLO with the new generation, then ANNOUNCE
+  //  (an ANNOUNCE that overtakes the HELLO is dropped; the SYNC repeats it).
+  reannounce(): void {
+    if (!this.work)
+      return;
+    this.hello();
+    this.publish('ANNOUNCE');
+  }
+
+  private beat(): void {
+    if (Date.now() - this.heardAt > this.heartbeatMs * this.liveness) {
+      //  Broker silence: start again from discovery
+      this.discover();
+      return;
+    }
+    this.publish('HEARTBEAT');
+  }
+
+  private async receive(work: Dealer): Promise<void> {
+    try {
+      for await (const message of work) {
+        if (work !== this.work)
+          return;
+        const incoming = parse(message, (command) => command === 'CALL' || command === 'CANCEL');
+        if (!incoming || !WORK_FROM_BROKER.has(incoming.command))
+          continue;
+        this.heardAt = Date.now();
+        switch (incoming.command) {
+          case 'SYNC':
+            this.publish('ANNOUNCE');
+            break;
+          case 'CALL':
+            this.owner.accept(this, incoming.token!, incoming.body);
+            break;
+          case 'CANCEL':
+            this.owner.cancel(this, incoming.token!);
+            break;
+          case 'REFUSED':
+            this.owner.emit('refused', { broker: this.frontEndpoint, ...incoming.body });
+            break;
+          default:
+            break;
+        }
+      }
+    } catch {
+      //  closed
+    }
+  }
+
+  send(message: Uint8Array[]): void {
+    this.workOut?.send(message);
+  }
+
+  result(token: Uint8Array, result: CallResult): void {
+    this.send(frames('RESULT', result, token));
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.pub && !this.pub.closed) {
+      this.publish('WITHDRAW');
+      //  PUB has no flush: give the WITHDRAW a moment to leave before close
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    this.close();
+  }
+
+  private close(): void {
+    clearInterval(this.helloTimer);
+    clearInterval(this.beatTimer);
+    for (const socket of [this.front, this.pub, this.work])
+      if (socket && !socket.closed)
+        socket.close();
+    this.front = this.pub = this.work = this.workOut = undefined;
+  }
+}

@@ -1,0 +1,19 @@
+//  @dsh/tools: dsh from Node. The original ToolRegistry API over a broker
+//  (registry.ts), typed definitions (schema.ts), and the protocol's three
+//  roles on their own: Client, Watcher, Component.
+export { ToolRegistry } from './registry.js';
+export type {
+  ToolRegistryOptions, ExecuteRequest, ExecuteOptions, ToolExecutionResult, ToolsChange, ExecuteListener, Disposer,
+} from './registry.js';
+export { defineTool, validateArgs, schemaSpecToJsonSchema, ToolArgsError } from './schema.js';
+export type {
+  SchemaSpec, SchemaProp, SchemaType, InferArgs, JsonSchema, ToolSchema, ToolDefinition, TypedToolDefinition,
+} from './schema.js';
+export { Client } from './client.js';
+export type { CallOptions, ClientOptions, Progress, ToolEntry } from './client.js';
+export { Watcher } from './watcher.js';
+export type { ChangeEvent, SnapshotNotice } from './watcher.js';
+export { Component } from './component.js';
+export type { ComponentOptions, ToolExecution, ToolHandler } from './component.js';
+export { DshError, errorResult } from './wire.js';
+export type { CallResult, ContentBlock, ErrorInfo } from './wire.js';

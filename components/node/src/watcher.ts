@@ -1,0 +1,282 @@
+//  The watcher: a live, gap-free view of a broker's tool set by the Clone
+//  procedure (PROTOCOL.md, Watchers). It resynchronises on a gap or an
+//  epoch change in the events, when its SUB connects again, when PING shows
+//  another broker instance, and when the broker is silent (then it follows
+//  the next broker in its list).
+import { EventEmitter } from 'node:events';
+import { Dealer, Subscriber } from 'zeromq';
+import {
+  Body, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, Outbox, brokerList, frames, fromBroker, nextId, parse,
+  resolveEndpoint, unpack,
+} from './wire.js';
+import type { ToolEntry } from './client.js';
+
+const HELLO_RETRY_MS = 1000;
+//  After a SUB connection, the wait for the subscription to reach the PUB
+//  before the snapshot is asked for (as the reference watcher does)
+const SUBSCRIBE_SETTLE_MS = 200;
+
+export interface ChangeEvent {
+  kind: string;
+  seq: number;
+  epoch: number;
+  component?: string;
+  name?: string;
+  tool?: ToolEntry;
+  tools?: string[];
+  reason?: string;
+}
+
+export interface SnapshotNotice {
+  kind: 'snapshot';
+  seq: number;
+  epoch: number;
+  broker: string;
+  resync: boolean;
+}
+
+//  Events: 'change' (ChangeEvent, after it is applied), 'snapshot'
+//  (SnapshotNotice, after the view was replaced).
+export class Watcher extends EventEmitter {
+  readonly endpoints: string[];
+  private index = 0;
+  private readonly view = new Map<string, ToolEntry>();
+  seq = 0;
+  epoch = 0;
+  resyncs = 0;
+  private snapshots = 0;
+  private front?: Dealer;
+  private frontOut?: Outbox;
+  private sub?: Subscriber;
+  private brokerId = '';
+  private helloId = '';
+  private snapshotId = '';
+  private syncing = true;
+  private queued: ChangeEvent[] = [];
+  private heardAt = Date.now();
+  private lastPing = 0;
+  private heartbeatMs = DEFAULT_HEARTBEAT_MS;
+  private liveness = DEFAULT_LIVENESS;
+  private helloTimer?: NodeJS.Timeout;
+  private pingTimer?: NodeJS.Timeout;
+  private settleTimer?: NodeJS.Timeout;
+  private started?: Promise<void>;
+  private closed = false;
+
+  constructor(broker?: string | string[]) {
+    super();
+    this.endpoints = brokerList(broker);
+  }
+
+  //  Starts following; resolves once the first snapshot is in (rejects
+  //  after timeoutMs without one, and keeps trying).
+  start(timeoutMs = 10000): Promise<void> {
+    if (!this.started) {
+      this.started = new Promise((resolve) => this.once('snapshot', () => resolve()));
+      this.discover();
+      this.pingTimer = setInterval(() => this.tick(), 100);
+    }
+    return timeoutMs > 0 ? withTimeout(this.started, timeoutMs, 'no snapshot from the broker') : this.started;
+  }
+
+  //  The tool entries, in registration order.
+  tools(): ToolEntry[] {
+    return [...this.view.values()];
+  }
+
+  get(name: string): ToolEntry | undefined {
+    return this.view.get(name);
+  }
+
+  //  Whether the first snapshot is in.
+  get synced(): boolean {
+    return this.snapshots > 0;
+  }
+
+  get endpoint(): string {
+    return this.endpoints[this.index];
+  }
+
+  close(): void {
+    this.closed = true;
+    clearInterval(this.pingTimer);
+    this.closeSockets();
+  }
+
+  private closeSockets(): void {
+    clearInterval(this.helloTimer);
+    clearTimeout(this.settleTimer);
+    for (const socket of [this.front, this.sub])
+      if (socket && !socket.closed)
+        socket.close();
+    this.front = this.sub = this.frontOut = undefined;
+  }
+
+  //  Step 1: HELLO on new sockets, again every second until WELCOME.
+  private discover(): void {
+    this.closeSockets();
+    if (this.closed)
+      return;
+    const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES });
+    this.front = front;
+    this.frontOut = new Outbox(front);
+    front.connect(this.endpoint);
+    this.brokerId = '';
+    this.syncing = true;
+    this.queued = [];
+    this.heardAt = Date.now();
+    this.helloId = nextId('hello');
+    const hello = () => this.frontOut?.send(frames('HELLO', { id: this.helloId }));
+    hello();
+    this.helloTimer = setInterval(hello, HELLO_RETRY_MS);
+    void this.receiveFront(front);
+  }
+
+  private async receiveFront(front: Dealer): Promise<void> {
+    try {
+      for await (const message of front) {
+        if (front !== this.front)
+          return;
+        const incoming = parse(message, () => false);
+        if (!incoming || !fromBroker(incoming.command, incoming.body))
+          continue;
+        this.heardAt = Date.now();
+        const { command, body } = incoming;
+        if (command === 'WELCOME' && body.id === this.helloId && !this.brokerId)
+          this.attach(body);
+        else if (command === 'PONG' && this.brokerId && body.broker !== this.brokerId)
+          this.discover();
+        else if (command === 'SNAPSHOT' && body.id === this.snapshotId)
+          this.takeSnapshot(body);
+      }
+    } catch {
+      //  closed
+    }
+  }
+
+  private attach(welcome: Body): void {
+    clearInterval(this.helloTimer);
+    this.brokerId = String(welcome.broker);
+    this.heartbeatMs = Number(welcome.heartbeatMs) || DEFAULT_HEARTBEAT_MS;
+    this.liveness = Number(welcome.liveness) || DEFAULT_LIVENESS;
+    const sub = new Subscriber({
+      linger: 0,
+      maxMessageSize: Number(welcome.maxMessageBytes) || MAX_MESSAGE_BYTES,
+      heartbeatInterval: this.heartbeatMs,
+      heartbeatTimeout: this.heartbeatMs * this.liveness,
+      reconnectMaxInterval: this.heartbeatMs,
+    });
+    this.sub = sub;
+    sub.subscribe();
+    //  Steps 2 and 5: every connection of the SUB, the first included, is
+    //  followed by a snapshot once the subscription has reached the PUB
+    sub.events.on('handshake', () => {
+      if (sub !== this.sub)
+        return;
+      this.syncing = true;
+      this.queued = [];
+      clearTimeout(this.settleTimer);
+      this.settleTimer = setTimeout(() => this.askSnapshot(), SUBSCRIBE_SETTLE_MS);
+    });
+    sub.connect(resolveEndpoint(String(welcome.events), this.endpoint));
+    void this.receiveEvents(sub);
+  }
+
+  private askSnapshot(): void {
+    this.syncing = true;
+    this.snapshotId = nextId('snapshot');
+    this.frontOut?.send(frames('SNAPSHOT', { id: this.snapshotId }));
+  }
+
+  private async receiveEvents(sub: Subscriber): Promise<void> {
+    try {
+      for await (const message of sub) {
+        if (sub !== this.sub)
+          return;
+        if (message.length !== 2)
+          continue;
+        const body = unpack(message[1]);
+        if (!body || typeof body.seq !== 'number' || typeof body.kind !== 'string')
+          continue;
+        const event = body as unknown as ChangeEvent;
+        if (this.syncing)
+          this.queued.push(event);
+        else
+          this.step(event);
+      }
+    } catch {
+      //  closed
+    }
+  }
+
+  //  Step 3: the snapshot replaces the view; queued events after it apply.
+  private takeSnapshot(body: Body): void {
+    this.view.clear();
+    for (const item of Array.isArray(body.tools) ? body.tools : []) {
+      const tool = (item as { tool?: ToolEntry }).tool;
+      if (tool && typeof tool.name === 'string')
+        this.view.set(tool.name, tool);
+    }
+    this.seq = Number(body.seq) || 0;
+    this.epoch = Number(body.epoch) || 0;
+    this.syncing = false;
+    this.snapshots += 1;
+    const resync = this.snapshots > 1;
+    if (resync)
+      this.resyncs += 1;
+    const queued = this.queued;
+    this.queued = [];
+    this.emit('snapshot', { kind: 'snapshot', seq: this.seq, epoch: this.epoch, broker: this.endpoint, resync });
+    for (const event of queued) {
+      if (this.syncing)
+        this.queued.push(event);
+      else if (event.seq > this.seq || event.epoch !== this.epoch)
+        this.step(event);
+    }
+  }
+
+  //  Step 4: apply in order, or resync on a gap or a new epoch.
+  private step(event: ChangeEvent): void {
+    if (event.epoch !== this.epoch || event.seq > this.seq + 1) {
+      this.queued = [];
+      this.askSnapshot();
+      return;
+    }
+    if (event.seq <= this.seq)
+      return;
+    this.seq = event.seq;
+    if (event.name && (event.kind === 'tool.registered' || event.kind === 'tool.updated') && event.tool) {
+      if (event.kind === 'tool.registered')
+        this.view.delete(event.name);
+      this.view.set(event.name, event.tool);
+    } else if (event.name && event.kind === 'tool.unregistered')
+      this.view.delete(event.name);
+    this.emit('change', event);
+  }
+
+  //  Steps 6 and 7: PING every heartbeat; silence means the broker is gone.
+  private tick(): void {
+    if (this.closed || !this.front)
+      return;
+    const now = Date.now();
+    if (now - this.heardAt > this.heartbeatMs * this.liveness) {
+      this.index = (this.index + 1) % this.endpoints.length;
+      this.discover();
+      return;
+    }
+    if (this.brokerId && now - this.lastPing >= this.heartbeatMs) {
+      this.lastPing = now;
+      this.frontOut?.send(frames('PING', { id: nextId('ping') }));
+    }
+  }
+}
+
+export function withTimeout<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  const timeout = new Promise<never>((_, reject) => {
+    //  unref: a wait nobody needs any more (the registry was closed) must
+    //  not keep the process alive
+    timer = setTimeout(() => reject(new Error(`${what} in ${timeoutMs} ms`)), timeoutMs).unref();
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}

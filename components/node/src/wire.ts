@@ -1,0 +1,217 @@
+//  The dsh/1 wire format (schemas/PROTOCOL.md): frames, msgpack bodies,
+//  endpoint rules and the error result shape. Everything above this file
+//  speaks in plain objects; nothing below it knows about tools.
+import { Decoder, Encoder } from '@msgpack/msgpack';
+
+export const PROTOCOL = 'DSH1';
+export const DEFAULT_BROKER = 'tcp://127.0.0.1:7570';
+export const DEFAULT_HEARTBEAT_MS = 1000;
+export const DEFAULT_LIVENESS = 3;
+export const DEFAULT_CALL_TIMEOUT_MS = 60000;
+export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
+//  The decoder keeps its own stack (no recursion to exhaust) and a body that
+//  fails to decode is dropped, so untrusted input costs at most its frame,
+//  which ZMQ_MAXMSGSIZE bounds. Integers above 2^53 lose precision as JS
+//  numbers; no dsh field needs more (an epoch is microseconds since 1970).
+const encoder = new Encoder({ ignoreUndefined: true });
+const decoder = new Decoder();
+
+export type Body = Record<string, unknown>;
+
+export function pack(body: unknown): Uint8Array {
+  return encoder.encode(body);
+}
+
+//  The body of a frame, or null if it is not one msgpack map.
+export function unpack(frame: Uint8Array): Body | null {
+  try {
+    const value = decoder.decode(frame);
+    return value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof Uint8Array)
+      ? value as Body : null;
+  } catch {
+    return null;
+  }
+}
+
+//  A ROUTER/DEALER message as a DEALER sends it: "" "DSH1" COMMAND [token] body.
+const EMPTY = new Uint8Array(0);
+const PROTOCOL_FRAME = Buffer.from(PROTOCOL);
+const commandFrames = new Map<string, Uint8Array>();
+
+export function frames(command: string, body: unknown, token?: Uint8Array): Uint8Array[] {
+  let commandFrame = commandFrames.get(command);
+  if (!commandFrame)
+    commandFrames.set(command, commandFrame = Buffer.from(command));
+  const head = [EMPTY, PROTOCOL_FRAME, commandFrame];
+  return token ? [...head, token, pack(body)] : [...head, pack(body)];
+}
+
+export interface Incoming {
+  command: string;
+  token?: Uint8Array;
+  body: Body;
+}
+
+//  Parses what a DEALER receives; null for anything that is not dsh/1
+//  (dropped, as the spec says receivers do).
+export function parse(message: Uint8Array[], withToken: (command: string) => boolean): Incoming | null {
+  if (message.length < 4 || message[0].length !== 0 || !PROTOCOL_FRAME.equals(message[1]))
+    return null;
+  const command = Buffer.from(message[2]).toString();
+  if (withToken(command)) {
+    if (message.length !== 5 || message[3].length !== 8)
+      return null;
+    const body = unpack(message[4]);
+    return body ? { command, token: message[3], body } : null;
+  }
+  if (message.length !== 4)
+    return null;
+  const body = unpack(message[3]);
+  return body ? { command, body } : null;
+}
+
+//  Whether a FRONT message is one a broker sends. A DEALER reconnecting to
+//  a dead broker's port in the ephemeral range can be connected to itself
+//  by TCP simultaneous open, and then reads its own requests back: those
+//  must count neither as replies nor as signs of the broker's life. The
+//  commands that are both requests and replies differ by their fields.
+export function fromBroker(command: string, body: Body): boolean {
+  switch (command) {
+    case 'WELCOME': case 'PONG': case 'TOOLS': case 'TOOL': case 'RESULT': case 'PROGRESS': case 'ERROR':
+      return true;
+    case 'SNAPSHOT': return 'seq' in body;
+    case 'STATS': return 'uptimeMs' in body;
+    case 'CHAIN': return 'stages' in body;
+    case 'CONTROL': return 'ok' in body;
+    default: return false;
+  }
+}
+
+//  The same on WORK: what a broker sends a component.
+export const WORK_FROM_BROKER = new Set(['SYNC', 'CALL', 'CANCEL', 'REFUSED', 'HEARTBEAT']);
+
+//  A list of front endpoints: "a,b", an array, $DSH_BROKER, or the default.
+export function brokerList(broker?: string | string[]): string[] {
+  const given = broker ?? process.env.DSH_BROKER ?? DEFAULT_BROKER;
+  const list = (Array.isArray(given) ? given : given.split(','))
+    .map((entry) => entry.trim()).filter((entry) => entry.length > 0);
+  if (list.length === 0 || list.length > 16)
+    throw new TypeError(`a broker list needs 1 to 16 endpoints, not ${list.length}`);
+  return list;
+}
+
+//  The wildcard host rule: an advertised tcp://*:p (0.0.0.0, ::, [::]) is
+//  reached on the host the front was reached on.
+export function resolveEndpoint(advertised: string, front: string): string {
+  const match = /^tcp:\/\/(.*):(\d+|\*)$/.exec(advertised);
+  if (!match || !['*', '0.0.0.0', '::', '[::]'].includes(match[1]))
+    return advertised;
+  const frontHost = /^tcp:\/\/(.*):[^:]*$/.exec(front);
+  return frontHost ? `tcp://${frontHost[1]}:${match[2]}` : advertised;
+}
+
+//  MCP content blocks and dsh's result, as the wire carries them.
+export type ContentBlock =
+  | { type: 'text'; text: string; [key: string]: unknown }
+  | { type: 'image' | 'audio'; data: string; mimeType: string; [key: string]: unknown }
+  | { type: 'resource_link'; uri: string; name: string; [key: string]: unknown }
+  | { type: 'resource'; resource: { uri: string; text?: string; blob?: string; mimeType?: string }; [key: string]: unknown };
+
+export interface ErrorInfo {
+  name: string;
+  code: string;
+  [key: string]: unknown;
+}
+
+export interface CallResult {
+  callId: string;
+  content: ContentBlock[];
+  isError: boolean;
+  error?: ErrorInfo;
+  structuredContent?: unknown;
+  [key: string]: unknown;
+}
+
+const ERROR_NAMES: Record<string, string> = {
+  BAD_REQUEST: 'BadRequestError',
+  UNKNOWN_TOOL: 'UnknownToolError',
+  INVALID_ARGS: 'ToolArgsError',
+  TOOL_FAILED: 'ToolError',
+  TOOL_GONE: 'ToolGoneError',
+  TIMEOUT: 'ToolTimeoutError',
+  OVERLOADED: 'OverloadedError',
+  BAD_RESULT: 'BadResultError',
+  DENIED: 'PermissionDeniedError',
+  MIDDLEWARE_FAILED: 'MiddlewareError',
+  CANCELLED: 'CancelledError',
+  BROKER_GONE: 'BrokerGoneError',
+  FORBIDDEN: 'ForbiddenError',
+};
+
+//  An error result as dsh makes them: one text block, error {name, code}.
+export function errorResult(callId: string, code: string, text: string): CallResult {
+  return {
+    callId,
+    content: [{ type: 'text', text }],
+    isError: true,
+    error: { name: ERROR_NAMES[code] ?? 'Error', code },
+  };
+}
+
+//  A failed query (LIST, GET, ...): code as in Error codes, or TIMEOUT and
+//  BROKER_GONE made by this library.
+export class DshError extends Error {
+  readonly code: string;
+  constructor(code: string, message: string) {
+    super(message);
+    this.name = ERROR_NAMES[code] ?? 'DshError';
+    this.code = code;
+  }
+}
+
+//  Sends on one socket in order. zeromq 6 allows one blocked send at a time
+//  (a DEALER blocks while it has no connection), so sends queue here instead
+//  of failing with EBUSY; a send on a closed socket is dropped, as a lost
+//  message would be.
+//  A message may come with live(): it is sent only if that still holds when
+//  its turn comes (a call that timed out while the broker was unreachable
+//  must not run when it comes back).
+export class Outbox {
+  private queue: { message: Uint8Array[]; live?: () => boolean; sent?: () => void }[] = [];
+  private sending = false;
+  constructor(private readonly socket: { send(message: Uint8Array[]): Promise<void>; closed: boolean }) {}
+
+  //  sent() runs once zeromq has taken the message (with `immediate`, onto
+  //  a connection that is up).
+  send(message: Uint8Array[], live?: () => boolean, sent?: () => void): void {
+    this.queue.push({ message, live, sent });
+    if (!this.sending)
+      void this.drain();
+  }
+
+  private async drain(): Promise<void> {
+    this.sending = true;
+    while (this.queue.length > 0 && !this.socket.closed) {
+      const { message, live, sent } = this.queue.shift()!;
+      if (live && !live())
+        continue;
+      try {
+        await this.socket.send(message);
+        sent?.();
+      } catch {
+        break;
+      }
+    }
+    this.queue = [];
+    this.sending = false;
+  }
+}
+
+//  Ids of calls and requests: a random prefix per process, then a counter.
+const prefix = Math.random().toString(36).slice(2, 10);
+let counter = 0;
+export function nextId(kind: string): string {
+  counter += 1;
+  return `${kind}-${prefix}-${counter}`;
+}
