@@ -111,6 +111,11 @@ export class Component extends EventEmitter {
     await Promise.all(this.links.map((link) => link.stop()));
   }
 
+  //  Why a broker refuses this component's keys now, if one does.
+  handshakeFailure(): string | undefined {
+    return this.links.map((link) => link.handshakeFailure).find((failure) => failure !== undefined);
+  }
+
   presence(command: string): Body {
     const body: Body = { component: this.id, generation: this.generation };
     if (command === 'ANNOUNCE') {
@@ -223,6 +228,8 @@ export class Link {
   private pub?: Publisher;
   private work?: Dealer;
   private workOut?: Outbox;
+  private frontHandshake?: Handshake;
+  private workHandshake?: Handshake;
   private helloId = '';
   private helloTimer?: NodeJS.Timeout;
   private beatTimer?: NodeJS.Timeout;
@@ -248,7 +255,7 @@ export class Link {
     const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES, ...this.owner.curve });
     this.front = front;
     const frontOut = new Outbox(front);
-    this.watchHandshakes(front);
+    this.frontHandshake = this.watchHandshakes(front);
     front.connect(this.frontEndpoint);
     this.helloId = nextId('hello');
     const hello = () => frontOut.send(frames('HELLO', { id: this.helloId, component: this.owner.id }));
@@ -300,7 +307,7 @@ export class Link {
       if (this.workHandshakes > 1 && work === this.work)
         this.hello();
     });
-    this.watchHandshakes(work);
+    this.workHandshake = this.watchHandshakes(work);
     work.connect(resolveEndpoint(String(welcome.work), this.frontEndpoint));
     this.heardAt = Date.now();
     this.hello();
@@ -309,13 +316,23 @@ export class Link {
   }
 
   //  A handshake the broker refuses (the keys) is told as 'refused'
-  //  ({broker, reason}); the link goes on trying.
-  private watchHandshakes(socket: Dealer): void {
-    new Handshake(socket, this.owner.curve !== undefined, (failure) => {
+  //  ({broker, reason, handshake: true}); the link goes on trying.
+  private watchHandshakes(socket: Dealer): Handshake {
+    return new Handshake(socket, this.owner.curve !== undefined, (failure) => {
       if (socket === this.front || socket === this.work)
-        this.owner.emit('refused',
-          { broker: this.frontEndpoint, reason: `cannot talk to broker at ${this.frontEndpoint}: ${failure}` });
+        this.owner.emit('refused', { broker: this.frontEndpoint, reason: this.refusal(failure), handshake: true });
     });
+  }
+
+  private refusal(failure: string): string {
+    return `cannot talk to broker at ${this.frontEndpoint}: ${failure}`;
+  }
+
+  //  Why the broker refuses this link's handshake now (discovery's, then
+  //  WORK's), if it does.
+  get handshakeFailure(): string | undefined {
+    const failure = (this.work ? this.workHandshake : this.frontHandshake)?.failure;
+    return failure === undefined ? undefined : this.refusal(failure);
   }
 
   private hello(): void {
@@ -401,6 +418,6 @@ export class Link {
     for (const socket of [this.front, this.pub, this.work])
       if (socket && !socket.closed)
         socket.close();
-    this.front = this.pub = this.work = this.workOut = undefined;
+    this.front = this.pub = this.work = this.workOut = this.frontHandshake = this.workHandshake = undefined;
   }
 }

@@ -92,8 +92,11 @@ export class ToolRegistry {
       broker, id: options.component, concurrency: options.concurrency, ...curve,
       cert: options.componentCert ?? options.cert,
     });
-    this.component.on('refused', (refusal: { tool?: string; component?: string; reason?: string }) => {
-      this.refusals.set(refusal.tool ?? '', String(refusal.reason ?? 'refused by the broker'));
+    //  A refused handshake is not kept: it holds only while it lasts
+    //  (handshakeFailure), and the next connection may be let in
+    this.component.on('refused', (refusal: { tool?: string; reason?: string; handshake?: boolean }) => {
+      if (!refusal.handshake)
+        this.refusals.set(refusal.tool ?? '', String(refusal.reason ?? 'refused by the broker'));
     });
     this.component.on('error', () => undefined);
     this.watcher.on('change', (event: ChangeEvent) => {
@@ -259,7 +262,7 @@ export class ToolRegistry {
   private async until(name: string, present: boolean): Promise<void> {
     const started = Date.now();
     for (;;) {
-      const refusal = this.refusals.get(name) ?? this.refusals.get('');
+      const refusal = this.refusals.get(name) ?? this.refusals.get('') ?? this.component.handshakeFailure();
       if (present && refusal !== undefined)
         throw new Error(refusal);
       if (present && !this.component.has(name))

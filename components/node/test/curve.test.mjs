@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { Client, DshError, ToolRegistry, Watcher, loadCurve } from '../dist/index.js';
+import { Client, Component, DshError, ToolRegistry, Watcher, loadCurve } from '../dist/index.js';
 import { bin, run, startBroker, startDemo, stop, until, text } from './helpers.mjs';
 
 //  Only the keys each test names
@@ -97,7 +97,8 @@ test('a Node ToolRegistry serves a tool that the C CLI calls under CURVE, as the
 
 test('a Node client calls a C tool: the broker stamps the key\'s agent; the watcher follows', async () => {
   const result = await alice.call('echo', { message: 'under curve' }, { callId: 'curve-echo-1' });
-  assert.deepEqual(result, { callId: 'curve-echo-1', content: [{ type: 'text', text: 'under curve' }], isError: false });
+  assert.deepEqual(result,
+    { callId: 'curve-echo-1', content: [{ type: 'text', text: 'under curve' }], isError: false });
   //  The call carried no agent; the C component saw the key's
   await until(() => demo.log.includes('echo (call curve-echo-1, agent alice)'), 'the demo to log the call');
 
@@ -124,7 +125,8 @@ test('a key not in the allow-list is refused at once, with the reason, by every 
     assert.equal(result.error.code, 'BROKER_GONE');
     assert.ok(text(result).startsWith(refusedKey), text(result));
     await assert.rejects(within(eve.tools(), 'the refused LIST'),
-      (error) => error instanceof DshError && error.code === 'BROKER_GONE' && `Error: ${error.message}`.startsWith(refusedKey));
+      (error) => error instanceof DshError && error.code === 'BROKER_GONE'
+        && `Error: ${error.message}`.startsWith(refusedKey));
   } finally {
     eve.close();
   }
@@ -140,6 +142,19 @@ test('a key not in the allow-list is refused at once, with the reason, by every 
       (error) => `Error: ${error.message}`.startsWith(refusedKey));
   } finally {
     await registry.close();
+  }
+
+  const component = new Component({ broker: broker.endpoint, id: 'node-curve', cert: keys.eve,
+    brokerCert: keys.broker });
+  try {
+    const refused = new Promise((resolve) => component.once('refused', resolve));
+    component.start();
+    const refusal = await within(refused, 'the component\'s refusal');
+    assert.equal(refusal.handshake, true);
+    assert.ok(`Error: ${refusal.reason}`.startsWith(refusedKey), refusal.reason);
+    assert.equal(component.handshakeFailure(), refusal.reason);
+  } finally {
+    await component.stop();
   }
 });
 
