@@ -57,6 +57,7 @@ export class Watcher extends EventEmitter {
   private snapshots = 0;
   private front?: Dealer;
   private frontOut?: Outbox;
+  private frontHandshake?: Handshake;
   private sub?: Subscriber;
   private brokerId = '';
   private helloId = '';
@@ -99,6 +100,9 @@ export class Watcher extends EventEmitter {
           reject(new DshError('BROKER_GONE', refusal.reason));
       };
       this.on('refused', onRefused);
+      //  A refusal told before this wait began, and still holding
+      if (this.frontHandshake?.failure)
+        onRefused({ broker: this.endpoint, reason: this.refusal(this.frontHandshake.failure) });
     });
     return withTimeout(Promise.race([this.started, refused]), timeoutMs, 'no snapshot from the broker')
       .finally(() => this.off('refused', onRefused));
@@ -134,7 +138,7 @@ export class Watcher extends EventEmitter {
     for (const socket of [this.front, this.sub])
       if (socket && !socket.closed)
         socket.close();
-    this.front = this.sub = this.frontOut = undefined;
+    this.front = this.sub = this.frontOut = this.frontHandshake = undefined;
   }
 
   //  Step 1: HELLO on new sockets, again every second until WELCOME.
@@ -145,7 +149,7 @@ export class Watcher extends EventEmitter {
     const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES, ...this.curve });
     this.front = front;
     this.frontOut = new Outbox(front);
-    new Handshake(front, this.curve !== undefined, (reason) => this.refusedBy(front, reason));
+    this.frontHandshake = new Handshake(front, this.curve !== undefined, (reason) => this.refusedBy(front, reason));
     front.connect(this.endpoint);
     this.brokerId = '';
     this.syncing = true;
@@ -219,7 +223,11 @@ export class Watcher extends EventEmitter {
       this.index = (this.index + 1) % this.endpoints.length;
       this.discover();
     }
-    this.emit('refused', { broker, reason: `cannot talk to broker at ${broker}: ${reason}` });
+    this.emit('refused', { broker, reason: this.refusal(reason, broker) });
+  }
+
+  private refusal(failure: string, broker = this.endpoint): string {
+    return `cannot talk to broker at ${broker}: ${failure}`;
   }
 
   private askSnapshot(): void {
