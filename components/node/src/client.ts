@@ -3,6 +3,7 @@
 //  resolves exactly once, by its result, a cancel, its own deadline or the
 //  broker falling silent (Client liveness); nothing here ever hangs.
 import { Dealer } from 'zeromq';
+import { CurveKeys, CurveOptions, Handshake, loadCurve } from './curve.js';
 import {
   Body, CallResult, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, DshError, MAX_MESSAGE_BYTES,
   Outbox, brokerList, errorResult, frames, fromBroker, nextId, parse,
@@ -38,7 +39,7 @@ export interface ToolEntry {
   [key: string]: unknown;
 }
 
-export interface ClientOptions {
+export interface ClientOptions extends CurveOptions {
   agent?: string;
   timeoutMs?: number;
 }
@@ -67,6 +68,8 @@ export class Client {
   private index = 0;
   private socket!: Dealer;
   private outbox!: Outbox;
+  private handshake!: Handshake;
+  private readonly curve?: CurveKeys;
   private reached = false;
   private heardAt = Date.now();
   private pingedAt = 0;
@@ -79,6 +82,7 @@ export class Client {
 
   constructor(broker?: string | string[], private readonly options: ClientOptions = {}) {
     this.endpoints = brokerList(broker);
+    this.curve = loadCurve(options);
     this.open();
   }
 
@@ -206,9 +210,11 @@ export class Client {
       heartbeatInterval: this.heartbeatMs,
       heartbeatTimeout: this.heartbeatMs * this.liveness,
       reconnectMaxInterval: this.heartbeatMs,
+      ...this.curve,
     });
     this.socket = socket;
     this.outbox = new Outbox(socket);
+    this.handshake = new Handshake(socket, this.curve !== undefined);
     this.reached = false;
     socket.events.on('handshake', () => {
       if (socket === this.socket)
@@ -322,6 +328,10 @@ export class Client {
       this.watch = undefined;
       return;
     }
+    if (this.handshake.failure) {
+      this.refused(this.handshake.failure);
+      return;
+    }
     const now = Date.now();
     const silence = now - this.heardAt;
     const others = this.endpoints.length > 1;
@@ -335,17 +345,35 @@ export class Client {
     if (!this.reached && !(others && silence >= this.heartbeatMs))
       return;
     if (silence >= this.heartbeatMs * this.liveness || (!this.reached && others))
-      this.gone(silence);
+      this.gone(`went silent (no answer for ${silence} ms)`);
   }
 
-  //  The broker fell silent: calls that cannot have run (never taken onto a
-  //  connection) and queries go to the next broker (or wait for this one,
-  //  if it is the only one); other calls are answered BROKER_GONE (or
-  //  CANCELLED).
-  private gone(silence: number): void {
+  //  The broker refused the handshake (the keys): no reply can come. With
+  //  other brokers this one is passed over; alone, whatever awaits it is
+  //  answered now instead of at its deadline, and the socket is made anew,
+  //  so a CALL zeromq still holds for a connection never runs later.
+  private refused(failure: string): void {
+    if (this.endpoints.length > 1) {
+      this.gone(`refused this client: ${failure}`);
+      return;
+    }
+    const reason = `cannot talk to broker at ${this.endpoint}: ${failure}`;
+    for (const [callId, call] of [...this.calls])
+      this.settle(callId, errorResult(callId, call.cancelled ? 'CANCELLED' : 'BROKER_GONE', `Error: ${reason}`));
+    for (const id of [...this.queries.keys()])
+      this.fail(id, new DshError('BROKER_GONE', reason));
+    this.socket.close();
+    this.open();
+  }
+
+  //  The broker fell silent (or refused us, why says): calls that cannot
+  //  have run (never taken onto a connection) and queries go to the next
+  //  broker (or wait for this one, if it is the only one); other calls are
+  //  answered BROKER_GONE (or CANCELLED).
+  private gone(why: string): void {
     const old = this.endpoint;
     const others = this.endpoints.length > 1;
-    const text = `Error: the broker at ${old} went silent (no answer for ${silence} ms) with the call in flight`;
+    const text = `Error: the broker at ${old} ${why} with the call in flight`;
     const resend: string[] = [];
     for (const [callId, call] of [...this.calls]) {
       if (call.cancelled)
@@ -360,7 +388,7 @@ export class Client {
       if (others)
         queries.push(frames(query.command, query.body));
       else
-        this.fail(id, new DshError('BROKER_GONE', `the broker at ${old} went silent (no answer for ${silence} ms)`));
+        this.fail(id, new DshError('BROKER_GONE', `the broker at ${old} ${why}`));
     }
     this.socket.close();
     this.index = (this.index + 1) % this.endpoints.length;

@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { EventEmitter } from 'node:events';
 import { Dealer, Publisher } from 'zeromq';
+import { CurveKeys, CurveOptions, Handshake, loadCurve } from './curve.js';
 import {
   Body, CallResult, ContentBlock, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, Outbox, PROTOCOL,
   WORK_FROM_BROKER, brokerList, errorResult, frames, nextId, pack, parse, resolveEndpoint,
@@ -35,7 +36,7 @@ export interface ToolExecution {
 export type ToolHandler = (args: any, exec: ToolExecution) =>
   Promise<ContentBlock[] | Partial<CallResult>> | ContentBlock[] | Partial<CallResult>;
 
-export interface ComponentOptions {
+export interface ComponentOptions extends CurveOptions {
   broker?: string | string[];
   id?: string;
   concurrency?: number;
@@ -51,6 +52,7 @@ interface Job {
 export class Component extends EventEmitter {
   readonly id: string;
   readonly concurrency: number;
+  readonly curve?: CurveKeys;
   private generation = Date.now();
   private readonly tools = new Map<string, { entry: ToolEntry; handler: ToolHandler }>();
   private readonly links: Link[];
@@ -66,6 +68,7 @@ export class Component extends EventEmitter {
     this.concurrency = options.concurrency ?? 16;
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1 || this.concurrency > 65536)
       throw new TypeError('concurrency must be an integer from 1 to 65536');
+    this.curve = loadCurve(options);
     this.links = brokerList(options.broker).map((front) => new Link(this, front));
   }
 
@@ -106,6 +109,11 @@ export class Component extends EventEmitter {
     for (const job of this.running.values())
       job.abort.abort();
     await Promise.all(this.links.map((link) => link.stop()));
+  }
+
+  //  Why a broker refuses this component's keys now, if one does.
+  handshakeFailure(): string | undefined {
+    return this.links.map((link) => link.handshakeFailure).find((failure) => failure !== undefined);
   }
 
   presence(command: string): Body {
@@ -220,6 +228,8 @@ export class Link {
   private pub?: Publisher;
   private work?: Dealer;
   private workOut?: Outbox;
+  private frontHandshake?: Handshake;
+  private workHandshake?: Handshake;
   private helloId = '';
   private helloTimer?: NodeJS.Timeout;
   private beatTimer?: NodeJS.Timeout;
@@ -242,9 +252,10 @@ export class Link {
   //  HELLO on a fresh FRONT connection, again every second, until WELCOME.
   private discover(): void {
     this.close();
-    const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES });
+    const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES, ...this.owner.curve });
     this.front = front;
     const frontOut = new Outbox(front);
+    this.frontHandshake = this.watchHandshakes(front);
     front.connect(this.frontEndpoint);
     this.helloId = nextId('hello');
     const hello = () => frontOut.send(frames('HELLO', { id: this.helloId, component: this.owner.id }));
@@ -281,6 +292,7 @@ export class Link {
       heartbeatTimeout: this.heartbeatMs * this.liveness,
       connectTimeout: this.heartbeatMs,
       reconnectMaxInterval: this.heartbeatMs,
+      ...this.owner.curve,
     };
     const pub = new Publisher(zmtp);
     pub.connect(resolveEndpoint(String(welcome.announce), this.frontEndpoint));
@@ -295,11 +307,32 @@ export class Link {
       if (this.workHandshakes > 1 && work === this.work)
         this.hello();
     });
+    this.workHandshake = this.watchHandshakes(work);
     work.connect(resolveEndpoint(String(welcome.work), this.frontEndpoint));
     this.heardAt = Date.now();
     this.hello();
     this.beatTimer = setInterval(() => this.beat(), this.heartbeatMs);
     void this.receive(work);
+  }
+
+  //  A handshake the broker refuses (the keys) is told as 'refused'
+  //  ({broker, reason, handshake: true}); the link goes on trying.
+  private watchHandshakes(socket: Dealer): Handshake {
+    return new Handshake(socket, this.owner.curve !== undefined, (failure) => {
+      if (socket === this.front || socket === this.work)
+        this.owner.emit('refused', { broker: this.frontEndpoint, reason: this.refusal(failure), handshake: true });
+    });
+  }
+
+  private refusal(failure: string): string {
+    return `cannot talk to broker at ${this.frontEndpoint}: ${failure}`;
+  }
+
+  //  Why the broker refuses this link's handshake now (discovery's, then
+  //  WORK's), if it does.
+  get handshakeFailure(): string | undefined {
+    const failure = (this.work ? this.workHandshake : this.frontHandshake)?.failure;
+    return failure === undefined ? undefined : this.refusal(failure);
   }
 
   private hello(): void {
@@ -385,6 +418,6 @@ export class Link {
     for (const socket of [this.front, this.pub, this.work])
       if (socket && !socket.closed)
         socket.close();
-    this.front = this.pub = this.work = this.workOut = undefined;
+    this.front = this.pub = this.work = this.workOut = this.frontHandshake = this.workHandshake = undefined;
   }
 }

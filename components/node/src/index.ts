@@ -1,6 +1,6 @@
 //  @dsh/tools: dsh from Node. The original ToolRegistry API over a broker
 //  (registry.ts), typed definitions (schema.ts), and the protocol's three
-//  roles on their own: Client, Watcher, Component.
+//  roles on their own: Client, Watcher, Component, with CURVE (curve.ts).
 export { ToolRegistry } from './registry.js';
 export type {
   ToolRegistryOptions, ExecuteRequest, ExecuteOptions, ToolExecutionResult, ToolsChange, ExecuteListener, Disposer,
@@ -12,8 +12,10 @@ export type {
 export { Client } from './client.js';
 export type { CallOptions, ClientOptions, Progress, ToolEntry } from './client.js';
 export { Watcher } from './watcher.js';
-export type { ChangeEvent, SnapshotNotice } from './watcher.js';
+export type { ChangeEvent, Refusal, SnapshotNotice } from './watcher.js';
 export { Component } from './component.js';
 export type { ComponentOptions, ToolExecution, ToolHandler } from './component.js';
+export { loadCurve } from './curve.js';
+export type { CurveKeys, CurveOptions } from './curve.js';
 export { DshError, errorResult } from './wire.js';
 export type { CallResult, ContentBlock, ErrorInfo } from './wire.js';

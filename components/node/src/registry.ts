@@ -6,7 +6,7 @@
 //  through this registry, in this process, before they reach the broker.
 import { Client, Progress } from './client.js';
 import { Component, ToolExecution, ToolHandler } from './component.js';
-import { Watcher, ChangeEvent, SnapshotNotice, withTimeout } from './watcher.js';
+import { Watcher, ChangeEvent, SnapshotNotice } from './watcher.js';
 import { ToolDefinition, ToolSchema } from './schema.js';
 import { CallResult, ContentBlock, brokerList, errorResult, nextId, pack } from './wire.js';
 
@@ -22,6 +22,15 @@ export interface ToolRegistryOptions {
   agent?: string;
   //  execute()'s deadline unless a call gives one (default: the broker's)
   timeoutMs?: number;
+  //  CURVE: this party's certificate (`dsh keygen` writes FILE and
+  //  FILE_secret) and the broker's public one; default $DSH_CERT and
+  //  $DSH_BROKER_CERT. Every socket of the registry uses them.
+  cert?: string;
+  brokerCert?: string;
+  //  The certificate register()'s tools are served with, when it is not
+  //  cert: a broker takes calls only from an agent key and tools only from
+  //  a component key, so a registry that does both needs both
+  componentCert?: string;
 }
 
 //  The original's execution and result shapes; callId may be left out here.
@@ -70,18 +79,24 @@ export class ToolRegistry {
   readonly watcher: Watcher;
   readonly component: Component;
   private componentStarted = false;
-  private watching?: Promise<void>;
   private readonly changeListeners = new Set<(change: ToolsChange) => void>();
   private readonly executeListeners: ExecuteListener[] = [];
   private readonly refusals = new Map<string, string>();
 
   constructor(private readonly options: ToolRegistryOptions = {}) {
     const broker = brokerList(options.broker);
-    this.client = new Client(broker, { agent: options.agent, timeoutMs: options.timeoutMs });
-    this.watcher = new Watcher(broker);
-    this.component = new Component({ broker, id: options.component, concurrency: options.concurrency });
-    this.component.on('refused', (refusal: { tool?: string; component?: string; reason?: string }) => {
-      this.refusals.set(refusal.tool ?? '', String(refusal.reason ?? 'refused by the broker'));
+    const curve = { cert: options.cert, brokerCert: options.brokerCert };
+    this.client = new Client(broker, { agent: options.agent, timeoutMs: options.timeoutMs, ...curve });
+    this.watcher = new Watcher(broker, curve);
+    this.component = new Component({
+      broker, id: options.component, concurrency: options.concurrency, ...curve,
+      cert: options.componentCert ?? options.cert,
+    });
+    //  A refused handshake is not kept: it holds only while it lasts
+    //  (handshakeFailure), and the next connection may be let in
+    this.component.on('refused', (refusal: { tool?: string; reason?: string; handshake?: boolean }) => {
+      if (!refusal.handshake)
+        this.refusals.set(refusal.tool ?? '', String(refusal.reason ?? 'refused by the broker'));
     });
     this.component.on('error', () => undefined);
     this.watcher.on('change', (event: ChangeEvent) => {
@@ -103,10 +118,10 @@ export class ToolRegistry {
     return registry;
   }
 
-  //  Starts the view (once) and resolves when it has its first snapshot.
+  //  Starts the view (once) and resolves when it has its first snapshot;
+  //  rejects after timeoutMs, or when the broker refuses the keys.
   ready(timeoutMs = READY_TIMEOUT_MS): Promise<void> {
-    this.watching ??= this.watcher.start(0);
-    return this.watcher.synced ? Promise.resolve() : withTimeout(this.watching, timeoutMs, 'no snapshot from the broker');
+    return this.watcher.start(timeoutMs);
   }
 
   //  Registers a tool served by this process: a definition with execute (the
@@ -136,7 +151,7 @@ export class ToolRegistry {
       this.componentStarted = true;
       this.component.start();
     }
-    void this.ready().catch(() => undefined);
+    void this.watcher.start(0);
 
     let disposed: Promise<void> | undefined;
     let ready: Promise<void> | undefined;
@@ -208,7 +223,7 @@ export class ToolRegistry {
   on(event: string, listener: (...args: any[]) => any, options: { prepend?: boolean } = {}): () => void {
     if (event === 'tools/change') {
       this.changeListeners.add(listener);
-      void this.ready().catch(() => undefined);
+      void this.watcher.start(0);
       return () => { this.changeListeners.delete(listener); };
     }
     if (event === 'tools/execute') {
@@ -247,7 +262,7 @@ export class ToolRegistry {
   private async until(name: string, present: boolean): Promise<void> {
     const started = Date.now();
     for (;;) {
-      const refusal = this.refusals.get(name) ?? this.refusals.get('');
+      const refusal = this.refusals.get(name) ?? this.refusals.get('') ?? this.component.handshakeFailure();
       if (present && refusal !== undefined)
         throw new Error(refusal);
       if (present && !this.component.has(name))

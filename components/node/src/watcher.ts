@@ -5,9 +5,10 @@
 //  the next broker in its list).
 import { EventEmitter } from 'node:events';
 import { Dealer, Subscriber } from 'zeromq';
+import { CurveKeys, CurveOptions, Handshake, loadCurve } from './curve.js';
 import {
-  Body, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, Outbox, brokerList, frames, fromBroker, nextId, parse,
-  resolveEndpoint, unpack,
+  Body, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, DshError, MAX_MESSAGE_BYTES, Outbox, brokerList, frames, fromBroker,
+  nextId, parse, resolveEndpoint, unpack,
 } from './wire.js';
 import type { ToolEntry } from './client.js';
 
@@ -35,8 +36,17 @@ export interface SnapshotNotice {
   resync: boolean;
 }
 
+//  A broker refused the handshake: which, and why in the C SDK's words
+//  ("cannot talk to broker at X: the broker refused this party's key...").
+export interface Refusal {
+  broker: string;
+  reason: string;
+}
+
 //  Events: 'change' (ChangeEvent, after it is applied), 'snapshot'
-//  (SnapshotNotice, after the view was replaced).
+//  (SnapshotNotice, after the view was replaced), 'refused' (Refusal: the
+//  broker refused the keys; the watcher goes on trying, the next broker
+//  of its list first).
 export class Watcher extends EventEmitter {
   readonly endpoints: string[];
   private index = 0;
@@ -47,6 +57,7 @@ export class Watcher extends EventEmitter {
   private snapshots = 0;
   private front?: Dealer;
   private frontOut?: Outbox;
+  private frontHandshake?: Handshake;
   private sub?: Subscriber;
   private brokerId = '';
   private helloId = '';
@@ -62,21 +73,39 @@ export class Watcher extends EventEmitter {
   private settleTimer?: NodeJS.Timeout;
   private started?: Promise<void>;
   private closed = false;
+  private readonly curve?: CurveKeys;
 
-  constructor(broker?: string | string[]) {
+  constructor(broker?: string | string[], options: CurveOptions = {}) {
     super();
     this.endpoints = brokerList(broker);
+    this.curve = loadCurve(options);
   }
 
   //  Starts following; resolves once the first snapshot is in (rejects
-  //  after timeoutMs without one, and keeps trying).
+  //  after timeoutMs without one, or at once with a DshError BROKER_GONE
+  //  when its only broker refuses the keys, and keeps trying). With
+  //  timeoutMs 0 it waits for the snapshot however long it takes.
   start(timeoutMs = 10000): Promise<void> {
     if (!this.started) {
       this.started = new Promise((resolve) => this.once('snapshot', () => resolve()));
       this.discover();
       this.pingTimer = setInterval(() => this.tick(), 100);
     }
-    return timeoutMs > 0 ? withTimeout(this.started, timeoutMs, 'no snapshot from the broker') : this.started;
+    if (timeoutMs <= 0 || this.synced)
+      return this.started;
+    let onRefused!: (refusal: Refusal) => void;
+    const refused = new Promise<never>((_, reject) => {
+      onRefused = (refusal) => {
+        if (this.endpoints.length === 1)
+          reject(new DshError('BROKER_GONE', refusal.reason));
+      };
+      this.on('refused', onRefused);
+      //  A refusal told before this wait began, and still holding
+      if (this.frontHandshake?.failure)
+        onRefused({ broker: this.endpoint, reason: this.refusal(this.frontHandshake.failure) });
+    });
+    return withTimeout(Promise.race([this.started, refused]), timeoutMs, 'no snapshot from the broker')
+      .finally(() => this.off('refused', onRefused));
   }
 
   //  The tool entries, in registration order.
@@ -109,7 +138,7 @@ export class Watcher extends EventEmitter {
     for (const socket of [this.front, this.sub])
       if (socket && !socket.closed)
         socket.close();
-    this.front = this.sub = this.frontOut = undefined;
+    this.front = this.sub = this.frontOut = this.frontHandshake = undefined;
   }
 
   //  Step 1: HELLO on new sockets, again every second until WELCOME.
@@ -117,9 +146,10 @@ export class Watcher extends EventEmitter {
     this.closeSockets();
     if (this.closed)
       return;
-    const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES });
+    const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES, ...this.curve });
     this.front = front;
     this.frontOut = new Outbox(front);
+    this.frontHandshake = new Handshake(front, this.curve !== undefined, (reason) => this.refusedBy(front, reason));
     front.connect(this.endpoint);
     this.brokerId = '';
     this.syncing = true;
@@ -165,6 +195,7 @@ export class Watcher extends EventEmitter {
       heartbeatInterval: this.heartbeatMs,
       heartbeatTimeout: this.heartbeatMs * this.liveness,
       reconnectMaxInterval: this.heartbeatMs,
+      ...this.curve,
     });
     this.sub = sub;
     sub.subscribe();
@@ -180,6 +211,23 @@ export class Watcher extends EventEmitter {
     });
     sub.connect(resolveEndpoint(String(welcome.events), this.endpoint));
     void this.receiveEvents(sub);
+  }
+
+  //  The broker at the front refused the keys: say so, and with other
+  //  brokers in the list go to the next one.
+  private refusedBy(front: Dealer, reason: string): void {
+    if (front !== this.front)
+      return;
+    const broker = this.endpoint;
+    if (this.endpoints.length > 1) {
+      this.index = (this.index + 1) % this.endpoints.length;
+      this.discover();
+    }
+    this.emit('refused', { broker, reason: this.refusal(reason, broker) });
+  }
+
+  private refusal(failure: string, broker = this.endpoint): string {
+    return `cannot talk to broker at ${broker}: ${failure}`;
   }
 
   private askSnapshot(): void {

@@ -76,10 +76,10 @@ export async function freePorts() {
   throw new Error('no four free ports in a row');
 }
 
-//  A broker on endpoint (default: ephemeral ports); resolves with the child,
-//  its front endpoint in child.endpoint.
-export async function startBroker(endpoint = 'tcp://127.0.0.1:*') {
-  const child = await start(bin.broker, ['-e', endpoint], /listening on (tcp:\/\/\S+)/);
+//  A broker on endpoint (default: ephemeral ports) with extra flags;
+//  resolves with the child, its front endpoint in child.endpoint.
+export async function startBroker(endpoint = 'tcp://127.0.0.1:*', extra = []) {
+  const child = await start(bin.broker, ['-e', endpoint, ...extra], /listening on (tcp:\/\/\S+)/);
   child.endpoint = child.match[1];
   return child;
 }
@@ -88,9 +88,9 @@ export async function startDemo(endpoint, extra = []) {
   return start(bin.demo, ['--broker', endpoint, ...extra], /serving|ready|announced|tools/);
 }
 
-export function run(file, args) {
+export function run(file, args, env = process.env) {
   return new Promise((resolve) => {
-    execFile(file, args, { timeout: 20000 }, (error, stdout, stderr) =>
+    execFile(file, args, { timeout: 20000, env }, (error, stdout, stderr) =>
       resolve({ code: error ? error.code : 0, stdout, stderr }));
   });
 }
