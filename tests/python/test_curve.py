@@ -12,7 +12,7 @@ def keygen(path, *args):
     subprocess.run([CLI, "keygen", path, *args], check=True, capture_output=True, timeout=10)
 
 
-def test_curve_both_ways(tmp_path, processes):
+def test_curve_both_ways(tmp_path, processes, monkeypatch):
     allow = tmp_path / "allow"
     allow.mkdir()
     broker_cert, agent, comp = (str(tmp_path / name) for name in ("broker.cert", "agent.cert", "comp.cert"))
@@ -56,6 +56,11 @@ def test_curve_both_ways(tmp_path, processes):
                 raise AssertionError("a key not in the allow-list was answered")
             except dsh.DshError as error:
                 assert "the broker refused this party's key" in error.message
+        #  Keys from the environment, as for every dsh program
+        monkeypatch.setenv("DSH_CERT", agent)
+        monkeypatch.setenv("DSH_BROKER_CERT", broker_cert)
+        with dsh.Client(endpoint) as client:
+            assert client.call("whoami").text == "alice"
     finally:
         watcher.close()
         component.stop()

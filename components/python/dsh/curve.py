@@ -26,11 +26,15 @@ def load_keys(cert, broker_cert):
 
 
 def secure(sock, cert, broker_cert):
-    """Make sock a CURVE client when both certificates are given (before connect)."""
+    """Make sock a CURVE client when both certificates are given (before
+    connect); either one not given comes from $DSH_CERT / $DSH_BROKER_CERT,
+    as for every dsh program."""
+    cert = cert or os.environ.get("DSH_CERT") or None
+    broker_cert = broker_cert or os.environ.get("DSH_BROKER_CERT") or None
     if not cert and not broker_cert:
         return
     if not cert or not broker_cert:
-        raise ValueError("CURVE needs both cert= and broker_cert=")
+        raise ValueError("CURVE needs both cert= and broker_cert= (or $DSH_CERT and $DSH_BROKER_CERT)")
     public, secret, server = load_keys(cert, broker_cert)
     sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
     sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
