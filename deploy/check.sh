@@ -7,7 +7,9 @@
 #  sanitizer's slowdown would only blur. The python and node suites test
 #  those languages' libraries and run in the plain build alone too: the C
 #  they talk to is under the sanitizer in every other suite (conformance
-#  drives all three languages there). Ends with one line: "N passed,
+#  drives all three languages there); so does bench-quick, a smoke run of
+#  the benchmark whose broker load the parallel and fair suites put under
+#  the sanitizer too. Ends with one line: "N passed,
 #  N failed, N skipped".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +59,7 @@ run build plain
 
 ./deploy/build.sh build-sanitize -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    run build-sanitize sanitize --no-suite netns --no-suite python --no-suite node
+    run build-sanitize sanitize --no-suite netns --no-suite python --no-suite node --no-suite bench
 
 run build valgrind --suite unit --wrapper "valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99"
 
