@@ -736,8 +736,12 @@ s_expire_calls (dsh_client_t *self, int64_t now)
                 self->next_due_ms = due;
             continue;
         }
-        dsh_reply_t *reply = s_made_result (call_id, DSH_E_TIMEOUT,
-                                            "Error: no answer from the broker by the call's deadline");
+        //  A call cancelled is answered as one, here as in s_move
+        bool cancelled = zhashx_lookup (self->cancelled, call_id) != NULL;
+        dsh_reply_t *reply = cancelled?
+            s_made_result (call_id, DSH_E_CANCELLED, "Error: the call was cancelled"):
+            s_made_result (call_id, DSH_E_TIMEOUT, "Error: no answer from the broker by the call's deadline");
+        zhashx_delete (self->cancelled, call_id);
         if (reply)
             zlistx_add_end (self->made, reply);
         if (zhashx_size (self->given_up) >= S_GIVEN_UP_MAX)
