@@ -25,4 +25,6 @@ concurrency=""
 if [ "$major" -ge 20 ]; then
     concurrency="--test-concurrency=1"
 fi
-cd "${1:-$here}" && exec node --test $concurrency
+#  The spec reporter ends with every failure in full: the part of a long
+#  log that meson and CI show
+cd "${1:-$here}" && exec node --test $concurrency --test-reporter=spec

@@ -28,4 +28,6 @@ concurrency=""
 if [ "$major" -ge 20 ]; then
     concurrency="--test-concurrency=1"
 fi
-exec node --test $concurrency test/*.test.mjs
+#  The spec reporter ends with every failure in full: the part of a long
+#  log that meson and CI show
+exec node --test $concurrency --test-reporter=spec test/*.test.mjs
