@@ -13,8 +13,13 @@
 //        its streamableHttp mode
 //    (f) the same HTTP client through dsh-mcp --http and dsh-broker (empty
 //        chain) to dsh-demo's echo
+//    (g) no dsh and no MCP: the raw ZeroMQ floor of dsh-bench --only raw, a
+//        C client through a bare ROUTER/DEALER proxy to a C worker (two TCP
+//        hops each way, as (b) pays between dsh-mcp and dsh-demo)
 //
 //  Ratios are against (a), but (f)'s, which is against (e): HTTP to HTTP.
+//  (g) is what any brokered path over ZeroMQ costs on this machine before
+//  it does any work: it bounds what (b) and (c) can reach.
 //
 //  Latency: one call in flight, p50/p99. Throughput: 64 in flight, calls/s.
 //  Each is bounded by a call count and a time, whichever comes first.
@@ -126,6 +131,26 @@ async function measureDrive(endpoint) {
   if (!thr) throw new Error(`dsh-bench --drive failed:\n${throughput}`);
   return { p50: Number(lat[1]), p99: Number(lat[2]), latencyCalls: Number(lat[3]), callsPerS: Number(thr[1]),
     throughputCalls: null };
+}
+
+//  (g): dsh-bench's raw ZeroMQ floor, 64 B, one replica.
+function measureFloor() {
+  return new Promise((resolve, reject) => {
+    const args = ['--only', 'raw', '--json', ...(quick ? ['--quick'] : [])];
+    const child = execFile(benchBin, args, { maxBuffer: 16 * 1024 * 1024 }, (error, stdout, stderr) => {
+      drives.delete(child);
+      if (error) return reject(new Error(`dsh-bench ${args.join(' ')}: ${error.message}\n${stderr}`));
+      const calls = JSON.parse(stdout).calls;
+      const figure = (name, inflight) => calls.find((row) => row.figure === name && row.payload === 64
+        && row.replicas === 1 && row.inflight === inflight)?.raw;
+      const floor = { p50: figure('latency_p50_us', 1), p99: figure('latency_p99_us', 1),
+        callsPerS: figure('calls_per_s', INFLIGHT), latencyCalls: null, throughputCalls: null };
+      if ([floor.p50, floor.p99, floor.callsPerS].some((value) => typeof value !== 'number'))
+        return reject(new Error(`dsh-bench ${args.join(' ')} printed no 64 B floor`));
+      resolve(floor);
+    });
+    drives.add(child);
+  });
 }
 
 async function startDemo(endpoint) {
@@ -242,8 +267,10 @@ const layouts = [
         await stop(broker.child);
       }
     } },
+  { key: 'g', label: '(g) raw ZeroMQ floor: C client -> ROUTER/DEALER proxy -> C worker', tool: '-',
+    run: measureFloor },
 ];
-const base = { b: 'a', c: 'a', d: 'a', e: 'a', f: 'e' };
+const base = { b: 'a', c: 'a', d: 'a', e: 'a', f: 'e', g: 'a' };
 
 const results = {};
 const failures = [];
@@ -284,7 +311,7 @@ if (asJson) {
     targets, failures }, null, 2));
 } else {
   const m = machine();
-  const cols = ['a', 'b', 'c', 'd', 'e', 'f'];
+  const cols = ['a', 'b', 'c', 'd', 'e', 'f', 'g'];
   const fmt = (value, digits = 1) => (value === undefined || value === null ? '-' : value.toFixed(digits));
   const line = (label, cells) => label.padEnd(22) + cells.map((cell) => cell.padStart(10)).join('');
   console.log(`MCP rows: 64 B echo, ${quick ? '--quick' : 'full'} (latency: 1 in flight, up to ${plan.latencyCalls} ` +
@@ -293,7 +320,7 @@ if (asJson) {
   console.log(`machine: ${m.nproc} x ${m.model}, load ${m.loadavg.join(' ')}, node ${m.node}`);
   console.log();
   for (const layout of layouts) console.log(`  ${layout.label}`);
-  console.log('  ratios against (a), (f) against (e)');
+  console.log('  ratios against (a), (f) against (e); (g) bounds what (b) and (c) can reach');
   console.log();
   const header = [];
   for (const key of cols) header.push(`(${key})`, key === 'a' ? '' : 'ratio');
@@ -317,6 +344,10 @@ if (asJson) {
   for (const t of targets)
     console.log(`  ${t.target.padEnd(26)} ${t.value === null ? '-' : t.value.toFixed(2) + 'x'}`.padEnd(40) +
       (t.met === null ? 'not measured' : t.met ? 'met' : 'missed'));
+  const floor = results.g;
+  if (a && floor)
+    console.log(`  (b)'s p50 target is ${(1.5 * a.p50).toFixed(0)} us and (c)'s ${(2.5 * a.p50).toFixed(0)} us; ` +
+      `the raw ZeroMQ floor (g), with no dsh or MCP work, is ${floor.p50.toFixed(0)} us`);
   if (failures.length) console.log(`\nfailures:\n  ${failures.join('\n  ')}`);
 }
 process.exit(failures.length ? 1 : 0);
