@@ -976,6 +976,16 @@ s_handle_cancel (self_t *self, s_request_t *request)
         s_refuse_call (self, request, call_id, DSH_E_CANCELLED, "Error: the call was cancelled");
 }
 
+//  heartbeatMs and liveness, as WELCOME, PONG and STATS give them.
+static void
+s_pack_liveness (self_t *self, msgpack_packer *pk)
+{
+    dsh_pack_cstr (pk, "heartbeatMs");
+    msgpack_pack_uint32 (pk, (uint32_t) self->heartbeat_ms);
+    dsh_pack_cstr (pk, "liveness");
+    msgpack_pack_uint32 (pk, (uint32_t) self->liveness);
+}
+
 static void
 s_handle_control (self_t *self, s_request_t *request)
 {
@@ -1009,10 +1019,7 @@ s_handle_hello (self_t *self, s_request_t *request)
     dsh_packer_kv_str (&packer, "announce", self->endpoints [1]);
     dsh_packer_kv_str (&packer, "work", self->endpoints [2]);
     dsh_packer_kv_str (&packer, "events", self->endpoints [3]);
-    dsh_pack_cstr (pk, "heartbeatMs");
-    msgpack_pack_uint32 (pk, (uint32_t) self->heartbeat_ms);
-    dsh_pack_cstr (pk, "liveness");
-    msgpack_pack_uint32 (pk, (uint32_t) self->liveness);
+    s_pack_liveness (self, pk);
     dsh_pack_cstr (pk, "maxMessageBytes");
     msgpack_pack_uint32 (pk, (uint32_t) self->max_message_bytes);
     s_reply_packed (self, request, DSH_WELCOME, &packer);
@@ -1038,10 +1045,7 @@ s_handle_ping (self_t *self, s_request_t *request)
     //  What a client watching this broker's liveness needs to know
     dsh_pack_cstr (pk, "epoch");
     msgpack_pack_uint64 (pk, self->epoch);
-    dsh_pack_cstr (pk, "heartbeatMs");
-    msgpack_pack_uint64 (pk, (uint64_t) self->heartbeat_ms);
-    dsh_pack_cstr (pk, "liveness");
-    msgpack_pack_uint64 (pk, (uint64_t) self->liveness);
+    s_pack_liveness (self, pk);
     s_reply_packed (self, request, DSH_PONG, &packer);
 }
 
@@ -1119,6 +1123,8 @@ s_handle_stats (self_t *self, s_request_t *request)
     msgpack_pack_uint64 (pk, (uint64_t) (zclock_time () - self->started_ms));
     dsh_pack_cstr (pk, "inFlight");
     msgpack_pack_uint64 (pk, dsh_inflight_size (self->inflight));
+    //  What a component's heartbeatAgeMs is read against
+    s_pack_liveness (self, pk);
     zlistx_t *tools = dsh_catalog_tool_names (self->catalog);
     dsh_stats_pack (self->stats, &packer, tools);
     zlistx_destroy (&tools);

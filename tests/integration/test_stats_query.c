@@ -218,6 +218,10 @@ test_counts (void **state)
     assert_true (json_is_string (json_object_get (stats, "broker")));
     assert_true (json_is_integer (json_object_get (stats, "epoch")));
     assert_true (json_is_integer (json_object_get (stats, "uptimeMs")));
+    //  What heartbeat ages are read against: this broker's --heartbeat-ms
+    //  and the default liveness
+    assert_int_equal (s_int (stats, "heartbeatMs"), 200);
+    assert_int_equal (s_int (stats, "liveness"), DSH_DEFAULT_LIVENESS);
     assert_int_equal (s_int (stats, "calls"), 7);
     assert_int_equal (s_int (stats, "inFlight"), 0);
     json_t *refusals = json_object_get (stats, "refused");

@@ -75,6 +75,9 @@ test('/api/tools gives the tool set by component with the hints; /api/stats the 
     return doc.reachable ? doc : null;
   }, { what: 'a poll' });
   assert.ok(stats.stats || stats.ping, 'STATS or PING');
+  //  The page reads heartbeat ages against the broker's own heartbeat
+  assert.equal(stats.stats.heartbeatMs, 1000);
+  assert.equal(stats.stats.liveness, 3);
   assert.ok(Array.isArray(stats.chain));
   assert.ok(Array.isArray(stats.pending));
   const page = await fetch(monitor.url + '/');
