@@ -492,7 +492,12 @@ s_sse_line (dsh_mcp_httpc_t *self, s_transfer_t *transfer, const char *line, siz
         for (size_t index = 0; digits && index < value_size; index++)
             digits = isdigit ((unsigned char) value [index]);
         if (digits) {
-            long delay = strtol (value, NULL, 10);
+            //  The line is not terminated: what lies past it in the buffer
+            //  is an older, longer line's
+            char text [10];
+            memcpy (text, value, value_size);
+            text [value_size] = 0;
+            long delay = strtol (text, NULL, 10);
             transfer->retry_ms = delay > MAX_RESUME_DELAY_MS? MAX_RESUME_DELAY_MS: (int) delay;
         }
     }

@@ -85,8 +85,8 @@ export async function dshTools(endpoint) {
   return JSON.parse(stdout);
 }
 
-export async function dshCall(endpoint, name, args = {}) {
-  const { stdout, stderr } = await run(bin.cli, ['--broker', endpoint, 'call', name, JSON.stringify(args)]);
+export async function dshCall(endpoint, name, args = {}, extra = []) {
+  const { stdout, stderr } = await run(bin.cli, ['--broker', endpoint, 'call', name, JSON.stringify(args), ...extra]);
   if (!stdout.trim()) throw new Error(`dsh call ${name}: ${stderr}`);
   return JSON.parse(stdout);
 }

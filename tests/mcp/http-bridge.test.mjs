@@ -273,7 +273,10 @@ async function startPollingServer() {
       if (message.method === 'tools/call') {
         callId = message.id;
         res.writeHead(200, { 'content-type': 'text/event-stream' });
-        res.end(`id: e1\nretry: 200\ndata: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/progress',
+        //  A long comment first: the retry line is read where that line's
+        //  digits still lie past its end (a parser that reads past the line
+        //  waits 2000000... ms, capped at a minute, instead of 200)
+        res.end(`: ${'0'.repeat(64)}\nid: e1\nretry: 200\ndata: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/progress',
           params: { progressToken: message.params._meta.progressToken, progress: 1, total: 2 } })}\n\n`);
         return;
       }
@@ -289,7 +292,9 @@ test('a call whose stream closes early is resumed with Last-Event-ID', async () 
   try {
     child = await startHttpBridge(urlOf(httpServer), ['--name', 'polling', '--prefix', 'polling__']);
     await toolListed('polling__slow');
-    const answer = await dshCall(broker.endpoint, 'polling__slow', {});
+    //  The server asked for 200 ms: 10 s is a bound no resumption that
+    //  honours it comes near
+    const answer = await dshCall(broker.endpoint, 'polling__slow', {}, ['--timeout-ms', '10000']);
     assert.equal(answer.content?.[0]?.text, 'resumed', JSON.stringify(answer));
     assert.ok(gets.some((headers) => headers['last-event-id'] === 'e1' &&
       headers['mcp-session-id'] === 'polling-session'));
