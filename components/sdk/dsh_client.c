@@ -620,11 +620,17 @@ s_made_result (const char *call_id, const char *code, const char *text)
 
 //  True if a connection to the current broker has been made since the
 //  client connected to it: until then nothing sent can have reached it.
+//  The broker's silence is counted from when the connection is seen to
+//  come up, not from the send: on a lossy link the TCP and ZMTP handshakes
+//  alone may take longer than the liveness window.
 static bool
 s_reached (dsh_client_t *self)
 {
-    if (!self->reached)
+    if (!self->reached) {
         self->reached = !self->handshake || dsh_handshake_successes (self->handshake) > self->handshakes;
+        if (self->reached)
+            self->heard_ms = zclock_mono ();
+    }
     return self->reached;
 }
 

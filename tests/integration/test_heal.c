@@ -6,7 +6,9 @@
     announce ports gets the tools back from the running component; a broker
     stopped past the liveness window and let go is found again; a component
     serving two brokers keeps serving one while the other is down, and is
-    back at the other when it returns; a bad broker list is refused.
+    back at the other when it returns; a bad broker list is refused; a
+    client whose broker comes up only after the liveness window (a link
+    slow to connect, a broker restarting) gets its answer, not BROKER_GONE.
     Heartbeats are 500 ms, a liveness window of 1.5 s; the waits allow for
     a loaded machine and no assertion is on a timing.
     =========================================================================
@@ -16,6 +18,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <signal.h>
 
 #include "dsh.h"
@@ -258,6 +261,50 @@ test_bad_lists (void **state)
     assert_null (provider);
 }
 
+//  A PING made from a thread of its own, the broker started meanwhile.
+typedef struct {
+    const char *endpoint;
+    char command [16];
+    char error [256];
+} s_late_ping_t;
+
+static void *
+s_late_ping (void *arg)
+{
+    s_late_ping_t *ping = (s_late_ping_t *) arg;
+    dsh_client_t *client = dsh_client_new (ping->endpoint);
+    assert (client);
+    dsh_reply_t *reply = dsh_client_request (client, DSH_PING, NULL, 20000, ping->error, sizeof (ping->error));
+    if (reply)
+        snprintf (ping->command, sizeof (ping->command), "%s", dsh_reply_command (reply));
+    dsh_reply_destroy (&reply);
+    dsh_client_destroy (&client);
+    return NULL;
+}
+
+//  The request waits for a broker that is not there yet (alone in its
+//  list, nowhere else to go) and is answered once the broker comes up,
+//  past the client's liveness window (3 s by default, before any PONG):
+//  the broker's silence counts from the connection, not from the send.
+static void
+test_broker_up_late (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    int port = s_free_port ();
+    assert_true (port > 0);
+    snprintf (broker.endpoint, sizeof (broker.endpoint), "tcp://127.0.0.1:%d", port);
+    s_late_ping_t ping = { .endpoint = broker.endpoint };
+    pthread_t thread;
+    assert_int_equal (pthread_create (&thread, NULL, s_late_ping, &ping), 0);
+    zclock_sleep (DSH_DEFAULT_HEARTBEAT_MS * DSH_DEFAULT_LIVENESS + 1000);
+    s_broker_start (&broker);
+    pthread_join (thread, NULL);
+    if (!streq (ping.command, DSH_PONG))
+        fail_msg ("PING to a broker up late: %s", *ping.error? ping.error: ping.command);
+    dsh_testproc_destroy (&broker.process);
+}
+
 int
 main (void)
 {
@@ -268,6 +315,7 @@ main (void)
         cmocka_unit_test (test_stopped_past_the_window),
         cmocka_unit_test (test_two_brokers),
         cmocka_unit_test (test_bad_lists),
+        cmocka_unit_test (test_broker_up_late),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -39,11 +39,12 @@ for loss in 5 20; do
     errors=0
     for i in $(seq "$cli_calls"); do
         start=$(bed_now_ms)
-        if sc_dsh agent --broker "$broker" --timeout-ms 10000 call echo "{\"message\":\"m$i\"}" 2>/dev/null \
-            | grep -q "\"m$i\""; then
+        out=$(sc_dsh agent --broker "$broker" --timeout-ms 10000 call echo "{\"message\":\"m$i\"}" 2>&1)
+        if echo "$out" | grep -q "\"m$i\""; then
             echo $(( $(bed_now_ms) - start )) >> "$latencies"
         else
             errors=$((errors + 1))
+            echo "FIGURE: ${loss}% loss, CLI call $i failed after $(( $(bed_now_ms) - start )) ms: $(echo "$out" | tr '\n' ' ' | cut -c1-400)"
         fi
     done
     flaps=$(( $(grep -c '"kind":"tool.unregistered"' "$watch_out" || true) - flaps_before ))

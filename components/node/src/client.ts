@@ -216,9 +216,14 @@ export class Client {
     this.outbox = new Outbox(socket);
     this.handshake = new Handshake(socket, this.curve !== undefined);
     this.reached = false;
+    //  The broker's silence counts from when the connection comes up, not
+    //  from the send: on a lossy link the handshakes alone may take longer
+    //  than the liveness window
     socket.events.on('handshake', () => {
-      if (socket === this.socket)
+      if (socket === this.socket && !this.reached) {
         this.reached = true;
+        this.heardAt = Date.now();
+      }
     });
     socket.connect(this.endpoint);
     void this.receive(socket);

@@ -111,6 +111,25 @@ test('a broker list: a call to a broker never reached moves to the next one', as
   }
 });
 
+test('a broker that comes up past the liveness window answers what waited for it', async () => {
+  //  Alone in its list, the client waits for the broker; its silence counts
+  //  from the connection, so a request sent 4 s before (the window is 3 s
+  //  until a PONG says otherwise) is answered, not given up
+  const endpoint = `tcp://127.0.0.1:${await freePorts()}`;
+  const early = new Client(endpoint);
+  let late;
+  try {
+    const listed = early.request('LIST', {}, 15000);
+    await new Promise((resolve) => setTimeout(resolve, 4000));
+    late = await startBroker(endpoint);
+    const reply = await listed;
+    assert.ok(Array.isArray(reply.tools), JSON.stringify(reply));
+  } finally {
+    early.close();
+    await stop(late);
+  }
+});
+
 test('a peer that echoes requests back (a socket connected to itself) is no broker: BROKER_GONE', async () => {
   //  What a DEALER reads when TCP simultaneous open connects it to itself
   //  on a dead broker's ephemeral port: its own messages
