@@ -121,8 +121,18 @@ def module_processes():
         process.kill()
 
 
-def start_broker(start, endpoint="tcp://127.0.0.1:*"):
-    process = start([BROKER, "-e", endpoint], r"listening on (tcp://\S+)")
+#  Every socket of a broker on a random port of czmq's dynamic range ("!"),
+#  as the C tests' brokers: "*" takes the lowest free port, so a broker
+#  would often get the ports of one another suite running beside this one
+#  just stopped, and that broker's components, still reconnecting, would
+#  join this swarm.
+RANDOM_PORTS = ["--announce", "tcp://127.0.0.1:!", "--work", "tcp://127.0.0.1:!",
+                "--events", "tcp://127.0.0.1:!"]
+
+
+def start_broker(start, endpoint="tcp://127.0.0.1:!", *extra):
+    random = RANDOM_PORTS if endpoint.endswith(":!") else []
+    process = start([BROKER, "-e", endpoint, *random, *extra], r"listening on (tcp://\S+)")
     process.endpoint = process.match.group(1)
     return process
 

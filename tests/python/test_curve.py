@@ -5,7 +5,7 @@ import os
 import subprocess
 
 import dsh
-from conftest import BROKER, CLI, eventually
+from conftest import CLI, eventually, start_broker
 
 
 def keygen(path, *args):
@@ -21,9 +21,8 @@ def test_curve_both_ways(tmp_path, processes, monkeypatch):
     keygen(comp, "--role", "component", "--components", "py-curve")
     for cert in (agent, comp):
         os.link(cert, allow / os.path.basename(cert))
-    broker = processes([BROKER, "-e", "tcp://127.0.0.1:*", "--cert", broker_cert, "--allow", str(allow), "--curve"],
-                       r"listening on (tcp://\S+)")
-    endpoint = broker.match.group(1)
+    broker = start_broker(processes, "tcp://127.0.0.1:!", "--cert", broker_cert, "--allow", str(allow), "--curve")
+    endpoint = broker.endpoint
 
     component = dsh.Component("py-curve", endpoint, cert=comp, broker_cert=broker_cert)
 

@@ -79,8 +79,8 @@ test('many calls in flight each get their own result', async () => {
 });
 
 test('a broker that dies mid-call: BROKER_GONE within the liveness window, never a hang', async () => {
-  //  A port outside the kernel's ephemeral range: once this broker is dead,
-  //  no other test's broker on `tcp://127.0.0.1:*` can be given it
+  //  A port outside czmq's dynamic range: once this broker is dead, no
+  //  other test's broker on `tcp://127.0.0.1:*` or `!` can be given it
   const lonely = await startBroker(`tcp://127.0.0.1:${await freePorts()}`);
   const lonelyDemo = await startDemo(lonely.endpoint);
   const lonelyClient = new Client(lonely.endpoint);

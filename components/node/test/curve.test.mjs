@@ -54,7 +54,7 @@ before(async () => {
   mkdirSync(allow);
   for (const name of ['alice', 'tools', 'demo'])
     copyFileSync(keys[name], path.join(allow, `${name}.cert`));
-  broker = await startBroker('tcp://127.0.0.1:*', ['--cert', keys.broker, '--allow', allow]);
+  broker = await startBroker('tcp://127.0.0.1:!', ['--cert', keys.broker, '--allow', allow]);
   assert.match(broker.log, /CURVE on/);
   demo = await startDemo(broker.endpoint, ['--id', 'demo-curve', '--cert', keys.demo, '--broker-cert', keys.broker,
     '-v']);

@@ -76,10 +76,19 @@ export async function freePorts() {
   throw new Error('no four free ports in a row');
 }
 
-//  A broker on endpoint (default: ephemeral ports) with extra flags;
-//  resolves with the child, its front endpoint in child.endpoint.
-export async function startBroker(endpoint = 'tcp://127.0.0.1:*', extra = []) {
-  const child = await start(bin.broker, ['-e', endpoint, ...extra], /listening on (tcp:\/\/\S+)/);
+//  Every socket of a broker on a random port of czmq's dynamic range ("!"),
+//  as the C tests' brokers: "*" takes the lowest free port, so a broker
+//  would often get the ports of one another suite running beside this one
+//  just stopped, and that broker's components, still reconnecting, would
+//  join this swarm.
+const RANDOM_PORTS = ['--announce', 'tcp://127.0.0.1:!', '--work', 'tcp://127.0.0.1:!',
+  '--events', 'tcp://127.0.0.1:!'];
+
+//  A broker on endpoint (default: random ports) with extra flags; resolves
+//  with the child, its front endpoint in child.endpoint.
+export async function startBroker(endpoint = 'tcp://127.0.0.1:!', extra = []) {
+  const random = endpoint.endsWith(':!') ? RANDOM_PORTS : [];
+  const child = await start(bin.broker, ['-e', endpoint, ...random, ...extra], /listening on (tcp:\/\/\S+)/);
   child.endpoint = child.match[1];
   return child;
 }
