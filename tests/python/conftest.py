@@ -123,9 +123,9 @@ def module_processes():
 
 #  Every socket of a broker on a random port of czmq's dynamic range ("!"),
 #  as the C tests' brokers: "*" takes the lowest free port, so a broker
-#  would often get the ports of one another suite running beside this one
-#  just stopped, and that broker's components, still reconnecting, would
-#  join this swarm.
+#  would often get the ports of a broker that a suite running beside this
+#  one had just stopped, and that broker's components, still
+#  reconnecting, would join this swarm.
 RANDOM_PORTS = ["--announce", "tcp://127.0.0.1:!", "--work", "tcp://127.0.0.1:!",
                 "--events", "tcp://127.0.0.1:!"]
 
