@@ -7,9 +7,9 @@
 #  sanitizer's slowdown would only blur. The python and node suites test
 #  those languages' libraries and run in the plain build alone too: the C
 #  they talk to is under the sanitizer in every other suite (conformance
-#  drives all three languages there); so does bench-quick, a smoke run of
-#  the benchmark whose broker load the parallel and fair suites put under
-#  the sanitizer too. Ends with one line: "N passed,
+#  drives all three languages there). bench-quick, a smoke run of the
+#  benchmark, runs in the plain build alone as well: the parallel and fair
+#  suites put the same broker load under the sanitizer. Ends with one line: "N passed,
 #  N failed, N skipped".
 set -euo pipefail
 cd "$(dirname "$0")/.."
