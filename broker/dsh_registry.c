@@ -1195,6 +1195,33 @@ s_front_refuse (self_t *self, dsh_sock_msg_t *parts, const char *message)
     s_reply_error (self, &envelope, NULL, DSH_E_BAD_REQUEST, message);
 }
 
+//  A body the decoder refused (a repeated key, say) is still answered by
+//  its id where it names one once: a CALL by a RESULT under its callId, a
+//  query by an ERROR under its id, so that no sender waits out a deadline.
+static void
+s_front_refuse_body (self_t *self, s_request_t *request, const char *message)
+{
+    bool is_call = streq (request->parts->command, DSH_CALL);
+    char id [DSH_CALL_ID_MAX + 1];
+    if (!dsh_proto_refused_str (zmq_msg_data (request->body), zmq_msg_size (request->body),
+                                is_call? "callId": "id", id, sizeof id)) {
+        s_front_refuse (self, request->parts, message);
+        return;
+    }
+    self->bad_messages++;
+    if (is_call) {
+        dsh_stats_refused (self->stats, DSH_E_BAD_REQUEST);
+        s_refuse_call (self, request, id, DSH_E_BAD_REQUEST, message);
+        return;
+    }
+    msgpack_object id_object = { .type = MSGPACK_OBJECT_STR };
+    id_object.via.str.ptr = id;
+    id_object.via.str.size = (uint32_t) strlen (id);
+    request->id = &id_object;
+    s_request_error (self, request, DSH_E_BAD_REQUEST, message);
+    request->id = NULL;
+}
+
 static void
 s_front_request (self_t *self, dsh_sock_msg_t *parts)
 {
@@ -1211,7 +1238,10 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
     if (!request.doc || dsh_doc_root (request.doc)->type != MSGPACK_OBJECT_MAP) {
         snprintf (error, sizeof (error), "malformed %s body: %s", parts->command,
                   request.doc? "the body is not a map": reason);
-        s_front_refuse (self, parts, error);
+        if (request.doc)
+            s_front_refuse (self, parts, error);
+        else
+            s_front_refuse_body (self, &request, error);
         dsh_doc_destroy (&request.doc);
         return;
     }

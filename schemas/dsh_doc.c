@@ -4,7 +4,10 @@
     The scanner walks the bytes once with an explicit stack (so hostile
     nesting costs no C stack), refusing anything msgpack-c would either
     over-allocate for or fail on. Only bytes that pass are handed to
-    msgpack_unpack, into a zone the document owns.
+    msgpack_unpack, into a zone the document owns. The tree is then walked
+    once more for maps that repeat a key: this is the one place where that
+    is refused, so that no message of any kind reaches two readers who see
+    it differently.
     =========================================================================
 */
 
@@ -253,6 +256,225 @@ dsh_msgpack_map_header (const void *data, size_t size, uint32_t *count)
     return shape.header_size;
 }
 
+//  A map key as the bytes it is compared by: two keys are one key when any
+//  reader (C's first match, JSON's and JavaScript's last one, Python's
+//  dict) could take them for one. So a str and a bin compare by their bytes,
+//  and a number by its shortest decimal text, which a str of that text
+//  matches too (JavaScript turns number keys into such strings). Over-
+//  matching only refuses a map that no honest sender writes.
+typedef struct {
+    int tag;                    //  0, or an ext key's type + 129
+    const char *bytes;
+    size_t size;
+    char text [32];             //  a number's or a scalar's text
+} s_key_form_t;
+
+static void
+s_key_form (const msgpack_object *key, s_key_form_t *form)
+{
+    form->tag = 0;
+    form->bytes = form->text;
+    form->size = 0;
+    switch (key->type) {
+        case MSGPACK_OBJECT_STR:
+            form->bytes = key->via.str.ptr;
+            form->size = key->via.str.size;
+            return;
+        case MSGPACK_OBJECT_BIN:
+            form->bytes = key->via.bin.ptr;
+            form->size = key->via.bin.size;
+            return;
+        case MSGPACK_OBJECT_POSITIVE_INTEGER:
+            form->size = (size_t) snprintf (form->text, sizeof form->text, "%" PRIu64, key->via.u64);
+            return;
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+            form->size = (size_t) snprintf (form->text, sizeof form->text, "%" PRId64, key->via.i64);
+            return;
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64: {
+            double value = key->via.f64;
+            if (value == (double) (int64_t) value && value > -9.2e18 && value < 9.2e18)
+                form->size = (size_t) snprintf (form->text, sizeof form->text, "%" PRId64, (int64_t) value);
+            else
+                form->size = (size_t) snprintf (form->text, sizeof form->text, "%.17g", value);
+            return;
+        }
+        case MSGPACK_OBJECT_BOOLEAN:
+            form->size = (size_t) snprintf (form->text, sizeof form->text, "%s",
+                                            key->via.boolean? "true": "false");
+            return;
+        case MSGPACK_OBJECT_NIL:
+            form->size = (size_t) snprintf (form->text, sizeof form->text, "null");
+            return;
+        default:
+            //  ext: its type, then its bytes
+            form->tag = key->via.ext.type + 129;
+            form->bytes = key->via.ext.ptr;
+            form->size = key->via.ext.size;
+            return;
+    }
+}
+
+static int
+s_compare_forms (const s_key_form_t *a, const s_key_form_t *b)
+{
+    if (a->tag != b->tag)
+        return a->tag < b->tag? -1: 1;
+    if (a->size != b->size)
+        return a->size < b->size? -1: 1;
+    return a->size? memcmp (a->bytes, b->bytes, a->size): 0;
+}
+
+static int
+s_compare_form_pointers (const void *a, const void *b)
+{
+    return s_compare_forms (*(const s_key_form_t *const *) a, *(const s_key_form_t *const *) b);
+}
+
+void
+dsh_quote_key (const char *key, size_t key_size, char *text, size_t size)
+{
+    assert (size >= 4);
+    size_t used = 0;
+    size_t shown = key_size > 40? 40: key_size;
+    for (size_t index = 0; index < shown && used + 5 < size; index++) {
+        unsigned char c = (unsigned char) key [index];
+        if (c < 0x20 || c > 0x7e || c == '"' || c == '\\')
+            used += (size_t) snprintf (text + used, size - used, "\\x%02x", c);
+        else
+            text [used++] = (char) c;
+    }
+    if (shown < key_size && used + 4 <= size) {
+        memcpy (text + used, "...", 3);
+        used += 3;
+    }
+    text [used] = 0;
+}
+
+//  The key of a map that occurs twice, or NULL; *container is set when a key
+//  is an array or a map (no reader can look one up). Small maps, as most
+//  are, are compared pairwise; larger ones are sorted, so a hostile map of
+//  a million keys costs O(n log n), not O(n^2).
+static const s_key_form_t *
+s_repeated_key (const msgpack_object_map *map, s_key_form_t *forms, const s_key_form_t **sorted,
+                bool *container)
+{
+    *container = false;
+    for (uint32_t index = 0; index < map->size; index++) {
+        msgpack_object_type type = map->ptr [index].key.type;
+        if (type == MSGPACK_OBJECT_ARRAY || type == MSGPACK_OBJECT_MAP) {
+            *container = true;
+            return NULL;
+        }
+        s_key_form (&map->ptr [index].key, &forms [index]);
+    }
+    if (map->size <= 8) {
+        for (uint32_t first = 0; first < map->size; first++)
+            for (uint32_t second = first + 1; second < map->size; second++)
+                if (s_compare_forms (&forms [first], &forms [second]) == 0)
+                    return &forms [second];
+        return NULL;
+    }
+    for (uint32_t index = 0; index < map->size; index++)
+        sorted [index] = &forms [index];
+    qsort (sorted, map->size, sizeof (*sorted), s_compare_form_pointers);
+    for (uint32_t index = 1; index < map->size; index++)
+        if (s_compare_forms (sorted [index - 1], sorted [index]) == 0)
+            return sorted [index];
+    return NULL;
+}
+
+//  Where a refused map is, for the reason: "body", then ".key" per str key
+//  and "[i]" per array element, as far as it fits.
+typedef struct {
+    char text [160];
+    size_t size;
+} s_path_t;
+
+static size_t
+s_path_push (s_path_t *path, const msgpack_object *key, uint32_t index)
+{
+    size_t mark = path->size;
+    size_t room = sizeof path->text - path->size;
+    int written;
+    if (!key)
+        written = snprintf (path->text + path->size, room, "[%" PRIu32 "]", index);
+    else
+    if (key->type == MSGPACK_OBJECT_STR && key->via.str.size <= 32
+    &&  !memchr (key->via.str.ptr, '\0', key->via.str.size))
+        written = snprintf (path->text + path->size, room, ".%.*s", (int) key->via.str.size, key->via.str.ptr);
+    else
+        written = snprintf (path->text + path->size, room, ".{}");
+    if (written > 0)
+        path->size += (size_t) written < room? (size_t) written: room - 1;
+    return mark;
+}
+
+//  Refuses a tree in which any map repeats a key or has an array or a map
+//  as a key. Recursion is bounded by DSH_DOC_MAX_DEPTH, which the scan has
+//  checked.
+static int
+s_check_maps (const msgpack_object *obj, s_path_t *path, char *error, size_t error_size)
+{
+    if (obj->type == MSGPACK_OBJECT_ARRAY) {
+        for (uint32_t index = 0; index < obj->via.array.size; index++) {
+            const msgpack_object *item = &obj->via.array.ptr [index];
+            if (item->type != MSGPACK_OBJECT_ARRAY && item->type != MSGPACK_OBJECT_MAP)
+                continue;
+            size_t mark = s_path_push (path, NULL, index);
+            if (s_check_maps (item, path, error, error_size))
+                return -1;
+            path->size = mark;
+            path->text [mark] = 0;
+        }
+        return 0;
+    }
+    if (obj->type != MSGPACK_OBJECT_MAP || obj->via.map.size < 1)
+        return 0;
+    const msgpack_object_map *map = &obj->via.map;
+    s_key_form_t local_forms [8];
+    s_key_form_t *forms = local_forms;
+    const s_key_form_t **sorted = NULL;
+    if (map->size > 8) {
+        forms = (s_key_form_t *) malloc (map->size * sizeof (*forms));
+        sorted = (const s_key_form_t **) malloc (map->size * sizeof (*sorted));
+        if (!forms || !sorted) {
+            free (forms);
+            free (sorted);
+            s_set_error (error, error_size, "out of memory checking a map of %" PRIu32 " keys", map->size);
+            return -1;
+        }
+    }
+    bool container = false;
+    const s_key_form_t *repeated = map->size > 1 || map->ptr [0].key.type == MSGPACK_OBJECT_ARRAY
+                                || map->ptr [0].key.type == MSGPACK_OBJECT_MAP
+                                 ? s_repeated_key (map, forms, sorted, &container): NULL;
+    int rc = 0;
+    if (repeated || container) {
+        char quoted [200] = "";
+        if (repeated)
+            dsh_quote_key (repeated->bytes, repeated->size, quoted, sizeof quoted);
+        if (container)
+            s_set_error (error, error_size, "a key of the map at %s is an array or a map", path->text);
+        else
+            s_set_error (error, error_size, "duplicate key \"%s\" in the map at %s", quoted, path->text);
+        rc = -1;
+    }
+    if (forms != local_forms)
+        free (forms);
+    free (sorted);
+    for (uint32_t index = 0; rc == 0 && index < map->size; index++) {
+        const msgpack_object *value = &map->ptr [index].val;
+        if (value->type != MSGPACK_OBJECT_ARRAY && value->type != MSGPACK_OBJECT_MAP)
+            continue;
+        size_t mark = s_path_push (path, &map->ptr [index].key, index);
+        rc = s_check_maps (value, path, error, error_size);
+        path->size = mark;
+        path->text [mark] = 0;
+    }
+    return rc;
+}
+
 dsh_doc_t *
 dsh_doc_new (const void *data, size_t size, char *error, size_t error_size)
 {
@@ -279,6 +501,11 @@ dsh_doc_new (const void *data, size_t size, char *error, size_t error_size)
         (const char *) data, size, &offset, &self->zone, &self->root);
     if (status != MSGPACK_UNPACK_SUCCESS) {
         s_set_error (error, error_size, "msgpack unpack failed (%d)", (int) status);
+        dsh_doc_destroy (&self);
+        return NULL;
+    }
+    s_path_t path = { "body", 4 };
+    if (s_check_maps (&self->root, &path, error, error_size)) {
         dsh_doc_destroy (&self);
         return NULL;
     }

@@ -8,6 +8,13 @@
     end), and only then lets msgpack-c unpack them. Trailing bytes after the one
     object are an error, and so is a truncated object.
 
+    Decoding is strict, once, for every message dsh reads: a map anywhere in
+    the object that repeats a key, or has an array or a map as a key, is
+    refused. Keys are one key when any reader could take them for one: equal
+    bytes in a str or a bin, equal numbers (1 and 1.0), a number and the str
+    of its decimal text (JavaScript's property names). What one reader
+    checked is then what every later reader of the same bytes sees.
+
     The tree's strings and binaries point into the input bytes: the caller
     keeps them alive for as long as the document lives.
     =========================================================================
@@ -31,7 +38,9 @@ extern "C" {
 typedef struct _dsh_doc_t dsh_doc_t;
 
 //  Decode one msgpack object from data (borrowed, must outlive the document).
-//  Returns NULL on bad input and writes a one-line reason into error.
+//  Returns NULL on bad input, including a map that repeats a key ("duplicate
+//  key \"x\" in the map at body.arguments"), and writes a one-line reason
+//  into error.
 dsh_doc_t *
     dsh_doc_new (const void *data, size_t size, char *error, size_t error_size);
 
@@ -87,6 +96,12 @@ bool
 //  DSH_DOC_MAX_DEPTH.
 int
     dsh_pack_canonical (msgpack_packer *pk, const msgpack_object *obj);
+
+//  Write a map key into text [size] (size >= 4) for a reason: at most 40 of
+//  its bytes, any byte outside printable ASCII, a quote or a backslash as
+//  \xNN, and "..." if it was cut, since the key is a sender's.
+void
+    dsh_quote_key (const char *key, size_t key_size, char *text, size_t size);
 
 //  Pack a NUL-terminated C string as a msgpack str.
 void

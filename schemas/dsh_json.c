@@ -16,8 +16,10 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static json_t *
 s_json_from_bin (const msgpack_object_bin *bin)
@@ -184,6 +186,343 @@ dsh_json_to_msgpack (msgpack_packer *pk, const json_t *json)
         return -1;
     s_pack_json (pk, json);
     return 0;
+}
+
+//  ---------------------------------------------------------------------
+//  Typed JSON: the lossless view for humans and hooks
+
+//  The one-key objects that stand for a value JSON cannot hold.
+static const char *s_typed_keys [] = { "$bin", "$str", "$ext", "$u64", "$float", "$map" };
+
+static bool
+s_is_typed_key (const char *key, size_t size)
+{
+    for (size_t index = 0; index < sizeof s_typed_keys / sizeof s_typed_keys [0]; index++)
+        if (strlen (s_typed_keys [index]) == size && memcmp (s_typed_keys [index], key, size) == 0)
+            return true;
+    return false;
+}
+
+static json_t *
+s_typed (const char *key, json_t *value)
+{
+    json_t *object = json_object ();
+    if (!value || json_object_set_new (object, key, value)) {
+        json_decref (object);
+        return NULL;
+    }
+    return object;
+}
+
+static json_t *
+s_base64 (const char *data, size_t size)
+{
+    msgpack_object_bin bin = { (uint32_t) size, data };
+    return s_json_from_bin (&bin);
+}
+
+//  True if a map can be a JSON object in the view: every key a UTF-8 str,
+//  and not one key that would read back as a typed form.
+static bool
+s_map_is_object (const msgpack_object_map *map)
+{
+    for (uint32_t index = 0; index < map->size; index++) {
+        const msgpack_object *key = &map->ptr [index].key;
+        if (key->type != MSGPACK_OBJECT_STR)
+            return false;
+        json_t *probe = json_stringn (key->via.str.ptr? key->via.str.ptr: "", key->via.str.size);
+        if (!probe)
+            return false;
+        json_decref (probe);
+    }
+    return !(map->size == 1 && s_is_typed_key (map->ptr [0].key.via.str.ptr, map->ptr [0].key.via.str.size));
+}
+
+json_t *
+dsh_json_view (const msgpack_object *obj)
+{
+    assert (obj);
+    switch (obj->type) {
+        case MSGPACK_OBJECT_POSITIVE_INTEGER:
+            if (obj->via.u64 > (uint64_t) INT64_MAX) {
+                char text [24];
+                snprintf (text, sizeof text, "%" PRIu64, obj->via.u64);
+                return s_typed ("$u64", json_string (text));
+            }
+            return json_integer ((json_int_t) obj->via.u64);
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64:
+            if (isnan (obj->via.f64))
+                return s_typed ("$float", json_string ("nan"));
+            if (isinf (obj->via.f64))
+                return s_typed ("$float", json_string (obj->via.f64 < 0? "-inf": "inf"));
+            return json_real (obj->via.f64);
+        case MSGPACK_OBJECT_STR: {
+            json_t *text = json_stringn (obj->via.str.ptr? obj->via.str.ptr: "", obj->via.str.size);
+            return text? text: s_typed ("$str", s_base64 (obj->via.str.ptr, obj->via.str.size));
+        }
+        case MSGPACK_OBJECT_BIN:
+            return s_typed ("$bin", s_base64 (obj->via.bin.ptr, obj->via.bin.size));
+        case MSGPACK_OBJECT_EXT: {
+            json_t *pair = json_array ();
+            json_array_append_new (pair, json_integer (obj->via.ext.type));
+            json_t *data = s_base64 (obj->via.ext.ptr, obj->via.ext.size);
+            if (!data || json_array_append_new (pair, data)) {
+                json_decref (pair);
+                return NULL;
+            }
+            return s_typed ("$ext", pair);
+        }
+        case MSGPACK_OBJECT_ARRAY: {
+            json_t *array = json_array ();
+            for (uint32_t index = 0; array && index < obj->via.array.size; index++) {
+                json_t *item = dsh_json_view (&obj->via.array.ptr [index]);
+                if (!item || json_array_append_new (array, item)) {
+                    json_decref (array);
+                    array = NULL;
+                }
+            }
+            return array;
+        }
+        case MSGPACK_OBJECT_MAP: {
+            const msgpack_object_map *map = &obj->via.map;
+            bool as_object = s_map_is_object (map);
+            json_t *view = as_object? json_object (): json_array ();
+            for (uint32_t index = 0; view && index < map->size; index++) {
+                const msgpack_object_kv *entry = &map->ptr [index];
+                json_t *value = dsh_json_view (&entry->val);
+                if (as_object) {
+                    if (!value || json_object_setn_new (view, entry->key.via.str.ptr? entry->key.via.str.ptr: "",
+                                                        entry->key.via.str.size, value)) {
+                        json_decref (view);
+                        view = NULL;
+                    }
+                    continue;
+                }
+                json_t *key = dsh_json_view (&entry->key);
+                json_t *pair = json_array ();
+                if (!key || !value) {
+                    json_decref (key);
+                    json_decref (value);
+                    json_decref (pair);
+                    json_decref (view);
+                    return NULL;
+                }
+                json_array_append_new (pair, key);
+                json_array_append_new (pair, value);
+                json_array_append_new (view, pair);
+            }
+            return view && !as_object? s_typed ("$map", view): view;
+        }
+        default:
+            return dsh_json_from_msgpack (obj);
+    }
+}
+
+bool
+dsh_json_is_plain (const msgpack_object *obj)
+{
+    assert (obj);
+    switch (obj->type) {
+        case MSGPACK_OBJECT_POSITIVE_INTEGER:
+            return obj->via.u64 <= (uint64_t) INT64_MAX;
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64:
+            return isfinite (obj->via.f64);
+        case MSGPACK_OBJECT_STR: {
+            json_t *text = json_stringn (obj->via.str.ptr? obj->via.str.ptr: "", obj->via.str.size);
+            json_decref (text);
+            return text != NULL;
+        }
+        case MSGPACK_OBJECT_BIN:
+        case MSGPACK_OBJECT_EXT:
+            return false;
+        case MSGPACK_OBJECT_ARRAY:
+            for (uint32_t index = 0; index < obj->via.array.size; index++)
+                if (!dsh_json_is_plain (&obj->via.array.ptr [index]))
+                    return false;
+            return true;
+        case MSGPACK_OBJECT_MAP:
+            if (!s_map_is_object (&obj->via.map))
+                return false;
+            for (uint32_t index = 0; index < obj->via.map.size; index++)
+                if (!dsh_json_is_plain (&obj->via.map.ptr [index].val))
+                    return false;
+            return true;
+        default:
+            return true;
+    }
+}
+
+static int
+s_view_fail (char *error, size_t error_size, const char *form, const char *why)
+{
+    if (error && error_size)
+        snprintf (error, error_size, "malformed typed value {\"%s\": ...}: %s", form, why);
+    return -1;
+}
+
+//  Decoded base64 bytes of a typed form's text, or -1.
+static int
+s_unbase64 (const json_t *text, zchunk_t **bytes_p)
+{
+    *bytes_p = NULL;
+    if (!json_is_string (text))
+        return -1;
+    if (json_string_length (text) == 0) {
+        *bytes_p = zchunk_new (NULL, 0);
+        return 0;
+    }
+    //  zarmour decodes leniently (it skips what is not in the alphabet, and
+    //  its chunk ends with a NUL of its own), so the text is checked first:
+    //  padded standard base64, and exactly the bytes it stands for are kept
+    const char *chars = json_string_value (text);
+    size_t length = json_string_length (text);
+    size_t pads = length >= 1 && chars [length - 1] == '='? (length >= 2 && chars [length - 2] == '='? 2: 1): 0;
+    if (length % 4 || strspn (chars, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+                      != length - pads)
+        return -1;
+    size_t size = length / 4 * 3 - pads;
+    zarmour_t *armour = zarmour_new ();
+    zarmour_set_mode (armour, ZARMOUR_MODE_BASE64_STD);
+    zarmour_set_pad (armour, true);
+    zarmour_set_line_length (armour, 0);
+    zchunk_t *decoded = zarmour_decode (armour, chars);
+    zarmour_destroy (&armour);
+    if (!decoded || zchunk_size (decoded) < size) {
+        zchunk_destroy (&decoded);
+        return -1;
+    }
+    *bytes_p = zchunk_new (zchunk_data (decoded), size);
+    zchunk_destroy (&decoded);
+    return 0;
+}
+
+static int s_pack_view (msgpack_packer *pk, const json_t *json, char *error, size_t error_size);
+
+//  One typed form (a one-key object whose key is a typed key).
+static int
+s_pack_typed (msgpack_packer *pk, const char *form, const json_t *value, char *error, size_t error_size)
+{
+    zchunk_t *bytes = NULL;
+    if (streq (form, "$bin") || streq (form, "$str")) {
+        if (s_unbase64 (value, &bytes))
+            return s_view_fail (error, error_size, form, "want a base64 string");
+        size_t size = zchunk_size (bytes);
+        if (streq (form, "$bin")) {
+            msgpack_pack_bin (pk, size);
+            msgpack_pack_bin_body (pk, zchunk_data (bytes), size);
+        }
+        else {
+            msgpack_pack_str (pk, size);
+            msgpack_pack_str_body (pk, zchunk_data (bytes), size);
+        }
+        zchunk_destroy (&bytes);
+        return 0;
+    }
+    if (streq (form, "$ext")) {
+        const json_t *type = json_array_get (value, 0);
+        if (json_array_size (value) != 2 || !json_is_integer (type)
+        ||  json_integer_value (type) < -128 || json_integer_value (type) > 127
+        ||  s_unbase64 (json_array_get (value, 1), &bytes))
+            return s_view_fail (error, error_size, form, "want [type (-128..127), base64 string]");
+        msgpack_pack_ext (pk, zchunk_size (bytes), (int8_t) json_integer_value (type));
+        msgpack_pack_ext_body (pk, zchunk_data (bytes), zchunk_size (bytes));
+        zchunk_destroy (&bytes);
+        return 0;
+    }
+    if (streq (form, "$u64")) {
+        const char *text = json_string_value (value);
+        char *end = NULL;
+        errno = 0;
+        unsigned long long number = text && isdigit ((unsigned char) *text)? strtoull (text, &end, 10): 0;
+        if (!end || *end || errno == ERANGE)
+            return s_view_fail (error, error_size, form, "want a string of decimal digits up to 2^64 - 1");
+        msgpack_pack_uint64 (pk, (uint64_t) number);
+        return 0;
+    }
+    if (streq (form, "$float")) {
+        const char *text = json_string_value (value);
+        if (text && streq (text, "nan"))
+            msgpack_pack_double (pk, NAN);
+        else
+        if (text && (streq (text, "inf") || streq (text, "-inf")))
+            msgpack_pack_double (pk, *text == '-'? -INFINITY: INFINITY);
+        else
+            return s_view_fail (error, error_size, form, "want \"nan\", \"inf\" or \"-inf\"");
+        return 0;
+    }
+    //  $map: [[key, value], ...]
+    if (!json_is_array (value))
+        return s_view_fail (error, error_size, form, "want an array of [key, value] pairs");
+    size_t index;
+    const json_t *pair;
+    json_array_foreach (value, index, pair)
+        if (json_array_size (pair) != 2)
+            return s_view_fail (error, error_size, form, "want an array of [key, value] pairs");
+    msgpack_pack_map (pk, json_array_size (value));
+    json_array_foreach (value, index, pair)
+        if (s_pack_view (pk, json_array_get (pair, 0), error, error_size)
+        ||  s_pack_view (pk, json_array_get (pair, 1), error, error_size))
+            return -1;
+    return 0;
+}
+
+static int
+s_pack_view (msgpack_packer *pk, const json_t *json, char *error, size_t error_size)
+{
+    if (json_is_object (json)) {
+        const char *key;
+        size_t key_size;
+        json_t *value;
+        if (json_object_size (json) == 1) {
+            json_object_keylen_foreach ((json_t *) json, key, key_size, value)
+                if (s_is_typed_key (key, key_size))
+                    return s_pack_typed (pk, key, value, error, error_size);
+        }
+        msgpack_pack_map (pk, json_object_size (json));
+        json_object_keylen_foreach ((json_t *) json, key, key_size, value) {
+            msgpack_pack_str (pk, key_size);
+            msgpack_pack_str_body (pk, key, key_size);
+            if (s_pack_view (pk, value, error, error_size))
+                return -1;
+        }
+        return 0;
+    }
+    if (json_is_array (json)) {
+        msgpack_pack_array (pk, json_array_size (json));
+        size_t index;
+        json_t *item;
+        json_array_foreach (json, index, item)
+            if (s_pack_view (pk, item, error, error_size))
+                return -1;
+        return 0;
+    }
+    s_pack_json (pk, json);
+    return 0;
+}
+
+int
+dsh_json_view_to_msgpack (msgpack_packer *pk, const json_t *json, char *error, size_t error_size)
+{
+    assert (pk);
+    assert (json);
+    if (!s_depth_within (json, 0, DSH_DOC_MAX_DEPTH)) {
+        if (error && error_size)
+            snprintf (error, error_size, "JSON nests deeper than %d", DSH_DOC_MAX_DEPTH);
+        return -1;
+    }
+    //  Packed into a buffer of its own first, so that a malformed typed
+    //  form deep inside writes nothing to pk
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer local;
+    msgpack_packer_init (&local, &sbuf, msgpack_sbuffer_write);
+    int rc = s_pack_view (&local, json, error, error_size);
+    if (rc == 0)
+        pk->callback (pk->data, sbuf.data, sbuf.size);
+    msgpack_sbuffer_destroy (&sbuf);
+    return rc;
 }
 
 //  The length of the JSON number at text (0 if none starts there).

@@ -25,6 +25,31 @@ extern "C" {
 json_t *
     dsh_json_from_msgpack (const msgpack_object *obj);
 
+//  The faithful view of obj that humans and hooks are shown ("Typed JSON"
+//  in PROTOCOL.md): plain JSON wherever JSON holds the value as it is, and
+//  where it cannot, a one-key object that says what the value is:
+//      {"$str": base64}          a str whose bytes are not UTF-8
+//      {"$bin": base64}          a bin
+//      {"$ext": [type, base64]}  an ext
+//      {"$u64": "decimal"}       an unsigned integer beyond INT64_MAX
+//      {"$float": "nan"|"inf"|"-inf"}
+//      {"$map": [[key, value], ...]}  a map with a key that is not a UTF-8
+//                                str, or whose one key is a typed key
+//  Never lossy and never null for a value that is not null. Returns NULL
+//  only if obj nests deeper than jansson can be given.
+json_t *
+    dsh_json_view (const msgpack_object *obj);
+
+//  True if obj needs no typed form: its view is plain JSON.
+bool
+    dsh_json_is_plain (const msgpack_object *obj);
+
+//  Pack a view back (the inverse of dsh_json_view): typed forms become the
+//  values they stand for. Returns 0, or -1 with a reason for a malformed
+//  typed form or nesting deeper than DSH_DOC_MAX_DEPTH (nothing is packed).
+int
+    dsh_json_view_to_msgpack (msgpack_packer *pk, const json_t *json, char *error, size_t error_size);
+
 //  Pack json as msgpack. Returns 0, or -1 if it nests deeper than
 //  DSH_DOC_MAX_DEPTH.
 int

@@ -351,85 +351,17 @@ s_get_uint (dsh_doc_t *doc, const char *key, uint64_t *value, char *error, size_
     return 0;
 }
 
-//  Writes a key into text [size] for a reason: at most 40 bytes of it, and
-//  any byte outside printable ASCII, a quote or a backslash as \xNN, since
-//  the key is the sender's and the reason goes back as a str.
-static void
-s_quote_key (const char *key, size_t key_size, char *text, size_t size)
-{
-    assert (size >= 4);
-    size_t used = 0;
-    size_t shown = key_size > 40? 40: key_size;
-    for (size_t index = 0; index < shown && used + 5 < size; index++) {
-        unsigned char c = (unsigned char) key [index];
-        if (c < 0x20 || c > 0x7e || c == '"' || c == '\\')
-            used += (size_t) snprintf (text + used, size - used, "\\x%02x", c);
-        else
-            text [used++] = (char) c;
-    }
-    if (shown < key_size && used + 4 <= size) {
-        memcpy (text + used, "...", 3);
-        used += 3;
-    }
-    text [used] = 0;
-}
-
-//  Orders str keys by size, then bytes: any total order puts equal keys
-//  side by side.
+//  The maps that hold a call's decisions (the head and meta) have only str
+//  keys: a stage looks fields up by name. dsh_doc has refused any repeated
+//  key already. where names the map in the reason.
 static int
-s_compare_keys (const void *a_ptr, const void *b_ptr)
+s_check_str_keys (const msgpack_object *map, const char *where, char *error, size_t error_size)
 {
-    const msgpack_object *a = *(const msgpack_object *const *) a_ptr;
-    const msgpack_object *b = *(const msgpack_object *const *) b_ptr;
-    if (a->via.str.size != b->via.str.size)
-        return a->via.str.size < b->via.str.size? -1: 1;
-    return a->via.str.size? memcmp (a->via.str.ptr, b->via.str.ptr, a->via.str.size): 0;
-}
-
-//  The maps that hold a call's decisions are checked here, once: a key that
-//  is not a str, or a key that occurs twice, is refused, since readers that
-//  take the first and readers that take the last would see different calls.
-//  where names the map in the reason; *repeated is the repeated key.
-//  Sorting keeps this O(n log n) for a meta of any size.
-static int
-s_check_keys (const msgpack_object *map, const char *where,
-              const msgpack_object **repeated, char *error, size_t error_size)
-{
-    *repeated = NULL;
     if (map->type != MSGPACK_OBJECT_MAP)
         return s_fail (error, error_size, "%s is not a map", where);
-    uint32_t count = map->via.map.size;
-    for (uint32_t index = 0; index < count; index++)
+    for (uint32_t index = 0; index < map->via.map.size; index++)
         if (map->via.map.ptr [index].key.type != MSGPACK_OBJECT_STR)
             return s_fail (error, error_size, "a key of %s is not a string", where);
-
-    //  Small maps, as every ordinary head is, need no allocation
-    if (count <= 8) {
-        for (uint32_t first = 0; first < count && !*repeated; first++)
-            for (uint32_t second = first + 1; second < count && !*repeated; second++) {
-                const msgpack_object *a = &map->via.map.ptr [first].key;
-                const msgpack_object *b = &map->via.map.ptr [second].key;
-                if (s_compare_keys (&a, &b) == 0)
-                    *repeated = a;
-            }
-    }
-    else {
-        const msgpack_object **keys = (const msgpack_object **) malloc (count * sizeof (*keys));
-        if (!keys)
-            return s_fail (error, error_size, "out of memory checking the keys of %s", where);
-        for (uint32_t index = 0; index < count; index++)
-            keys [index] = &map->via.map.ptr [index].key;
-        qsort (keys, count, sizeof (*keys), s_compare_keys);
-        for (uint32_t index = 1; index < count && !*repeated; index++)
-            if (s_compare_keys (&keys [index - 1], &keys [index]) == 0)
-                *repeated = keys [index];
-        free (keys);
-    }
-    if (*repeated) {
-        char quoted [200];
-        s_quote_key ((*repeated)->via.str.ptr, (*repeated)->via.str.size, quoted, sizeof quoted);
-        return s_fail (error, error_size, "duplicate key \"%s\" in %s", quoted, where);
-    }
     return 0;
 }
 
@@ -439,11 +371,9 @@ dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head, char *error, size_
     assert (doc);
     assert (head);
     memset (head, 0, sizeof (*head));
-    const msgpack_object *repeated = NULL;
-    if (s_check_keys (dsh_doc_root (doc), "the CALL body", &repeated, error, error_size)) {
-        //  The refusal can still be answered by id, unless callId is in doubt
-        if (!dsh_str_eq (repeated, "callId"))
-            s_get_str (doc, "callId", DSH_CALL_ID_MAX, &head->call_id, NULL, 0);
+    if (s_check_str_keys (dsh_doc_root (doc), "the CALL body", error, error_size)) {
+        //  The refusal can still be answered by id
+        s_get_str (doc, "callId", DSH_CALL_ID_MAX, &head->call_id, NULL, 0);
         return -1;
     }
     if (s_get_str (doc, "callId", DSH_CALL_ID_MAX, &head->call_id, error, error_size))
@@ -462,9 +392,41 @@ dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head, char *error, size_
     head->meta = dsh_map_get (dsh_doc_root (doc), "meta");
     if (head->meta && head->meta->type != MSGPACK_OBJECT_MAP)
         return s_fail (error, error_size, "field \"meta\" must be a map");
-    if (head->meta && s_check_keys (head->meta, "meta", &repeated, error, error_size))
+    if (head->meta && s_check_str_keys (head->meta, "meta", error, error_size))
         return -1;
     return 0;
+}
+
+const char *
+dsh_proto_refused_str (const void *data, size_t size, const char *key, char *text, size_t text_size)
+{
+    assert (key);
+    assert (text && text_size > 1);
+    *text = 0;
+    //  The scan bounds what msgpack-c allocates, as in dsh_doc_new
+    if (dsh_msgpack_scan (data, size, DSH_DOC_MAX_DEPTH, NULL, 0))
+        return NULL;
+    msgpack_zone zone;
+    if (!msgpack_zone_init (&zone, 1024))
+        return NULL;
+    msgpack_object root;
+    size_t offset = 0;
+    const msgpack_object *found = NULL;
+    size_t count = 0;
+    if (msgpack_unpack ((const char *) data, size, &offset, &zone, &root) == MSGPACK_UNPACK_SUCCESS
+    &&  root.type == MSGPACK_OBJECT_MAP)
+        for (uint32_t index = 0; index < root.via.map.size; index++)
+            if (dsh_str_eq (&root.via.map.ptr [index].key, key)) {
+                found = &root.via.map.ptr [index].val;
+                count++;
+            }
+    if (count == 1 && found->type == MSGPACK_OBJECT_STR && found->via.str.size
+    &&  found->via.str.size < text_size && !memchr (found->via.str.ptr, 0, found->via.str.size)) {
+        memcpy (text, found->via.str.ptr, found->via.str.size);
+        text [found->via.str.size] = 0;
+    }
+    msgpack_zone_destroy (&zone);
+    return *text? text: NULL;
 }
 
 zframe_t *
@@ -756,7 +718,7 @@ s_splice_meta (s_splice_t *self, size_t start, size_t end, char *error, size_t e
                 continue;
             if (self->stamp_found [stamp]) {
                 char quoted [200];
-                s_quote_key (key, size, quoted, sizeof quoted);
+                dsh_quote_key (key, size, quoted, sizeof quoted);
                 return s_fail (error, error_size, "duplicate key \"%s\" in meta", quoted);
             }
             self->stamp_found [stamp] = true;
@@ -831,7 +793,7 @@ s_splice_plan (s_splice_t *self, char *error, size_t error_size)
             continue;
         if (*seen) {
             char quoted [200];
-            s_quote_key (key, size, quoted, sizeof quoted);
+            dsh_quote_key (key, size, quoted, sizeof quoted);
             return s_fail (error, error_size, "duplicate key \"%s\" in the CALL body", quoted);
         }
         *seen = true;

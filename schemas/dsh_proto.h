@@ -210,12 +210,20 @@ typedef struct {
 } dsh_call_head_t;
 
 //  Decode and check a CALL body strictly: the head (the body's map) and meta
-//  must have only str keys, none twice, so every reader sees the same call.
-//  call_id is filled as soon as it is known (unless callId is the repeated
-//  key), so that even a refused call can be answered by id. Returns 0 or -1.
+//  must have only str keys (dsh_doc refused any repeated key already), so
+//  every reader sees the same call. call_id is filled as soon as it is known,
+//  so that even a refused call can be answered by id. Returns 0 or -1.
 int
     dsh_proto_decode_call (dsh_doc_t *doc, dsh_call_head_t *head,
                            char *error, size_t error_size);
+
+//  The id by which to refuse a body that dsh_doc_new refused (a repeated
+//  key, say), so that the sender is answered and not left to its deadline:
+//  the value of a root map's one entry under key ("callId" of a CALL, "id"
+//  of a query) if it is a str of 1 to text_size - 1 bytes, copied into
+//  text; else NULL. Nothing else of such a body is ever read.
+const char *
+    dsh_proto_refused_str (const void *data, size_t size, const char *key, char *text, size_t text_size);
 
 //  One change to a CALL's meta: set key to value, or remove it.
 typedef struct {

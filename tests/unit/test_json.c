@@ -416,6 +416,101 @@ test_json_values_to_msgpack (void **state)
     json_decref (json);
 }
 
+//  bytes -> view -> text -> view back -> bytes: what a hook is shown packs
+//  back to the very value that runs, and the view reads as expected_text
+static void
+s_view_round_trip (const void *bytes, size_t size, const char *expected_text, bool plain)
+{
+    char error [256] = "";
+    dsh_doc_t *doc = dsh_doc_new (bytes, size, error, sizeof error);
+    if (!doc)
+        fail_msg ("doc refused: %s", error);
+    assert_int_equal (dsh_json_is_plain (dsh_doc_root (doc)), plain);
+    json_t *view = dsh_json_view (dsh_doc_root (doc));
+    assert_non_null (view);
+    char *text = json_dumps (view, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (expected_text && strcmp (text, expected_text))
+        fail_msg ("view %s, expected %s", text, expected_text);
+    json_t *parsed = json_loads (text, JSON_DECODE_ANY, NULL);
+    msgpack_sbuffer back;
+    msgpack_sbuffer_init (&back);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &back, msgpack_sbuffer_write);
+    if (dsh_json_view_to_msgpack (&pk, parsed, error, sizeof error))
+        fail_msg ("view %s refused: %s", text, error);
+    dsh_doc_t *again = dsh_doc_new (back.data, back.size, error, sizeof error);
+    assert_non_null (again);
+    //  Compared as packed by one packer, so that a NaN equals itself
+    msgpack_sbuffer first, second;
+    msgpack_sbuffer_init (&first);
+    msgpack_sbuffer_init (&second);
+    msgpack_packer first_pk, second_pk;
+    msgpack_packer_init (&first_pk, &first, msgpack_sbuffer_write);
+    msgpack_packer_init (&second_pk, &second, msgpack_sbuffer_write);
+    msgpack_pack_object (&first_pk, *dsh_doc_root (doc));
+    msgpack_pack_object (&second_pk, *dsh_doc_root (again));
+    if (first.size != second.size || memcmp (first.data, second.data, first.size))
+        fail_msg ("view %s packed back to another value", text);
+    msgpack_sbuffer_destroy (&first);
+    msgpack_sbuffer_destroy (&second);
+    dsh_doc_destroy (&again);
+    msgpack_sbuffer_destroy (&back);
+    json_decref (parsed);
+    free (text);
+    json_decref (view);
+    dsh_doc_destroy (&doc);
+}
+
+#define S_RAW(text) text, sizeof (text) - 1
+
+static void
+test_view_lossless (void **state)
+{
+    (void) state;
+    //  Plain values are plain JSON, a "$ref" key among them
+    s_view_round_trip (S_RAW ("\x83\xa4" "path" "\xa9" "scratch/x" "\xa1" "n" "\x07" "\xa4" "$ref" "\xa1" "#"),
+                       "{\"path\":\"scratch/x\",\"n\":7,\"$ref\":\"#\"}", true);
+    //  An integer key (issue 22: the approver was shown null)
+    s_view_round_trip (S_RAW ("\x82\xa4" "path" "\xa9" "hello.txt" "\x07" "\xa1" "x"),
+                       "{\"$map\":[[\"path\",\"hello.txt\"],[7,\"x\"]]}", false);
+    //  A str that is not UTF-8, in a value and in a key
+    s_view_round_trip (S_RAW ("\x81\xa4" "path" "\xa3" "a\xff" "b"),
+                       "{\"path\":{\"$str\":\"Yf9i\"}}", false);
+    s_view_round_trip (S_RAW ("\x81\xa2" "\xc3\x28" "\x01"), "{\"$map\":[[{\"$str\":\"wyg=\"},1]]}", false);
+    //  bin, ext, a uint64 past INT64_MAX, a NaN
+    s_view_round_trip (S_RAW ("\x81\xa1" "b" "\xc4\x03" "abc"), "{\"b\":{\"$bin\":\"YWJj\"}}", false);
+    s_view_round_trip (S_RAW ("\x81\xa1" "e" "\xd4\x05\x07"), "{\"e\":{\"$ext\":[5,\"Bw==\"]}}", false);
+    s_view_round_trip (S_RAW ("\x91\xcf\xff\xff\xff\xff\xff\xff\xff\xff"),
+                       "[{\"$u64\":\"18446744073709551615\"}]", false);
+    s_view_round_trip (S_RAW ("\x91\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00"), "[{\"$float\":\"nan\"}]", false);
+    //  A real map whose one key is a typed key is not mistaken for a form
+    s_view_round_trip (S_RAW ("\x81\xa4" "$bin" "\xa1" "x"), "{\"$map\":[[\"$bin\",\"x\"]]}", false);
+    //  Empty and nested
+    s_view_round_trip (S_RAW ("\x80"), "{}", true);
+    s_view_round_trip (S_RAW ("\x92\x80\x91\xc4\x00"), "[{},[{\"$bin\":\"\"}]]", false);
+
+    //  Malformed typed forms are refused, naming the form, and pack nothing
+    static const char *bad [] = {
+        "{\"$bin\":7}", "{\"$ext\":[300,\"\"]}", "{\"$u64\":\"-1\"}", "{\"$u64\":\"99999999999999999999\"}",
+        "{\"$float\":\"x\"}", "{\"$map\":[[1]]}", "{\"$map\":{}}", "[{\"$str\":\"!!!\"}]"
+    };
+    for (size_t index = 0; index < sizeof bad / sizeof bad [0]; index++) {
+        json_t *json = json_loads (bad [index], JSON_DECODE_ANY, NULL);
+        assert_non_null (json);
+        msgpack_sbuffer sbuf;
+        msgpack_sbuffer_init (&sbuf);
+        msgpack_packer pk;
+        msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+        char error [256] = "";
+        if (dsh_json_view_to_msgpack (&pk, json, error, sizeof error) == 0)
+            fail_msg ("%s was accepted", bad [index]);
+        assert_non_null (strstr (error, "malformed typed value"));
+        assert_int_equal (sbuf.size, 0);
+        msgpack_sbuffer_destroy (&sbuf);
+        json_decref (json);
+    }
+}
+
 int
 main (void)
 {
@@ -430,6 +525,7 @@ main (void)
         cmocka_unit_test (test_bad_text),
         cmocka_unit_test (test_json_values_to_msgpack),
         cmocka_unit_test (test_any_valid_json),
+        cmocka_unit_test (test_view_lossless),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
