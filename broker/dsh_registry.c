@@ -54,6 +54,7 @@ typedef struct {
     bool curve;                 //  every socket authenticated: identities enforced
     zcert_t *cert;              //  the broker's keypair (the config's)
     dsh_routes_t *routes;       //  component id <-> the WORK connection that owns it
+    zhashx_t *presence_keys;    //  under CURVE, component id -> the key whose presence it is
     dsh_catalog_t *catalog;
     dsh_inflight_t *inflight;   //  every call, from FRONT to its answer
     dsh_chain_t *chain;         //  the middleware stages every call runs through
@@ -171,6 +172,9 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->curve = config->curve && config->cert;
     self->cert = config->cert;
     self->routes = dsh_routes_new ();
+    self->presence_keys = zhashx_new ();
+    zhashx_set_destructor (self->presence_keys, (zhashx_destructor_fn *) zstr_free);
+    zhashx_set_duplicator (self->presence_keys, (zhashx_duplicator_fn *) strdup);
     self->catalog = dsh_catalog_new ();
     dsh_catalog_set_limits (self->catalog, (size_t) config->max_tool_bytes, (size_t) config->max_tools);
     self->inflight = dsh_inflight_new (s_reply_route, self);
@@ -250,6 +254,7 @@ s_self_destroy (self_t **self_p)
         dsh_stats_destroy (&self->stats);
         zsock_destroy (&self->work_monitor);
         dsh_routes_destroy (&self->routes);
+        zhashx_destroy (&self->presence_keys);
         zsock_destroy (&self->front);
         zsock_destroy (&self->announce);
         zsock_destroy (&self->work);
@@ -734,6 +739,7 @@ s_remove_component (self_t *self, const char *component, const char *reason)
     zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
     if (dsh_catalog_remove (self->catalog, component, reason, events) == 0) {
         dsh_routes_forget (self->routes, component);
+        zhashx_delete (self->presence_keys, component);
         dsh_log_info ("dsh-broker: component %s %s", component, reason);
         s_fail_component_calls (self, component, reason);
         dsh_stats_component_gone (self->stats, component);
@@ -959,6 +965,12 @@ s_handle_cancel (self_t *self, s_request_t *request)
         s_request_error (self, request, DSH_E_BAD_REQUEST, "CANCEL wants a string \"callId\"");
         return;
     }
+    char forbidden [256];
+    if (s_front_forbidden (self, request, DSH_CANCEL, forbidden, sizeof (forbidden))) {
+        //  As a refused CALL is: a RESULT under its callId
+        s_refuse_call (self, request, call_id, DSH_E_FORBIDDEN, forbidden);
+        return;
+    }
     dsh_chain_settle (self->chain);
     dsh_record_t *record = dsh_inflight_find_caller (self->inflight, request->parts->part,
                                                      request->parts->envelope, call_id);
@@ -986,11 +998,36 @@ s_pack_liveness (self_t *self, msgpack_packer *pk)
     msgpack_pack_uint32 (pk, (uint32_t) self->liveness);
 }
 
+//  A stage is handed the control command the broker authorised, packed
+//  from the values it checked (id, stage, command, args), never the
+//  sender's bytes: nothing the broker did not read reaches the stage.
 static void
 s_handle_control (self_t *self, s_request_t *request)
 {
+    const msgpack_object *stage = dsh_map_get (request->root, "stage");
+    const msgpack_object *command = dsh_map_get (request->root, "command");
+    const msgpack_object *args = dsh_map_get (request->root, "args");
+    if (!stage || stage->type != MSGPACK_OBJECT_STR || !command || command->type != MSGPACK_OBJECT_STR) {
+        self->bad_messages++;
+        s_request_error (self, request, DSH_E_BAD_REQUEST, "CONTROL wants {stage, command, args?}: strings");
+        return;
+    }
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_packer_map_begin (&packer);
+    s_pack_id (&packer.pk, request->id);
+    dsh_pack_cstr (&packer.pk, "stage");
+    msgpack_pack_object (&packer.pk, *stage);
+    dsh_pack_cstr (&packer.pk, "command");
+    msgpack_pack_object (&packer.pk, *command);
+    if (args) {
+        dsh_pack_cstr (&packer.pk, "args");
+        msgpack_pack_object (&packer.pk, *args);
+    }
+    dsh_packer_map_end (&packer);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
     zmsg_t *envelope = s_route_zmsg (request->parts);
-    zframe_t *body = s_frame_from_part (request->body);
     dsh_chain_control (self->chain, &envelope, &body);
     zmsg_destroy (&envelope);
 }
@@ -1253,9 +1290,9 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
         dsh_identity_read (&request.peer, &parts->part [parts->count - 1]);
     s_front_fn *handler = s_front_lookup (parts->command);
     char forbidden [256];
-    if (handler && !streq (parts->command, DSH_CALL)
+    if (handler && !streq (parts->command, DSH_CALL) && !streq (parts->command, DSH_CANCEL)
     &&  s_front_forbidden (self, &request, parts->command, forbidden, sizeof (forbidden)))
-        //  CALL answers with a RESULT by callId, in its handler
+        //  CALL and CANCEL answer with a RESULT by callId, in their handlers
         s_request_error (self, &request, DSH_E_FORBIDDEN, forbidden + 7);
     else
     if (handler)
@@ -1578,6 +1615,9 @@ s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char 
         zstr_free (&displaced);
     }
     dsh_routes_bind (self->routes, component, routing_id, fd, generation, peer.key, zclock_time (), zclock_mono ());
+    //  The id's presence is its WORK owner's from now on
+    if (peer.key)
+        zhashx_update (self->presence_keys, component, (void *) peer.key);
     //  Another incarnation has the id now: whatever the old one was given
     //  will not be answered
     if (restarted)
@@ -1616,6 +1656,9 @@ s_work_monitor_recv (zloop_t *loop, zsock_t *reader, void *arg)
         memcpy (&fd, zframe_data (event) + 2, 4);
         zlistx_t *gone = dsh_routes_closed (self->routes, (int) fd);
         for (const char *component = zlistx_first (gone); component; component = zlistx_next (gone)) {
+            uint64_t generation;
+            if (dsh_catalog_generation (self->catalog, component, &generation))
+                zhashx_delete (self->presence_keys, component);
             dsh_catalog_unreachable (self->catalog, component, zclock_mono ());
             s_promote (self, component);
         }
@@ -1763,10 +1806,23 @@ s_handle_announce (self_t *self, dsh_presence_t *presence, dsh_identity_t *peer)
 //  WORK yet), and is dropped. The owner says HELLO with its new
 //  generation when its tool set changes; an ANNOUNCE that overtakes that
 //  HELLO is dropped, and the SYNC the HELLO brings repairs it.
+//  Under CURVE, presence also follows the key (issue 22): while an id is
+//  owned, by a WORK connection or by the key that first announced it, no
+//  other key may announce, heartbeat or withdraw for it, whatever ids its
+//  certificate's patterns cover; otherwise such a key could read the
+//  owner's generation off SNAPSHOT and speak for it.
 static bool
-s_foreign_presence (self_t *self, dsh_presence_t *presence, const char *command)
+s_foreign_presence (self_t *self, dsh_presence_t *presence, const dsh_identity_t *peer, const char *command)
 {
     dsh_route_t *route = dsh_routes_lookup (self->routes, presence->component);
+    const char *owner = self->curve? route && route->key? route->key:
+                        (const char *) zhashx_lookup (self->presence_keys, presence->component): NULL;
+    if (owner && (!peer->key || !streq (owner, peer->key))) {
+        self->forbidden++;
+        dsh_log_warning ("dsh-broker: key %.8s... sent %s for component %s, whose id key %.8s... owns: dropped",
+                         peer->key? peer->key: "?", command, presence->component, owner);
+        return true;
+    }
     if (!route || !route->generation || presence->generation == route->generation)
         return false;
     if (self->verbose && !streq (command, DSH_HEARTBEAT))
@@ -1811,12 +1867,19 @@ s_announce_one (zsock_t *reader, void *arg)
                          peer.key? peer.key: "?", peer.role? peer.role: "none", presence.component, command);
     }
     else
-    if (s_foreign_presence (self, &presence, command)) {
+    if (s_foreign_presence (self, &presence, &peer, command)) {
         //  Another process's, under an id it does not own
     }
     else
-    if (streq (command, DSH_ANNOUNCE))
+    if (streq (command, DSH_ANNOUNCE)) {
         s_handle_announce (self, &presence, &peer);
+        //  Held only while the catalog holds the component, whose removal
+        //  forgets it
+        uint64_t generation;
+        if (self->curve && peer.key && !zhashx_lookup (self->presence_keys, presence.component)
+        &&  dsh_catalog_generation (self->catalog, presence.component, &generation) == 0)
+            zhashx_insert (self->presence_keys, presence.component, (void *) peer.key);
+    }
     else
     if (streq (command, DSH_HEARTBEAT)) {
         if (dsh_catalog_touch (self->catalog, presence.component, presence.generation, zclock_mono ()))

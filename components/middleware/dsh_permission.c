@@ -615,6 +615,16 @@ s_handle_approvals (zloop_t *loop, zsock_t *reader, void *arg)
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
         return 0;
+    //  Who sent it, off the last frame, which came over the wire: a ROUTER's
+    //  routing id frame carries no metadata, so a message of that frame
+    //  alone says nothing of its key and is dropped (issue 22: an APPROVER
+    //  with no body frame was read as no key at all, and registered)
+    dsh_identity_t peer;
+    dsh_identity_read_frame (&peer, zmsg_last (msg));
+    if (zmsg_size (msg) < 2) {
+        zmsg_destroy (&msg);
+        return 0;
+    }
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char reason [256];
@@ -626,10 +636,8 @@ s_handle_approvals (zloop_t *loop, zsock_t *reader, void *arg)
         return 0;
     }
     zframe_t *identity = zmsg_first (envelope);
-    dsh_identity_t peer;
-    //  Off a frame from the wire: the routing id frame may lack metadata
-    dsh_identity_read_frame (&peer, zmsg_last (msg)? zmsg_last (msg): identity);
-    if (dsh_identity_known (&peer) && !dsh_identity_is (&peer, DSH_ROLE_APPROVER)) {
+    if ((self->server_key && !dsh_identity_known (&peer))
+    ||  (dsh_identity_known (&peer) && !dsh_identity_is (&peer, DSH_ROLE_APPROVER))) {
         s_send_error (self, identity, "only an approver or admin key may decide approvals");
         zmsg_destroy (&envelope);
         zmsg_destroy (&msg);
@@ -725,10 +733,11 @@ s_request_open (self_t *self, dsh_stage_call_t *call, int64_t closes_at, bool by
     request->tool = strdup (dsh_stage_call_name (call));
     request->timer_id = -1;
     request->by_deadline = by_deadline;
+    //  Approvers are shown exactly the arguments that run, in Typed JSON
+    //  where JSON cannot hold them (integer keys, non-UTF-8 text, bin):
+    //  never a lossy copy, never null for arguments that are there
     const msgpack_object *arguments = dsh_stage_call_arguments (call);
-    json_t *arguments_json = arguments? dsh_json_from_msgpack (arguments): NULL;
-    //  json_string refuses text that is not UTF-8: such a field is left out
-    //  rather than trusted
+    json_t *arguments_json = arguments? dsh_json_view (arguments): NULL;
     request->summary = json_object ();
     assert (request->summary);
     json_object_set_new (request->summary, "id", json_string (request->id));
