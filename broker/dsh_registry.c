@@ -117,6 +117,10 @@ s_frame_from_part (zmq_msg_t *part)
     return zframe_new (zmq_msg_data (part), zmq_msg_size (part));
 }
 
+//  What CURVE adds to a frame on the wire (a MESSAGE command: its name,
+//  nonce, flags and MAC), with room to spare
+#define S_CURVE_OVERHEAD 64
+
 //  ---------------------------------------------------------------------
 //  Construction
 
@@ -131,8 +135,16 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
         return NULL;
     }
     dsh_sock_limit (sock, self->max_message_bytes, queue_limit);
-    if (self->curve)
+    if (self->curve) {
         dsh_curve_server (sock, self->cert);
+        //  libzmq applies the limit to a frame as it came over the wire,
+        //  which CURVE makes 33 bytes longer: room for that, so that a
+        //  frame just under the limit is not a dropped connection under
+        //  CURVE when it is a reply without (FRONT checks the frames
+        //  themselves, s_front_request)
+        zsock_set_maxmsgsize (sock, self->max_message_bytes < INT_MAX - S_CURVE_OVERHEAD?
+                                    self->max_message_bytes + S_CURVE_OVERHEAD: INT_MAX);
+    }
     if (type == ZMQ_ROUTER) {
         //  No handover: a second connection under a routing id that is
         //  connected already is ignored by libzmq (kept open, never read).
@@ -1266,6 +1278,12 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
     size_t bodies = parts->count - parts->body;
     if (bodies != 1) {
         snprintf (error, sizeof (error), "%s takes one body frame, not %zu", parts->command, bodies);
+        s_front_refuse (self, parts, error);
+        return;
+    }
+    if (zmq_msg_size (&parts->part [parts->body]) > (size_t) self->max_message_bytes) {
+        snprintf (error, sizeof (error), "a %s body of %zu bytes is over the %d-byte limit", parts->command,
+                  zmq_msg_size (&parts->part [parts->body]), self->max_message_bytes);
         s_front_refuse (self, parts, error);
         return;
     }

@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
-targets=(${FUZZ_TARGETS:-body call frames tooldef json config})
+targets=(${FUZZ_TARGETS:-body repeat call frames tooldef json config})
 dir=build-fuzz
 
 ./deploy/install-deps.sh
@@ -49,7 +49,7 @@ for target in "${targets[@]}"; do
     dict=()
     case "$target" in
         config) dict=(-dict=tests/fuzz/zpl.dict) ;;
-        body|call|tooldef|frames) dict=(-dict=tests/fuzz/msgpack.dict) ;;
+        body|repeat|call|tooldef|frames) dict=(-dict=tests/fuzz/msgpack.dict) ;;
     esac
     log="$work/last.log"
     rc=0

@@ -293,7 +293,8 @@ s_key_form (const msgpack_object *key, s_key_form_t *form)
         case MSGPACK_OBJECT_FLOAT32:
         case MSGPACK_OBJECT_FLOAT64: {
             double value = key->via.f64;
-            if (value == (double) (int64_t) value && value > -9.2e18 && value < 9.2e18)
+            //  In range before the cast, which is undefined outside it
+            if (value > -9.2e18 && value < 9.2e18 && value == (double) (int64_t) value)
                 form->size = (size_t) snprintf (form->text, sizeof form->text, "%" PRId64, (int64_t) value);
             else
                 form->size = (size_t) snprintf (form->text, sizeof form->text, "%.17g", value);
@@ -401,8 +402,9 @@ s_path_push (s_path_t *path, const msgpack_object *key, uint32_t index)
         written = snprintf (path->text + path->size, room, "[%" PRIu32 "]", index);
     else
     if (key->type == MSGPACK_OBJECT_STR && key->via.str.size <= 32
-    &&  !memchr (key->via.str.ptr, '\0', key->via.str.size))
-        written = snprintf (path->text + path->size, room, ".%.*s", (int) key->via.str.size, key->via.str.ptr);
+    &&  (key->via.str.size == 0 || !memchr (key->via.str.ptr, '\0', key->via.str.size)))
+        written = snprintf (path->text + path->size, room, ".%.*s", (int) key->via.str.size,
+                            key->via.str.size? key->via.str.ptr: "");
     else
         written = snprintf (path->text + path->size, room, ".{}");
     if (written > 0)

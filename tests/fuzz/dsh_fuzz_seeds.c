@@ -127,7 +127,7 @@ main (int argc, char *argv [])
     }
     const char *dir = argv [1];
     mkdir (dir, 0755);
-    const char *body_targets [] = { "body", "call", NULL };
+    const char *body_targets [] = { "body", "repeat", "call", NULL };
     const char *tool_targets [] = { "tooldef", "body", NULL };
     int rc = s_packed (dir, s_bodies, body_targets) || s_packed (dir, s_tools, tool_targets);
     for (int index = 0; rc == 0 && s_json [index]; index++)
