@@ -43,6 +43,7 @@ static const struct {
     { "broker", DSH_ROLE_ADMIN, NULL, NULL, false },
     { "demo", DSH_ROLE_COMPONENT, "demo", NULL, true },
     { "demo-b", DSH_ROLE_COMPONENT, "demo", NULL, true },
+    { "demo-wide", DSH_ROLE_COMPONENT, "demo,wide", NULL, true },
     { "rogue", DSH_ROLE_COMPONENT, "rogue", NULL, true },
     { "stranger", DSH_ROLE_COMPONENT, "rogue", NULL, false },
     { "alice", DSH_ROLE_AGENT, NULL, "alice", true },
@@ -1203,6 +1204,314 @@ test_id_follows_key (void **state)
     s_bed_destroy (&bed);
 }
 
+//  ---------------------------------------------------------------------
+//  14. Issue 22: what is checked is what is used. Each of these got past
+//  approval or plan mode on a CURVE broker before one strict decode.
+
+//  Sends [""] DSH1 command body, body given as raw msgpack bytes.
+static void
+s_send_raw (zsock_t *sock, bool delimiter, const char *command, const void *body, size_t size)
+{
+    zmsg_t *msg = zmsg_new ();
+    if (delimiter)
+        zmsg_addmem (msg, NULL, 0);
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, command);
+    if (body)
+        zmsg_addmem (msg, body, size);
+    if (zmsg_send (&msg, sock))
+        zmsg_destroy (&msg);
+}
+
+#define S_RAW(text) text, sizeof (text) - 1
+
+//  The chain of the main job's kinds: permission asks for echo, plan
+static const char *s_checked_chain =
+    "chain\n"
+    "    stage\n        name = \"perm\"\n        kind = \"permission\"\n"
+    "        rule\n            tool = \"echo\"\n            action = \"ask\"\n"
+    "    stage\n        name = \"plan\"\n        kind = \"plan\"\n";
+
+//  The next reply must be an ERROR BAD_REQUEST under id whose message has
+//  text.
+static void
+s_expect_refused (zsock_t *sock, const char *id, const char *text)
+{
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_reply (sock, command, &body, 5000);
+    const char *message = s_str (doc, dsh_map_get (dsh_doc_root (doc), "message"));
+    if (!streq (command, DSH_ERROR) || !strstr (message, text))
+        fail_msg ("want ERROR \"%s\", got %s \"%s\"", text, command, message);
+    assert_string_equal (s_str (doc, dsh_map_get (dsh_doc_root (doc), "code")), DSH_E_BAD_REQUEST);
+    assert_string_equal (s_str (doc, dsh_map_get (dsh_doc_root (doc), "id")), id);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+}
+
+//  Bypass 1: CONTROL with "command" twice. The broker checked the first
+//  (allowed, modes: an agent's), the stage ran the last (approve, mode)
+static void
+test_control_command_twice (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed (NULL, s_checked_chain, true);
+    zsock_t *alice = s_socket (ZMQ_DEALER, "alice", NULL, bed->endpoint);
+    s_send_raw (alice, true, DSH_CONTROL, S_RAW (
+        "\x85\xa2" "id" "\xa2" "q1" "\xa5" "stage" "\xa4" "perm"
+        "\xa7" "command" "\xa7" "allowed" "\xa7" "command" "\xa7" "approve"
+        "\xa4" "args" "\x81\xa2" "id" "\xa8" "00000001"));
+    s_expect_refused (alice, "q1", "duplicate key \"command\"");
+    s_send_raw (alice, true, DSH_CONTROL, S_RAW (
+        "\x85\xa2" "id" "\xa2" "q2" "\xa5" "stage" "\xa4" "plan"
+        "\xa7" "command" "\xa5" "modes" "\xa7" "command" "\xa4" "mode"
+        "\xa4" "args" "\x82\xa5" "agent" "\xa5" "alice" "\xa4" "mode" "\xa6" "normal"));
+    s_expect_refused (alice, "q2", "duplicate key \"command\"");
+    //  And in args, where the stage reads: refused the same
+    s_send_raw (alice, true, DSH_CONTROL, S_RAW (
+        "\x84\xa2" "id" "\xa2" "q3" "\xa5" "stage" "\xa4" "plan" "\xa7" "command" "\xa5" "modes"
+        "\xa4" "args" "\x82\xa5" "agent" "\xa5" "alice" "\xa5" "agent" "\xa3" "bob"));
+    s_expect_refused (alice, "q3", "duplicate key \"agent\" in the map at body.args");
+    //  The command the role was checked against is the one that runs: an
+    //  agent's own `modes` is answered by the stage, an `approve` is not its
+    s_send (alice, true, DSH_CONTROL, NULL, "{\"id\": \"q4\", \"stage\": \"plan\", \"command\": \"modes\"}");
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_reply (alice, command, &body, 5000);
+    assert_string_equal (command, DSH_CONTROL);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    s_send (alice, true, DSH_CONTROL, NULL,
+            "{\"id\": \"q5\", \"stage\": \"perm\", \"command\": \"approve\", \"args\": {\"id\": \"00000001\"}}");
+    doc = s_reply (alice, command, &body, 5000);
+    assert_string_equal (command, DSH_ERROR);
+    assert_string_equal (s_str (doc, dsh_map_get (dsh_doc_root (doc), "code")), DSH_E_FORBIDDEN);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    zsock_destroy (&alice);
+    s_bed_destroy (&bed);
+}
+
+//  The generation of component id as SNAPSHOT gives it, 0 if absent.
+static uint64_t
+s_generation (s_bed_t *bed, const char *id)
+{
+    zsock_t *admin = s_socket (ZMQ_DEALER, "admin", NULL, bed->endpoint);
+    s_send (admin, true, DSH_SNAPSHOT, NULL, "{}");
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_reply (admin, command, &body, 5000);
+    assert_string_equal (command, DSH_SNAPSHOT);
+    uint64_t generation = 0;
+    const msgpack_object *components = dsh_map_get (dsh_doc_root (doc), "components");
+    for (uint32_t index = 0; components && index < components->via.array.size; index++) {
+        const msgpack_object *entry = &components->via.array.ptr [index];
+        if (dsh_str_eq (dsh_map_get (entry, "id"), id))
+            generation = dsh_map_get (entry, "generation")->via.u64;
+    }
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    zsock_destroy (&admin);
+    return generation;
+}
+
+//  Bypass 2: a key whose pattern also covers a live id read the owner's
+//  generation off SNAPSHOT and withdrew or re-announced its tools
+static void
+test_presence_follows_key (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed (NULL, NULL, true);
+    uint64_t generation = s_generation (bed, "demo");
+    assert_true (generation > 0);
+    s_peer_t *wide = s_peer (bed, "demo-wide", "wide");
+    char *withdraw = zsys_sprintf ("{\"component\": \"demo\", \"generation\": %" PRIu64 "}", generation);
+    char *announce = zsys_sprintf ("{\"component\": \"demo\", \"generation\": %" PRIu64 ", \"tools\": ["
+                                   "{\"name\": \"echo\", \"parameters\": {\"type\": \"object\"}, "
+                                   "\"annotations\": {\"readOnlyHint\": true}}]}", generation);
+    s_publish (wide, DSH_WITHDRAW, withdraw);
+    s_publish (wide, DSH_ANNOUNCE, announce);
+    s_publish (wide, DSH_HEARTBEAT, withdraw);
+    //  Heard in order: once its own id "wide" is listed, all of the above was
+    int listed = -1;
+    for (int attempt = 0; attempt < 50 && listed; attempt++) {
+        char *marker = zsys_sprintf ("{\"component\": \"wide\", \"generation\": %d, \"tools\": "
+                                     "[{\"name\": \"wide_marker\", \"parameters\": {\"type\": \"object\"}}]}",
+                                     attempt + 1);
+        s_publish (wide, DSH_ANNOUNCE, marker);
+        zstr_free (&marker);
+        listed = dsh_testkit_wait_tools (bed->endpoint, "wide_marker", 1, 200);
+    }
+    assert_int_equal (listed, 0);
+    //  demo still serves echo as it announced it, and at its generation
+    assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "echo", 1, 1000), 0);
+    s_echo_is_demos (bed);
+    assert_int_equal (s_generation (bed, "demo"), generation);
+    zsock_t *alice = s_socket (ZMQ_DEALER, "alice", NULL, bed->endpoint);
+    s_echo_ok (alice, "still demo's");
+    zsock_destroy (&alice);
+    zstr_free (&withdraw);
+    zstr_free (&announce);
+    s_peer_destroy (&wide);
+    s_bed_destroy (&bed);
+}
+
+//  Bypass 3: an APPROVER with no body frame registered any key as an
+//  approver, and it was then sent every PENDING; bypass 4: an approver was
+//  shown other arguments than the ones that ran
+static void
+test_approvals_checked (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed (NULL, s_checked_chain, true);
+    char *endpoint = NULL, *server_key = NULL;
+    s_approvals (bed, &endpoint, &server_key);
+    zsock_t *alice = s_socket (ZMQ_DEALER, "alice", NULL, bed->endpoint);
+
+    //  alice's key on the approvals socket, with no body frame
+    zsock_t *impostor = s_socket (ZMQ_DEALER, "alice", NULL, endpoint);
+    zsock_disconnect (impostor, "%s", endpoint);
+    zsock_set_curve_serverkey (impostor, server_key);
+    zsock_connect (impostor, "%s", endpoint);
+    for (int index = 0; index < 3; index++)
+        s_send_raw (impostor, true, "APPROVER", NULL, 0);
+    //  With no approver, an ask is denied at once, and alice hears no PENDING
+    s_call (alice, "ask-1", "echo", "{\"message\": \"secret\"}", NULL);
+    s_expect_result (alice, DSH_E_DENIED, "requires approval");
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_recv (impostor, command, &body, 500);
+    if (doc && streq (command, "PENDING"))
+        fail_msg ("an agent key was sent a PENDING");
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    zsock_destroy (&impostor);
+
+    //  A real approver is shown the arguments that run: an integer key
+    //  (once shown as null) in Typed JSON
+    zsock_t *approver = s_socket (ZMQ_DEALER, "approver", NULL, endpoint);
+    zsock_disconnect (approver, "%s", endpoint);
+    zsock_set_curve_serverkey (approver, server_key);
+    zsock_connect (approver, "%s", endpoint);
+    s_send (approver, true, "APPROVER", NULL, "{}");
+    bool shown = false;
+    for (int attempt = 0; attempt < 20 && !shown; attempt++) {
+        char call_id [32];
+        snprintf (call_id, sizeof (call_id), "typed-%d", attempt);
+        char raw [64];
+        int size = snprintf (raw, sizeof (raw), "\x84\xa6" "callId" "%c%s" "\xa4" "name" "\xa4" "echo"
+                             "\xa9" "timeoutMs" "\xcd\x13\x88" "\xa9" "arguments",
+                             (char) (0xa0 | strlen (call_id)), call_id);
+        memcpy (raw + size, "\x82\xa7" "message" "\xa1" "x" "\x07\xa1" "y", 14);
+        s_send_raw (alice, true, DSH_CALL, raw, (size_t) size + 14);
+        doc = s_recv (approver, command, &body, 2000);
+        if (doc && streq (command, "PENDING")) {
+            json_t *arguments = dsh_json_from_msgpack (dsh_map_get (dsh_doc_root (doc), "arguments"));
+            char *text = arguments? json_dumps (arguments, JSON_COMPACT): NULL;
+            if (!text || !streq (text, "{\"$map\":[[\"message\",\"x\"],[7,\"y\"]]}"))
+                fail_msg ("the approver was shown %s", text? text: "null");
+            free (text);
+            json_decref (arguments);
+            shown = true;
+            s_expect_result (alice, DSH_E_DENIED, "");
+        }
+        else
+            s_expect_result (alice, DSH_E_DENIED, "requires approval");
+        dsh_doc_destroy (&doc);
+        zframe_destroy (&body);
+        if (!shown)
+            s_send (approver, true, "APPROVER", NULL, "{}");
+    }
+    assert_true (shown);
+
+    //  Arguments with a key twice never reach the approver, nor run: the
+    //  approver saw harmless.txt while dsh-fs wrote EVIL to victim.txt
+    s_send_raw (alice, true, DSH_CALL, S_RAW (
+        "\x84\xa6" "callId" "\xa4" "dup1" "\xa4" "name" "\xa4" "echo" "\xa9" "timeoutMs" "\xcd\x13\x88"
+        "\xa9" "arguments" "\x84\xa4" "path" "\xb2" "scratch/victim.txt" "\xa7" "content" "\xa4" "EVIL"
+        "\xa4" "path" "\xb4" "scratch/harmless.txt" "\xa7" "content" "\xa5" "hello"));
+    s_expect_result (alice, DSH_E_BAD_REQUEST, "duplicate key \"path\" in the map at body.arguments");
+    doc = s_recv (approver, command, &body, 300);
+    while (doc && !streq (command, "PENDING")) {
+        dsh_doc_destroy (&doc);
+        zframe_destroy (&body);
+        doc = s_recv (approver, command, &body, 300);
+    }
+    assert_null (doc);
+
+    zsock_destroy (&approver);
+    zsock_destroy (&alice);
+    zstr_free (&endpoint);
+    zstr_free (&server_key);
+    s_bed_destroy (&bed);
+}
+
+//  CANCEL with a component key: a RESULT FORBIDDEN, as CALL is refused
+static void
+test_cancel_needs_agent (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed (NULL, NULL, false);
+    zsock_t *rogue = s_socket (ZMQ_DEALER, "rogue", NULL, bed->endpoint);
+    s_send (rogue, true, DSH_CANCEL, NULL, "{\"callId\": \"c-9\"}");
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_reply (rogue, command, &body, 5000);
+    assert_string_equal (command, DSH_RESULT);
+    assert_string_equal (s_code (doc), DSH_E_FORBIDDEN);
+    assert_string_equal (s_str (doc, dsh_map_get (dsh_doc_root (doc), "callId")), "c-9");
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    zsock_destroy (&rogue);
+    s_bed_destroy (&bed);
+}
+
+//  A CALL just under the message limit is a CALL under CURVE too (CURVE
+//  adds 33 bytes on the wire, which libzmq counted against the limit and
+//  dropped the connection for); one over it is refused BAD_REQUEST
+static void
+test_limit_under_curve (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed (NULL, "broker\n    max_message_bytes = 65536\n", false);
+    zsock_t *alice = s_socket (ZMQ_DEALER, "alice", NULL, bed->endpoint);
+    for (size_t size = 65536 - 40; size <= 65536 + 20; size += 30) {
+        //  {callId, name, agent, arguments: {message: "x..."}} padded to size
+        //  (naming its agent, which is the key's, so that nothing is
+        //  stamped into it)
+        char head [] = "\x84\xa6" "callId" "\xa2" "c1" "\xa4" "name" "\xa4" "nope"
+                       "\xa5" "agent" "\xa5" "alice" "\xa9" "arguments"
+                       "\x81\xa7" "message" "\xda";
+        size_t head_size = sizeof head - 1;
+        size_t text_size = size - head_size - 2;
+        uint8_t *raw = (uint8_t *) malloc (size);
+        memcpy (raw, head, head_size);
+        raw [head_size] = (uint8_t) (text_size >> 8);
+        raw [head_size + 1] = (uint8_t) text_size;
+        memset (raw + head_size + 2, 'x', text_size);
+        s_send_raw (alice, true, DSH_CALL, raw, size);
+        free (raw);
+        char command [DSH_COMMAND_MAX + 1];
+        zframe_t *body = NULL;
+        dsh_doc_t *doc = s_reply (alice, command, &body, 5000);
+        if (size <= 65536) {
+            //  Heard and answered (no tool of that name: the result of an
+            //  echo would be over the component's own limit)
+            assert_string_equal (command, DSH_RESULT);
+            assert_string_equal (s_code (doc), DSH_E_UNKNOWN_TOOL);
+        }
+        else {
+            assert_string_equal (command, DSH_ERROR);
+            assert_non_null (strstr (s_str (doc, dsh_map_get (dsh_doc_root (doc), "message")),
+                                     "over the 65536-byte limit"));
+        }
+        dsh_doc_destroy (&doc);
+        zframe_destroy (&body);
+    }
+    zsock_destroy (&alice);
+    s_bed_destroy (&bed);
+}
+
 int
 main (void)
 {
@@ -1222,6 +1531,11 @@ main (void)
         cmocka_unit_test (test_displaced_route_heals),
         cmocka_unit_test (test_id_follows_key),
         cmocka_unit_test (test_stages_and_approvals),
+        cmocka_unit_test (test_control_command_twice),
+        cmocka_unit_test (test_presence_follows_key),
+        cmocka_unit_test (test_approvals_checked),
+        cmocka_unit_test (test_cancel_needs_agent),
+        cmocka_unit_test (test_limit_under_curve),
     };
     return cmocka_run_group_tests (tests, s_setup_keys, s_teardown_keys);
 }
