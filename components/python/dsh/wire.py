@@ -47,10 +47,22 @@ def pack(body):
     return msgpack.packb(body, use_bin_type=True)
 
 
+def _strict_map(pairs):
+    """A map that repeats no key (PROTOCOL.md, Bodies: one strict decode):
+    a reader that took the first value and one that took the last would see
+    two messages."""
+    result = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError("duplicate key %r" % (key,))
+        result[key] = value
+    return result
+
+
 def unpack(data):
     """One msgpack map from untrusted bytes, or WireError."""
     try:
-        body = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        body = msgpack.unpackb(data, raw=False, strict_map_key=False, object_pairs_hook=_strict_map)
     except Exception as error:  # noqa: BLE001 - msgpack raises several kinds on bad input
         raise WireError("malformed body: %s" % error) from None
     if not isinstance(body, dict):
