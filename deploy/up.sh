@@ -9,6 +9,9 @@
 #  hand out. With --curve it makes keys under build/keys (a broker keypair,
 #  one per component, and an admin key for you), and runs every party with
 #  CURVE: what a swarm off this host needs (README, "Securing a swarm").
+#  The monitor then needs a token even on loopback (its approver key sees
+#  pending calls' arguments): build/keys/monitor.token, made once, readable
+#  by you only; the page is opened with it once, as printed.
 set -euo pipefail
 curve=false
 for arg in "$@"; do
@@ -36,6 +39,7 @@ broker_keys=()
 demo_keys=()
 fs_keys=()
 monitor_keys=()
+monitor_token=""
 if $curve; then
     keys=build/keys
     mkdir -p "$keys/allow"
@@ -50,7 +54,11 @@ if $curve; then
     broker_keys=(--cert "$keys/broker.cert" --allow "$keys/allow")
     demo_keys=(--cert "$keys/demo.cert" --broker-cert "$keys/broker.cert")
     fs_keys=(--cert "$keys/fs.cert" --broker-cert "$keys/broker.cert")
-    monitor_keys=(--cert "$keys/monitor.cert" --broker-cert "$keys/broker.cert")
+    monitor_token="$keys/monitor.token"
+    if [ ! -s "$monitor_token" ]; then
+        (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$monitor_token" && echo >> "$monitor_token")
+    fi
+    monitor_keys=(--cert "$keys/monitor.cert" --broker-cert "$keys/broker.cert" --token-file "$monitor_token")
 fi
 
 build/broker/dsh-broker -c deploy/dsh-broker.cfg --endpoint "$broker" "${broker_keys[@]}" & pids+=($!)
@@ -66,11 +74,16 @@ if $curve; then
 
 CURVE is on. Your key is build/keys/you.cert (an admin, agent "you"); first run
   export DSH_CERT=build/keys/you.cert DSH_BROKER_CERT=build/keys/broker.cert
+The monitor needs its token, in $monitor_token: the page's address below
+carries it once (the browser then keeps a session cookie); a script sends
+"Authorization: Bearer \$(cat $monitor_token)".
 MSG
 fi
+page="http://$monitor_http/"
+$curve && page="http://$monitor_http/?token=$(cat "$monitor_token")"
 cat <<MSG
 
-dsh is up. Watch it live at http://$monitor_http/ (metrics: /metrics).
+dsh is up. Watch it live at $page (metrics: /metrics).
 In another terminal (DSH_BROKER=$broker is the default):
   build/components/cli/dsh tools
   build/components/cli/dsh call echo '{"message":"hello"}'

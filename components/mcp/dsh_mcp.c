@@ -3,7 +3,8 @@
     and, with --http, over Streamable HTTP
 
         dsh-mcp [--broker E[,E...]] [--agent ID] [--timeout-ms N]
-                [--http HOST:PORT [--http-token-file FILE]] [-v]
+                [--http HOST:PORT [--http-token-file FILE] [--http-per-address N]
+                [--http-header-ms N]] [-v]
 
     An MCP client (a coding agent, the MCP inspector) starts this program,
     or reaches it over HTTP, and sees every tool registered with the
@@ -1156,9 +1157,16 @@ s_usage (FILE *stream)
         "  --http-token-file FILE\n"
         "                     the bearer token HTTP clients must send (its first line);\n"
         "                     required when --http is bound beyond loopback\n"
+        "  --http-per-address N\n"
+        "                     HTTP connections open at once from one IP address, 0 for no\n"
+        "                     limit, up to %d (default %d)\n"
+        "  --http-header-ms N a request's headers must all be in within N ms of its\n"
+        "                     connection's accept (or of its previous request's end), else\n"
+        "                     the connection is closed, %d to %d (default %d)\n"
         "  -v, --verbose      log every call on stderr\n"
         "  -h, --help         show this help\n",
-        DSH_DEFAULT_ENDPOINT);
+        DSH_DEFAULT_ENDPOINT, DSH_HTTP_PER_ADDRESS_MAX, DSH_MCP_HTTPD_PER_ADDRESS,
+        DSH_HTTP_HEADER_TIMEOUT_MS_MIN, DSH_HTTP_HEADER_TIMEOUT_MS_MAX, DSH_HTTP_HEADER_TIMEOUT_MS);
 }
 
 static int
@@ -1186,6 +1194,8 @@ main (int argc, char *argv [])
         { "keepalive-ms", required_argument, NULL, 'k' },
         { "http", required_argument, NULL, 'H' },
         { "http-token-file", required_argument, NULL, 'T' },
+        { "http-per-address", required_argument, NULL, 'A' },
+        { "http-header-ms", required_argument, NULL, 'D' },
         { "cert", required_argument, NULL, 'C' },
         { "broker-cert", required_argument, NULL, 'K' },
         { "verbose", no_argument, NULL, 'v' },
@@ -1196,6 +1206,9 @@ main (int argc, char *argv [])
     const char *broker = NULL;
     const char *cert = NULL, *broker_cert = NULL;
     const char *http = NULL, *token_file = NULL;
+    dsh_http_limits_t limits = { .per_address = DSH_MCP_HTTPD_PER_ADDRESS,
+                                 .header_timeout_ms = DSH_HTTP_HEADER_TIMEOUT_MS };
+    bool limits_given = false;
     opterr = 0;
     int option;
     while ((option = getopt_long (argc, argv, ":vh", options, NULL)) != -1) {
@@ -1214,6 +1227,27 @@ main (int argc, char *argv [])
                 if (end == optarg || *end || value < 1 || value > 600000)
                     return s_bad_usage ("--timeout-ms needs a number from 1 to 600000, not \"%s\"", optarg);
                 self.timeout_ms = (int) value;
+                break;
+            }
+            case 'A': {
+                char *end = NULL;
+                long value = strtol (optarg, &end, 10);
+                if (end == optarg || *end || value < 0 || value > DSH_HTTP_PER_ADDRESS_MAX)
+                    return s_bad_usage ("--http-per-address needs a number from 0 to %d, not \"%s\"",
+                                        DSH_HTTP_PER_ADDRESS_MAX, optarg);
+                limits.per_address = (unsigned int) value;
+                limits_given = true;
+                break;
+            }
+            case 'D': {
+                char *end = NULL;
+                long value = strtol (optarg, &end, 10);
+                if (end == optarg || *end || value < DSH_HTTP_HEADER_TIMEOUT_MS_MIN
+                    || value > DSH_HTTP_HEADER_TIMEOUT_MS_MAX)
+                    return s_bad_usage ("--http-header-ms needs a number from %d to %d, not \"%s\"",
+                                        DSH_HTTP_HEADER_TIMEOUT_MS_MIN, DSH_HTTP_HEADER_TIMEOUT_MS_MAX, optarg);
+                limits.header_timeout_ms = (unsigned int) value;
+                limits_given = true;
                 break;
             }
             case 'k': {
@@ -1266,10 +1300,13 @@ main (int argc, char *argv [])
     zsys_set_logstream (stderr);
     if (token_file && !http)
         return s_bad_usage ("--http-token-file needs --http");
+    if (limits_given && !http)
+        return s_bad_usage ("--http-per-address and --http-header-ms need --http");
     if (http) {
         char http_error [512];
         char *token = token_file? dsh_http_read_token (token_file, http_error, sizeof http_error): NULL;
-        self.httpd = !token_file || token? dsh_mcp_httpd_new (http, token, http_error, sizeof http_error): NULL;
+        self.httpd = !token_file || token? dsh_mcp_httpd_new_limited (http, token, &limits, http_error,
+                                                                           sizeof http_error): NULL;
         zstr_free (&token);
         if (!self.httpd) {
             fprintf (stderr, "dsh-mcp: --http %s: %s\n", http, http_error);

@@ -84,7 +84,7 @@ typedef struct {
 } s_event_t;
 
 struct _dsh_mcp_httpd_t {
-    struct MHD_Daemon *daemon;
+    dsh_http_server_t *server;
     char *token;
     bool loopback;
     int port;
@@ -739,7 +739,17 @@ s_housekeeper (void *args)
 dsh_mcp_httpd_t *
 dsh_mcp_httpd_new (const char *address, const char *token, char *error, size_t error_size)
 {
+    const dsh_http_limits_t limits = { .per_address = DSH_MCP_HTTPD_PER_ADDRESS,
+                                       .header_timeout_ms = DSH_HTTP_HEADER_TIMEOUT_MS };
+    return dsh_mcp_httpd_new_limited (address, token, &limits, error, error_size);
+}
+
+dsh_mcp_httpd_t *
+dsh_mcp_httpd_new_limited (const char *address, const char *token, const dsh_http_limits_t *limits,
+                           char *error, size_t error_size)
+{
     assert (address);
+    assert (limits);
     struct sockaddr_storage addr;
     socklen_t addr_size = 0;
     if (dsh_http_address (address, &addr, &addr_size, error, error_size))
@@ -772,16 +782,18 @@ dsh_mcp_httpd_new (const char *address, const char *token, char *error, size_t e
     self->events = zlistx_new ();
     zlistx_set_destructor (self->events, s_event_destroy);
     self->event_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
+    dsh_http_limits_t server_limits = *limits;
+    server_limits.connections = MAX_CONNECTIONS;
+    server_limits.idle_timeout_s = CONNECTION_TIMEOUT_S;
     if (self->event_fd >= 0)
-        self->daemon = dsh_http_daemon_start (&addr, "dsh-mcp", s_access, s_completed, self, MAX_CONNECTIONS,
-                                              CONNECTION_TIMEOUT_S);
-    if (!self->daemon) {
+        self->server = dsh_http_server_new (&addr, "dsh-mcp", s_access, s_completed, self, &server_limits);
+    if (!self->server) {
         snprintf (error, error_size, "cannot serve HTTP on %s: %s", address,
                   self->event_fd < 0? strerror (errno): "the address is in use or not ours");
         dsh_mcp_httpd_destroy (&self);
         return NULL;
     }
-    self->port = dsh_http_bound_port (self->daemon);
+    self->port = dsh_http_server_port (self->server);
     if (pthread_create (&self->housekeeper, NULL, s_housekeeper, self)) {
         snprintf (error, error_size, "cannot start the HTTP housekeeping thread");
         dsh_mcp_httpd_destroy (&self);
@@ -811,8 +823,7 @@ dsh_mcp_httpd_destroy (dsh_mcp_httpd_t **self_p)
         pthread_mutex_unlock (&self->lock);
         if (self->housekeeper_started)
             pthread_join (self->housekeeper, NULL);
-        if (self->daemon)
-            MHD_stop_daemon (self->daemon);
+        dsh_http_server_destroy (&self->server);
         zlistx_destroy (&self->events);
         zlistx_destroy (&self->exchanges);
         zhashx_destroy (&self->sessions);

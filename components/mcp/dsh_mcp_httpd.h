@@ -21,6 +21,8 @@
 #ifndef DSH_MCP_HTTPD_H_INCLUDED
 #define DSH_MCP_HTTPD_H_INCLUDED
 
+#include "dsh_http.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -35,15 +37,27 @@ extern "C" {
 #define DSH_MCP_HTTPD_MAX_SESSION_BACKLOG (16 * 1024 * 1024)
 #define DSH_MCP_HTTPD_IDLE_MS           (60 * 60 * 1000)
 #define DSH_MCP_HTTPD_KEEPALIVE_MS      15000
+//  The default of --http-per-address: one host may hold a stream for every
+//  session
+#define DSH_MCP_HTTPD_PER_ADDRESS       (DSH_MCP_HTTPD_MAX_SESSIONS + 8)
 
 typedef struct _dsh_mcp_httpd_t dsh_mcp_httpd_t;
 
 //  Serve at address "HOST:PORT" ("127.0.0.1:0" picks a free port,
-//  "[::1]:8080", "0.0.0.0:8080") on path /mcp. token: the bearer token
-//  every request must carry, or NULL for none; NULL is refused when the
-//  address is not loopback. Returns NULL with the reason in error.
+//  "[::1]:8080", "0.0.0.0:8080") on path /mcp, with the default limits
+//  (DSH_MCP_HTTPD_PER_ADDRESS connections from one address, headers within
+//  DSH_HTTP_HEADER_TIMEOUT_MS). token: the bearer token every request must
+//  carry, checked once its headers are in, before its body is read; or
+//  NULL for none, which is refused when the address is not loopback.
+//  Returns NULL with the reason in error.
 dsh_mcp_httpd_t *
     dsh_mcp_httpd_new (const char *address, const char *token, char *error, size_t error_size);
+
+//  As dsh_mcp_httpd_new, within limits' per_address and header_timeout_ms
+//  (the flags --http-per-address and --http-header-ms).
+dsh_mcp_httpd_t *
+    dsh_mcp_httpd_new_limited (const char *address, const char *token, const dsh_http_limits_t *limits,
+                               char *error, size_t error_size);
 
 //  Stop serving: open streams end, and no session-end events are given.
 //  Safe twice.

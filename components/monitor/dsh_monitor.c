@@ -2,6 +2,7 @@
     dsh-monitor - a live page, Prometheus metrics and JSON for a dsh swarm
 
         dsh-monitor [--broker ENDPOINT[,ENDPOINT...]] [--http HOST:PORT] [--token-file FILE]
+                    [--http-per-address N] [--http-header-ms N]
                     [--poll-ms N] [--events N] [--cert FILE --broker-cert FILE] [-v]
 
     A watcher: it follows the tool set by the Clone procedure (dsh_watcher)
@@ -12,6 +13,10 @@
     Server-Sent Events: the page at /, /metrics, /api/tools, /api/stats and
     /api/events. The loop never waits for an HTTP client, and a broker that
     does not answer costs one query timeout per poll, said on the page.
+
+    Pending calls' arguments are shown only to a viewer that presented the
+    token; following a CURVE broker (with a key that may list pending
+    approvals) the monitor needs a token, even on loopback.
     =========================================================================
 */
 
@@ -44,6 +49,7 @@ typedef struct {
     const char *broker;
     const char *http;
     const char *token_file;
+    dsh_http_limits_t limits;
     int poll_ms;
     int events;
     bool verbose;
@@ -151,20 +157,20 @@ s_poll (self_t *self)
 //  Publishing
 
 static void
-s_publish_json (self_t *self, const char *path, json_t *doc)
+s_publish_json (self_t *self, dsh_monitor_httpd_viewers_t viewers, const char *path, json_t *doc)
 {
     char *text = json_dumps (doc, JSON_COMPACT);
     if (text)
-        dsh_monitor_httpd_publish (self->httpd, path, "application/json", text, strlen (text));
+        dsh_monitor_httpd_publish (self->httpd, viewers, path, "application/json", text, strlen (text));
     free (text);
 }
 
 static void
-s_broadcast (self_t *self, const char *event, json_t *data)
+s_broadcast (self_t *self, dsh_monitor_httpd_viewers_t viewers, const char *event, json_t *data)
 {
     char *text = json_dumps (data, JSON_COMPACT | JSON_ENCODE_ANY);
     if (text)
-        dsh_monitor_httpd_broadcast (self->httpd, event, text);
+        dsh_monitor_httpd_broadcast (self->httpd, viewers, event, text);
     free (text);
 }
 
@@ -179,30 +185,40 @@ s_snapshot (self_t *self, json_t *tools, json_t *stats)
                       "queryTimeoutMs", QUERY_TIMEOUT_MS);
 }
 
-//  Publishes the documents after the model changed, and sends event (with
-//  data, taken) to every stream: NULL for a resync, which sends the whole
-//  snapshot instead.
+//  Publishes the documents after the model changed, and sends event to
+//  every stream: "tools" or "stats" (the model's), or NULL for a resync,
+//  which sends the whole snapshot instead. Calls' arguments are for
+//  viewers that presented the token only: the others get the stats
+//  without them, in the documents and on their streams.
 static void
-s_publish (self_t *self, const char *event, json_t *data)
+s_publish (self_t *self, const char *event)
 {
     json_t *tools = dsh_monitor_model_tools (self->model);
-    json_t *stats = dsh_monitor_model_stats (self->model);
-    s_publish_json (self, "/api/tools", tools);
-    s_publish_json (self, "/api/stats", stats);
-    char *metrics = dsh_monitor_metrics (tools, stats);
-    dsh_monitor_httpd_publish (self->httpd, "/metrics", DSH_MONITOR_METRICS_TYPE, metrics, strlen (metrics));
+    json_t *stats [2] = { dsh_monitor_model_stats_public (self->model), dsh_monitor_model_stats (self->model) };
+    s_publish_json (self, DSH_MONITOR_HTTPD_EVERYONE, "/api/tools", tools);
+    char *metrics = dsh_monitor_metrics (tools, stats [0]);
+    dsh_monitor_httpd_publish (self->httpd, DSH_MONITOR_HTTPD_EVERYONE, "/metrics", DSH_MONITOR_METRICS_TYPE,
+                               metrics, strlen (metrics));
     free (metrics);
-    json_t *snapshot = s_snapshot (self, tools, stats);
-    char *text = json_dumps (snapshot, JSON_COMPACT);
-    if (text)
-        dsh_monitor_httpd_set_first (self->httpd, "snapshot", text);
-    if (!event && text)
-        dsh_monitor_httpd_broadcast (self->httpd, "snapshot", text);
-    free (text);
-    json_decref (snapshot);
-    if (event)
-        s_broadcast (self, event, data);
-    json_decref (data);
+    for (int trusted = 0; trusted < 2; trusted++) {
+        dsh_monitor_httpd_viewers_t viewers = trusted? DSH_MONITOR_HTTPD_TRUSTED: DSH_MONITOR_HTTPD_UNTRUSTED;
+        s_publish_json (self, viewers, "/api/stats", stats [trusted]);
+        json_t *snapshot = s_snapshot (self, json_incref (tools), json_incref (stats [trusted]));
+        char *text = json_dumps (snapshot, JSON_COMPACT);
+        if (text)
+            dsh_monitor_httpd_set_first (self->httpd, viewers, "snapshot", text);
+        if (!event && text)
+            dsh_monitor_httpd_broadcast (self->httpd, viewers, "snapshot", text);
+        free (text);
+        json_decref (snapshot);
+        if (event && streq (event, "stats"))
+            s_broadcast (self, viewers, "stats", stats [trusted]);
+    }
+    if (event && streq (event, "tools"))
+        s_broadcast (self, DSH_MONITOR_HTTPD_EVERYONE, "tools", tools);
+    json_decref (tools);
+    json_decref (stats [0]);
+    json_decref (stats [1]);
 }
 
 //  Takes what the watcher has: change events go to the streams one by
@@ -229,13 +245,13 @@ s_take_notices (self_t *self)
         json_decref (notice);
     }
     if (resynced)
-        s_publish (self, NULL, NULL);
+        s_publish (self, NULL);
     size_t index;
     json_t *event;
     json_array_foreach (events, index, event)
-        s_broadcast (self, "event", event);
+        s_broadcast (self, DSH_MONITOR_HTTPD_EVERYONE, "event", event);
     if (json_array_size (events))
-        s_publish (self, "tools", dsh_monitor_model_tools (self->model));
+        s_publish (self, "tools");
     json_decref (events);
 }
 
@@ -254,7 +270,7 @@ s_take_poll (self_t *self)
     }
     dsh_monitor_model_poll (self->model, poll, zclock_mono (), zclock_time ());
     json_decref (poll);
-    s_publish (self, "stats", dsh_monitor_model_stats (self->model));
+    s_publish (self, "stats");
 }
 
 static void
@@ -276,7 +292,7 @@ s_run (self_t *self)
             next_poll = zclock_mono () + self->poll_ms;
         }
         if (now >= next_keepalive) {
-            dsh_monitor_httpd_broadcast (self->httpd, NULL, NULL);
+            dsh_monitor_httpd_broadcast (self->httpd, DSH_MONITOR_HTTPD_EVERYONE, NULL, NULL);
             next_keepalive = now + KEEPALIVE_MS;
         }
     }
@@ -291,6 +307,7 @@ s_usage (FILE *stream)
 {
     fprintf (stream,
         "usage: dsh-monitor [--broker ENDPOINT[,ENDPOINT...]] [--http HOST:PORT] [--token-file FILE]\n"
+        "                   [--http-per-address N] [--http-header-ms N]\n"
         "                   [--poll-ms N] [--events N] [--cert FILE --broker-cert FILE] [-v]\n"
         "Watch a dsh swarm: a live page at /, Prometheus metrics at /metrics, JSON at\n"
         "/api/tools and /api/stats, Server-Sent Events at /api/events.\n"
@@ -299,7 +316,14 @@ s_usage (FILE *stream)
         "                     at a time (default: $DSH_BROKER, else %s)\n"
         "  --http HOST:PORT   where to serve HTTP (default %s; port 0: any free one)\n"
         "  --token-file FILE  a bearer token (the file's first line) every request must carry;\n"
-        "                     required when HOST is not loopback (default: none)\n"
+        "                     required when HOST is not loopback or with --cert; only a\n"
+        "                     request with it is shown pending calls' arguments (default: none)\n"
+        "  --http-per-address N\n"
+        "                     HTTP connections open at once from one IP address, 0 for no\n"
+        "                     limit, up to %d (default %d)\n"
+        "  --http-header-ms N a request's headers must all be in within N ms of its\n"
+        "                     connection's accept (or of its previous request's end), else\n"
+        "                     the connection is closed, %d to %d (default %d)\n"
         "  --poll-ms N        how often to ask the broker for STATS, CHAIN and pending\n"
         "                     approvals, 50 to 3600000 (default %d)\n"
         "  --events N         the last change events kept for the page, 1 to 100000\n"
@@ -309,7 +333,9 @@ s_usage (FILE *stream)
         "  -v, --verbose      log each resynchronisation on stderr (default: off)\n"
         "  -h, --help         show this help\n"
         "Ready, it prints \"dsh-monitor: serving http://HOST:PORT/\" on stdout.\n",
-        DSH_DEFAULT_ENDPOINT, DEFAULT_HTTP, DEFAULT_POLL_MS, DEFAULT_EVENTS);
+        DSH_DEFAULT_ENDPOINT, DEFAULT_HTTP, DSH_HTTP_PER_ADDRESS_MAX, DSH_MONITOR_HTTPD_PER_ADDRESS,
+        DSH_HTTP_HEADER_TIMEOUT_MS_MIN, DSH_HTTP_HEADER_TIMEOUT_MS_MAX, DSH_HTTP_HEADER_TIMEOUT_MS,
+        DEFAULT_POLL_MS, DEFAULT_EVENTS);
 }
 
 //  A number option within [min, max], or -1.
@@ -328,6 +354,8 @@ main (int argc, char *argv [])
         { "broker", required_argument, NULL, 'b' },
         { "http", required_argument, NULL, 'H' },
         { "token-file", required_argument, NULL, 'T' },
+        { "http-per-address", required_argument, NULL, 'A' },
+        { "http-header-ms", required_argument, NULL, 'D' },
         { "poll-ms", required_argument, NULL, 'p' },
         { "events", required_argument, NULL, 'e' },
         { "cert", required_argument, NULL, 'C' },
@@ -336,7 +364,10 @@ main (int argc, char *argv [])
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
-    self_t self = { .http = DEFAULT_HTTP, .poll_ms = DEFAULT_POLL_MS, .events = DEFAULT_EVENTS };
+    self_t self = { .http = DEFAULT_HTTP, .poll_ms = DEFAULT_POLL_MS, .events = DEFAULT_EVENTS,
+                    .limits = { .per_address = DSH_MONITOR_HTTPD_PER_ADDRESS,
+                                .header_timeout_ms = DSH_HTTP_HEADER_TIMEOUT_MS } };
+    int number;
     //  Usage errors read as every dsh program's
     const dsh_component_options_t program = { .program = "dsh-monitor" };
     const char *cert = NULL, *broker_cert = NULL;
@@ -356,6 +387,19 @@ main (int argc, char *argv [])
                     return dsh_component_usage_error (&program, "--poll-ms needs a number from 50 to 3600000, "
                                                       "not \"%s\"", optarg);
                 break;
+            case 'A':
+                if ((number = s_number (optarg, 0, DSH_HTTP_PER_ADDRESS_MAX)) < 0)
+                    return dsh_component_usage_error (&program, "--http-per-address needs a number from 0 to %d, "
+                                                      "not \"%s\"", DSH_HTTP_PER_ADDRESS_MAX, optarg);
+                self.limits.per_address = (unsigned int) number;
+                break;
+            case 'D':
+                if ((number = s_number (optarg, DSH_HTTP_HEADER_TIMEOUT_MS_MIN, DSH_HTTP_HEADER_TIMEOUT_MS_MAX)) < 0)
+                    return dsh_component_usage_error (&program, "--http-header-ms needs a number from %d to %d, "
+                                                      "not \"%s\"", DSH_HTTP_HEADER_TIMEOUT_MS_MIN,
+                                                      DSH_HTTP_HEADER_TIMEOUT_MS_MAX, optarg);
+                self.limits.header_timeout_ms = (unsigned int) number;
+                break;
             case 'e':
                 if ((self.events = s_number (optarg, 1, 100000)) < 0)
                     return dsh_component_usage_error (&program, "--events needs a number from 1 to 100000, "
@@ -374,6 +418,11 @@ main (int argc, char *argv [])
     char error [512];
     if (dsh_curve_setup (cert, broker_cert, error, sizeof error))
         return dsh_component_usage_error (&program, "%s", error);
+    //  A CURVE swarm is one whose data is not for every local process, and
+    //  our key may list pending approvals, arguments and all
+    if (dsh_curve_on () && !self.token_file)
+        return dsh_component_usage_error (&program, "following a CURVE broker (--cert or $DSH_CERT) needs "
+                                          "--token-file, even on loopback: the page shows what our key sees");
     if (!self.broker) {
         self.broker = getenv ("DSH_BROKER");
         if (self.broker && !*self.broker)
@@ -392,7 +441,7 @@ main (int argc, char *argv [])
         fprintf (stderr, "dsh-monitor: %s\n", error);
         return 2;
     }
-    self.httpd = dsh_monitor_httpd_new (self.http, token, error, sizeof error);
+    self.httpd = dsh_monitor_httpd_new (self.http, token, &self.limits, error, sizeof error);
     zstr_free (&token);
     if (!self.httpd) {
         fprintf (stderr, "dsh-monitor: --http %s: %s\n", self.http, error);
@@ -420,8 +469,9 @@ main (int argc, char *argv [])
         return 1;
     }
     self.model = dsh_monitor_model_new ((size_t) self.events);
-    dsh_monitor_httpd_publish (self.httpd, "/", "text/html; charset=utf-8", dsh_monitor_page, dsh_monitor_page_size);
-    s_publish (&self, NULL, NULL);
+    dsh_monitor_httpd_publish (self.httpd, DSH_MONITOR_HTTPD_EVERYONE, "/", "text/html; charset=utf-8",
+                               dsh_monitor_page, dsh_monitor_page_size);
+    s_publish (&self, NULL);
     //  The host as given, the port as bound
     const char *colon = strrchr (self.http, ':');
     printf ("dsh-monitor: serving http://%.*s:%d/\n", (int) (colon - self.http), self.http,

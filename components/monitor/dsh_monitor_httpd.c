@@ -38,21 +38,30 @@ typedef struct {
 typedef struct {
     dsh_monitor_httpd_t *httpd;
     void *handle;               //  in httpd->streams
+    bool trusted;               //  its request presented the token
     dsh_http_outq_t out;        //  bytes for the client
     bool sent_since_tick;       //  had an event since the last keep-alive round
 } s_stream_t;
 
 struct _dsh_monitor_httpd_t {
-    struct MHD_Daemon *daemon;
+    dsh_http_server_t *server;
     char *token;
     char session [65];          //  the cookie's value: random, made at start
     bool loopback;
     int port;
     pthread_mutex_t lock;
-    zhashx_t *docs;             //  path -> s_doc_t
-    char *first;                //  the first event of a new stream, as sent
+    //  What each kind of viewer is shown, untrusted [0] and trusted [1]
+    zhashx_t *docs [2];         //  path -> s_doc_t
+    char *first [2];            //  the first event of a new stream, as sent
     zlistx_t *streams;          //  s_stream_t, not owned
 };
+
+//  Whether viewers include the trusted (1) or untrusted (0) ones.
+static bool
+s_shown (dsh_monitor_httpd_viewers_t viewers, int trusted)
+{
+    return (viewers & (trusted? DSH_MONITOR_HTTPD_TRUSTED: DSH_MONITOR_HTTPD_UNTRUSTED)) != 0;
+}
 
 static void
 s_doc_destroy (void **item_p)
@@ -115,10 +124,14 @@ s_reply (struct MHD_Connection *connection, unsigned int status, const char *tex
     return result;
 }
 
+//  Whether the request presented the token (as a bearer or the session
+//  cookie); never without a token.
 static bool
-s_authorized (dsh_monitor_httpd_t *self, struct MHD_Connection *connection)
+s_trusted (dsh_monitor_httpd_t *self, struct MHD_Connection *connection)
 {
-    if (!self->token || dsh_http_bearer_ok (connection, self->token))
+    if (!self->token)
+        return false;
+    if (dsh_http_bearer_ok (connection, self->token))
         return true;
     const char *cookie = MHD_lookup_connection_value (connection, MHD_COOKIE_KIND, COOKIE_NAME);
     return cookie && dsh_http_token_equal (cookie, strlen (cookie), self->session);
@@ -143,7 +156,7 @@ s_login (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, const cha
 }
 
 static enum MHD_Result
-s_open_stream (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, void **req_cls)
+s_open_stream (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, bool trusted, void **req_cls)
 {
     pthread_mutex_lock (&self->lock);
     if (zlistx_size (self->streams) >= DSH_MONITOR_HTTPD_MAX_STREAMS) {
@@ -153,13 +166,14 @@ s_open_stream (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, voi
     s_stream_t *stream = (s_stream_t *) zmalloc (sizeof (s_stream_t));
     assert (stream);
     stream->httpd = self;
+    stream->trusted = trusted;
     dsh_http_outq_init (&stream->out, connection);
     stream->handle = zlistx_add_end (self->streams, stream);
     //  The retry hint makes a browser come back soon after the monitor does
     const char *retry = "retry: 2000\n\n";
     s_stream_append (stream, retry, strlen (retry));
-    if (self->first)
-        s_stream_append (stream, self->first, strlen (self->first));
+    if (self->first [trusted])
+        s_stream_append (stream, self->first [trusted], strlen (self->first [trusted]));
     pthread_mutex_unlock (&self->lock);
     *req_cls = stream;
     struct MHD_Response *response = MHD_create_response_from_callback (MHD_SIZE_UNKNOWN, READER_BLOCK_SIZE,
@@ -172,10 +186,10 @@ s_open_stream (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, voi
 }
 
 static enum MHD_Result
-s_serve_doc (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, const char *url)
+s_serve_doc (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, const char *url, bool trusted)
 {
     pthread_mutex_lock (&self->lock);
-    s_doc_t *doc = (s_doc_t *) zhashx_lookup (self->docs, url);
+    s_doc_t *doc = (s_doc_t *) zhashx_lookup (self->docs [trusted], url);
     struct MHD_Response *response = doc? MHD_create_response_from_buffer (doc->size, doc->body,
                                                                           MHD_RESPMEM_MUST_COPY): NULL;
     if (response)
@@ -215,13 +229,16 @@ s_access (void *cls, struct MHD_Connection *connection, const char *url, const c
     const char *given = MHD_lookup_connection_value (connection, MHD_GET_ARGUMENT_KIND, "token");
     if (given && streq (url, "/"))
         return s_login (self, connection, given);
-    if (!s_authorized (self, connection))
+    //  MHD calls this first once the headers are in: the token is checked
+    //  before anything else is done for the request
+    bool trusted = s_trusted (self, connection);
+    if (self->token && !trusted)
         return s_reply (connection, MHD_HTTP_UNAUTHORIZED,
                         "Unauthorized: this monitor needs its token. A browser opens /?token=TOKEN once; "
                         "a script sends \"Authorization: Bearer TOKEN\".\n");
     if (streq (url, DSH_MONITOR_HTTPD_EVENTS) && !head)
-        return s_open_stream (self, connection, req_cls);
-    return s_serve_doc (self, connection, url);
+        return s_open_stream (self, connection, trusted, req_cls);
+    return s_serve_doc (self, connection, url, trusted);
 }
 
 static void
@@ -246,9 +263,11 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls,
 //  The loop's side
 
 dsh_monitor_httpd_t *
-dsh_monitor_httpd_new (const char *address, const char *token, char *error, size_t error_size)
+dsh_monitor_httpd_new (const char *address, const char *token, const dsh_http_limits_t *limits,
+                       char *error, size_t error_size)
 {
     assert (address);
+    assert (limits);
     struct sockaddr_storage addr;
     socklen_t addr_size = 0;
     if (dsh_http_address (address, &addr, &addr_size, error, error_size))
@@ -271,17 +290,21 @@ dsh_monitor_httpd_new (const char *address, const char *token, char *error, size
     self->token = token? strdup (token): NULL;
     self->loopback = loopback;
     pthread_mutex_init (&self->lock, NULL);
-    self->docs = zhashx_new ();
-    zhashx_set_destructor (self->docs, s_doc_destroy);
+    for (int trusted = 0; trusted < 2; trusted++) {
+        self->docs [trusted] = zhashx_new ();
+        zhashx_set_destructor (self->docs [trusted], s_doc_destroy);
+    }
     self->streams = zlistx_new ();
-    self->daemon = dsh_http_daemon_start (&addr, "dsh-monitor", s_access, s_completed, self, MAX_CONNECTIONS,
-                                          CONNECTION_TIMEOUT_S);
-    if (!self->daemon) {
+    dsh_http_limits_t server_limits = *limits;
+    server_limits.connections = MAX_CONNECTIONS;
+    server_limits.idle_timeout_s = CONNECTION_TIMEOUT_S;
+    self->server = dsh_http_server_new (&addr, "dsh-monitor", s_access, s_completed, self, &server_limits);
+    if (!self->server) {
         snprintf (error, error_size, "cannot serve HTTP on %s: the address is in use or not ours", address);
         dsh_monitor_httpd_destroy (&self);
         return NULL;
     }
-    self->port = dsh_http_bound_port (self->daemon);
+    self->port = dsh_http_server_port (self->server);
     return self;
 }
 
@@ -297,12 +320,13 @@ dsh_monitor_httpd_destroy (dsh_monitor_httpd_t **self_p)
              stream = (s_stream_t *) zlistx_next (self->streams))
             dsh_http_outq_break (&stream->out);
         pthread_mutex_unlock (&self->lock);
-        if (self->daemon)
-            MHD_stop_daemon (self->daemon);
+        dsh_http_server_destroy (&self->server);
         zlistx_destroy (&self->streams);
-        zhashx_destroy (&self->docs);
+        for (int trusted = 0; trusted < 2; trusted++) {
+            zhashx_destroy (&self->docs [trusted]);
+            free (self->first [trusted]);
+        }
         pthread_mutex_destroy (&self->lock);
-        free (self->first);
         free (self->token);
         free (self);
         *self_p = NULL;
@@ -317,41 +341,53 @@ dsh_monitor_httpd_port (dsh_monitor_httpd_t *self)
 }
 
 void
-dsh_monitor_httpd_publish (dsh_monitor_httpd_t *self, const char *path, const char *content_type,
-                           const char *body, size_t size)
+dsh_monitor_httpd_publish (dsh_monitor_httpd_t *self, dsh_monitor_httpd_viewers_t viewers,
+                           const char *path, const char *content_type, const char *body, size_t size)
 {
     assert (self);
-    s_doc_t *doc = (s_doc_t *) zmalloc (sizeof (s_doc_t));
-    assert (doc);
-    doc->content_type = strdup (content_type);
-    doc->body = (char *) malloc (size? size: 1);
-    assert (doc->body);
-    memcpy (doc->body, body, size);
-    doc->size = size;
-    pthread_mutex_lock (&self->lock);
-    zhashx_update (self->docs, path, doc);
-    pthread_mutex_unlock (&self->lock);
+    for (int trusted = 0; trusted < 2; trusted++) {
+        if (!s_shown (viewers, trusted))
+            continue;
+        s_doc_t *doc = (s_doc_t *) zmalloc (sizeof (s_doc_t));
+        assert (doc);
+        doc->content_type = strdup (content_type);
+        doc->body = (char *) malloc (size? size: 1);
+        assert (doc->body);
+        memcpy (doc->body, body, size);
+        doc->size = size;
+        pthread_mutex_lock (&self->lock);
+        zhashx_update (self->docs [trusted], path, doc);
+        pthread_mutex_unlock (&self->lock);
+    }
 }
 
 void
-dsh_monitor_httpd_set_first (dsh_monitor_httpd_t *self, const char *event, const char *data)
+dsh_monitor_httpd_set_first (dsh_monitor_httpd_t *self, dsh_monitor_httpd_viewers_t viewers,
+                             const char *event, const char *data)
 {
     assert (self);
-    char *first = zsys_sprintf ("event: %s\ndata: %s\n\n", event, data);
-    pthread_mutex_lock (&self->lock);
-    free (self->first);
-    self->first = first;
-    pthread_mutex_unlock (&self->lock);
+    for (int trusted = 0; trusted < 2; trusted++) {
+        if (!s_shown (viewers, trusted))
+            continue;
+        char *first = zsys_sprintf ("event: %s\ndata: %s\n\n", event, data);
+        pthread_mutex_lock (&self->lock);
+        free (self->first [trusted]);
+        self->first [trusted] = first;
+        pthread_mutex_unlock (&self->lock);
+    }
 }
 
 void
-dsh_monitor_httpd_broadcast (dsh_monitor_httpd_t *self, const char *event, const char *data)
+dsh_monitor_httpd_broadcast (dsh_monitor_httpd_t *self, dsh_monitor_httpd_viewers_t viewers,
+                             const char *event, const char *data)
 {
     assert (self);
     char *text = event? zsys_sprintf ("event: %s\ndata: %s\n\n", event, data): NULL;
     pthread_mutex_lock (&self->lock);
     for (s_stream_t *stream = (s_stream_t *) zlistx_first (self->streams); stream;
          stream = (s_stream_t *) zlistx_next (self->streams)) {
+        if (!s_shown (viewers, stream->trusted))
+            continue;
         if (text) {
             s_stream_append (stream, text, strlen (text));
             stream->sent_since_tick = true;

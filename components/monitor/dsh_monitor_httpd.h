@@ -14,11 +14,17 @@
     request needs "Authorization: Bearer TOKEN" or the session cookie that
     GET /?token=TOKEN sets (HttpOnly, SameSite=Strict), so that a browser's
     page, its fetch and its EventSource get in without the token in a URL.
+    A request that presented the token is a trusted viewer; without a
+    token every viewer is untrusted. What is published says who sees it,
+    so that a document or an event with secrets in it (pending calls'
+    arguments) reaches trusted viewers only.
     =========================================================================
 */
 
 #ifndef DSH_MONITOR_HTTPD_H_INCLUDED
 #define DSH_MONITOR_HTTPD_H_INCLUDED
+
+#include "dsh_http.h"
 
 #include <stddef.h>
 
@@ -29,17 +35,29 @@ extern "C" {
 //  The limits a client meets (documented in the README).
 #define DSH_MONITOR_HTTPD_MAX_STREAMS   32
 #define DSH_MONITOR_HTTPD_MAX_BACKLOG   (4 * 1024 * 1024)
+//  The default of --http-per-address: one host may open every stream, and
+//  as many again whose clients left (a suspended stream's closed socket is
+//  seen at the stream's next write)
+#define DSH_MONITOR_HTTPD_PER_ADDRESS   (2 * DSH_MONITOR_HTTPD_MAX_STREAMS)
 
 //  The path of the event stream.
 #define DSH_MONITOR_HTTPD_EVENTS        "/api/events"
 
 typedef struct _dsh_monitor_httpd_t dsh_monitor_httpd_t;
 
-//  Serve at address "HOST:PORT" (port 0 picks a free one). token: the
-//  bearer token, or NULL for none; NULL is refused when the address is not
-//  loopback. NULL with the reason in error.
+//  Who is shown a published body or event (a set of them).
+typedef enum {
+    DSH_MONITOR_HTTPD_UNTRUSTED = 1,    //  viewers that presented no token
+    DSH_MONITOR_HTTPD_TRUSTED = 2,      //  viewers that presented the token
+    DSH_MONITOR_HTTPD_EVERYONE = 3
+} dsh_monitor_httpd_viewers_t;
+
+//  Serve at address "HOST:PORT" (port 0 picks a free one) within limits
+//  (dsh_http's). token: the bearer token, or NULL for none; NULL is
+//  refused when the address is not loopback. NULL with the reason in error.
 dsh_monitor_httpd_t *
-    dsh_monitor_httpd_new (const char *address, const char *token, char *error, size_t error_size);
+    dsh_monitor_httpd_new (const char *address, const char *token, const dsh_http_limits_t *limits,
+                           char *error, size_t error_size);
 
 //  Stop serving; open streams end. Safe twice.
 void
@@ -49,22 +67,24 @@ void
 int
     dsh_monitor_httpd_port (dsh_monitor_httpd_t *self);
 
-//  Serve body (copied) with content_type at path from now on.
+//  Serve body (copied) with content_type at path to viewers from now on.
 void
-    dsh_monitor_httpd_publish (dsh_monitor_httpd_t *self, const char *path, const char *content_type,
-                               const char *body, size_t size);
+    dsh_monitor_httpd_publish (dsh_monitor_httpd_t *self, dsh_monitor_httpd_viewers_t viewers,
+                               const char *path, const char *content_type, const char *body, size_t size);
 
-//  The first event of every stream opened from now on: event name and its
-//  data (one line of JSON, copied).
+//  The first event of every stream that viewers open from now on: event
+//  name and its data (one line of JSON, copied).
 void
-    dsh_monitor_httpd_set_first (dsh_monitor_httpd_t *self, const char *event, const char *data);
+    dsh_monitor_httpd_set_first (dsh_monitor_httpd_t *self, dsh_monitor_httpd_viewers_t viewers,
+                                 const char *event, const char *data);
 
-//  Send an event (name, one line of data) to every open stream; a stream
-//  whose client let more than DSH_MONITOR_HTTPD_MAX_BACKLOG bytes pile up
-//  is closed instead. event NULL sends a keep-alive comment to streams
-//  that had nothing else.
+//  Send an event (name, one line of data) to every open stream of viewers;
+//  a stream whose client let more than DSH_MONITOR_HTTPD_MAX_BACKLOG bytes
+//  pile up is closed instead. event NULL sends a keep-alive comment to
+//  streams that had nothing else.
 void
-    dsh_monitor_httpd_broadcast (dsh_monitor_httpd_t *self, const char *event, const char *data);
+    dsh_monitor_httpd_broadcast (dsh_monitor_httpd_t *self, dsh_monitor_httpd_viewers_t viewers,
+                                 const char *event, const char *data);
 
 //  How many streams are open.
 size_t

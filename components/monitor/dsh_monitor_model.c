@@ -468,3 +468,24 @@ dsh_monitor_model_stats (dsh_monitor_model_t *self)
     assert (self);
     return json_incref (self->last);
 }
+
+json_t *
+dsh_monitor_model_stats_public (dsh_monitor_model_t *self)
+{
+    assert (self);
+    json_t *stats = json_copy (self->last);
+    json_t *pending = json_object_get (self->last, "pending");
+    if (pending) {
+        json_t *brief = json_array ();
+        size_t index;
+        json_t *request;
+        json_array_foreach (pending, index, request) {
+            json_t *copy = json_copy (request);
+            json_object_del (copy, "argumentsPreview");
+            json_object_del (copy, "arguments");
+            json_array_append_new (brief, copy);
+        }
+        json_object_set_new (stats, "pending", brief);
+    }
+    return stats;
+}

@@ -62,6 +62,12 @@ json_t *
 json_t *
     dsh_monitor_model_stats (dsh_monitor_model_t *self);
 
+//  The last poll as a viewer who did not present the token sees it
+//  (caller owns): as dsh_monitor_model_stats, without any call's
+//  arguments (the pending approvals have no argumentsPreview).
+json_t *
+    dsh_monitor_model_stats_public (dsh_monitor_model_t *self);
+
 //  The last change events, oldest first (caller owns).
 json_t *
     dsh_monitor_model_events (dsh_monitor_model_t *self);

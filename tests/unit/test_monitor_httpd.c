@@ -2,7 +2,9 @@
     test_monitor_httpd - dsh-monitor's HTTP face on loopback, with plain
     sockets: published documents, the first event of a stream, and a client
     that stops reading, which loses its stream while another one keeps
-    getting every event and the broadcaster never waits
+    getting every event and the broadcaster never waits; what trusted and
+    untrusted viewers are shown; and dsh_http's limits: headers that
+    trickle past their deadline, and connections from one address
     =========================================================================
 */
 
@@ -23,22 +25,59 @@
 #define EVENT_DATA_SIZE     (64 * 1024)
 #define EVENTS              256
 
-//  A connected socket that sent "GET path"; receive_buffer 0 keeps the
-//  system's default.
+static const dsh_http_limits_t s_limits = { .per_address = DSH_MONITOR_HTTPD_PER_ADDRESS,
+                                            .header_timeout_ms = DSH_HTTP_HEADER_TIMEOUT_MS };
+
+//  A socket connected from 127.0.0.<from> (1 or more).
 static int
-s_request (int port, const char *path, int receive_buffer)
+s_connect (int port, int from, int receive_buffer)
 {
     int fd = socket (AF_INET, SOCK_STREAM, 0);
     assert_true (fd >= 0);
     if (receive_buffer)
         assert_int_equal (setsockopt (fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer), 0);
+    struct sockaddr_in local = { .sin_family = AF_INET };
+    local.sin_addr.s_addr = htonl (INADDR_LOOPBACK + (uint32_t) from - 1);
+    assert_int_equal (bind (fd, (struct sockaddr *) &local, sizeof local), 0);
     struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) port) };
     addr.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
     assert_int_equal (connect (fd, (struct sockaddr *) &addr, sizeof addr), 0);
-    char *request = zsys_sprintf ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path);
+    return fd;
+}
+
+//  A connected socket that sent "GET path" with the extra header lines
+//  (each ending in CRLF, or ""); receive_buffer 0 keeps the system's default.
+static int
+s_request_with (int port, const char *path, int receive_buffer, const char *headers)
+{
+    int fd = s_connect (port, 1, receive_buffer);
+    char *request = zsys_sprintf ("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n%s\r\n", path, headers);
     assert_int_equal (send (fd, request, strlen (request), 0), (ssize_t) strlen (request));
     zstr_free (&request);
     return fd;
+}
+
+static int
+s_request (int port, const char *path, int receive_buffer)
+{
+    return s_request_with (port, path, receive_buffer, "");
+}
+
+//  Whether the server closed fd within timeout_ms (what it sent is read
+//  and dropped).
+static bool
+s_closed_within (int fd, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    char buffer [4096];
+    while (zclock_mono () < give_up) {
+        struct pollfd item = { .fd = fd, .events = POLLIN };
+        if (poll (&item, 1, 20) <= 0)
+            continue;
+        if (recv (fd, buffer, sizeof buffer, 0) <= 0)
+            return true;
+    }
+    return false;
 }
 
 //  Reads from fd until at least total bytes came or timeout_ms passed;
@@ -83,10 +122,10 @@ test_documents_and_first_event (void **state)
 {
     (void) state;
     char error [256];
-    dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", NULL, error, sizeof error);
+    dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", NULL, &s_limits, error, sizeof error);
     assert_non_null (httpd);
-    dsh_monitor_httpd_publish (httpd, "/doc", "application/json", "{\"a\":1}", 7);
-    dsh_monitor_httpd_set_first (httpd, "snapshot", "{\"first\":true}");
+    dsh_monitor_httpd_publish (httpd, DSH_MONITOR_HTTPD_EVERYONE, "/doc", "application/json", "{\"a\":1}", 7);
+    dsh_monitor_httpd_set_first (httpd, DSH_MONITOR_HTTPD_EVERYONE, "snapshot", "{\"first\":true}");
     char text [4096] = "";
     int fd = s_request (dsh_monitor_httpd_port (httpd), "/doc", 0);
     s_read_until (fd, 0, SIZE_MAX, 2000, text, sizeof text);
@@ -111,7 +150,7 @@ test_documents_and_first_event (void **state)
     dsh_monitor_httpd_destroy (&httpd);
     dsh_monitor_httpd_destroy (&httpd);
     //  Beyond loopback without a token: refused
-    assert_null (dsh_monitor_httpd_new ("0.0.0.0:0", NULL, error, sizeof error));
+    assert_null (dsh_monitor_httpd_new ("0.0.0.0:0", NULL, &s_limits, error, sizeof error));
     assert_non_null (strstr (error, "needs a bearer token"));
 }
 
@@ -120,7 +159,7 @@ test_slow_client_dropped (void **state)
 {
     (void) state;
     char error [256];
-    dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", NULL, error, sizeof error);
+    dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", NULL, &s_limits, error, sizeof error);
     assert_non_null (httpd);
     int port = dsh_monitor_httpd_port (httpd);
     //  A small receive buffer, so that the kernel does not hold for it
@@ -135,14 +174,14 @@ test_slow_client_dropped (void **state)
     data [EVENT_DATA_SIZE] = 0;
     size_t event_size = strlen ("event: big\ndata: \n\n") + EVENT_DATA_SIZE;
     for (size_t index = 1; index <= EVENTS; index++) {
-        dsh_monitor_httpd_broadcast (httpd, "big", data);
+        dsh_monitor_httpd_broadcast (httpd, DSH_MONITOR_HTTPD_EVERYONE, "big", data);
         //  The good client keeps up: it has had every event so far
         good_got = s_read_until (good, good_got, index * event_size, 10000, NULL, 0);
         assert_true (good_got >= index * event_size);
     }
     //  16 MiB went out: far past what the slow client's stream may hold
     assert_true (s_wait_streams (httpd, 1, good, &good_got));
-    dsh_monitor_httpd_broadcast (httpd, "small", "{}");
+    dsh_monitor_httpd_broadcast (httpd, DSH_MONITOR_HTTPD_EVERYONE, "small", "{}");
     size_t before = good_got;
     good_got = s_read_until (good, good_got, good_got + strlen ("event: small\ndata: {}\n\n"), 10000, NULL, 0);
     assert_true (good_got > before);
@@ -152,12 +191,136 @@ test_slow_client_dropped (void **state)
     dsh_monitor_httpd_destroy (&httpd);
 }
 
+//  What is published for trusted viewers reaches only requests that
+//  presented the token; a monitor without a token has no trusted viewer.
+static void
+test_viewers (void **state)
+{
+    (void) state;
+    char error [256];
+    char text [4096];
+    for (int with_token = 0; with_token < 2; with_token++) {
+        dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", with_token? "t0ken": NULL, &s_limits,
+                                                            error, sizeof error);
+        assert_non_null (httpd);
+        int port = dsh_monitor_httpd_port (httpd);
+        dsh_monitor_httpd_publish (httpd, DSH_MONITOR_HTTPD_UNTRUSTED, "/doc", "text/plain", "public", 6);
+        dsh_monitor_httpd_publish (httpd, DSH_MONITOR_HTTPD_TRUSTED, "/doc", "text/plain", "secret", 6);
+        dsh_monitor_httpd_set_first (httpd, DSH_MONITOR_HTTPD_UNTRUSTED, "snapshot", "\"public first\"");
+        dsh_monitor_httpd_set_first (httpd, DSH_MONITOR_HTTPD_TRUSTED, "snapshot", "\"secret first\"");
+        const char *headers = with_token? "Authorization: Bearer t0ken\r\n": "";
+        text [0] = 0;
+        int fd = s_request_with (port, "/doc", 0, headers);
+        s_read_until (fd, 0, SIZE_MAX, 2000, text, sizeof text);
+        close (fd);
+        assert_non_null (strstr (text, with_token? "secret": "public"));
+        assert_null (strstr (text, with_token? "public": "secret"));
+        text [0] = 0;
+        int stream = s_request_with (port, DSH_MONITOR_HTTPD_EVENTS, 0, headers);
+        assert_true (s_wait_streams (httpd, 1, -1, NULL));
+        dsh_monitor_httpd_broadcast (httpd, DSH_MONITOR_HTTPD_UNTRUSTED, "stats", "\"public stats\"");
+        dsh_monitor_httpd_broadcast (httpd, DSH_MONITOR_HTTPD_TRUSTED, "stats", "\"secret stats\"");
+        dsh_monitor_httpd_broadcast (httpd, DSH_MONITOR_HTTPD_EVERYONE, "tools", "\"everyone\"");
+        size_t got = 0;
+        while (!strstr (text, "everyone")) {
+            size_t before = got;
+            got = s_read_until (stream, got, got + 1, 2000, text, sizeof text);
+            if (got == before)
+                break;
+        }
+        close (stream);
+        assert_non_null (strstr (text, "everyone"));
+        assert_non_null (strstr (text, with_token? "secret first": "public first"));
+        assert_non_null (strstr (text, with_token? "secret stats": "public stats"));
+        assert_null (strstr (text, with_token? "public": "secret"));
+        if (with_token) {
+            //  Without the token: refused, however the document is published
+            text [0] = 0;
+            fd = s_request (port, "/doc", 0);
+            s_read_until (fd, 0, SIZE_MAX, 2000, text, sizeof text);
+            close (fd);
+            assert_non_null (strstr (text, "401"));
+            assert_null (strstr (text, "secret"));
+        }
+        dsh_monitor_httpd_destroy (&httpd);
+    }
+}
+
+//  A request whose headers trickle in, a byte at a time well within the
+//  idle timeout, is closed at its header deadline; a prompt request on the
+//  same server is served.
+static void
+test_header_deadline (void **state)
+{
+    (void) state;
+    char error [256];
+    const dsh_http_limits_t limits = { .per_address = DSH_MONITOR_HTTPD_PER_ADDRESS, .header_timeout_ms = 600 };
+    dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", NULL, &limits, error, sizeof error);
+    assert_non_null (httpd);
+    dsh_monitor_httpd_publish (httpd, DSH_MONITOR_HTTPD_EVERYONE, "/doc", "text/plain", "doc", 3);
+    int port = dsh_monitor_httpd_port (httpd);
+    int fd = s_connect (port, 1, 0);
+    int64_t started = zclock_mono ();
+    const char *partial = "GET /doc HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    bool closed = false;
+    for (size_t index = 0; partial [index] && !closed; index++) {
+        if (send (fd, partial + index, 1, MSG_NOSIGNAL) != 1)
+            break;
+        closed = s_closed_within (fd, 100);
+    }
+    int64_t elapsed = zclock_mono () - started;
+    assert_true (closed || s_closed_within (fd, 2000));
+    assert_true (elapsed >= 500);
+    assert_true (elapsed < 3000);
+    close (fd);
+    char text [4096] = "";
+    fd = s_request (port, "/doc", 0);
+    s_read_until (fd, 0, SIZE_MAX, 2000, text, sizeof text);
+    close (fd);
+    assert_non_null (strstr (text, "200 OK"));
+    dsh_monitor_httpd_destroy (&httpd);
+}
+
+//  One address gets per_address connections; the next is closed at once,
+//  while another address is still served.
+static void
+test_per_address_limit (void **state)
+{
+    (void) state;
+    char error [256];
+    const dsh_http_limits_t limits = { .per_address = 2, .header_timeout_ms = DSH_HTTP_HEADER_TIMEOUT_MS };
+    dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", NULL, &limits, error, sizeof error);
+    assert_non_null (httpd);
+    dsh_monitor_httpd_publish (httpd, DSH_MONITOR_HTTPD_EVERYONE, "/doc", "text/plain", "doc", 3);
+    int port = dsh_monitor_httpd_port (httpd);
+    int held [2];
+    for (int index = 0; index < 2; index++) {
+        held [index] = s_connect (port, 2, 0);
+        assert_int_equal (send (held [index], "G", 1, 0), 1);
+        assert_false (s_closed_within (held [index], 200));
+    }
+    int third = s_connect (port, 2, 0);
+    assert_true (s_closed_within (third, 2000));
+    close (third);
+    char text [4096] = "";
+    int fd = s_request (port, "/doc", 0);
+    s_read_until (fd, 0, SIZE_MAX, 2000, text, sizeof text);
+    close (fd);
+    assert_non_null (strstr (text, "200 OK"));
+    close (held [0]);
+    close (held [1]);
+    dsh_monitor_httpd_destroy (&httpd);
+}
+
 int
 main (void)
 {
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_documents_and_first_event),
         cmocka_unit_test (test_slow_client_dropped),
+        cmocka_unit_test (test_viewers),
+        cmocka_unit_test (test_header_deadline),
+        cmocka_unit_test (test_per_address_limit),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
