@@ -9,6 +9,12 @@
     timer that also enforces the timeouts; the run ends when every process
     has exited and closed its output, or at the first timeout.
 
+    A run starts when it fits under max_processes (counting the killed
+    processes not yet reaped); else it waits in its caller's lane, and
+    self->turns serves the lanes round robin, one run a turn, as each run
+    that ends makes room. A waiting run holds its event JSON and no
+    descriptor; the tick answers the ones past their call's deadline.
+
     Loop handlers get the stage's state, never a process: a handler may
     still be called once for a descriptor another handler has just closed
     in the same loop pass, so each looks its process up by descriptor and
@@ -17,8 +23,10 @@
 */
 
 #include "dsh_hooks.h"
+#include "dsh_doc.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
+#include "dsh_settings.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -26,6 +34,7 @@
 #include <regex.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -67,7 +76,10 @@ typedef struct {
     int64_t deadline;
 } s_proc_t;
 
-//  The hooks of one event for one call.
+typedef struct _s_lane_t s_lane_t;
+
+//  The hooks of one event for one call: queued (lane set), then running
+//  (handle set), then finished.
 typedef struct {
     dsh_stage_t *stage;
     dsh_stage_call_t *call;
@@ -78,17 +90,40 @@ typedef struct {
     s_proc_t *procs;
     size_t count;
     char *failure;              //  set: the run fails closed with this
-    void *handle;               //  in self->runs
+    bool cancelled;             //  answered without the stage: finish quietly
+    void *handle;               //  in self->runs while running
+    s_lane_t *lane;             //  while queued: its caller's lane
+    void *queue_handle;         //  while queued: in lane->runs
 } s_run_t;
+
+//  The runs one caller has waiting, oldest first. A lane with runs is in
+//  self->turns; the front lane is served next, one run per turn.
+struct _s_lane_t {
+    char *caller;               //  the key in self->lanes
+    zlistx_t *runs;             //  s_run_t, not owned
+    void *turn_handle;          //  in self->turns
+};
 
 typedef struct {
     char *name;
     char *cwd;
     zlistx_t *hooks;            //  s_hook_t, in config order
-    zlistx_t *runs;             //  s_run_t in flight
+    zlistx_t *runs;             //  s_run_t running
     zlistx_t *orphans;          //  killed processes not yet reaped (pid as pointer)
     zloop_t *loop;
     int tick_id;                //  -1 while not ticking
+    //  The cap and its wait queue
+    int max_processes;          //  hook processes at once: running runs' and orphans
+    int queue_calls;            //  runs waiting, at most
+    int queue_calls_per_caller;
+    int queue_bytes;            //  event JSON waiting, at most
+    size_t running;             //  processes of the runs in self->runs
+    size_t queued;              //  runs waiting
+    size_t queued_bytes;        //  their event JSON
+    zhashx_t *lanes;            //  caller -> s_lane_t, while it has runs waiting
+    zlistx_t *turns;            //  s_lane_t, the one to serve next first
+    bool refuse_typed;          //  typed_input = refuse: arguments must be plain JSON
+    size_t refused;             //  calls refused OVERLOADED since the queue was last empty
 } self_t;
 
 //  ---------------------------------------------------------------------
@@ -624,6 +659,74 @@ s_error_result (const char *code, const char *text)
                       "error", "name", dsh_proto_error_name (code), "code", code);
 }
 
+//  Finishes the run's call with an error: the answer of a deferred call,
+//  or the result of one whose result is held. text has no "Error: ".
+static void
+s_run_answer_error (s_run_t *run, const char *code, const char *text)
+{
+    if (run->event == DSH_HOOKS_PRE_TOOL_USE) {
+        dsh_stage_call_answer_error (run->call, code, "%s", text);
+        dsh_stage_resume (run->stage, run->call, DSH_STAGE_ANSWER);
+    }
+    else {
+        char *result_text = zsys_sprintf ("Error: %s", text);
+        dsh_stage_call_set_result (run->call, s_error_result (code, result_text));
+        zstr_free (&result_text);
+        dsh_stage_resume_result (run->stage, run->call);
+    }
+}
+
+//  True if value packs to the bytes of packed.
+static bool
+s_packs_as (const msgpack_object *value, const msgpack_sbuffer *packed)
+{
+    if (!value)
+        return false;
+    msgpack_sbuffer buffer;
+    msgpack_sbuffer_init (&buffer);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &buffer, msgpack_sbuffer_write);
+    bool same = msgpack_pack_object (&pk, *value) == 0 && buffer.size == packed->size
+             && memcmp (buffer.data, packed->data, buffer.size) == 0;
+    msgpack_sbuffer_destroy (&buffer);
+    return same;
+}
+
+//  Makes updated (a hook's updatedInput, in the hooks' view: typed forms
+//  stand for the values they name) the call's arguments. The stage SDK
+//  rewrites arguments from plain JSON only, so an updatedInput with typed
+//  values is used only if it is the arguments as they were. Returns 0, or
+//  -1 with a reason.
+static int
+s_rewrite_arguments (s_run_t *run, json_t *updated, char *error, size_t error_size)
+{
+    msgpack_sbuffer buffer;
+    msgpack_sbuffer_init (&buffer);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &buffer, msgpack_sbuffer_write);
+    dsh_doc_t *doc = NULL;
+    int rc = dsh_json_view_to_msgpack (&pk, updated, error, error_size);
+    if (rc == 0 && !(doc = dsh_doc_new (buffer.data, buffer.size, error, error_size)))
+        rc = -1;
+    if (rc == 0 && !s_packs_as (dsh_stage_call_arguments (run->call), &buffer)) {
+        const msgpack_object *arguments = dsh_doc_root (doc);
+        json_t *plain = dsh_json_is_plain (arguments)? dsh_json_from_msgpack (arguments): NULL;
+        if (plain) {
+            if (dsh_stage_call_data (run->call))
+                dsh_stage_call_set_data (run->call, json_incref (plain), s_json_release);
+            dsh_stage_call_set_arguments (run->call, plain);
+        }
+        else {
+            snprintf (error, error_size, "it changes the arguments to values plain JSON cannot hold "
+                      "(typed forms), which a stage cannot pass on");
+            rc = -1;
+        }
+    }
+    dsh_doc_destroy (&doc);
+    msgpack_sbuffer_destroy (&buffer);
+    return rc;
+}
+
 static void
 s_finish_pre (s_run_t *run, dsh_hooks_decision_t *decision)
 {
@@ -637,11 +740,14 @@ s_finish_pre (s_run_t *run, dsh_hooks_decision_t *decision)
         dsh_stage_resume (run->stage, run->call, DSH_STAGE_ANSWER);
         return;
     }
-    if (decision->updated_input) {
-        if (dsh_stage_call_data (run->call))
-            dsh_stage_call_set_data (run->call, json_incref (decision->updated_input), s_json_release);
-        dsh_stage_call_set_arguments (run->call, decision->updated_input);
-        decision->updated_input = NULL;
+    char error [256] = "";
+    if (decision->updated_input && s_rewrite_arguments (run, decision->updated_input, error, sizeof error) != 0) {
+        zsys_warning ("%s: PreToolUse updatedInput for \"%s\" refused: %s", dsh_stage_name (run->stage),
+                      run->tool_name, error);
+        dsh_stage_call_answer_error (run->call, DSH_E_MIDDLEWARE_FAILED,
+            "tool \"%s\": a PreToolUse hook's updatedInput cannot be used: %s", run->tool_name, error);
+        dsh_stage_resume (run->stage, run->call, DSH_STAGE_ANSWER);
+        return;
     }
     if (decision->additional_context)
         dsh_stage_call_set_meta (run->call, "additionalContext",
@@ -677,26 +783,22 @@ s_finish_post (s_run_t *run, dsh_hooks_decision_t *decision)
     dsh_stage_resume_result (run->stage, run->call);
 }
 
-//  Ends the run: stops its processes, merges their answers, finishes the
-//  call, and frees the run.
+//  Ends the run, running or not: stops its processes, merges their
+//  answers, finishes the call, and frees the run.
 static void
 s_run_finish (self_t *self, s_run_t *run)
 {
-    zlistx_delete (self->runs, run->handle);
+    if (run->handle) {
+        zlistx_delete (self->runs, run->handle);
+        run->handle = NULL;
+        self->running -= run->count;
+    }
     for (size_t index = 0; index < run->count; index++)
         s_proc_stop (self, &run->procs [index]);
     if (run->failure) {
-        zsys_warning ("%s: %s", self->name, run->failure);
-        if (run->event == DSH_HOOKS_PRE_TOOL_USE) {
-            dsh_stage_call_answer_error (run->call, DSH_E_MIDDLEWARE_FAILED, "%s", run->failure);
-            dsh_stage_resume (run->stage, run->call, DSH_STAGE_ANSWER);
-        }
-        else {
-            char *text = zsys_sprintf ("Error: %s", run->failure);
-            dsh_stage_call_set_result (run->call, s_error_result (DSH_E_MIDDLEWARE_FAILED, text));
-            zstr_free (&text);
-            dsh_stage_resume_result (run->stage, run->call);
-        }
+        if (!run->cancelled)
+            zsys_warning ("%s: %s", self->name, run->failure);
+        s_run_answer_error (run, DSH_E_MIDDLEWARE_FAILED, run->failure);
         s_run_destroy (&run);
         return;
     }
@@ -722,6 +824,145 @@ s_run_finish (self_t *self, s_run_t *run)
     dsh_hooks_decision_destroy (&merged);
     s_run_destroy (&run);
 }
+
+//  ---------------------------------------------------------------------
+//  The cap and its wait queue
+
+//  True if a run of count processes may start now: within the cap, or
+//  alone (a run of more hooks than the cap still runs, by itself).
+static bool
+s_room (self_t *self, size_t count)
+{
+    size_t busy = self->running + zlistx_size (self->orphans);
+    return busy == 0 || busy + count <= (size_t) self->max_processes;
+}
+
+static void
+s_lane_destroy (void **item_p)
+{
+    s_lane_t *lane = (s_lane_t *) *item_p;
+    if (lane) {
+        zlistx_destroy (&lane->runs);
+        zstr_free (&lane->caller);
+        free (lane);
+        *item_p = NULL;
+    }
+}
+
+//  Who the call's hooks wait for a turn as: its agent, or "" for calls
+//  without one.
+static const char *
+s_caller (s_run_t *run)
+{
+    const char *agent = dsh_stage_call_agent (run->call);
+    return agent? agent: "";
+}
+
+//  Queues the run at the end of its caller's lane. Returns 0, or -1 with
+//  the bound it would pass.
+static int
+s_enqueue (self_t *self, s_run_t *run, char *error, size_t error_size)
+{
+    const char *caller = s_caller (run);
+    s_lane_t *lane = (s_lane_t *) zhashx_lookup (self->lanes, caller);
+    char bound [160] = "";
+    if (self->queued >= (size_t) self->queue_calls)
+        snprintf (bound, sizeof bound, "%zu calls wait: queue_calls %d", self->queued, self->queue_calls);
+    else
+    if (lane && zlistx_size (lane->runs) >= (size_t) self->queue_calls_per_caller)
+        snprintf (bound, sizeof bound, "%zu calls of caller \"%.40s\" wait: queue_calls_per_caller %d",
+                  zlistx_size (lane->runs), caller, self->queue_calls_per_caller);
+    else
+    if (self->queued_bytes + run->input_size > (size_t) self->queue_bytes)
+        snprintf (bound, sizeof bound, "%zu bytes of events wait, and this one has %zu: queue_bytes %d",
+                  self->queued_bytes, run->input_size, self->queue_bytes);
+    if (*bound) {
+        snprintf (error, error_size, "hooks stage \"%s\" is overloaded: its hook processes are all busy "
+                  "(max_processes %d) and its queue is full (%s)", self->name, self->max_processes, bound);
+        return -1;
+    }
+    if (!lane) {
+        lane = (s_lane_t *) zmalloc (sizeof (s_lane_t));
+        lane->caller = strdup (caller);
+        lane->runs = zlistx_new ();
+        zhashx_insert (self->lanes, caller, lane);
+        lane->turn_handle = zlistx_add_end (self->turns, lane);
+    }
+    run->lane = lane;
+    run->queue_handle = zlistx_add_end (lane->runs, run);
+    self->queued++;
+    self->queued_bytes += run->input_size;
+    return 0;
+}
+
+//  Takes the run out of its lane. Served: the lane had its turn and goes
+//  to the back; else (cancelled, expired) it keeps its place. An empty
+//  lane is dropped.
+static void
+s_dequeue (self_t *self, s_run_t *run, bool served)
+{
+    s_lane_t *lane = run->lane;
+    zlistx_delete (lane->runs, run->queue_handle);
+    run->lane = NULL;
+    run->queue_handle = NULL;
+    self->queued--;
+    self->queued_bytes -= run->input_size;
+    if (zlistx_size (lane->runs) == 0) {
+        zlistx_delete (self->turns, lane->turn_handle);
+        zhashx_delete (self->lanes, lane->caller);
+    }
+    else
+    if (served)
+        zlistx_move_end (self->turns, lane->turn_handle);
+}
+
+//  Answers the queued runs whose calls passed their deadline.
+static void
+s_expire_queued (self_t *self, int64_t now)
+{
+    zlistx_t *expired = zlistx_new ();
+    for (s_lane_t *lane = (s_lane_t *) zlistx_first (self->turns); lane;
+         lane = (s_lane_t *) zlistx_next (self->turns))
+        for (s_run_t *run = (s_run_t *) zlistx_first (lane->runs); run;
+             run = (s_run_t *) zlistx_next (lane->runs)) {
+            int64_t deadline = dsh_stage_call_deadline (run->call);
+            if (deadline > 0 && now >= deadline)
+                zlistx_add_end (expired, run);
+        }
+    for (s_run_t *run = (s_run_t *) zlistx_first (expired); run;
+         run = (s_run_t *) zlistx_next (expired)) {
+        s_dequeue (self, run, false);
+        char *text = zsys_sprintf ("tool \"%s\" passed the call's deadline waiting for a hook process "
+                                   "(max_processes %d)", run->tool_name, self->max_processes);
+        s_run_answer_error (run, DSH_E_TIMEOUT, text? text: "the call's deadline passed");
+        zstr_free (&text);
+        s_run_destroy (&run);
+    }
+    zlistx_destroy (&expired);
+}
+
+static int s_run_spawn (self_t *self, s_run_t *run, char *error, size_t error_size);
+
+//  Starts queued runs, one per caller in turn, while there is room.
+static void
+s_dispatch (self_t *self)
+{
+    while (self->queued > 0) {
+        s_lane_t *lane = (s_lane_t *) zlistx_first (self->turns);
+        s_run_t *run = (s_run_t *) zlistx_first (lane->runs);
+        if (!s_room (self, run->count))
+            break;
+        s_dequeue (self, run, true);
+        char error [512];
+        if (s_run_spawn (self, run, error, sizeof error) != 0) {
+            s_run_fail (run, strdup (error));
+            s_run_finish (self, run);
+        }
+    }
+}
+
+//  ---------------------------------------------------------------------
+//  The loop's handlers
 
 //  Finds the run and process that own fd.
 static s_run_t *
@@ -758,12 +999,15 @@ s_on_fd (zloop_t *loop, zmq_pollitem_t *item, void *arg)
     if (proc->output_fd < 0 && proc->errors_fd < 0 && s_proc_reap (proc) != 0)
         s_run_fail (run, zsys_sprintf ("cannot read the exit status of hook \"%s\"",
                                        proc->hook->command));
-    if (s_run_complete (run))
+    if (s_run_complete (run)) {
         s_run_finish (self, run);
+        s_dispatch (self);
+    }
     return 0;
 }
 
-//  Reaps, enforces deadlines, and ends the runs that are complete.
+//  Reaps, enforces deadlines, ends the runs that are complete, and starts
+//  waiting ones in the room that made.
 static int
 s_on_tick (zloop_t *loop, int timer_id, void *arg)
 {
@@ -789,6 +1033,7 @@ s_on_tick (zloop_t *loop, int timer_id, void *arg)
          run = (s_run_t *) zlistx_next (complete))
         s_run_finish (self, run);
     zlistx_destroy (&complete);
+    s_expire_queued (self, now);
 
     zlistx_t *unreaped = zlistx_new ();
     for (void *pid = zlistx_first (self->orphans); pid; pid = zlistx_next (self->orphans))
@@ -796,8 +1041,14 @@ s_on_tick (zloop_t *loop, int timer_id, void *arg)
             zlistx_add_end (unreaped, pid);
     zlistx_destroy (&self->orphans);
     self->orphans = unreaped;
+    s_dispatch (self);
+    if (self->refused && self->queued == 0) {
+        if (self->refused > 1)
+            zsys_warning ("%s: %zu calls were refused OVERLOADED in all", self->name, self->refused);
+        self->refused = 0;
+    }
 
-    if (zlistx_size (self->runs) == 0 && zlistx_size (self->orphans) == 0) {
+    if (zlistx_size (self->runs) == 0 && zlistx_size (self->orphans) == 0 && self->queued == 0) {
         zloop_timer_end (loop, self->tick_id);
         self->tick_id = -1;
     }
@@ -825,11 +1076,11 @@ s_matching (self_t *self, dsh_hooks_event_t event, const char *tool_name, s_hook
     return count;
 }
 
-//  Starts the matching hooks of event for the call. Returns the run, or
-//  NULL with a reason (nothing is left running then).
+//  A run of the matching hooks of event for the call, not started.
+//  Returns the run, or NULL with a reason.
 static s_run_t *
-s_run_start (self_t *self, dsh_stage_t *stage, dsh_stage_call_t *call, dsh_hooks_event_t event,
-             json_t *tool_input, json_t *tool_response, char *error, size_t error_size)
+s_run_new (self_t *self, dsh_stage_t *stage, dsh_stage_call_t *call, dsh_hooks_event_t event,
+           json_t *tool_input, json_t *tool_response, char *error, size_t error_size)
 {
     const char *tool_name = dsh_stage_call_name (call);
     size_t count = s_matching (self, event, tool_name, NULL);
@@ -842,6 +1093,12 @@ s_run_start (self_t *self, dsh_stage_t *stage, dsh_stage_call_t *call, dsh_hooks
     run->procs = (s_proc_t *) zmalloc (count * sizeof (s_proc_t));
     s_hook_t **hooks = (s_hook_t **) zmalloc (count * sizeof (s_hook_t *));
     run->count = s_matching (self, event, tool_name, hooks);
+    for (size_t index = 0; index < run->count; index++) {
+        s_proc_t *proc = &run->procs [index];
+        proc->hook = hooks [index];
+        proc->input_fd = proc->output_fd = proc->errors_fd = -1;
+    }
+    free (hooks);
 
     const char *agent = dsh_stage_call_agent (call);
     json_t *event_json = dsh_hooks_event_json (event, agent? agent: "", self->cwd, tool_name,
@@ -851,16 +1108,27 @@ s_run_start (self_t *self, dsh_stage_t *stage, dsh_stage_call_t *call, dsh_hooks
     run->input_size = run->input? strlen (run->input): 0;
     free (text);
     json_decref (event_json);
-
-    self->loop = dsh_stage_loop (stage);
-    int rc = run->input? 0: -1;
-    if (rc != 0)
+    if (!run->input) {
         snprintf (error, error_size, "cannot encode the %s event", dsh_hooks_event_name (event));
-    for (size_t index = 0; index < run->count; index++) {
-        s_proc_t *proc = &run->procs [index];
-        proc->hook = hooks [index];
-        proc->input_fd = proc->output_fd = proc->errors_fd = -1;
+        s_run_destroy (&run);
     }
+    return run;
+}
+
+static int
+s_tick_start (self_t *self)
+{
+    if (self->tick_id < 0)
+        self->tick_id = zloop_timer (self->loop, TICK_MS, 0, s_on_tick, self);
+    return self->tick_id < 0? -1: 0;
+}
+
+//  Starts the run's processes. Returns 0, or -1 with a reason (nothing is
+//  left running then).
+static int
+s_run_spawn (self_t *self, s_run_t *run, char *error, size_t error_size)
+{
+    int rc = 0;
     for (size_t index = 0; index < run->count && rc == 0; index++) {
         s_proc_t *proc = &run->procs [index];
         char reason [256];
@@ -881,13 +1149,9 @@ s_run_start (self_t *self, dsh_stage_t *stage, dsh_stage_call_t *call, dsh_hooks
             }
         }
     }
-    free (hooks);
-    if (self->tick_id < 0 && rc == 0) {
-        self->tick_id = zloop_timer (self->loop, TICK_MS, 0, s_on_tick, self);
-        if (self->tick_id < 0) {
-            snprintf (error, error_size, "cannot start the hook timer");
-            rc = -1;
-        }
+    if (rc == 0 && s_tick_start (self) != 0) {
+        snprintf (error, error_size, "cannot start the hook timer");
+        rc = -1;
     }
     if (rc != 0) {
         for (size_t index = 0; index < run->count; index++)
@@ -898,11 +1162,67 @@ s_run_start (self_t *self, dsh_stage_t *stage, dsh_stage_call_t *call, dsh_hooks
                 waitpid ((pid_t) (intptr_t) pid, NULL, 0);
             zlistx_purge (self->orphans);
         }
-        s_run_destroy (&run);
-        return NULL;
+        return -1;
     }
     run->handle = zlistx_add_end (self->runs, run);
-    return run;
+    self->running += run->count;
+    return 0;
+}
+
+//  Starts the run, or queues it for a turn. Returns NULL (the run is the
+//  stage's now), or an error code with a reason (the run is destroyed).
+static const char *
+s_run_submit (self_t *self, s_run_t **run_p, char *error, size_t error_size)
+{
+    s_run_t *run = *run_p;
+    *run_p = NULL;
+    self->loop = dsh_stage_loop (run->stage);
+    if (self->queued == 0 && s_room (self, run->count)) {
+        if (s_run_spawn (self, run, error, error_size) == 0)
+            return NULL;
+        s_run_destroy (&run);
+        return DSH_E_MIDDLEWARE_FAILED;
+    }
+    if (s_enqueue (self, run, error, error_size) != 0) {
+        s_run_destroy (&run);
+        return DSH_E_OVERLOADED;
+    }
+    if (s_tick_start (self) != 0) {
+        s_dequeue (self, run, false);
+        s_run_destroy (&run);
+        snprintf (error, error_size, "cannot start the hook timer");
+        return DSH_E_MIDDLEWARE_FAILED;
+    }
+    return NULL;
+}
+
+//  The run of call, running or queued, or NULL.
+static s_run_t *
+s_find_call (self_t *self, dsh_stage_call_t *call)
+{
+    for (s_run_t *run = (s_run_t *) zlistx_first (self->runs); run;
+         run = (s_run_t *) zlistx_next (self->runs))
+        if (run->call == call)
+            return run;
+    for (s_lane_t *lane = (s_lane_t *) zlistx_first (self->turns); lane;
+         lane = (s_lane_t *) zlistx_next (self->turns))
+        for (s_run_t *run = (s_run_t *) zlistx_first (lane->runs); run;
+             run = (s_run_t *) zlistx_next (lane->runs))
+            if (run->call == call)
+                return run;
+    return NULL;
+}
+
+//  Logs a call the stage could not take: an overload once per burst (a
+//  flood must not flood the log too), with the count when it ends.
+static void
+s_log_refusal (self_t *self, const char *code, const char *error)
+{
+    if (!streq (code, DSH_E_OVERLOADED))
+        zsys_warning ("%s: %s", self->name, error);
+    else
+    if (self->refused++ == 0)
+        zsys_warning ("%s: %s (further refusals are counted until the queue empties)", self->name, error);
 }
 
 //  ---------------------------------------------------------------------
@@ -917,9 +1237,24 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     bool pre = s_matching (self, DSH_HOOKS_PRE_TOOL_USE, tool_name, NULL) > 0;
     if (!pre && !post)
         return DSH_STAGE_PASS;
-    json_t *body = dsh_stage_call_json (call);
-    json_t *arguments = json_incref (json_object_get (body, "arguments"));
-    json_decref (body);
+    //  Hooks see the arguments that run, in the view that shows every value
+    //  as it is (typed forms where plain JSON cannot), or none at all
+    const msgpack_object *raw_arguments = dsh_stage_call_arguments (call);
+    if (raw_arguments && !dsh_json_is_plain (raw_arguments) && self->refuse_typed) {
+        dsh_stage_call_answer_error (call, DSH_E_DENIED,
+            "tool \"%s\" was refused by hooks stage \"%s\": its arguments hold values plain JSON cannot "
+            "show its hooks (a string that is not UTF-8, bin, ext, an integer beyond INT64_MAX, a float "
+            "that is not finite, or a map key that is not a string), and typed_input is \"refuse\"",
+            tool_name? tool_name: "", self->name);
+        return DSH_STAGE_ANSWER;
+    }
+    json_t *arguments = raw_arguments? dsh_json_view (raw_arguments): NULL;
+    if (raw_arguments && !arguments) {
+        dsh_stage_call_answer_error (call, DSH_E_BAD_REQUEST,
+            "tool \"%s\": hooks stage \"%s\" cannot show the arguments to its hooks (they nest too deep)",
+            tool_name? tool_name: "", self->name);
+        return DSH_STAGE_ANSWER;
+    }
     if (post) {
         //  The call's body is gone once passed: PostToolUse hooks read the
         //  arguments kept here (updated by the PreToolUse hooks, if any).
@@ -931,11 +1266,14 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
         return DSH_STAGE_PASS;
     }
     char error [512];
-    s_run_t *run = s_run_start (self, stage, call, DSH_HOOKS_PRE_TOOL_USE, arguments, NULL, error, sizeof error);
+    const char *code = DSH_E_MIDDLEWARE_FAILED;
+    s_run_t *run = s_run_new (self, stage, call, DSH_HOOKS_PRE_TOOL_USE, arguments, NULL, error, sizeof error);
     json_decref (arguments);
-    if (!run) {
-        zsys_warning ("%s: %s", self->name, error);
-        dsh_stage_call_answer_error (call, DSH_E_MIDDLEWARE_FAILED, "%s", error);
+    if (run)
+        code = s_run_submit (self, &run, error, sizeof error);
+    if (code) {
+        s_log_refusal (self, code, error);
+        dsh_stage_call_answer_error (call, code, "%s", error);
         return DSH_STAGE_ANSWER;
     }
     return DSH_STAGE_DEFER;
@@ -949,17 +1287,40 @@ s_on_result (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
         return;
     json_t *result = dsh_stage_call_result (call);
     char error [512];
-    s_run_t *run = s_run_start (self, stage, call, DSH_HOOKS_POST_TOOL_USE,
-                                (json_t *) dsh_stage_call_data (call), result, error, sizeof error);
+    const char *code = DSH_E_MIDDLEWARE_FAILED;
+    s_run_t *run = s_run_new (self, stage, call, DSH_HOOKS_POST_TOOL_USE,
+                              (json_t *) dsh_stage_call_data (call), result, error, sizeof error);
     json_decref (result);
     if (run)
-        dsh_stage_call_defer_result (call);
-    else {
-        zsys_warning ("%s: %s", self->name, error);
-        char *text = zsys_sprintf ("Error: %s", error);
-        dsh_stage_call_set_result (call, s_error_result (DSH_E_MIDDLEWARE_FAILED, text));
+        code = s_run_submit (self, &run, error, sizeof error);
+    if (code) {
+        //  Fails closed; the text says the tool ran (a retry runs it again)
+        s_log_refusal (self, code, error);
+        char *text = zsys_sprintf ("Error: tool \"%s\" ran, but its result was withheld: %s",
+                                   dsh_stage_call_name (call), error);
+        dsh_stage_call_set_result (call, s_error_result (code, text));
         zstr_free (&text);
     }
+    else
+        dsh_stage_call_defer_result (call);
+}
+
+//  The call was answered without the stage: a queued run leaves the queue,
+//  a running one is stopped (its processes killed), and the call is let go.
+static void
+s_on_cancel (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+{
+    (void) stage;
+    self_t *self = (self_t *) arg;
+    s_run_t *run = s_find_call (self, call);
+    if (!run)
+        return;
+    if (run->lane)
+        s_dequeue (self, run, false);
+    run->cancelled = true;
+    s_run_fail (run, strdup ("the call was answered without the hooks stage"));
+    s_run_finish (self, run);
+    s_dispatch (self);
 }
 
 static void
@@ -992,6 +1353,13 @@ s_on_destroy (void *arg)
         s_run_destroy (&run);
     }
     zlistx_destroy (&self->runs);
+    for (s_lane_t *lane = (s_lane_t *) zlistx_first (self->turns); lane;
+         lane = (s_lane_t *) zlistx_next (self->turns))
+        for (s_run_t *run = (s_run_t *) zlistx_first (lane->runs); run;
+             run = (s_run_t *) zlistx_next (lane->runs))
+            s_run_destroy (&run);
+    zlistx_destroy (&self->turns);
+    zhashx_destroy (&self->lanes);
     for (void *pid = zlistx_first (self->orphans); pid; pid = zlistx_next (self->orphans))
         waitpid ((pid_t) (intptr_t) pid, NULL, 0);
     zlistx_destroy (&self->orphans);
@@ -1063,6 +1431,44 @@ failed:
     return NULL;
 }
 
+//  The stage's own whole-number settings, beside its hook sections.
+static const struct {
+    const char *key;
+    size_t offset;              //  of the int in self_t
+    long min, max;
+} s_int_settings [] = {
+    { "max_processes", offsetof (self_t, max_processes), 1, 1024 },
+    { "queue_calls", offsetof (self_t, queue_calls), 0, 65536 },
+    { "queue_calls_per_caller", offsetof (self_t, queue_calls_per_caller), 0, 65536 },
+    { "queue_bytes", offsetof (self_t, queue_bytes), 0, 1024 * 1024 * 1024 },
+};
+
+//  Reads one of the stage's own settings. Returns 0, or -1 with a reason.
+static int
+s_setting_read (self_t *self, zconfig_t *item, char *error, size_t error_size)
+{
+    const char *key = zconfig_name (item);
+    for (size_t index = 0; index < sizeof s_int_settings / sizeof s_int_settings [0]; index++)
+        if (streq (key, s_int_settings [index].key))
+            return dsh_settings_int (key, zconfig_value (item), s_int_settings [index].min,
+                                     s_int_settings [index].max,
+                                     (int *) ((char *) self + s_int_settings [index].offset),
+                                     error, error_size);
+    if (streq (key, "typed_input")) {
+        const char *value = zconfig_value (item);
+        if (value && (streq (value, "render") || streq (value, "refuse"))) {
+            self->refuse_typed = streq (value, "refuse");
+            return 0;
+        }
+        snprintf (error, error_size, "typed_input: \"%s\" is not render or refuse", value? value: "");
+        return -1;
+    }
+    if (dsh_settings_chain_key (key))
+        return 0;
+    snprintf (error, error_size, "unknown setting \"%s\"", key);
+    return -1;
+}
+
 int
 dsh_hooks_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
                  dsh_stage_callbacks_t *callbacks, void **arg, char *error, size_t error_size)
@@ -1079,10 +1485,22 @@ dsh_hooks_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
     self->runs = zlistx_new ();
     self->orphans = zlistx_new ();
     self->tick_id = -1;
+    self->max_processes = DSH_HOOKS_DEFAULT_MAX_PROCESSES;
+    self->queue_calls = DSH_HOOKS_DEFAULT_QUEUE_CALLS;
+    self->queue_calls_per_caller = DSH_HOOKS_DEFAULT_QUEUE_CALLS_PER_CALLER;
+    self->queue_bytes = DSH_HOOKS_DEFAULT_QUEUE_BYTES;
+    self->lanes = zhashx_new ();
+    zhashx_set_destructor (self->lanes, s_lane_destroy);
+    self->turns = zlistx_new ();
     int number = 0;
     for (zconfig_t *child = settings? zconfig_child (settings): NULL; child; child = zconfig_next (child)) {
-        if (!streq (zconfig_name (child), "hook"))
-            continue;           //  the broker's own settings for the stage
+        if (!streq (zconfig_name (child), "hook")) {
+            if (s_setting_read (self, child, error, error_size) != 0) {
+                s_on_destroy (self);
+                return -1;
+            }
+            continue;
+        }
         s_hook_t *hook = s_hook_new (child, ++number, error, error_size);
         if (!hook) {
             s_on_destroy (self);
@@ -1093,6 +1511,7 @@ dsh_hooks_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
     memset (callbacks, 0, sizeof *callbacks);
     callbacks->on_request = s_on_request;
     callbacks->on_result = s_on_result;
+    callbacks->on_cancel = s_on_cancel;
     callbacks->on_destroy = s_on_destroy;
     *arg = self;
     return 0;

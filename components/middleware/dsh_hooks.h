@@ -1,8 +1,14 @@
 /*  =========================================================================
     dsh_hooks - Claude Code compatible command hooks as a chain stage
 
-    Settings (the stage's config section), one section per hook:
+    Settings (the stage's config section): the stage's own, then one
+    section per hook:
 
+        max_processes = 16          hook processes running at once
+        queue_calls = 256           calls waiting for a turn, at most
+        queue_calls_per_caller = 64 of them from one caller (agent id)
+        queue_bytes = 16777216      event JSON waiting, at most
+        typed_input = "render"      render | refuse: see tool_input below
         hook
             event = "PreToolUse"        PreToolUse | PostToolUse
             matcher = "Edit|Write"      a tool name, an anchored POSIX extended
@@ -17,10 +23,29 @@
     stderr as the reason, any other exit a logged, non-blocking error.
     Matching hooks run in parallel; their decisions merge deny > ask > allow.
 
+    A hook's tool_input is the call's arguments as they run, in Typed JSON
+    (dsh_json_view): plain JSON where JSON holds the value, a one-key typed
+    form ({"$str": base64}, {"$bin": ...}, {"$map": [[key, value], ...]},
+    ...) where it cannot, so a guard never reads a value other than the one
+    the tool gets. typed_input = refuse denies instead every call (that some
+    hook matches) whose arguments need a typed form. An updatedInput is read
+    the same way (typed forms become the values they stand for); one that
+    changes the arguments to values plain JSON cannot hold fails the call,
+    as the stage SDK rewrites arguments from plain JSON only.
+
     Hooks run as child processes watched from the stage's loop: a call waits
     for its hooks (deferred) without blocking any other call. A hook that
     outlives its timeout is killed with its process group, and the call
     fails closed.
+
+    At most max_processes hook processes run at once. A call that finds no
+    room waits in a queue served round robin by caller (the call's agent;
+    calls without one are one caller): one run per caller per turn, so a
+    caller's flood delays another caller's call by one turn at most. A call
+    the queue cannot take (any of its three bounds) is answered OVERLOADED
+    at once; one cancelled or past its deadline while it waits leaves the
+    queue (TIMEOUT for the deadline). A call answered without the stage
+    (cancelled, past its deadline) while its hooks run has them killed.
 
     The decision functions below are pure, for tests.
     =========================================================================
@@ -44,6 +69,12 @@ extern "C" {
 
 //  A hook's timeout when its section sets none.
 #define DSH_HOOKS_DEFAULT_TIMEOUT_MS 60000
+
+//  The defaults of the stage's cap and its wait queue.
+#define DSH_HOOKS_DEFAULT_MAX_PROCESSES 16
+#define DSH_HOOKS_DEFAULT_QUEUE_CALLS 256
+#define DSH_HOOKS_DEFAULT_QUEUE_CALLS_PER_CALLER 64
+#define DSH_HOOKS_DEFAULT_QUEUE_BYTES (16 * 1024 * 1024)
 
 typedef enum {
     DSH_HOOKS_PRE_TOOL_USE,
