@@ -22,6 +22,7 @@
 #include "dsh_json.h"
 #include "dsh_testkit.h"
 
+#include <fcntl.h>
 #include <signal.h>
 
 //  A broker heartbeat short enough that expiry and re-announces take
@@ -890,12 +891,79 @@ test_revoked_key (void **state)
     char *cert = zsys_sprintf ("%s/carol", allow);
     assert_int_equal (unlink (cert), 0);
     zstr_free (&cert);
-    assert_int_equal (s_cli_tools (bed, "carol", &output), 3);
+    //  The broker sees the change at its next check of the directory
+    //  (DSH_KEYSTORE_CHECK_MS): refused from then on
+    int64_t give_up = zclock_mono () + 10000;
+    int status = s_cli_tools (bed, "carol", &output);
+    while (status != 3 && zclock_mono () < give_up) {
+        zstr_free (&output);
+        status = s_cli_tools (bed, "carol", &output);
+    }
+    assert_int_equal (status, 3);
     if (!strstr (output, "refused"))
         fail_msg ("want \"refused\", got: %s", output);
     zstr_free (&output);
 
     s_bed_destroy (&bed);
+    zstr_free (&allow);
+}
+
+//  ---------------------------------------------------------------------
+//  9b. A certificate copied into a running broker's allow-list under a
+//  second name (the same key twice): the copy is refused with a log line,
+//  and the broker goes on serving the key (czmq's zauth aborted it at the
+//  next handshake)
+
+static void
+test_duplicate_key (void **state)
+{
+    (void) state;
+    char *allow = zsys_sprintf ("%s/allow-duplicate", s_root);
+    assert_int_equal (mkdir (allow, 0700), 0);
+    s_allow (allow, "alice");
+    s_allow (allow, "admin");
+    char *log = zsys_sprintf ("%s/duplicate.log", s_root);
+    int log_fd = open (log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true (log_fd >= 0);
+    char *cert = s_key ("broker");
+    s_bed_t *bed = (s_bed_t *) zmalloc (sizeof (s_bed_t));
+    bed->broker = dsh_testkit_broker_stderr (S_HEARTBEAT_MS, (const char *[]) { "--cert", cert, "--allow", allow,
+                                             NULL }, log_fd, bed->endpoint, sizeof (bed->endpoint));
+    close (log_fd);
+    zstr_free (&cert);
+    assert_non_null (bed->broker);
+    char *output = NULL;
+    assert_int_equal (s_cli_tools (bed, "alice", &output), 0);
+    zstr_free (&output);
+
+    char *copy = zsys_sprintf ("%s/alice-copy", allow);
+    char *original = zsys_sprintf ("%s/alice", allow);
+    zcert_t *alice = zcert_load (original);
+    assert_non_null (alice);
+    assert_int_equal (zcert_save_public (alice, copy), 0);
+    zcert_destroy (&alice);
+    //  The broker logs the copy once it has looked
+    bool logged = false;
+    int64_t give_up = zclock_mono () + 10000;
+    while (!logged && zclock_mono () < give_up) {
+        zchunk_t *chunk = zchunk_slurp (log, 0);
+        if (chunk) {
+            zchunk_extend (chunk, "", 1);
+            logged = strstr ((char *) zchunk_data (chunk), "alice-copy refused") != NULL;
+        }
+        zchunk_destroy (&chunk);
+        if (!logged)
+            assert_int_equal (dsh_testproc_wait (bed->broker, 100), -1);
+    }
+    assert_true (logged);
+    assert_int_equal (s_cli_tools (bed, "alice", &output), 0);
+    zstr_free (&output);
+    assert_int_equal (dsh_testproc_wait (bed->broker, 0), -1);
+
+    s_bed_destroy (&bed);
+    zstr_free (&copy);
+    zstr_free (&original);
+    zstr_free (&log);
     zstr_free (&allow);
 }
 
@@ -1327,8 +1395,40 @@ test_presence_follows_key (void **state)
     s_peer_t *wide = s_peer (bed, "demo-wide", "wide");
     char *withdraw = zsys_sprintf ("{\"component\": \"demo\", \"generation\": %" PRIu64 "}", generation);
     char *announce = zsys_sprintf ("{\"component\": \"demo\", \"generation\": %" PRIu64 ", \"tools\": ["
-                                   "{\"name\": \"echo\", \"parameters\": {\"type\": \"object\"}, "
-                                   "\"annotations\": {\"readOnlyHint\": true}}]}", generation);
+                                   "{\"name\": \"echo\", \"description\": \"FORGED\", "
+                                   "\"parameters\": {\"type\": \"object\"}}]}", generation);
+    //  Whatever the broker does with them is on its events: a removal of
+    //  demo's tools shows there even if demo re-announces them at once
+    zsock_t *admin = s_socket (ZMQ_DEALER, "admin", NULL, bed->endpoint);
+    s_send (admin, true, DSH_HELLO, NULL, "{}");
+    char command [DSH_COMMAND_MAX + 1];
+    zframe_t *body = NULL;
+    dsh_doc_t *doc = s_reply (admin, command, &body, 5000);
+    char *events = dsh_sock_resolve (s_str (doc, dsh_map_get (dsh_doc_root (doc), "events")), bed->endpoint);
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    zsock_destroy (&admin);
+    zsock_t *watcher = s_socket (ZMQ_SUB, "admin", NULL, events);
+    zsock_set_subscribe (watcher, "");
+    //  Subscribed once an event of the barrier's own comes through
+    s_peer_t *rogue = s_peer (bed, "rogue", "rogue");
+    bool subscribed = false;
+    for (int attempt = 0; attempt < 50 && !subscribed; attempt++) {
+        char *marker = zsys_sprintf ("{\"component\": \"rogue\", \"generation\": %d, \"tools\": "
+                                     "[{\"name\": \"sub_marker_%d\", \"parameters\": {\"type\": \"object\"}}]}",
+                                     attempt + 1, attempt);
+        s_publish (rogue, DSH_ANNOUNCE, marker);
+        zstr_free (&marker);
+        zmsg_t *event = NULL;
+        zpoller_t *poller = zpoller_new (watcher, NULL);
+        while (zpoller_wait (poller, 200) && (event = zmsg_recv (watcher))) {
+            subscribed = true;
+            zmsg_destroy (&event);
+        }
+        zpoller_destroy (&poller);
+    }
+    assert_true (subscribed);
+
     s_publish (wide, DSH_WITHDRAW, withdraw);
     s_publish (wide, DSH_ANNOUNCE, announce);
     s_publish (wide, DSH_HEARTBEAT, withdraw);
@@ -1343,8 +1443,26 @@ test_presence_follows_key (void **state)
         listed = dsh_testkit_wait_tools (bed->endpoint, "wide_marker", 1, 200);
     }
     assert_int_equal (listed, 0);
+    //  No event touched demo or echo: neither the withdraw nor the announce
+    //  was applied
+    zpoller_t *poller = zpoller_new (watcher, NULL);
+    while (zpoller_wait (poller, 300)) {
+        zmsg_t *event = zmsg_recv (watcher);
+        char *kind = zmsg_popstr (event);
+        //  Only the markers' own events: a withdraw applied shows as
+        //  tool.unregistered, an announce as tool.updated
+        if (kind && !streq (kind, DSH_EV_REGISTERED) && !streq (kind, DSH_EV_JOINED))
+            fail_msg ("the forged presence made a %s event", kind);
+        zstr_free (&kind);
+        zmsg_destroy (&event);
+    }
+    zpoller_destroy (&poller);
     //  demo still serves echo as it announced it, and at its generation
     assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "echo", 1, 1000), 0);
+    char *entry = s_echo_entry (bed);
+    if (strstr (entry, "FORGED"))
+        fail_msg ("echo was re-announced by another key: %s", entry);
+    zstr_free (&entry);
     s_echo_is_demos (bed);
     assert_int_equal (s_generation (bed, "demo"), generation);
     zsock_t *alice = s_socket (ZMQ_DEALER, "alice", NULL, bed->endpoint);
@@ -1352,6 +1470,9 @@ test_presence_follows_key (void **state)
     zsock_destroy (&alice);
     zstr_free (&withdraw);
     zstr_free (&announce);
+    zsock_destroy (&watcher);
+    zstr_free (&events);
+    s_peer_destroy (&rogue);
     s_peer_destroy (&wide);
     s_bed_destroy (&bed);
 }
@@ -1527,6 +1648,7 @@ main (void)
         cmocka_unit_test (test_no_key),
         cmocka_unit_test (test_unlisted_key),
         cmocka_unit_test (test_revoked_key),
+        cmocka_unit_test (test_duplicate_key),
         cmocka_unit_test (test_insecure_needs_flag),
         cmocka_unit_test (test_displaced_route_heals),
         cmocka_unit_test (test_id_follows_key),
