@@ -9,6 +9,7 @@
 #include "dsh_beacon.h"
 #include "dsh_config.h"
 #include "dsh_curve.h"
+#include "dsh_keystore.h"
 #include "dsh_middleware.h"
 #include "dsh_proto.h"
 #include "dsh_registry.h"
@@ -205,19 +206,26 @@ main (int argc, char *argv [])
         dsh_config_destroy (&config);
         return 2;
     }
-    //  Under CURVE, czmq's zauth answers every handshake in this process
-    //  from the allow-list directory (reread when it changes, so a removed
-    //  certificate is refused on its next connection); the registry's and
-    //  the built-in stages' sockets serve with the broker's keypair
-    zactor_t *auth = NULL;
+    //  Under CURVE, the keystore answers every handshake in this process
+    //  from the allow-list directory, loaded once and checked for changes
+    //  every DSH_KEYSTORE_CHECK_MS (a removed certificate is refused on the
+    //  first connection after that); the registry's and the built-in
+    //  stages' sockets serve with the broker's keypair
+    zactor_t *keystore = NULL;
     if (config->curve) {
-        auth = zactor_new (zauth, NULL);
+        keystore = zactor_new (dsh_keystore_actor, NULL);
         if (config->verbose) {
-            zstr_sendx (auth, "VERBOSE", NULL);
-            zsock_wait (auth);
+            zstr_sendx (keystore, "VERBOSE", NULL);
+            zsock_wait (keystore);
         }
-        zstr_sendx (auth, "CURVE", config->allow, NULL);
-        zsock_wait (auth);
+        zstr_sendx (keystore, "CURVE", config->allow, NULL);
+        if (zsock_wait (keystore)) {
+            fprintf (stderr, "dsh-broker: cannot serve the allow-list %s (the log above says why)\n",
+                     config->allow);
+            zactor_destroy (&keystore);
+            dsh_config_destroy (&config);
+            return 1;
+        }
         dsh_curve_set_server (config->cert);
     }
     config->stage_kinds = dsh_middleware_kinds;
@@ -276,7 +284,7 @@ main (int argc, char *argv [])
     zstr_free (&events);
     zactor_destroy (&registry);
     dsh_curve_set_server (NULL);
-    zactor_destroy (&auth);
+    zactor_destroy (&keystore);
     dsh_config_destroy (&config);
     return rc;
 }

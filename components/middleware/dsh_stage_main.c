@@ -13,6 +13,7 @@
 #include <getopt.h>
 
 #include "dsh_curve.h"
+#include "dsh_keystore.h"
 #include "dsh_middleware.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -138,12 +139,17 @@ main (int argc, char *argv [])
     if (config && !(settings = s_load_settings (config, error, sizeof (error))))
         return s_fail ("%s", error);
     //  With --allow, what this stage binds (a permission stage's approvals
-    //  socket) serves CURVE with its own key, checked by zauth here
-    zactor_t *auth = NULL;
+    //  socket) serves CURVE with its own key, checked against that
+    //  allow-list by the keystore here
+    zactor_t *keystore = NULL;
     if (allow) {
-        auth = zactor_new (zauth, NULL);
-        zstr_sendx (auth, "CURVE", allow, NULL);
-        zsock_wait (auth);
+        keystore = zactor_new (dsh_keystore_actor, NULL);
+        zstr_sendx (keystore, "CURVE", allow, NULL);
+        if (zsock_wait (keystore)) {
+            zactor_destroy (&keystore);
+            zconfig_destroy (&settings);
+            return s_fail ("cannot serve the allow-list %s (the log above says why)", allow);
+        }
         dsh_curve_set_server (dsh_curve_cert ());
     }
     dsh_middleware_context_t context = { .name = name, .broker = broker };
@@ -152,7 +158,7 @@ main (int argc, char *argv [])
     int rc = dsh_middleware_setup (kind, settings, &context, &callbacks, &arg, error, sizeof (error));
     zconfig_destroy (&settings);
     if (rc) {
-        zactor_destroy (&auth);
+        zactor_destroy (&keystore);
         return s_fail ("%s: %s", config? config: name, error);
     }
 
@@ -160,12 +166,12 @@ main (int argc, char *argv [])
     if (!stage) {
         if (callbacks.on_destroy)
             callbacks.on_destroy (arg);
-        zactor_destroy (&auth);
+        zactor_destroy (&keystore);
         return s_fail ("invalid stage name \"%s\" (1-64 of A-Z a-z 0-9 _ . -)", name);
     }
     if (dsh_stage_attach (stage, broker, ATTACH_TIMEOUT_MS)) {
         dsh_stage_destroy (&stage);
-        zactor_destroy (&auth);
+        zactor_destroy (&keystore);
         return s_fail ("cannot attach stage %s to %s (is it an external stage of that broker? the log above "
                        "says which broker)", name, broker);
     }
@@ -174,6 +180,6 @@ main (int argc, char *argv [])
     while (!zsys_interrupted)
         zclock_sleep (100);
     dsh_stage_destroy (&stage);
-    zactor_destroy (&auth);
+    zactor_destroy (&keystore);
     return 0;
 }
