@@ -1,9 +1,10 @@
 /*  =========================================================================
     dsh_curve - CURVE keys, and the identities they carry
 
-    Keys are czmq's: zcert loads and saves them, zauth (started by whoever
-    binds: dsh-broker's main) checks them against the allow-list directory.
-    This file only applies them to sockets and reads what zauth attached.
+    Keys are czmq's: zcert loads and saves them, dsh_keystore (started by
+    whoever binds: dsh-broker's main, dsh-stage's) checks them against the
+    allow-list directory. This file only applies them to sockets and reads
+    what the keystore attached.
     =========================================================================
 */
 
@@ -254,7 +255,7 @@ static void
 s_identity_fill (dsh_identity_t *self, const char *(*get) (void *, const char *), void *message)
 {
     assert (self);
-    //  zauth makes a CURVE client's User-Id its public key; a plain
+    //  The keystore makes a CURVE client's User-Id its public key; a plain
     //  connection has none
     self->key = get (message, "User-Id");
     bool curve = self->key != NULL;

@@ -4,8 +4,8 @@
     A dsh swarm off loopback runs ZeroMQ's CURVE on every socket: the broker
     has a keypair, every other party has its own, and the broker's allow-list
     (a directory of public certificates, czmq's zcert format, checked by
-    czmq's zauth) says which keys may connect and, in each certificate's
-    metadata, what each key is:
+    the process's dsh_keystore) says which keys may connect and, in each
+    certificate's metadata, what each key is:
 
         role        component | agent | approver | stage | admin
         components  for a component key: the ids it may serve, comma-
@@ -75,7 +75,7 @@ void
     dsh_curve_client (zsock_t *sock);
 
 //  Make sock a CURVE server with cert (public and secret), authenticated by
-//  the process's ZAP handler (zauth) in domain DSH_CURVE_DOMAIN; call
+//  the process's ZAP handler (dsh_keystore) in domain DSH_CURVE_DOMAIN; call
 //  before binding. cert NULL: the process's server certificate if one was
 //  set (dsh_curve_set_server), else sock stays plain.
 void
