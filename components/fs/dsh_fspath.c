@@ -57,13 +57,51 @@ dsh_fspath_error (char *error, size_t error_size, const char *format, ...)
             *c = '?';
 }
 
+//  The length of the UTF-8 sequence at text (1-4), or 0 if the bytes there
+//  are not one (overlong forms, surrogates and values past U+10FFFF are not).
+static size_t
+s_utf8_length (const unsigned char *text)
+{
+    unsigned char lead = text [0];
+    if (lead < 0x80)
+        return 1;
+    size_t length = lead >= 0xc2 && lead <= 0xdf? 2: lead >= 0xe0 && lead <= 0xef? 3:
+                    lead >= 0xf0 && lead <= 0xf4? 4: 0;
+    for (size_t index = 1; index < length; index++)
+        if ((text [index] & 0xc0) != 0x80)
+            return 0;
+    if ((lead == 0xe0 && text [1] < 0xa0) || (lead == 0xed && text [1] > 0x9f)
+    ||  (lead == 0xf0 && text [1] < 0x90) || (lead == 0xf4 && text [1] > 0x8f))
+        return 0;
+    return length;
+}
+
 void
 dsh_fspath_shown (const char *path, char *shown, size_t shown_size)
 {
-    if (strlen (path) < shown_size)
-        snprintf (shown, shown_size, "%s", path);
-    else
-        snprintf (shown, shown_size, "%.*s...", (int) (shown_size - 4), path);
+    //  A reason goes back to the caller as a msgpack str, which is UTF-8:
+    //  any byte of the path that is not part of a UTF-8 character is shown
+    //  as \xNN, and a long path is cut between characters
+    assert (shown_size > 8);
+    const unsigned char *text = (const unsigned char *) path;
+    size_t used = 0;
+    while (*text) {
+        size_t length = s_utf8_length (text);
+        size_t needed = length? length: 4;
+        if (used + needed + 4 > shown_size) {
+            memcpy (shown + used, "...", 3);
+            used += 3;
+            break;
+        }
+        if (length) {
+            memcpy (shown + used, text, length);
+            text += length;
+        }
+        else
+            snprintf (shown + used, 5, "\\x%02x", *text++);
+        used += needed;
+    }
+    shown [used] = 0;
 }
 
 void

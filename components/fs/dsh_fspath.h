@@ -94,7 +94,8 @@ void
     dsh_fspath_error (char *error, size_t error_size, const char *format, ...)
         __attribute__ ((format (printf, 3, 4)));
 
-//  A request path as reasons show it: long ones cut, with "...".
+//  A request path as reasons show it: any byte that is not part of a UTF-8
+//  character as \xNN (a reason is a msgpack str), long ones cut, with "...".
 void
     dsh_fspath_shown (const char *path, char *shown, size_t shown_size);
 

@@ -39,6 +39,8 @@
 
 #include "dsh_fspath.h"
 
+#include <jansson.h>
+
 typedef struct {
     char base [64];
     char root [128];
@@ -475,11 +477,38 @@ test_is_within (void **state)
     free (via_rootlink);
 }
 
+//  A path a reason shows is valid UTF-8 whatever bytes the caller sent
+//  (issue 22: dsh-fs echoed a non-UTF-8 path inside a msgpack str, and the
+//  Python client dropped the result as malformed)
+static void
+test_shown_is_utf8 (void **state)
+{
+    (void) state;
+    char shown [DSH_FSPATH_SHOWN_MAX + 1];
+    dsh_fspath_shown ("scratch/caf\xc3\xa9.txt", shown, sizeof shown);
+    assert_string_equal (shown, "scratch/caf\xc3\xa9.txt");
+    dsh_fspath_shown ("a\xff" "b\xc3(\xed\xa0\x80", shown, sizeof shown);
+    assert_string_equal (shown, "a\\xffb\\xc3(\\xed\\xa0\\x80");
+    char long_path [300];
+    memset (long_path, 'p', sizeof long_path - 1);
+    long_path [sizeof long_path - 1] = 0;
+    long_path [75] = '\xe2';
+    long_path [76] = '\x82';
+    long_path [77] = '\xac';
+    dsh_fspath_shown (long_path, shown, sizeof shown);
+    assert_true (strlen (shown) <= DSH_FSPATH_SHOWN_MAX);
+    assert_string_equal (shown + strlen (shown) - 3, "...");
+    json_t *text = json_string (shown);
+    assert_non_null (text);
+    json_decref (text);
+}
+
 int
 main (void)
 {
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_new_requires_directory),
+        cmocka_unit_test (test_shown_is_utf8),
         cmocka_unit_test (test_plain_and_nested),
         cmocka_unit_test (test_root_itself),
         cmocka_unit_test (test_dotdot_escapes),
