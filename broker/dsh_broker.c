@@ -13,6 +13,8 @@
 #include "dsh_middleware.h"
 #include "dsh_proto.h"
 #include "dsh_registry.h"
+
+#include <malloc.h>
 #if DSH_HAVE_SYSTEMD
 #   include <systemd/sd-daemon.h>
 #endif
@@ -123,6 +125,13 @@ s_beacon_start (dsh_config_t *config, zactor_t *registry, const char *front, cha
 int
 main (int argc, char *argv [])
 {
+    //  A large message (up to max_message_bytes) is allocated whole, by
+    //  libzmq and the decoder. glibc raises its mmap threshold each time
+    //  such a block is freed, so the next ones come from the heap and stay
+    //  there: after a few 16 MiB calls the broker held tens of MB for good.
+    //  A fixed threshold keeps large blocks mapped, given back when freed.
+    mallopt (M_MMAP_THRESHOLD, 256 * 1024);
+    mallopt (M_TRIM_THRESHOLD, 1024 * 1024);
     zsys_init ();
     zsys_set_logident ("dsh-broker");
     zsys_set_logstream (stderr);

@@ -204,6 +204,71 @@ test_log_flood (void **state)
     unlink (path);
 }
 
+//  The broker's resident memory in kB, from /proc (0 if unreadable).
+static long
+s_rss_kb (pid_t pid)
+{
+    char path [64];
+    snprintf (path, sizeof path, "/proc/%d/status", (int) pid);
+    FILE *file = fopen (path, "r");
+    long rss = 0;
+    char line [256];
+    while (file && fgets (line, sizeof line, file))
+        if (strncmp (line, "VmRSS:", 6) == 0)
+            rss = strtol (line + 6, NULL, 10);
+    if (file)
+        fclose (file);
+    return rss;
+}
+
+//  Large calls do not leave the broker holding their size for good (issue
+//  22: after 16 MiB calls its RSS stayed at 41 MB from a 9 MB baseline,
+//  glibc's mmap threshold having risen under it). Measures glibc's
+//  allocator, which a sanitizer build replaces with its own: skipped there.
+static void
+test_large_calls_give_memory_back (void **state)
+{
+    (void) state;
+#if defined (__SANITIZE_ADDRESS__)
+    skip ();
+#endif
+    char endpoint [256];
+    dsh_testproc_t *broker = dsh_testkit_broker (1000, NULL, endpoint, sizeof (endpoint));
+    assert_non_null (broker);
+    dsh_testproc_t *demo = dsh_testkit_component ("components/demo/dsh-demo", endpoint, "demo", NULL);
+    assert_non_null (demo);
+    assert_int_equal (dsh_testkit_wait_tools (endpoint, "echo", 1, 10000), 0);
+    dsh_client_t *client = dsh_client_new (endpoint);
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (client, "echo", "{\"message\": \"warm\"}", NULL, 10000,
+                                          error, sizeof (error));
+    assert_non_null (reply);
+    dsh_reply_destroy (&reply);
+    long baseline = s_rss_kb (dsh_testproc_pid (broker));
+    assert_true (baseline > 0);
+
+    size_t size = 12 * 1024 * 1024;
+    char *args = (char *) malloc (size + 32);
+    int head = snprintf (args, 32, "{\"message\": \"");
+    memset (args + head, 'x', size);
+    snprintf (args + head + size, 32, "\"}");
+    for (int index = 0; index < 4; index++) {
+        reply = dsh_client_call (client, "echo", args, NULL, 30000, error, sizeof (error));
+        if (!reply)
+            fail_msg ("a 12 MiB echo failed: %s", error);
+        dsh_reply_destroy (&reply);
+    }
+    free (args);
+    //  Twelve MiB calls went through it, two copies each at least; what
+    //  it keeps is a small part of one
+    long after = s_rss_kb (dsh_testproc_pid (broker));
+    if (after > baseline + 4096)
+        fail_msg ("the broker kept %ld kB after four 12 MiB calls (%ld kB before)", after - baseline, baseline);
+    dsh_client_destroy (&client);
+    dsh_testproc_destroy (&demo);
+    dsh_testproc_destroy (&broker);
+}
+
 int
 main (void)
 {
@@ -213,6 +278,7 @@ main (void)
         cmocka_unit_test (test_tool_count_cap),
         cmocka_unit_test (test_events_queue),
         cmocka_unit_test (test_log_flood),
+        cmocka_unit_test (test_large_calls_give_memory_back),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
