@@ -612,11 +612,16 @@ s_slot_recv (s_slot_t *slot, zsock_t *reader)
 {
     zmsg_t *msg = zmsg_recv (reader);
     dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL };
-    //  The last frame came over the wire (a ROUTER's routing id frame may
-    //  lack the connection's metadata)
-    if (msg && zmsg_last (msg))
+    //  The last frame came over the wire, unless the drain ROUTER's routing
+    //  id frame is all there is (it carries no metadata): such a message
+    //  says nothing of its key, and under CURVE only a known stage key works
+    //  a slot
+    bool wire_frame = msg && zmsg_size (msg) >= (reader == slot->drain? 2: 1);
+    if (wire_frame)
         dsh_identity_read_frame (&peer, zmsg_last (msg));
-    if (msg && (!zmsg_last (msg) || (dsh_identity_known (&peer) && !dsh_identity_is (&peer, DSH_ROLE_STAGE)))) {
+    bool curve = dsh_curve_server_key () != NULL;
+    if (msg && (!wire_frame || (curve && !dsh_identity_known (&peer))
+                || (dsh_identity_known (&peer) && !dsh_identity_is (&peer, DSH_ROLE_STAGE)))) {
         dsh_log_warning ("dsh-broker: a key that is not a stage's (%.8s..., role %s) sent to slot %s: dropped",
                          peer.key, peer.role? peer.role: "none", slot->name);
         zmsg_destroy (&msg);
