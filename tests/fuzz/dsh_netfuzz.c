@@ -19,6 +19,10 @@
     talks to the endpoint it is given, which must be a loopback address.
     Prints what it sent and exits 0.
 
+    With $DSH_CERT and $DSH_BROKER_CERT set, every socket speaks CURVE as
+    that key (an admin key reaches every FRONT command; the broker drops
+    what the key's role may not send, which is fuzzed too).
+
     Run the sanitizer broker under it and stop the broker with SIGINT to
     read LeakSanitizer's report: deploy/fuzz.sh's header shows how.
     =========================================================================
@@ -117,6 +121,8 @@ s_connect (int type, const char *endpoint, const char *routing_id)
         zsock_set_identity (sock, routing_id);
     if (type == ZMQ_SUB)
         zsock_set_subscribe (sock, "");
+    //  Under CURVE, every socket as the key of $DSH_CERT
+    dsh_curve_client (sock);
     int rc = zsock_connect (sock, "%s", endpoint);
     assert (rc == 0);
     return sock;
@@ -410,6 +416,11 @@ main (int argc, char *argv [])
         return 2;
     }
     int seconds = atoi (argv [2]);
+    char curve_error [256];
+    if (dsh_curve_setup (NULL, NULL, curve_error, sizeof (curve_error))) {
+        fprintf (stderr, "dsh-netfuzz: %s\n", curve_error);
+        return 2;
+    }
     srandom (argc > 3? (unsigned) atoi (argv [3]): (unsigned) time (NULL));
     zsys_set_linger (0);
 
