@@ -139,9 +139,9 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
         dsh_curve_server (sock, self->cert);
         //  libzmq applies the limit to a frame as it came over the wire,
         //  which CURVE makes 33 bytes longer: room for that, so that a
-        //  frame just under the limit is not a dropped connection under
-        //  CURVE when it is a reply without (FRONT checks the frames
-        //  themselves, s_front_request)
+        //  frame just under the limit is heard under CURVE as without it,
+        //  not a dropped connection (FRONT checks the body's own size,
+        //  s_front_request)
         zsock_set_maxmsgsize (sock, self->max_message_bytes < INT_MAX - S_CURVE_OVERHEAD?
                                     self->max_message_bytes + S_CURVE_OVERHEAD: INT_MAX);
     }

@@ -619,12 +619,12 @@ s_handle_approvals (zloop_t *loop, zsock_t *reader, void *arg)
     //  routing id frame carries no metadata, so a message of that frame
     //  alone says nothing of its key and is dropped (issue 22: an APPROVER
     //  with no body frame was read as no key at all, and registered)
-    dsh_identity_t peer;
-    dsh_identity_read_frame (&peer, zmsg_last (msg));
     if (zmsg_size (msg) < 2) {
         zmsg_destroy (&msg);
         return 0;
     }
+    dsh_identity_t peer;
+    dsh_identity_read_frame (&peer, zmsg_last (msg));
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char reason [256];
