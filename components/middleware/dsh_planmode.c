@@ -10,12 +10,13 @@
 #include "dsh_settings.h"
 #include "dsh_toolhints.h"
 
-//  Always allowed in plan mode: it is how a planning agent hands its plan over
-#define EXIT_PLAN_MODE "exit_plan_mode"
-
+//  The original's words, with the way out that exists here: nothing serves
+//  an exit_plan_mode tool, and a sticky mode is a human's to end
 #define REFUSAL_FORMAT \
     "tool \"%s\" is not available in plan mode; continue planning and present your plan " \
-    "with exit_plan_mode when ready"
+    "when ready (%s)"
+#define STICKY_WAY_OUT "plan mode ends when the operator runs `dsh mode %s%s%s normal`"
+#define CALL_WAY_OUT "this call asked for plan mode: its meta says \"mode\": \"plan\""
 
 struct _dsh_planmode_t {
     zlistx_t *allow;            //  tool names
@@ -107,7 +108,7 @@ dsh_planmode_allows (dsh_planmode_t *self, const char *tool, bool read_only)
 {
     assert (self);
     assert (tool);
-    return read_only || streq (tool, EXIT_PLAN_MODE) || zlistx_find (self->allow, (void *) tool) != NULL;
+    return read_only || zlistx_find (self->allow, (void *) tool) != NULL;
 }
 
 size_t
@@ -128,9 +129,17 @@ dsh_planmode_modes (dsh_planmode_t *self)
 }
 
 char *
-dsh_planmode_refusal (const char *tool)
+dsh_planmode_refusal (const char *tool, const char *agent, bool sticky)
 {
-    return zsys_sprintf (REFUSAL_FORMAT, tool);
+    assert (tool);
+    if (!agent)
+        agent = "";
+    //  An empty agent id is typed as "" on a shell line
+    const char *quote = *agent? "": "\"";
+    char *way_out = sticky? zsys_sprintf (STICKY_WAY_OUT, quote, agent, quote): strdup (CALL_WAY_OUT);
+    char *refusal = zsys_sprintf (REFUSAL_FORMAT, tool, way_out);
+    zstr_free (&way_out);
+    return refusal;
 }
 
 //  --- The stage -----------------------------------------------------------
@@ -147,7 +156,10 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     const char *tool = dsh_stage_call_name (call);
     if (dsh_planmode_allows (self, tool, dsh_stage_call_annotation (call, "readOnlyHint", false)))
         return DSH_STAGE_PASS;
-    dsh_stage_call_answer_error (call, DSH_E_DENIED, REFUSAL_FORMAT, tool);
+    const char *agent = dsh_stage_call_agent (call);
+    char *refusal = dsh_planmode_refusal (tool, agent, dsh_planmode_planning (self, agent));
+    dsh_stage_call_answer_error (call, DSH_E_DENIED, "%s", refusal);
+    zstr_free (&refusal);
     return DSH_STAGE_ANSWER;
 }
 

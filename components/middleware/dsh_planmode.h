@@ -2,12 +2,18 @@
     dsh_planmode - the plan-mode middleware: only read-only tools while planning
 
     An agent in plan mode may look but not touch: a call passes only if the
-    tool's registry entry says annotations.readOnlyHint, if the tool is in
-    the stage's allow list, or if it is exit_plan_mode (the tool the refusal
-    tells the agent to call). Any other call is answered DENIED with
+    tool's registry entry says annotations.readOnlyHint, or if the tool is in
+    the stage's allow list. Any other call is answered DENIED with the
+    original's refusal and the way out that exists here (nothing serves an
+    exit_plan_mode tool; the agent presents its plan in its answer):
 
         tool "X" is not available in plan mode; continue planning and
-        present your plan with exit_plan_mode when ready
+        present your plan when ready (plan mode ends when the operator
+        runs `dsh mode AGENT normal`)
+
+    or, for a call planned by its meta alone, "(this call asked for plan
+    mode: its meta says "mode": "plan")". In a chain, plan mode comes
+    before permission, so a call it refuses never waits for a human.
 
     Settings (the stage's ZPL section):
 
@@ -76,9 +82,10 @@ size_t
 json_t *
     dsh_planmode_modes (dsh_planmode_t *self);
 
-//  The refusal for tool in plan mode (caller frees).
+//  The refusal for agent's call of tool in plan mode (caller frees); sticky:
+//  the agent's mode is plan (else only the call's meta asked for it).
 char *
-    dsh_planmode_refusal (const char *tool);
+    dsh_planmode_refusal (const char *tool, const char *agent, bool sticky);
 
 //  Set up a plan-mode stage (see dsh_middleware_setup).
 int

@@ -270,9 +270,14 @@ test_permission_approvals (void **state)
 //  ---------------------------------------------------------------------
 //  plan mode
 
+//  The refusal names the way out there is: the operator's command for an
+//  agent in plan mode, the call's own meta for a call that asked for it
 static const char *s_plan_refusal =
     "Error: tool \"tick\" is not available in plan mode; continue planning and present your plan "
-    "with exit_plan_mode when ready";
+    "when ready (plan mode ends when the operator runs `dsh mode planner normal`)";
+static const char *s_plan_refusal_meta =
+    "Error: tool \"tick\" is not available in plan mode; continue planning and present your plan "
+    "when ready (this call asked for plan mode: its meta says \"mode\": \"plan\")";
 
 static void
 test_plan_mode (void **state)
@@ -310,7 +315,7 @@ test_plan_mode (void **state)
                                            "builder", "\x81\xa4mode\xa4plan", 11, 10000));
     reply = dsh_client_recv (chain->client, 5000);
     assert_non_null (reply);
-    s_expect (&reply, DSH_E_DENIED, s_plan_refusal);
+    s_expect (&reply, DSH_E_DENIED, s_plan_refusal_meta);
 
     args = json_pack ("{s:s, s:s}", "agent", "planner", "mode", "normal");
     reply = dsh_client_control (chain->client, "plan", "mode", args, 5000, error, sizeof (error));

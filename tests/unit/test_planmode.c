@@ -115,8 +115,9 @@ test_allow_list (void **state)
     assert_false (dsh_planmode_allows (planmode, "write_file", false));
     //  Read-only tools pass whatever the list says
     assert_true (dsh_planmode_allows (planmode, "write_file", true));
-    //  The way out of plan mode is always open
-    assert_true (dsh_planmode_allows (planmode, "exit_plan_mode", false));
+    //  Nothing serves exit_plan_mode: a tool of that name is no way around
+    //  plan mode unless the list names it
+    assert_false (dsh_planmode_allows (planmode, "exit_plan_mode", false));
     dsh_planmode_destroy (&planmode);
 
     planmode = s_planmode (NULL);
@@ -139,10 +140,21 @@ static void
 test_refusal (void **state)
 {
     (void) state;
-    char *refusal = dsh_planmode_refusal ("write_file");
+    //  It names a way out that exists: the operator's command, for this agent
+    char *refusal = dsh_planmode_refusal ("write_file", "planner-7", true);
     assert_string_equal (refusal,
         "tool \"write_file\" is not available in plan mode; continue planning and present your plan "
-        "with exit_plan_mode when ready");
+        "when ready (plan mode ends when the operator runs `dsh mode planner-7 normal`)");
+    zstr_free (&refusal);
+    //  The agent of calls that name none, as a shell line types it
+    refusal = dsh_planmode_refusal ("write_file", NULL, true);
+    assert_non_null (strstr (refusal, "`dsh mode \"\" normal`"));
+    zstr_free (&refusal);
+    //  Planned by the call's meta alone: the operator's command would not help
+    refusal = dsh_planmode_refusal ("tick", "worker-1", false);
+    assert_string_equal (refusal,
+        "tool \"tick\" is not available in plan mode; continue planning and present your plan "
+        "when ready (this call asked for plan mode: its meta says \"mode\": \"plan\")");
     zstr_free (&refusal);
 }
 
