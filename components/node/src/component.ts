@@ -40,6 +40,19 @@ export interface ComponentOptions extends CurveOptions {
   broker?: string | string[];
   id?: string;
   concurrency?: number;
+  //  Where a refusal is told the moment it comes (default: a line on
+  //  stderr), so that a refused registration is never silent, awaited or not
+  log?: (line: string) => void;
+}
+
+//  What a broker refused: a tool (a name held with another schema, an entry
+//  over a limit), the component id, or (handshake) this party's keys.
+export interface ComponentRefusal {
+  broker: string;
+  tool?: string;
+  component?: string;
+  reason?: string;
+  handshake?: boolean;
 }
 
 interface Job {
@@ -58,6 +71,8 @@ export class Component extends EventEmitter {
   private readonly links: Link[];
   private readonly running = new Map<string, Job>();
   private readonly waiting: Job[] = [];
+  private readonly log: (line: string) => void;
+  private readonly told = new Set<string>();
   private stopped = false;
 
   constructor(options: ComponentOptions = {}) {
@@ -69,6 +84,7 @@ export class Component extends EventEmitter {
     if (!Number.isInteger(this.concurrency) || this.concurrency < 1 || this.concurrency > 65536)
       throw new TypeError('concurrency must be an integer from 1 to 65536');
     this.curve = loadCurve(options);
+    this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
     this.links = brokerList(options.broker).map((front) => new Link(this, front));
   }
 
@@ -92,6 +108,25 @@ export class Component extends EventEmitter {
 
   get size(): number {
     return this.tools.size;
+  }
+
+  //  A broker refused something: logged at once (each refusal once until the
+  //  tool set changes; a broker repeats it on every announce), then emitted
+  //  as 'refused'.
+  refused(refusal: ComponentRefusal): void {
+    const key = JSON.stringify([refusal.broker, refusal.tool, refusal.component, refusal.reason, refusal.handshake]);
+    if (!this.told.has(key) && this.told.size < 1000) {
+      this.told.add(key);
+      const reason = refusal.reason ?? 'refused';
+      if (refusal.handshake)
+        this.log(`${this.id}: ${reason}`);
+      else if (refusal.tool !== undefined || refusal.component === undefined)
+        this.log(`${this.id}: the broker at ${refusal.broker} refused tool ${refusal.tool ?? '(unnamed)'}: ${reason}`);
+      else
+        this.log(`${this.id}: the broker at ${refusal.broker} refused component id ${refusal.component}: ${reason} `
+          + '(waiting until it is free)');
+    }
+    this.emit('refused', refusal);
   }
 
   //  Connects to every broker (idempotent).
@@ -126,6 +161,7 @@ export class Component extends EventEmitter {
   }
 
   private changed(): void {
+    this.told.clear();
     this.generation = Math.max(this.generation + 1, Date.now());
     for (const link of this.links)
       link.reannounce();
@@ -320,7 +356,7 @@ export class Link {
   private watchHandshakes(socket: Dealer): Handshake {
     return new Handshake(socket, this.owner.curve !== undefined, (failure) => {
       if (socket === this.front || socket === this.work)
-        this.owner.emit('refused', { broker: this.frontEndpoint, reason: this.refusal(failure), handshake: true });
+        this.owner.refused({ broker: this.frontEndpoint, reason: this.refusal(failure), handshake: true });
     });
   }
 
@@ -383,7 +419,7 @@ export class Link {
             this.owner.cancel(this, incoming.token!);
             break;
           case 'REFUSED':
-            this.owner.emit('refused', { broker: this.frontEndpoint, ...incoming.body });
+            this.owner.refused({ ...(incoming.body as Omit<ComponentRefusal, 'broker'>), broker: this.frontEndpoint });
             break;
           default:
             break;
