@@ -419,12 +419,41 @@ s_pending_brief (const json_t *pending)
     return brief;
 }
 
+//  What an unreachable poll keeps of the last one that reached the broker
+static const char *s_last_known [] = { "stats", "ping", "statsError", "chain", "pending" };
+
+//  An unreachable poll says nothing of the swarm: the doc keeps what the
+//  last answered poll said, with when that was (lastKnownAt), rather than
+//  show an empty chain, no pending approvals and zero counters.
+static void
+s_keep_last_known (dsh_monitor_model_t *self, json_t *doc)
+{
+    json_t *known_at = json_object_get (self->last, "lastKnownAt");
+    if (json_is_true (json_object_get (self->last, "reachable")))
+        known_at = json_object_get (self->last, "at");
+    if (!known_at)
+        return;                 //  Never reached: nothing is known
+    json_object_set (doc, "lastKnownAt", known_at);
+    for (size_t index = 0; index < sizeof s_last_known / sizeof s_last_known [0]; index++) {
+        json_t *value = json_object_get (self->last, s_last_known [index]);
+        if (value && !json_object_get (doc, s_last_known [index]))
+            json_object_set (doc, s_last_known [index], value);
+    }
+}
+
 void
 dsh_monitor_model_poll (dsh_monitor_model_t *self, const json_t *poll, int64_t mono_ms, int64_t at)
 {
     assert (self);
     json_t *doc = json_copy ((json_t *) poll);
     json_object_set_new (doc, "at", json_integer (at));
+    if (!json_is_true (json_object_get (poll, "reachable"))) {
+        s_keep_last_known (self, doc);
+        json_object_set_new (doc, "rates", json_null ());
+        json_decref (self->last);
+        self->last = doc;
+        return;
+    }
     json_t *pending = json_object_get (poll, "pending");
     if (pending)
         json_object_set_new (doc, "pending", s_pending_brief (pending));

@@ -44,7 +44,9 @@ const json_t *
 //  chain?, pending?}, stats a STATS reply body, ping a PONG (for a broker
 //  that has no STATS), chain CHAIN's stages, pending the open approval
 //  requests with their stage. mono_ms is a monotonic clock for the rates;
-//  at is ms since the Unix epoch.
+//  at is ms since the Unix epoch. An unreachable poll keeps the last
+//  answered one's stats, ping, statsError, chain and pending, as they were
+//  at lastKnownAt (ms since the Unix epoch), and has no rates.
 void
     dsh_monitor_model_poll (dsh_monitor_model_t *self, const json_t *poll, int64_t mono_ms, int64_t at);
 

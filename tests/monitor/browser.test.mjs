@@ -103,19 +103,34 @@ test('the page follows the swarm live, without a reload', { skip: !fs.existsSync
   assert.deepEqual(problems, []);
 });
 
-test('a broker that goes away turns the page red with a banner, and it recovers', { skip: !fs.existsSync(browserPath) && 'no chromium' }, async () => {
+test('a broker that goes away turns the page red with a banner, keeps the last known state, and it recovers', { skip: !fs.existsSync(browserPath) && 'no chromium' }, async () => {
   const page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
   await page.goto(monitor.url + '/');
   await page.waitForFunction(() => document.getElementById('health').dataset.state !== 'red');
+  await page.waitForSelector('#chain [data-stage]');
+  await page.waitForSelector('[data-component="demo"] .dot');
   await page.evaluate(() => { window.dshMarker = 'still here'; });
+  const stages = await page.locator('#chain [data-stage]').count();
+  const echoCalls = async () => Number(await page.getAttribute('tr[data-tool="echo"] [data-calls]', 'data-calls'));
+  const callsBefore = await echoCalls();
   const port = broker.endpoint.split(':').pop();
   await stop(broker.child);
   await page.waitForFunction(() => document.getElementById('health').dataset.state === 'red', null, { timeout: 15000 });
   assert.match(await page.textContent('#down'), /Broker unreachable/);
+  assert.match(await page.textContent('#down'), /last known state, as the broker answered at \d\d:\d\d:\d\d/);
   assert.ok(await page.isVisible('#down'));
+  //  What the broker last said stays, marked as last known: not "No
+  //  stages", no zeroed counters, no green dots
+  assert.equal(await page.locator('#chain [data-stage]').count(), stages, 'the chain is kept');
+  assert.match(await page.textContent('#chain-stale'), /^last known \d\d:\d\d:\d\d$/);
+  assert.match(await page.textContent('#pending-stale'), /^last known /);
+  assert.equal(await echoCalls(), callsBefore, 'the counters are kept');
+  if (await page.locator('[data-component="demo"]').count())
+    assert.match(await page.getAttribute('[data-component="demo"] .dot', 'class'), /\bunknown\b/);
   broker = await startBroker(Number(port), ['-c', chainConfig]);
   await page.waitForFunction(() => document.getElementById('health').dataset.state !== 'red', null, { timeout: 20000 });
   assert.ok(!(await page.isVisible('#down')));
+  assert.equal(await page.textContent('#chain-stale'), '');
   await page.waitForSelector('[data-component="demo"]', { timeout: 15000 });
   assert.equal(await page.evaluate(() => window.dshMarker), 'still here');
 });

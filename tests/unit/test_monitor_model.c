@@ -197,6 +197,76 @@ test_rates (void **state)
     dsh_monitor_model_destroy (&model);
 }
 
+//  While the broker is down the page shows what it last knew, said as
+//  such: the chain, the pending approvals and the counters of the last
+//  answered poll with its time, not an empty chain and zero calls.
+static void
+test_last_known (void **state)
+{
+    (void) state;
+    dsh_monitor_model_t *model = dsh_monitor_model_new (10);
+    //  Never reached: nothing to keep
+    json_t *poll = s_json ("{\"reachable\": false, \"error\": \"no reply\"}");
+    dsh_monitor_model_poll (model, poll, 500, 5);
+    json_decref (poll);
+    json_t *stats = dsh_monitor_model_stats (model);
+    assert_null (json_object_get (stats, "lastKnownAt"));
+    assert_null (json_object_get (stats, "chain"));
+    json_decref (stats);
+
+    poll = s_poll (1, 3, 1, 2, 2);
+    json_object_set_new (poll, "chain", s_json ("[{\"name\": \"permission\", \"kind\": \"permission\","
+                                                " \"passed\": 4, \"answered\": 1, \"failed\": 0}]"));
+    json_object_set_new (poll, "pending", s_json ("[{\"id\": \"p-1\", \"tool\": \"wipe\", \"stage\": \"permission\","
+                                                  " \"arguments\": {\"path\": \"/\"}}]"));
+    dsh_monitor_model_poll (model, poll, 1000, 100);
+    json_decref (poll);
+
+    //  Two polls unanswered: both keep the state of time 100
+    for (int64_t at = 200; at <= 300; at += 100) {
+        poll = s_json ("{\"reachable\": false, \"error\": \"no reply\"}");
+        dsh_monitor_model_poll (model, poll, 1000 + at, at);
+        json_decref (poll);
+        stats = dsh_monitor_model_stats (model);
+        assert_true (json_is_false (json_object_get (stats, "reachable")));
+        assert_string_equal (json_string_value (json_object_get (stats, "error")), "no reply");
+        assert_int_equal (json_integer_value (json_object_get (stats, "at")), at);
+        assert_int_equal (json_integer_value (json_object_get (stats, "lastKnownAt")), 100);
+        assert_true (json_is_null (json_object_get (stats, "rates")));
+        json_t *chain = json_object_get (stats, "chain");
+        assert_int_equal (json_array_size (chain), 1);
+        assert_int_equal (json_integer_value (json_object_get (json_array_get (chain, 0), "passed")), 4);
+        json_t *pending = json_object_get (stats, "pending");
+        assert_int_equal (json_array_size (pending), 1);
+        assert_non_null (json_object_get (json_array_get (pending, 0), "argumentsPreview"));
+        assert_int_equal (json_integer_value (json_object_get (json_object_get (stats, "stats"), "calls")), 4);
+        json_decref (stats);
+        //  Still without arguments for the untrusted
+        stats = dsh_monitor_model_stats_public (model);
+        assert_null (json_object_get (json_array_get (json_object_get (stats, "pending"), 0), "argumentsPreview"));
+        assert_int_equal (json_integer_value (json_object_get (stats, "lastKnownAt")), 100);
+        //  Prometheus is told the broker is down, not stale counters
+        json_t *tools = s_json ("{\"tools\": [], \"components\": []}");
+        char *text = dsh_monitor_metrics (tools, stats);
+        assert_null (strstr (text, "dsh_answered_calls_total"));
+        free (text);
+        json_decref (tools);
+        json_decref (stats);
+    }
+
+    //  Back: the new poll is the truth, and nothing is "last known"
+    poll = s_poll (2, 1, 0, 1, 0);
+    dsh_monitor_model_poll (model, poll, 2000, 400);
+    json_decref (poll);
+    stats = dsh_monitor_model_stats (model);
+    assert_true (json_is_true (json_object_get (stats, "reachable")));
+    assert_null (json_object_get (stats, "lastKnownAt"));
+    assert_int_equal (json_array_size (json_object_get (stats, "pending")), 0);
+    assert_int_equal (json_array_size (json_object_get (stats, "chain")), 0);
+    json_decref (stats);
+    dsh_monitor_model_destroy (&model);
+}
+
 int
 main (void)
 {
@@ -204,6 +274,7 @@ main (void)
         cmocka_unit_test (test_quantile),
         cmocka_unit_test (test_tool_set),
         cmocka_unit_test (test_rates),
+        cmocka_unit_test (test_last_known),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
