@@ -68,12 +68,26 @@ dsh_http_addr_is_loopback (const struct sockaddr_storage *addr)
         || (IN6_IS_ADDR_V4MAPPED (ipv6) && ipv6->s6_addr [12] == 127);
 }
 
+//  libmicrohttpd's reasons (0.9.x) for a write that found the socket
+//  closed by its peer: a client that left, which is normal (a page closed,
+//  an event stream dropped), not worth a warning
+static const char *s_peer_left [] = {
+    "The socket is no longer available for sending",     //  EPIPE
+    "The connection was forcibly closed by remote peer", //  ECONNRESET
+    "The socket is not connected",                      //  ENOTCONN
+    NULL
+};
+
 static void
 s_log (void *cls, const char *format, va_list args)
 {
     char line [512];
     vsnprintf (line, sizeof line, format, args);
     line [strcspn (line, "\n")] = 0;
+    if (strncmp (line, "Failed to send", strlen ("Failed to send")) == 0)
+        for (const char **reason = s_peer_left; *reason; reason++)
+            if (strstr (line, *reason))
+                return;
     zsys_warning ("%s: http: %s", (const char *) cls, line);
 }
 

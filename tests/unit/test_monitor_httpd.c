@@ -312,6 +312,49 @@ test_per_address_limit (void **state)
     dsh_monitor_httpd_destroy (&httpd);
 }
 
+//  A viewer closing its page is normal: the stream ends without a warning
+//  (libmicrohttpd reports the failed write to a socket the peer closed).
+static void
+test_client_leaving_is_quiet (void **state)
+{
+    (void) state;
+    zsys_init ();
+    FILE *log = tmpfile ();
+    assert_non_null (log);
+    zsys_set_logstream (log);
+    char error [256];
+    dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", NULL, &s_limits, error, sizeof error);
+    assert_non_null (httpd);
+    dsh_monitor_httpd_set_first (httpd, DSH_MONITOR_HTTPD_EVERYONE, "snapshot", "{}");
+    for (int round = 0; round < 2; round++) {
+        int fd = s_request (dsh_monitor_httpd_port (httpd), DSH_MONITOR_HTTPD_EVENTS, 0);
+        size_t got = 0;
+        assert_true (s_wait_streams (httpd, 1, fd, &got));
+        //  The second leaves with a reset, the first with a plain close
+        if (round) {
+            struct linger abort_on_close = { .l_onoff = 1, .l_linger = 0 };
+            assert_int_equal (setsockopt (fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close), 0);
+        }
+        close (fd);
+        //  Writes find the socket closed, and the stream ends
+        int64_t give_up = zclock_mono () + 15000;
+        while (dsh_monitor_httpd_streams (httpd) && zclock_mono () < give_up) {
+            dsh_monitor_httpd_broadcast (httpd, DSH_MONITOR_HTTPD_EVERYONE, "stats", "{\"tick\":1}");
+            zclock_sleep (20);
+        }
+        assert_int_equal (dsh_monitor_httpd_streams (httpd), 0);
+    }
+    dsh_monitor_httpd_destroy (&httpd);
+    zsys_set_logstream (stderr);
+    fflush (log);
+    rewind (log);
+    char line [1024];
+    while (fgets (line, sizeof line, log))
+        if (strstr (line, "Failed to send") || strncmp (line, "W:", 2) == 0)
+            fail_msg ("a client leaving was logged: %s", line);
+    fclose (log);
+}
+
 int
 main (void)
 {
@@ -321,6 +364,7 @@ main (void)
         cmocka_unit_test (test_viewers),
         cmocka_unit_test (test_header_deadline),
         cmocka_unit_test (test_per_address_limit),
+        cmocka_unit_test (test_client_leaving_is_quiet),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
