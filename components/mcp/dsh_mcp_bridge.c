@@ -104,7 +104,7 @@ typedef struct {
 } s_job_t;
 
 //  One announced tool: its dsh name, the server's name for it, and the
-//  entry as announced (compact, keys sorted) to spot changes.
+//  entry as announced (compact, in the server's key order) to spot changes.
 typedef struct {
     char *mcp_name;
     char *entry;
@@ -337,12 +337,16 @@ s_tool_entry (self_t *self, const json_t *tool, const char *dsh_name)
 }
 
 //  Makes the announced tools those of listing: only names that appeared,
-//  went, or changed touch the provider.
+//  went, or changed touch the provider. Tools are added in the server's
+//  order and each entry keeps the server's key order (properties as the
+//  author wrote them), so that a prompt reads as the server meant it.
 static void
 s_apply_listing (self_t *self, const json_t *listing)
 {
     zhashx_t *fresh = zhashx_new ();
     zhashx_set_destructor (fresh, s_tool_destroy);
+    zlistx_t *order = zlistx_new ();       //  the dsh names of fresh, in the server's order
+    zlistx_set_destructor (order, (zlistx_destructor_fn *) zstr_free);
     size_t index;
     const json_t *tool;
     json_array_foreach (listing, index, tool) {
@@ -357,11 +361,12 @@ s_apply_listing (self_t *self, const json_t *listing)
             s_tool_t *item = (s_tool_t *) zmalloc (sizeof (s_tool_t));
             assert (item);
             item->mcp_name = strdup (mcp_name);
-            item->entry = json_dumps (entry, JSON_COMPACT | JSON_SORT_KEYS);
+            item->entry = json_dumps (entry, JSON_COMPACT);
             const char *support = json_string_value (json_object_get (json_object_get (tool, "execution"),
                                                                       "taskSupport"));
             item->task_required = support && streq (support, "required");
             zhashx_insert (fresh, dsh_name, item);
+            zlistx_add_end (order, strdup (dsh_name));
             json_decref (entry);
         }
         else
@@ -387,8 +392,9 @@ s_apply_listing (self_t *self, const json_t *listing)
             removed++;
         }
     }
-    for (s_tool_t *now = zhashx_first (fresh); now; now = zhashx_next (fresh)) {
-        const char *dsh_name = (const char *) zhashx_cursor (fresh);
+    for (const char *dsh_name = (const char *) zlistx_first (order); dsh_name;
+         dsh_name = (const char *) zlistx_next (order)) {
+        s_tool_t *now = (s_tool_t *) zhashx_lookup (fresh, dsh_name);
         s_tool_t *old = zhashx_lookup (self->tools, dsh_name);
         if (old && streq (now->entry, old->entry))
             continue;
@@ -399,6 +405,7 @@ s_apply_listing (self_t *self, const json_t *listing)
             zhashx_delete (fresh, dsh_name);
         }
     }
+    zlistx_destroy (&order);
     zhashx_destroy (&self->tools);
     self->tools = fresh;
     if (self->verbose || added || removed)

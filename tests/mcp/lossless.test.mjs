@@ -37,6 +37,12 @@ test('the ready line counts only the tools the broker took', async () => {
   assert.equal(Number(readyLine[1]), quirkyTools.length - 1);
 });
 
+test('the bridged tools are in the broker in the server\'s order, not the bridge\'s hash order', async () => {
+  const served = new Set(quirkyTools.map((tool) => tool.name));
+  const listed = (await dshTools(broker.endpoint)).map((tool) => tool.name).filter((name) => served.has(name));
+  assert.deepEqual(listed, quirkyTools.map((tool) => tool.name).filter((name) => name !== 'huge-entry'));
+});
+
 test('tool entries keep every field, in the registry and through dsh-mcp', async () => {
   const want = quirkyTools.find((tool) => tool.name === 'rich');
   const entry = (await dshTools(broker.endpoint)).find((tool) => tool.name === 'rich');

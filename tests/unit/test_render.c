@@ -379,6 +379,53 @@ test_render_bad_input (void **state)
     json_decref (tools);
 }
 
+//  In text, the properties appear in the order path, offset, limit.
+static void
+s_assert_author_order (const char *text)
+{
+    const char *path = strstr (text, "\"path\"");
+    if (!path)
+        path = strstr (text, "`path`");
+    const char *offset = path? strstr (path, "offset"): NULL;
+    const char *limit = offset? strstr (offset, "limit"): NULL;
+    if (!limit)
+        fail_msg ("properties not in the author's order (path, offset, limit):\n%s", text);
+}
+
+//  Properties render in the author's order, not sorted: a required path
+//  first, as written, whether the entry came from a dsh_tooldef or as
+//  JSON text (a component's raw entry, a bridged server's).
+static void
+test_render_keeps_author_order (void **state)
+{
+    (void) state;
+    static const dsh_param_t params [] = {
+        { .name = "path", .type = DSH_TYPE_STRING, .required = true },
+        { .name = "offset", .type = DSH_TYPE_INTEGER },
+        { .name = "limit", .type = DSH_TYPE_INTEGER },
+        { .name = NULL }
+    };
+    dsh_tooldef_t read = { .name = "read", .description = "Read.", .params = params };
+    json_error_t error;
+    json_t *raw = json_loads ("{\"name\": \"raw_read\", \"description\": \"Read.\", \"parameters\":"
+                              " {\"type\": \"object\", \"properties\": {\"path\": {\"type\": \"string\"},"
+                              " \"offset\": {\"type\": \"integer\"}, \"limit\": {\"type\": \"integer\"}},"
+                              " \"required\": [\"path\"]}}", 0, &error);
+    assert_non_null (raw);
+    json_t *entries [] = { dsh_tooldef_to_json (&read), raw };
+    for (size_t entry = 0; entry < 2; entry++) {
+        json_t *tools = json_pack ("[O]", entries [entry]);
+        for (int format = DSH_RENDER_JSON; format <= DSH_RENDER_MARKDOWN; format++) {
+            char *text = dsh_render (tools, (dsh_render_format_t) format);
+            assert_non_null (text);
+            s_assert_author_order (text);
+            free (text);
+        }
+        json_decref (tools);
+        json_decref (entries [entry]);
+    }
+}
+
 int
 main (void)
 {
@@ -391,6 +438,7 @@ main (void)
         cmocka_unit_test (test_render_markdown),
         cmocka_unit_test (test_render_is_deterministic),
         cmocka_unit_test (test_render_bad_input),
+        cmocka_unit_test (test_render_keeps_author_order),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
