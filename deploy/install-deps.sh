@@ -22,7 +22,7 @@ packages=(gcc pkg-config meson ninja-build python3
           iproute2
           libsystemd-dev systemd
           nats-server libnats-dev
-          python3-zmq python3-msgpack python3-pytest)
+          python3-zmq python3-msgpack python3-pytest python3-venv)
 
 #  The MCP tests run real MCP software from npm, and the node suite builds
 #  and tests @dsh/tools (components/node: zeromq 6 ships its linux-x64
