@@ -2,8 +2,10 @@
     dsh_catalog - the registry's state: components, tools, change events
 
     Tools sit in a list in registration order with a hash on name; each
-    holds its canonical entry (dsh_pack_canonical of what was announced, so
-    equal entries have equal bytes) and the ids of its providers. Components
+    holds its entry as its first provider announced it (keys in the
+    author's order, which is how prompts read it), its canonical bytes
+    (dsh_pack_canonical, so that equal entries compare equal whatever their
+    key order) and the ids of its providers. Components
     sit in a hash on id with the names they provide, in announce order.
     =========================================================================
 */
@@ -28,7 +30,8 @@
 
 typedef struct {
     char *name;
-    zchunk_t *entry;            //  canonical bytes of the tool entry
+    zchunk_t *entry;            //  the tool entry, as announced
+    zchunk_t *canonical;        //  its canonical bytes, which replicas must equal
     zlistx_t *providers;        //  char * component ids, in joining order
     void *handle;               //  in self->tool_order
     bool idempotent;            //  annotations.idempotentHint, read once
@@ -67,6 +70,7 @@ s_tool_destroy (s_tool_t **self_p)
         s_tool_t *self = *self_p;
         zstr_free (&self->name);
         zchunk_destroy (&self->entry);
+        zchunk_destroy (&self->canonical);
         zlistx_destroy (&self->providers);
         free (self);
         *self_p = NULL;
@@ -241,16 +245,41 @@ s_drop_provider (dsh_catalog_t *self, s_tool_t *tool, const char *component, zli
     }
 }
 
-//  The canonical bytes of a tool entry.
-static zchunk_t *
-s_canonical (const msgpack_object *entry)
+//  One entry a component offers: as announced, and canonical.
+typedef struct {
+    zchunk_t *entry;
+    zchunk_t *canonical;
+} s_offer_t;
+
+static void
+s_offer_destroy (s_offer_t **self_p)
+{
+    if (*self_p) {
+        zchunk_destroy (&(*self_p)->entry);
+        zchunk_destroy (&(*self_p)->canonical);
+        free (*self_p);
+        *self_p = NULL;
+    }
+}
+
+//  The offer of a tool entry, or NULL if it nests too deep.
+static s_offer_t *
+s_offer_new (const msgpack_object *entry)
 {
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     int rc = dsh_pack_canonical (&packer.pk, entry);
-    zchunk_t *chunk = rc == 0? zchunk_new (packer.sbuf.data, packer.sbuf.size): NULL;
+    s_offer_t *offer = NULL;
+    if (rc == 0) {
+        offer = (s_offer_t *) zmalloc (sizeof (s_offer_t));
+        assert (offer);
+        offer->canonical = zchunk_new (packer.sbuf.data, packer.sbuf.size);
+        packer.sbuf.size = 0;
+        msgpack_pack_object (&packer.pk, *entry);
+        offer->entry = zchunk_new (packer.sbuf.data, packer.sbuf.size);
+    }
     dsh_packer_release (&packer);
-    return chunk;
+    return offer;
 }
 
 static bool
@@ -273,9 +302,9 @@ s_same_bytes (zchunk_t *left, zchunk_t *right)
 }
 
 //  Applies one validated entry for a component; returns true if the
-//  component now provides it.
+//  component now provides it. Takes the offer's chunks that it keeps.
 static bool
-s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, zchunk_t **entry_p,
+s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, s_offer_t *offer,
               zlistx_t *events, zlistx_t *refusals)
 {
     s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
@@ -283,8 +312,9 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, zchu
         tool = (s_tool_t *) zmalloc (sizeof (s_tool_t));
         assert (tool);
         tool->name = strdup (name);
-        tool->entry = *entry_p;
-        *entry_p = NULL;
+        tool->entry = offer->entry;
+        tool->canonical = offer->canonical;
+        offer->entry = offer->canonical = NULL;
         tool->idempotent = s_reads_idempotent (tool->entry);
         tool->providers = s_string_list ();
         zlistx_add_end (tool->providers, (void *) component);
@@ -295,7 +325,7 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, zchu
         zlistx_add_end (events, event);
         return true;
     }
-    if (s_same_bytes (tool->entry, *entry_p)) {
+    if (s_same_bytes (tool->canonical, offer->canonical)) {
         if (!zlistx_find (tool->providers, (void *) component))
             zlistx_add_end (tool->providers, (void *) component);
         return true;
@@ -303,8 +333,10 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, zchu
     bool provides = zlistx_find (tool->providers, (void *) component) != NULL;
     if (provides && zlistx_size (tool->providers) == 1) {
         zchunk_destroy (&tool->entry);
-        tool->entry = *entry_p;
-        *entry_p = NULL;
+        zchunk_destroy (&tool->canonical);
+        tool->entry = offer->entry;
+        tool->canonical = offer->canonical;
+        offer->entry = offer->canonical = NULL;
         tool->idempotent = s_reads_idempotent (tool->entry);
         dsh_event_t *event = s_event_new (self, DSH_EV_UPDATED, component, name);
         event->tool = zchunk_dup (tool->entry);
@@ -364,7 +396,7 @@ dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t gener
     //  Names in the new set, checked first so removals can be computed
     zlistx_t *announced = s_string_list ();
     zlistx_t *entries = zlistx_new ();
-    zlistx_set_destructor (entries, (zlistx_destructor_fn *) zchunk_destroy);
+    zlistx_set_destructor (entries, (zlistx_destructor_fn *) s_offer_destroy);
     for (uint32_t index = 0; index < tools->via.array.size; index++) {
         const msgpack_object *entry = &tools->via.array.ptr [index];
         char error [256 + DSH_NAME_MAX];
@@ -390,27 +422,28 @@ dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t gener
             s_refuse (refusals, component, name, error);
             continue;
         }
-        zchunk_t *canonical = s_canonical (entry);
-        if (!canonical) {
+        s_offer_t *offer = s_offer_new (entry);
+        if (!offer) {
             s_refuse (refusals, component, name, "tool entry nests too deep");
             continue;
         }
-        if (zchunk_size (canonical) > self->max_tool_bytes) {
+        if (zchunk_size (offer->canonical) > self->max_tool_bytes) {
             snprintf (error, sizeof (error), "tool \"%s\" is %zu bytes, over the broker's %zu-byte limit "
-                      "on a tool entry (max_tool_bytes)", name, zchunk_size (canonical), self->max_tool_bytes);
-            zchunk_destroy (&canonical);
+                      "on a tool entry (max_tool_bytes)", name, zchunk_size (offer->canonical),
+                      self->max_tool_bytes);
+            s_offer_destroy (&offer);
             s_refuse (refusals, component, name, error);
             continue;
         }
         if (zlistx_size (announced) >= self->max_tools) {
             snprintf (error, sizeof (error), "tool \"%s\" is over the broker's limit of %zu tools "
                       "a component may provide (max_tools)", name, self->max_tools);
-            zchunk_destroy (&canonical);
+            s_offer_destroy (&offer);
             s_refuse (refusals, component, name, error);
             continue;
         }
         zlistx_add_end (announced, name);
-        zlistx_add_end (entries, canonical);
+        zlistx_add_end (entries, offer);
     }
 
     //  Tools it no longer announces; deleting at the cursor moves it back
@@ -425,20 +458,16 @@ dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t gener
         }
     }
     //  Tools it announces, in its order
-    zchunk_t *entry = (zchunk_t *) zlistx_first (entries);
+    s_offer_t *offer = (s_offer_t *) zlistx_first (entries);
     for (name = (char *) zlistx_first (announced); name; name = (char *) zlistx_next (announced)) {
-        void *entry_handle = zlistx_cursor (entries);
-        zchunk_t *owned = entry;
-        bool provides = s_apply_tool (self, component, name, &owned, events, refusals);
-        if (!owned)
-            zlistx_detach (entries, entry_handle);
+        bool provides = s_apply_tool (self, component, name, offer, events, refusals);
         void *known = zlistx_find (record->tools, name);
         if (provides && !known)
             zlistx_add_end (record->tools, name);
         else
         if (!provides && known)
             zlistx_delete (record->tools, known);
-        entry = (zchunk_t *) zlistx_next (entries);
+        offer = (s_offer_t *) zlistx_next (entries);
     }
     zlistx_destroy (&entries);
     zlistx_destroy (&announced);

@@ -12,6 +12,8 @@
         canonical entries; another component announcing the same entry is a
         replica; a different entry is refused, the first owner keeps it;
       - the sole provider of a name may change its entry (tool.updated);
+      - an entry is held and served as its first provider announced it,
+        keys in the author's order; only comparisons use canonical bytes;
       - tools keep the order in which their names were first registered;
       - every change gets the next sequence number;
       - a tool entry over max_tool_bytes (canonical), or past a component's
@@ -37,7 +39,7 @@ typedef struct {
     const char *kind;           //  one of the DSH_EV_ constants
     char *component;
     char *name;                 //  tool events: the tool's name
-    zchunk_t *tool;             //  registered, updated: the canonical entry
+    zchunk_t *tool;             //  registered, updated: the entry, as announced
     zlistx_t *tools;            //  component events: names of its tools
     char *reason;               //  component.left: "withdrawn" or "expired";
                                 //  component.refused: why
@@ -126,7 +128,8 @@ void
 zlistx_t *
     dsh_catalog_silent (dsh_catalog_t *self, int64_t now_ms, int64_t silence_ms);
 
-//  The canonical entry of a tool, or NULL if no such tool.
+//  The entry of a tool as its first provider announced it, or NULL if no
+//  such tool.
 zchunk_t *
     dsh_catalog_tool (dsh_catalog_t *self, const char *name);
 
