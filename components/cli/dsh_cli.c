@@ -106,7 +106,8 @@ static const command_t s_commands [] = {
     { "get", "get NAME", "show one tool and its providers", "", 1, 1, s_get },
     { "call", "call NAME [JSON] [--agent ID] [--timeout-ms N] | call --batch FILE|- [--agent ID]",
       "call a tool with JSON arguments (default {}); exit 1 if the result is an error;\n"
-      "progress shows on stderr (a bar on a terminal); Ctrl-C cancels the call.\n"
+      "progress shows on stderr (a bar on a terminal); Ctrl-C cancels the call; a broker\n"
+      "that cannot be reached is given up on as ping does, not at the call's deadline.\n"
       "--batch runs a JSON array of {\"name\", \"arguments\"} as one model turn: runs of\n"
       "concurrency-safe tools in parallel, others alone and in order; prints the results\n"
       "in call order as a JSON array; exit 1 if any is an error",
@@ -139,9 +140,9 @@ static const command_t s_commands [] = {
       "runs until interrupted or stdin ends", "stage auto", 0, 0, s_approver },
     { "keygen", "keygen PATH --role component|agent|approver|stage|admin [--components IDS [--tools NAMES]] [--agent ID] [--name N]",
       "write a CURVE keypair: PATH (public, for the broker's allow-list directory) and\n"
-      "PATH_secret (keep it private); the role, the component ids a component key may serve\n"
+      "PATH_secret (keep it private). The role, the component ids a component key may serve\n"
       "(comma-separated patterns, e.g. \"fs-*\"), the tool names it may announce (--tools,\n"
-      "patterns; default any), and the agent id an agent key is go into its metadata,\n"
+      "patterns; default any) and the agent id of an agent key go into its metadata,\n"
       "which the broker enforces", "role components tools agent name", 1, 1, s_keygen },
     { "brokers", "brokers [beacon[:PORT]] [--timeout-ms N]",
       "listen for broker beacons on UDP PORT (default 7579) for N ms (default 2500) and print\n"
@@ -170,8 +171,16 @@ s_usage (FILE *stream, const command_t *command)
         return;
     }
     fprintf (stream, "usage: dsh [--broker ENDPOINT[,ENDPOINT...]] [--timeout-ms N] COMMAND ...\n\ncommands:\n");
-    for (size_t index = 0; index < COMMAND_COUNT; index++)
-        fprintf (stream, "  %s\n      %s\n", s_commands [index].synopsis, s_commands [index].summary);
+    for (size_t index = 0; index < COMMAND_COUNT; index++) {
+        fprintf (stream, "  %s\n", s_commands [index].synopsis);
+        //  Every line of the summary under the synopsis, indented alike
+        const char *line = s_commands [index].summary;
+        while (*line) {
+            size_t length = strcspn (line, "\n");
+            fprintf (stream, "      %.*s\n", (int) length, line);
+            line += length + (line [length] == '\n');
+        }
+    }
     fprintf (stream, "\noptions:\n"
              "  --broker ENDPOINT[,ENDPOINT...]\n"
              "                      the broker's front, or a list of brokers (default $DSH_BROKER,\n"
@@ -570,11 +579,16 @@ s_progress_end (void)
 }
 
 static dsh_reply_t *
-s_call_wait (dsh_client_t *client, const char *call_id, int timeout_ms, bool *interrupted)
+s_call_wait (dsh_client_t *client, const char *call_id, int timeout_ms, bool *interrupted, int *waited_ms)
 {
     int wait_ms = (timeout_ms > 0? timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS) + CALL_MARGIN_MS;
-    int64_t give_up = zclock_mono () + wait_ms;
+    int64_t started = zclock_mono ();
+    int64_t give_up = started + wait_ms;
+    //  A broker that cannot be reached is given up on as ping gives it up,
+    //  not at the call's deadline
+    int connect_ms = wait_ms < QUERY_TIMEOUT_MS? wait_ms: QUERY_TIMEOUT_MS;
     *interrupted = false;
+    *waited_ms = wait_ms;
     while (true) {
         if (zsys_interrupted && !*interrupted) {
             *interrupted = true;
@@ -582,7 +596,12 @@ s_call_wait (dsh_client_t *client, const char *call_id, int timeout_ms, bool *in
                 return NULL;
             give_up = zclock_mono () + CANCEL_WAIT_MS;
         }
-        int64_t left = give_up - zclock_mono ();
+        int64_t now = zclock_mono ();
+        if (!*interrupted && now - started >= connect_ms && !dsh_client_connected (client)) {
+            *waited_ms = connect_ms;
+            return NULL;
+        }
+        int64_t left = give_up - now;
         if (left <= 0 || dsh_client_handshake_failure (client))
             return NULL;
         //  Short waits, so that a signal is seen even if it does not
@@ -675,7 +694,8 @@ s_call (options_t *options)
     }
     char *call_id = strdup (sent);
     bool interrupted;
-    dsh_reply_t *reply = s_call_wait (client, call_id, options->timeout_ms, &interrupted);
+    int waited_ms;
+    dsh_reply_t *reply = s_call_wait (client, call_id, options->timeout_ms, &interrupted, &waited_ms);
     int exit_code = 0;
     if (!reply) {
         if (interrupted) {
@@ -684,11 +704,8 @@ s_call (options_t *options)
             exit_code = EXIT_INTERRUPTED;
         }
         else {
-            const char *failure = dsh_client_handshake_failure (client);
-            if (failure)
-                fprintf (stderr, "dsh: cannot talk to broker at %s: %s\n", s_endpoint (options), failure);
-            else
-                fprintf (stderr, "dsh: no reply from broker at %s in time\n", s_endpoint (options));
+            dsh_client_explain_silence (client, waited_ms, error, sizeof (error));
+            fprintf (stderr, "dsh: %s\n", error);
             exit_code = EXIT_NO_BROKER;
         }
     }
@@ -1250,7 +1267,7 @@ s_terminal_outcome (const char *outcome)
     if (streq (outcome, "cancelled"))
         return "cancelled by the caller";
     if (streq (outcome, "unavailable"))
-        return "closed: no decision in time, or no approver left";
+        return "closed: nobody decided in time";
     return outcome;
 }
 
@@ -1264,9 +1281,12 @@ s_terminal_resolved (approver_t *self, const char *id, const char *outcome)
     bool ours = self->decided && streq (self->decided, id);
     bool on_screen = self->shown && streq (self->shown, id);
     if (ours || on_screen) {
+        //  Only a decision is made elsewhere: a request that timed out or
+        //  was cancelled was decided by nobody
+        bool decision = outcome && (streq (outcome, "allowed") || streq (outcome, "rejected"));
         s_terminal_break (self);
         printf ("-> %s %s%s\n", id, s_terminal_outcome (outcome? outcome: "?"),
-                ours? "": " (decided elsewhere)");
+                decision && !ours? " (decided elsewhere)": "");
     }
     if (ours)
         zstr_free (&self->decided);

@@ -580,6 +580,7 @@ s_take_one (dsh_client_t *self, dsh_reply_t **reply_p)
         return -1;              //  nothing waiting; errno says why
     //  Anything at all from the broker shows it is there
     self->heard_ms = zclock_mono ();
+    self->reached = true;
     dsh_reply_t *reply = NULL;
     if (rc == 0 && msg.count - msg.body != 1)
         snprintf (error, sizeof (error), "%s with %zu body frames", msg.command, msg.count - msg.body);
@@ -789,7 +790,10 @@ s_check_broker (dsh_client_t *self, int64_t now)
         self->pinged_ms = last = now;
     }
     int64_t ping_due = last + self->heartbeat_ms;
-    int64_t gone_due = self->heard_ms + (others && !reached? self->heartbeat_ms: window);
+    //  Alone and never reached, the broker is not given up on: nothing is
+    //  due but the next PING (a due time in the past would spin the poll)
+    int64_t gone_due = reached? self->heard_ms + window:
+                       others?  self->heard_ms + self->heartbeat_ms: INT64_MAX;
     int64_t due = ping_due < gone_due? ping_due: gone_due;
     return due < expiry_due? due: expiry_due;
 }
@@ -851,14 +855,24 @@ dsh_client_handshake_failure (dsh_client_t *self)
     return self->handshake? dsh_handshake_failure (self->handshake): NULL;
 }
 
-//  Writes why no reply came within wait_ms: the handshake's failure if
-//  the keys are why, else the silence.
-static void
-s_no_reply (dsh_client_t *self, int wait_ms, char *error, size_t error_size)
+bool
+dsh_client_connected (dsh_client_t *self)
 {
+    assert (self);
+    return s_reached (self);
+}
+
+void
+dsh_client_explain_silence (dsh_client_t *self, int wait_ms, char *error, size_t error_size)
+{
+    assert (self);
     const char *failure = dsh_client_handshake_failure (self);
+    const char *progress = self->handshake && !s_reached (self)? dsh_handshake_progress (self->handshake): NULL;
     if (failure)
         snprintf (error, error_size, "cannot talk to broker at %s: %s", self->endpoint, failure);
+    else
+    if (progress)
+        snprintf (error, error_size, "no reply from broker at %s within %d ms: %s", self->endpoint, wait_ms, progress);
     else
         snprintf (error, error_size, "no reply from broker at %s within %d ms", self->endpoint, wait_ms);
 }
@@ -929,7 +943,7 @@ dsh_client_call (dsh_client_t *self, const char *name, const char *args_json, co
     if (!reply) {
         //  Given up on: whatever comes for it later is a stray
         zhashx_delete (self->open_calls, waiting_for);
-        s_no_reply (self, wait_ms, error, error_size);
+        dsh_client_explain_silence (self, wait_ms, error, error_size);
     }
     zstr_free (&waiting_for);
     return reply;
@@ -959,7 +973,7 @@ s_query (dsh_client_t *self, const char *command, zframe_t **body_p, const char 
         size_t failovers = self->failovers;
         reply = s_wait_for (self, s_match_id, id, give_up, true);
         if (!reply && self->failovers == failovers) {
-            s_no_reply (self, timeout_ms, error, error_size);
+            dsh_client_explain_silence (self, timeout_ms, error, error_size);
             break;
         }
         if (!reply && attempt + 1 == count)

@@ -57,6 +57,19 @@ void
 const char *
     dsh_client_handshake_failure (dsh_client_t *self);
 
+//  True once a connection to the current broker has been made (its
+//  handshake succeeded, or it was heard): until then nothing sent can have
+//  reached it.
+bool
+    dsh_client_connected (dsh_client_t *self);
+
+//  Writes into error, in one line, why nothing came from the broker within
+//  wait_ms: the handshake's failure if the keys are why, else what became
+//  of the connection if none was made (nothing listens there, no answer
+//  to the handshake, the connection closed in it), else the silence.
+void
+    dsh_client_explain_silence (dsh_client_t *self, int wait_ms, char *error, size_t error_size);
+
 //  The front endpoint in use (with several brokers: the current one).
 const char *
     dsh_client_endpoint (dsh_client_t *self);

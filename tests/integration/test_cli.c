@@ -16,6 +16,7 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "dsh.h"
@@ -186,6 +187,70 @@ test_calls (void **state)
     zstr_free (&output);
 }
 
+//  A loopback port nothing listens on (bound, then closed).
+static int
+s_closed_port (void)
+{
+    zsock_t *probe = zsock_new (ZMQ_ROUTER);
+    int port = zsock_bind (probe, "tcp://127.0.0.1:*");
+    zsock_destroy (&probe);
+    return port;
+}
+
+//  CPU time (user + system) of the children reaped so far, in ms.
+static int64_t
+s_children_cpu_ms (void)
+{
+    struct rusage usage;
+    assert_int_equal (getrusage (RUSAGE_CHILDREN, &usage), 0);
+    return (int64_t) (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000
+         + (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000;
+}
+
+//  Runs the CLI against an endpoint nothing listens on: it fails with exit
+//  3 and one line of error well before a call's deadline, without
+//  spinning. Returns the line (caller frees).
+static char *
+s_cli_unreachable (const char *endpoint, const char *const *args)
+{
+    int64_t started = zclock_mono ();
+    int64_t cpu_ms = s_children_cpu_ms ();
+    char *output = NULL;
+    int status = dsh_testkit_cli_merged (endpoint, args, 60000, &output);
+    int64_t elapsed_ms = zclock_mono () - started;
+    cpu_ms = s_children_cpu_ms () - cpu_ms;
+    assert_non_null (output);
+    char *newline = strchr (output, '\n');
+    bool one_line = newline && !newline [1] && strstr (output, "no connection could be made");
+    if (status != 3 || elapsed_ms > 20000 || cpu_ms > 2000 || !one_line) {
+        //  Freed before failing, which leaves the test
+        char said [1024];
+        snprintf (said, sizeof (said), "%s", output);
+        zstr_free (&output);
+        fail_msg ("dsh %s against %s: exit %d after %" PRId64 " ms, %" PRId64 " ms of CPU; want exit 3 "
+                  "and one line saying no connection could be made, got: %s",
+                  args [0], endpoint, status, elapsed_ms, cpu_ms, said);
+    }
+    return output;
+}
+
+//  A typo in the broker's endpoint (a closed port): call fails as ping
+//  does, with the same line, in about the same time, and sleeps meanwhile
+static void
+test_unreachable_broker (void **state)
+{
+    (void) state;
+    int port = s_closed_port ();
+    assert_true (port > 0);
+    char endpoint [64];
+    snprintf (endpoint, sizeof (endpoint), "tcp://127.0.0.1:%d", port);
+    char *ping = s_cli_unreachable (endpoint, (const char *[]) { "ping", NULL });
+    char *call = s_cli_unreachable (endpoint, (const char *[]) { "call", "echo", "{\"message\":\"hi\"}", NULL });
+    assert_string_equal (call, ping);
+    zstr_free (&ping);
+    zstr_free (&call);
+}
+
 //  call --batch: results in call order, one per call, exit 1 if any failed
 static void
 test_call_batch (void **state)
@@ -318,6 +383,14 @@ test_help (void **state)
     assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "--help", NULL }, &output), 0);
     for (size_t index = 0; commands [index]; index++)
         assert_non_null (strstr (output, commands [index]));
+    //  Every line of the command list is indented, a summary's continuation
+    //  lines as its first
+    char *list = strstr (output, "commands:\n");
+    char *end = list? strstr (list, "\noptions:"): NULL;
+    assert_non_null (end);
+    for (char *line = strchr (list, '\n') + 1; line < end; line = strchr (line, '\n') + 1)
+        if (strncmp (line, "  ", 2) != 0 && *line != '\n')
+            fail_msg ("dsh --help: a line of the command list is not indented: %.60s", line);
     zstr_free (&output);
 }
 
@@ -753,6 +826,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_queries, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_calls, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_call_batch, s_setup, s_teardown),
+        cmocka_unit_test (test_unreachable_broker),
         cmocka_unit_test_setup_teardown (test_call_interrupted, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_help, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_stats, s_setup, s_teardown),
