@@ -356,6 +356,12 @@ struct _dsh_handshake_t {
     char failure [256];
     bool failed;
     size_t successes;           //  handshakes that succeeded, in all
+    //  Since the last success: what the connection attempts came to, for
+    //  a timeout's message (none of it is a verdict)
+    size_t connections;         //  TCP connections made
+    size_t closed;              //  handshakes the peer closed, or that timed out
+    int closed_errno;           //  why the last of them ended
+    char progress [256];
 };
 
 dsh_handshake_t *
@@ -367,7 +373,7 @@ dsh_handshake_new (zsock_t *sock)
     assert (self);
     char endpoint [64];
     snprintf (endpoint, sizeof (endpoint), "inproc://dsh-handshake-%p-%d", (void *) self, ++sequence);
-    int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+    int events = ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
                | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
     self->watched = zsock_resolve (sock);
     if (zmq_socket_monitor (self->watched, endpoint, events) == 0) {
@@ -401,9 +407,23 @@ dsh_handshake_destroy (dsh_handshake_t **self_p)
 static void
 s_handshake_event (dsh_handshake_t *self, uint16_t event, uint32_t value)
 {
+    if (event == ZMQ_EVENT_CONNECTED)
+        self->connections++;
+    else
     if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
         self->failed = false;
         self->successes++;
+        self->connections = 0;
+        self->closed = 0;
+    }
+    else
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+        //  The connection closed, or its handshake timed out, before the
+        //  handshake said anything: a broker starting, stopped or
+        //  restarting does that, so it is no verdict and libzmq connects
+        //  again. A mechanism mismatch shows as one (below)
+        self->closed++;
+        self->closed_errno = (int) value;
     }
     else {
         self->failed = true;
@@ -417,18 +437,6 @@ s_handshake_event (dsh_handshake_t *self, uint16_t event, uint32_t value)
                       dsh_curve_on ()? "the broker does not speak CURVE, and this party does (drop --cert)"
                                      : "the broker requires CURVE: give --cert and --broker-cert "
                                        "(or $DSH_CERT and $DSH_BROKER_CERT)");
-        else
-        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
-            //  The broker closed the connection. When it saw a mechanism
-            //  mismatch first, that is all this side sees in most attempts
-            //  (the greeting that would say why is not read): the likely
-            //  cause, by which mechanism this side speaks
-            snprintf (self->failure, sizeof (self->failure), "%s",
-                      dsh_curve_on ()? "the broker closed the connection in the handshake: --broker-cert is "
-                                       "not the broker's key, or the broker does not speak CURVE"
-                                     : "the broker closed the connection in the handshake: it requires CURVE "
-                                       "(give --cert and --broker-cert, or $DSH_CERT and $DSH_BROKER_CERT), "
-                                       "or it is not a dsh broker");
         else
             snprintf (self->failure, sizeof (self->failure), "%s",
                       "the handshake with the broker failed (protocol error; is --broker-cert the broker's key?)");
@@ -468,4 +476,32 @@ dsh_handshake_successes (dsh_handshake_t *self)
     assert (self);
     s_handshake_drain (self);
     return self->successes;
+}
+
+const char *
+dsh_handshake_progress (dsh_handshake_t *self)
+{
+    assert (self);
+    s_handshake_drain (self);
+    if (self->successes && !self->connections && !self->closed)
+        return NULL;
+    if (!self->connections)
+        snprintf (self->progress, sizeof (self->progress), "%s",
+                  "no connection could be made (nothing listens there, or it cannot be reached)");
+    else
+    if (!self->closed)
+        snprintf (self->progress, sizeof (self->progress), "%s",
+                  "a connection was made but the handshake got no answer (is the broker stopped or overloaded?)");
+    else {
+        char why [96] = "";
+        if (self->closed_errno)
+            snprintf (why, sizeof (why), " (%s)", strerror (self->closed_errno));
+        //  A wrong server key looks like this too: the broker cannot read
+        //  this side's HELLO and closes
+        snprintf (self->progress, sizeof (self->progress),
+                  "the broker closed the connection in the handshake %zu time(s), giving no reason%s: %s",
+                  self->closed, why, dsh_curve_on ()? "is --broker-cert the broker's key? is it still starting?"
+                                                    : "is it still starting? is it a dsh broker?");
+    }
+    return self->progress;
 }

@@ -158,10 +158,20 @@ dsh_handshake_t *
 void
     dsh_handshake_destroy (dsh_handshake_t **self_p);
 
-//  Why the last handshake failed, in words, or NULL if none failed since the
-//  last success. Does not block.
+//  Why the last handshake failed, in words, when the handshake said why
+//  (the key was refused, the mechanisms differ, a protocol error), or NULL
+//  if none did since the last success. A connection closed or silent in
+//  the handshake is no failure (see dsh_handshake_progress). Does not block.
 const char *
     dsh_handshake_failure (dsh_handshake_t *self);
+
+//  What became of the connection attempts since the last handshake that
+//  succeeded, in words for a timeout's message (no connection made; one
+//  made whose handshake got no answer; handshakes ended with no reason
+//  given, as while a broker starts), or NULL if the last attempt
+//  succeeded. None of it is a verdict: libzmq keeps trying. Does not block.
+const char *
+    dsh_handshake_progress (dsh_handshake_t *self);
 
 //  How many handshakes have succeeded since the watch began: a number that
 //  grows after the first means the connection was made again. Does not

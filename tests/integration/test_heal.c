@@ -8,7 +8,9 @@
     serving two brokers keeps serving one while the other is down, and is
     back at the other when it returns; a bad broker list is refused; a
     client whose broker comes up only after the liveness window (a link
-    slow to connect, a broker restarting) gets its answer, not BROKER_GONE.
+    slow to connect, a broker restarting) gets its answer, not BROKER_GONE,
+    and so does one whose connections were closed in the handshake before
+    the broker came up (not a verdict that the broker requires CURVE).
     Heartbeats are 500 ms, a liveness window of 1.5 s; the waits allow for
     a loaded machine and no assertion is on a timing.
     =========================================================================
@@ -20,6 +22,10 @@
 #include <cmocka.h>
 #include <pthread.h>
 #include <signal.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "dsh.h"
 #include "dsh_testkit.h"
@@ -266,6 +272,7 @@ typedef struct {
     const char *endpoint;
     char command [16];
     char error [256];
+    atomic_bool done;
 } s_late_ping_t;
 
 static void *
@@ -279,6 +286,7 @@ s_late_ping (void *arg)
         snprintf (ping->command, sizeof (ping->command), "%s", dsh_reply_command (reply));
     dsh_reply_destroy (&reply);
     dsh_client_destroy (&client);
+    atomic_store (&ping->done, true);
     return NULL;
 }
 
@@ -300,9 +308,80 @@ test_broker_up_late (void **state)
     zclock_sleep (DSH_DEFAULT_HEARTBEAT_MS * DSH_DEFAULT_LIVENESS + 1000);
     s_broker_start (&broker);
     pthread_join (thread, NULL);
+    //  The broker goes before a failure is reported, which leaves the test
+    dsh_testproc_destroy (&broker.process);
     if (!streq (ping.command, DSH_PONG))
         fail_msg ("PING to a broker up late: %s", *ping.error? ping.error: ping.command);
+}
+
+//  A listener that accepts connections on a port and closes them at once,
+//  as a broker does while it starts (or restarts) on it.
+typedef struct {
+    int listener;
+    size_t closed;              //  connections accepted and closed
+    s_late_ping_t *ping;        //  the client whose connections these are
+} s_closer_t;
+
+//  Closes connections until it has closed three, the client has given up,
+//  or 10 s have passed.
+static void *
+s_closer (void *arg)
+{
+    s_closer_t *closer = (s_closer_t *) arg;
+    int64_t give_up = zclock_mono () + 10000;
+    while (closer->closed < 3 && !atomic_load (&closer->ping->done) && zclock_mono () < give_up) {
+        struct pollfd item = { .fd = closer->listener, .events = POLLIN };
+        //  A short wait, to see the client give up
+        if (poll (&item, 1, 100) == 1) {
+            int connection = accept (closer->listener, NULL, NULL);
+            if (connection >= 0) {
+                close (connection);
+                closer->closed++;
+            }
+        }
+    }
+    close (closer->listener);
+    return NULL;
+}
+
+//  A client whose connections are closed in the handshake before the
+//  broker comes up on the port (the broker starting, or restarting) is
+//  not told that the broker requires CURVE: the handshake never said so,
+//  and the request is answered once the broker is there.
+static void
+test_closed_while_starting (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    s_closer_t closer = { .listener = socket (AF_INET, SOCK_STREAM, 0) };
+    assert_true (closer.listener >= 0);
+    int yes = 1;
+    setsockopt (closer.listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof (yes));
+    //  A port as s_free_port picks them, bound here at once
+    int port = -1;
+    for (int attempt = 0; attempt < 50 && port < 0; attempt++) {
+        int candidate = 20000 + randof (12000);
+        struct sockaddr_in address = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) candidate),
+                                       .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+        if (bind (closer.listener, (struct sockaddr *) &address, sizeof (address)) == 0)
+            port = candidate;
+    }
+    assert_true (port > 0);
+    assert_int_equal (listen (closer.listener, 16), 0);
+    snprintf (broker.endpoint, sizeof (broker.endpoint), "tcp://127.0.0.1:%d", port);
+    s_late_ping_t ping = { .endpoint = broker.endpoint };
+    closer.ping = &ping;
+    pthread_t closing;
+    assert_int_equal (pthread_create (&closing, NULL, s_closer, &closer), 0);
+    pthread_t pinging;
+    assert_int_equal (pthread_create (&pinging, NULL, s_late_ping, &ping), 0);
+    pthread_join (closing, NULL);
+    assert_true (closer.closed > 0);
+    s_broker_start (&broker);
+    pthread_join (pinging, NULL);
     dsh_testproc_destroy (&broker.process);
+    if (!streq (ping.command, DSH_PONG))
+        fail_msg ("PING through connections closed in the handshake: %s", *ping.error? ping.error: ping.command);
 }
 
 int
@@ -316,6 +395,7 @@ main (void)
         cmocka_unit_test (test_two_brokers),
         cmocka_unit_test (test_bad_lists),
         cmocka_unit_test (test_broker_up_late),
+        cmocka_unit_test (test_closed_while_starting),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
