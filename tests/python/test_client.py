@@ -67,6 +67,17 @@ def test_cancel_with_a_handle(broker, demo):
         assert result.call_id == handle.call_id
 
 
+def test_close_cancels_calls_in_flight(broker, demo):
+    client = dsh.Client(broker.endpoint)
+    handle = client.start("sleep_ms", {"ms": 60000})
+    with dsh.Client(broker.endpoint) as watcher:
+        eventually(lambda: watcher.ping()["inFlight"] == 1)
+        client.close()
+        assert handle.result(timeout=10).code == "CANCELLED"
+        #  The broker was told: nothing runs on for a client that has gone
+        eventually(lambda: watcher.ping()["inFlight"] == 0)
+
+
 def test_deadline(broker, demo):
     with dsh.Client(broker.endpoint) as client:
         result = client.call("sleep_ms", {"ms": 20000}, timeout=0.3)

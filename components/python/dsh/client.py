@@ -44,6 +44,8 @@ log = logging.getLogger("dsh.client")
 #  How often the ticker looks at deadlines and at the broker's silence
 TICK_S = 0.05
 QUERY_TIMEOUT_S = 5.0
+#  How long a closing client's CANCELs may wait to leave, at most
+_CLOSE_LINGER_MS = 1000
 
 
 class DshError(Exception):
@@ -169,10 +171,10 @@ class AsyncClient:
         self._wrong_protocol = None
         self._send("HELLO", {"id": self._hello_id})
 
-    def _disconnect(self):
+    def _disconnect(self, linger_ms=0):
         self._loop.remove_reader(self._sock.getsockopt(zmq.FD))
         self._handshake.close()
-        self._sock.close(linger=0)
+        self._sock.close(linger=linger_ms)
         self._sock = None
         self._outbox.clear()
 
@@ -184,20 +186,31 @@ class AsyncClient:
             self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
     async def close(self):
-        """Answer whatever is open as cancelled and close the socket."""
+        """Cancel the calls in flight at the broker (CANCEL each), answer
+        whatever is open as cancelled here and close the socket."""
         if self._closed:
             return
         self._closed = True
         if self._ticker:
             self._ticker.cancel()
+        #  Nobody will read their results: the broker and the components
+        #  stop working on them. The socket lingers a little, so the
+        #  CANCELs go out, and never long if the broker is gone
+        cancels = 0
         for call_id, call in list(self._calls.items()):
+            if self._sock is not None and not call.cancelled:
+                try:
+                    self._sock.send_multipart(wire.dealer_message("CANCEL", {"callId": call_id}), zmq.NOBLOCK)
+                    cancels += 1
+                except zmq.ZMQError:
+                    pass
             self._finish(call_id, wire.error_result(call_id, "CANCELLED", "Error: the client was closed"))
         for query in self._queries.values():
             if not query.future.done():
                 query.future.set_exception(DshError("CANCELLED", "the client was closed"))
         self._queries.clear()
         if self._sock is not None:
-            self._disconnect()
+            self._disconnect(_CLOSE_LINGER_MS if cancels else 0)
 
     #  ------------------------------------------------------------------
     #  Receiving
