@@ -176,7 +176,9 @@ export class ToolRegistry {
       execute: async (args: unknown, exec?: Partial<ToolExecution>): Promise<ContentBlock[]> => {
         const result = await this.execute({ name, arguments: args, signal: exec?.signal, agent: exec?.agent });
         if (result.isError) {
-          const text = result.content.map((block) => block.type === 'text' ? block.text : '').join('\n');
+          //  A result's text starts "Error: "; an Error says that itself
+          const text = result.content.map((block) => block.type === 'text' ? block.text : '').join('\n')
+            .replace(/^Error: /, '');
           throw Object.assign(new Error(text), { code: result.error?.code, result });
         }
         return result.content;

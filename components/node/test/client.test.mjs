@@ -32,6 +32,13 @@ test('echo, and the registry view of the C tools', async () => {
   await until(() => registry.get('echo'), 'echo in the view');
   assert.deepEqual(registry.schemas().map((schema) => schema.name).slice(0, 2), ['echo', 'sleep_ms']);
   assert.deepEqual(await registry.get('echo').execute({ message: 'via get' }), [{ type: 'text', text: 'via get' }]);
+  //  An error result rejects with one "Error:", not "Error: Error: ..."
+  await until(() => registry.get('fail'), 'fail in the view');
+  await assert.rejects(registry.get('fail').execute({ message: 'on purpose' }), (error) => {
+    assert.equal(String(error), 'Error: on purpose');
+    assert.equal(error.code, 'TOOL_FAILED');
+    return true;
+  });
   const listed = await client.get('echo');
   assert.equal(listed.providers.length, 1);
   assert.equal(await client.get('no_such_tool'), undefined);
