@@ -100,6 +100,7 @@ function curveSection(text: string): Record<string, string> | undefined {
 export class Handshake {
   failure?: string;
   successes = 0;
+  closed = 0;                 //  handshakes the broker's side closed with no detail
 
   constructor(socket: Socket, private readonly curveOn: boolean, onFailure?: (failure: string) => void) {
     const fail = (failure: string) => {
@@ -118,13 +119,12 @@ export class Handshake {
       ? (this.curveOn ? 'the broker does not speak CURVE, and this party does (drop cert and $DSH_CERT)'
         : 'the broker requires CURVE: give cert and brokerCert (or $DSH_CERT and $DSH_BROKER_CERT)')
       : "the handshake with the broker failed (protocol error; is brokerCert the broker's key?)"));
-    //  The broker closed the connection. When it saw a mechanism mismatch
-    //  first, that is all this side sees in most attempts: the likely
-    //  cause, by which mechanism this side speaks
-    socket.events.on('handshake:error:other', () => fail(this.curveOn
-      ? "the broker closed the connection in the handshake: brokerCert is not the broker's key, or the broker "
-        + 'does not speak CURVE'
-      : 'the broker closed the connection in the handshake: it requires CURVE (give cert and brokerCert, or '
-        + '$DSH_CERT and $DSH_BROKER_CERT), or it is not a dsh broker'));
+    //  The connection closed or timed out in the handshake: what a
+    //  starting, stopped or restarting broker does too, so no verdict (as
+    //  the C SDK): counted, and ZeroMQ tries again. A mechanism mismatch
+    //  shows as its own event
+    socket.events.on('handshake:error:other', () => {
+      this.closed += 1;
+    });
   }
 }
