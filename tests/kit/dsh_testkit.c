@@ -360,3 +360,166 @@ dsh_testkit_send_json (dsh_client_t *client, const char *call_id, const char *na
     msgpack_sbuffer_destroy (&packed);
     return sent;
 }
+
+zsock_t *
+dsh_testkit_announce_pub (const char *announce, int timeout_ms)
+{
+    zsock_t *pub = zsock_new (ZMQ_XPUB);
+    if (!pub || zsock_connect (pub, "%s", announce)) {
+        zsock_destroy (&pub);
+        return NULL;
+    }
+    //  The broker's SUB subscribes to everything: one message, 0x01
+    zpoller_t *poller = zpoller_new (pub, NULL);
+    bool subscribed = false;
+    if (zpoller_wait (poller, timeout_ms) == pub) {
+        zframe_t *frame = zframe_recv (pub);
+        subscribed = frame && zframe_size (frame) >= 1 && zframe_data (frame) [0] == 1;
+        zframe_destroy (&frame);
+    }
+    zpoller_destroy (&poller);
+    if (!subscribed)
+        zsock_destroy (&pub);
+    return pub;
+}
+
+//  The probe's one tool: never called
+static int
+s_probe_handler (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) call;
+    (void) arg;
+    dsh_result_text (result, "probe");
+    return 0;
+}
+
+//  The next event on sub before give_up: true, with its kind, its
+//  component (or "") and its seq.
+static bool
+s_event_read (zsock_t *sub, int64_t give_up, char *kind, size_t kind_size, char *component,
+              size_t component_size, uint64_t *seq)
+{
+    int64_t left_ms = give_up - zclock_mono ();
+    zpoller_t *poller = zpoller_new (sub, NULL);
+    bool readable = left_ms > 0 && zpoller_wait (poller, (int) left_ms) == sub;
+    zpoller_destroy (&poller);
+    if (!readable)
+        return false;
+    zmsg_t *msg = zmsg_recv (sub);
+    char *got = zmsg_popstr (msg);
+    zframe_t *body = zmsg_pop (msg);
+    char error [128];
+    dsh_doc_t *doc = body? dsh_doc_new (zframe_data (body), zframe_size (body), error, sizeof (error)): NULL;
+    const msgpack_object *root = doc? dsh_doc_root (doc): NULL;
+    const msgpack_object *id = dsh_map_get (root, "component");
+    const msgpack_object *number = dsh_map_get (root, "seq");
+    snprintf (kind, kind_size, "%s", got? got: "");
+    if (id && id->type == MSGPACK_OBJECT_STR)
+        snprintf (component, component_size, "%.*s", (int) id->via.str.size, id->via.str.ptr);
+    else
+        snprintf (component, component_size, "%s", "");
+    *seq = number && number->type == MSGPACK_OBJECT_POSITIVE_INTEGER? number->via.u64: 0;
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&body);
+    zstr_free (&got);
+    zmsg_destroy (&msg);
+    return true;
+}
+
+zsock_t *
+dsh_testkit_events (const char *front, const char *prefix, uint64_t *seq_p, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    dsh_client_t *client = dsh_client_new (front);
+    char error [256];
+    dsh_reply_t *welcome = client? dsh_client_request (client, DSH_HELLO, NULL, timeout_ms, error, sizeof (error))
+                                 : NULL;
+    const msgpack_object *events = welcome? dsh_map_get (dsh_reply_body (welcome), "events"): NULL;
+    zsock_t *sub = NULL;
+    if (events && events->type == MSGPACK_OBJECT_STR) {
+        char *endpoint = strndup (events->via.str.ptr, events->via.str.size);
+        sub = zsock_new_sub (endpoint, prefix);
+        free (endpoint);
+    }
+    dsh_reply_destroy (&welcome);
+    dsh_client_destroy (&client);
+    if (!sub)
+        return NULL;
+
+    //  A SUB cannot tell when its subscription has reached the publisher:
+    //  a probe joins until one of its events is heard, then leaves, and
+    //  everything up to its leaving is read here
+    static int probes = 0;
+    bool done = false;
+    uint64_t seq = 0;
+    while (!done && zclock_mono () < give_up) {
+        char probe_id [64];
+        snprintf (probe_id, sizeof (probe_id), "testkit-probe-%d-%d", (int) getpid (), ++probes);
+        dsh_provider_t *probe = dsh_provider_new (front, probe_id, 1);
+        if (!probe)
+            break;
+        dsh_provider_add_raw (probe, "{\"name\":\"testkit_probe\",\"parameters\":{\"type\":\"object\"}}",
+                              s_probe_handler, NULL);
+        dsh_provider_wait_ready (probe, (int) (give_up - zclock_mono ()));
+        //  Its events follow the broker's ask at once; a moment for the way
+        int64_t until = zclock_mono () + 500;
+        bool heard = false;
+        char kind [64], component [64];
+        while (!heard && s_event_read (sub, until < give_up? until: give_up, kind, sizeof (kind),
+                                       component, sizeof (component), &seq))
+            heard = streq (component, probe_id);
+        dsh_provider_destroy (&probe);
+        //  Its leaving is the last of its events, and of everything before
+        while (heard && !done && s_event_read (sub, give_up, kind, sizeof (kind), component,
+                                               sizeof (component), &seq))
+            done = streq (component, probe_id) && streq (kind, DSH_EV_LEFT);
+    }
+    if (!done)
+        zsock_destroy (&sub);
+    else
+    if (seq_p)
+        *seq_p = seq;
+    return sub;
+}
+
+int64_t
+dsh_testkit_in_flight (const char *front, const char *component)
+{
+    dsh_client_t *client = dsh_client_new (front);
+    char error [256];
+    dsh_reply_t *reply = client? dsh_client_request (client, DSH_STATS, NULL, 2000, error, sizeof (error)): NULL;
+    const msgpack_object *components = reply? dsh_map_get (dsh_reply_body (reply), "components"): NULL;
+    int64_t in_flight = -1;
+    for (uint32_t index = 0; components && components->type == MSGPACK_OBJECT_ARRAY
+                             && index < components->via.array.size; index++) {
+        const msgpack_object *row = &components->via.array.ptr [index];
+        const msgpack_object *id = dsh_map_get (row, "id");
+        const msgpack_object *count = dsh_map_get (row, "inFlight");
+        if (id && id->type == MSGPACK_OBJECT_STR && id->via.str.size == strlen (component)
+        &&  memcmp (id->via.str.ptr, component, id->via.str.size) == 0
+        &&  count && count->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            in_flight = (int64_t) count->via.u64;
+    }
+    dsh_reply_destroy (&reply);
+    dsh_client_destroy (&client);
+    return in_flight;
+}
+
+int
+dsh_testkit_wait_in_flight (const char *front, const char *component, size_t count, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (dsh_testkit_in_flight (front, component) < (int64_t) count) {
+        if (zclock_mono () >= give_up)
+            return -1;
+        zclock_sleep (20);
+    }
+    return 0;
+}
+
+bool
+dsh_testkit_long (void)
+{
+    const char *value = getenv ("DSH_TEST_LONG");
+    return value && streq (value, "1");
+}

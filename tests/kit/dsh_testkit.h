@@ -122,4 +122,36 @@ const char *
     dsh_testkit_send_json (dsh_client_t *client, const char *call_id, const char *name, const char *args,
                            int timeout_ms);
 
+//  A PUB on a broker's announce endpoint (from its WELCOME) that the
+//  broker's SUB has subscribed to: an XPUB, returned once the broker's
+//  subscription has arrived, so nothing sent on it is dropped as a slow
+//  joiner's would be. NULL if it did not come within timeout_ms.
+zsock_t *
+    dsh_testkit_announce_pub (const char *announce, int timeout_ms);
+
+//  A SUB on the events of the broker at front (from its WELCOME),
+//  subscribed to prefix, once the subscription is proven live: a probe
+//  component joins (again under a new id until one of its events is
+//  heard) and leaves, and its events are read and dropped. *seq_p (if not
+//  NULL) is the seq of the last of them, so the next event the test reads
+//  is seq + 1. NULL on timeout.
+zsock_t *
+    dsh_testkit_events (const char *front, const char *prefix, uint64_t *seq_p, int timeout_ms);
+
+//  The broker's count of calls sent to component and not yet answered by
+//  it (STATS, "components", "inFlight"); -1 if the broker does not answer
+//  or does not list the component.
+int64_t
+    dsh_testkit_in_flight (const char *front, const char *component);
+
+//  Poll STATS until component has at least count calls in flight at it
+//  (the calls have reached it, not just the broker). 0, or -1 on timeout.
+int
+    dsh_testkit_wait_in_flight (const char *front, const char *component, size_t count, int timeout_ms);
+
+//  True in the long suite (DSH_TEST_LONG=1): a test runs its long variant
+//  (a bigger soak, a bigger flood) where it has one.
+bool
+    dsh_testkit_long (void);
+
 #endif
