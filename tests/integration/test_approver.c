@@ -32,8 +32,11 @@
 #define FS          "components/fs/dsh-fs"
 #define CLI         "components/cli/dsh"
 #define CLI_WAIT_MS 15000
-#define AT_ONCE_MS  1500            //  "refused at once", with room for a loaded machine
-#define NOTICED_MS  2000            //  an approver killed -9 counts as gone by then
+//  Bounds against what a wrong stage would do, hold the call to its 30 s
+//  deadline: a third of that, so that they hold on a loaded machine and
+//  under a sanitizer, and still tell "at once" from "held"
+#define AT_ONCE_MS  10000           //  "refused at once"
+#define NOTICED_MS  10000           //  an approver killed -9 counts as gone by then
 
 #define REFUSED     "Error: tool \"write_file\" requires approval"
 #define ABANDONED   "Error: tool \"write_file\" requires approval (every approver went away before deciding)"

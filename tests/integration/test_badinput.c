@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <arpa/inet.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include "dsh.h"
@@ -251,9 +252,8 @@ static void
 test_announce_battery (void **state)
 {
     (void) state;
-    zsock_t *pub = zsock_new (ZMQ_PUB);
-    zsock_connect (pub, "%s", fixture.announce);
-    zclock_sleep (300);         //  until the broker's SUB has subscribed
+    zsock_t *pub = dsh_testkit_announce_pub (fixture.announce, 5000);
+    assert_non_null (pub);
     const char huge_array [] = "\xdd\xff\xff\xff\xff";
     zchunk_t *deep = s_deep (40);
     zchunk_t *bad_types = s_pack ("{\"component\": 12, \"generation\": \"one\"}");
@@ -299,9 +299,8 @@ test_work_battery (void **state)
     (void) state;
     //  A fake component: announces by hand, then answers a call with garbage
     zsock_t *work = s_dealer (fixture.work, "faker");
-    zsock_t *pub = zsock_new (ZMQ_PUB);
-    zsock_connect (pub, "%s", fixture.announce);
-    zclock_sleep (300);
+    zsock_t *pub = dsh_testkit_announce_pub (fixture.announce, 5000);
+    assert_non_null (pub);
     zchunk_t *announce = s_pack (
         "{\"component\": \"faker\", \"generation\": 1, \"tools\": ["
         " {\"name\": \"fake_tool\", \"parameters\": {\"type\": \"object\"}}]}");
@@ -368,6 +367,23 @@ test_work_battery (void **state)
     s_assert_still_serving ();
 }
 
+//  Reads fd until its peer closes it: true, or false after timeout_ms.
+static bool
+s_wait_dropped (int fd, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (zclock_mono () < give_up) {
+        struct pollfd ready = { .fd = fd, .events = POLLIN };
+        if (poll (&ready, 1, (int) (give_up - zclock_mono ())) <= 0)
+            continue;
+        char buffer [256];
+        ssize_t size = read (fd, buffer, sizeof (buffer));
+        if (size <= 0)
+            return true;
+    }
+    return false;
+}
+
 //  Raw bytes that are not ZMTP at all, to every port.
 static void
 test_raw_bytes_every_socket (void **state)
@@ -383,7 +399,10 @@ test_raw_bytes_every_socket (void **state)
         assert_int_equal (connect (fd, (struct sockaddr *) &address, sizeof (address)), 0);
         const char junk [] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff";
         assert_true (write (fd, junk, sizeof (junk)) > 0);
-        zclock_sleep (50);
+        //  Our end of the stream, then the broker's: once it closes, it has
+        //  read the junk and the end after it (its greeting may come first)
+        assert_int_equal (shutdown (fd, SHUT_WR), 0);
+        assert_true (s_wait_dropped (fd, 5000));
         close (fd);
     }
     s_assert_still_serving ();
@@ -427,7 +446,6 @@ test_chain_dispatch_refusals_leak_nothing (void **state)
         dsh_reply_destroy (&reply);
     }
     //  A tool whose only provider is gone (its WORK route never existed)
-    zsock_t *pub = zsock_new (ZMQ_PUB);
     dsh_client_t *probe = dsh_client_new (endpoint);
     dsh_reply_t *welcome = dsh_client_request (probe, DSH_HELLO, NULL, 5000, error, sizeof (error));
     assert_non_null (welcome);
@@ -435,8 +453,8 @@ test_chain_dispatch_refusals_leak_nothing (void **state)
     s_copy_str (dsh_reply_body (welcome), "announce", announce, sizeof (announce));
     dsh_reply_destroy (&welcome);
     dsh_client_destroy (&probe);
-    assert_int_equal (zsock_connect (pub, "%s", announce), 0);
-    zclock_sleep (200);
+    zsock_t *pub = dsh_testkit_announce_pub (announce, 5000);
+    assert_non_null (pub);
     zchunk_t *body = s_pack ("{\"component\": \"ghost\", \"generation\": 1, \"tools\": [{\"name\": \"haunt\","
                              " \"parameters\": {\"type\": \"object\"}}]}");
     for (int tries = 0; tries < 50 && dsh_testkit_wait_tools (endpoint, "haunt", 1, 100); tries++)

@@ -47,23 +47,13 @@ s_teardown (void **state)
     return 0;
 }
 
-//  A SUB on the broker's events, found by discovery.
+//  A SUB on the broker's events, found by discovery, its subscription
+//  live; *seq_p (if not NULL) is the seq of the last event before it.
 static zsock_t *
-s_subscribe (dsh_client_t *client)
+s_subscribe (fixture_t *fixture, uint64_t *seq_p)
 {
-    char error [256];
-    dsh_reply_t *welcome = dsh_client_request (client, DSH_HELLO, NULL, 5000, error, sizeof (error));
-    assert_non_null (welcome);
-    assert_string_equal (dsh_reply_command (welcome), DSH_WELCOME);
-    const msgpack_object *events = dsh_map_get (dsh_reply_body (welcome), "events");
-    assert_non_null (events);
-    char *endpoint = strndup (events->via.str.ptr, events->via.str.size);
-    zsock_t *sub = zsock_new_sub (endpoint, "");
+    zsock_t *sub = dsh_testkit_events (fixture->endpoint, "", seq_p, 10000);
     assert_non_null (sub);
-    free (endpoint);
-    dsh_reply_destroy (&welcome);
-    //  Slow joiner: let the subscription reach the broker before anything
-    zclock_sleep (200);
     return sub;
 }
 
@@ -106,14 +96,15 @@ static void
 test_announce_list_call_events (void **state)
 {
     fixture_t *fixture = (fixture_t *) *state;
-    zsock_t *sub = s_subscribe (fixture->client);
+    //  Events: numbered without gaps from the last one before ours
+    uint64_t last_seq = 0;
+    zsock_t *sub = s_subscribe (fixture, &last_seq);
     dsh_testproc_t *demo = dsh_testkit_component (DEMO, fixture->endpoint, "demo-a", NULL);
     assert_non_null (demo);
     assert_int_equal (dsh_testkit_wait_tools (fixture->endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 5000), 0);
 
     //  Events: four registrations and the join, numbered without gaps
     const char *expected [] = { "echo", "sleep_ms", "tick", "count", "fail", "sample_content" };
-    uint64_t last_seq = 0;
     size_t registered = 0;
     bool joined = false;
     for (int count = 0; count < DSH_TESTKIT_DEMO_TOOLS + 1; count++) {
@@ -258,7 +249,7 @@ test_kill_with_call_in_flight (void **state)
     fixture_t *fixture = (fixture_t *) *state;
     dsh_testproc_t *demo = dsh_testkit_component (DEMO, fixture->endpoint, "doomed", NULL);
     assert_int_equal (dsh_testkit_wait_tools (fixture->endpoint, "sleep_ms", 1, 5000), 0);
-    zsock_t *sub = s_subscribe (fixture->client);
+    zsock_t *sub = s_subscribe (fixture, NULL);
 
     msgpack_sbuffer args;
     char error [256];
@@ -267,7 +258,8 @@ test_kill_with_call_in_flight (void **state)
                                              NULL, NULL, 0, 60000);
     msgpack_sbuffer_destroy (&args);
     assert_non_null (sent);
-    zclock_sleep (300);             //  the call is in the handler now
+    //  The call is at the component, in its handler
+    assert_int_equal (dsh_testkit_wait_in_flight (fixture->endpoint, "doomed", 1, 10000), 0);
     dsh_testproc_signal (demo, SIGKILL);
 
     //  Expiry is 3 x 200 ms; the answer must come long before the call's own deadline
@@ -305,6 +297,24 @@ s_other_echo (dsh_call_t *call, dsh_result_t *result, void *arg)
     return 0;
 }
 
+//  Waits until tool name has providers providers; fails at 10 s.
+static void
+s_wait_providers (fixture_t *fixture, const char *name, size_t providers)
+{
+    char error [256];
+    int64_t give_up = zclock_mono () + 10000;
+    size_t have = 0;
+    while (have != providers && zclock_mono () < give_up) {
+        dsh_reply_t *reply = dsh_client_request (fixture->client, DSH_GET, name, 1000, error, sizeof (error));
+        if (reply && streq (dsh_reply_command (reply), DSH_TOOL))
+            have = dsh_map_get (dsh_reply_body (reply), "providers")->via.array.size;
+        dsh_reply_destroy (&reply);
+        if (have != providers)
+            zclock_sleep (50);      //  the poll's interval
+    }
+    assert_int_equal (have, providers);
+}
+
 static void
 test_replicas_and_conflicts (void **state)
 {
@@ -315,18 +325,7 @@ test_replicas_and_conflicts (void **state)
     assert_non_null (second);
 
     //  Same name, same schema: both provide it
-    char error [256];
-    int64_t give_up = zclock_mono () + 5000;
-    size_t providers = 0;
-    while (providers < 2 && zclock_mono () < give_up) {
-        dsh_reply_t *reply = dsh_client_request (fixture->client, DSH_GET, "echo", 1000, error, sizeof (error));
-        if (reply && streq (dsh_reply_command (reply), DSH_TOOL))
-            providers = dsh_map_get (dsh_reply_body (reply), "providers")->via.array.size;
-        dsh_reply_destroy (&reply);
-        if (providers < 2)
-            zclock_sleep (50);
-    }
-    assert_int_equal (providers, 2);
+    s_wait_providers (fixture, "echo", 2);
 
     //  Same name, another schema: refused, the owners keep it, and the
     //  refused component is told why
@@ -348,7 +347,7 @@ test_replicas_and_conflicts (void **state)
 
     //  One replica dies; once it expires the other serves every call
     dsh_testproc_signal (first, SIGKILL);
-    zclock_sleep (1000);
+    s_wait_providers (fixture, "echo", 1);
     for (int count = 0; count < 20; count++) {
         reply = s_call (fixture->client, "echo", "{\"message\":\"survivor\"}");
         assert_false (dsh_reply_is_error (reply));

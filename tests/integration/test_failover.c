@@ -64,6 +64,18 @@ s_call_ok (dsh_client_t *client, const char *name, const char *args, const char 
     dsh_reply_destroy (&reply);
 }
 
+//  A PING on client, which must be answered.
+static void
+s_ping (dsh_client_t *client)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_request (client, DSH_PING, NULL, 10000, error, sizeof (error));
+    if (!reply)
+        fail_msg ("PING: %s", error);
+    assert_string_equal (dsh_reply_command (reply), DSH_PONG);
+    dsh_reply_destroy (&reply);
+}
+
 //  One broker, killed or frozen with a call in flight: BROKER_GONE within
 //  the window plus the client's first ping, not at the 30 s deadline.
 static void
@@ -80,7 +92,10 @@ s_broker_goes (int signal)
 
     //  A first call teaches the client nothing; the broker is simply there
     char *call_id = s_send (client, "sleep_ms", "{\"ms\": 20000}", 30000);
-    zclock_sleep (1500);            //  long enough for a liveness PING and its PONG
+    //  The client has the broker's window: it asked with its first call,
+    //  and the PONG to a PING of ours, sent after, comes after that answer
+    s_ping (client);
+    assert_int_equal (dsh_testkit_wait_in_flight (endpoint, "demo-gone", 1, 10000), 0);
     dsh_testproc_signal (broker, signal);
     int64_t gone_at = zclock_mono ();
     dsh_reply_t *reply = s_result (client, call_id, 25000);
@@ -174,7 +189,8 @@ test_failover_retries_idempotent (void **state)
     //  sleep_ms is read-only and idempotent; tick is neither
     char *retried = s_send (client, "sleep_ms", "{\"ms\": 3000}", 20000);
     char *lost = s_send (client, "tick", "{\"ms\": 3000}", 20000);
-    zclock_sleep (500);             //  both running at the first broker
+    //  Both running at the first broker
+    assert_int_equal (dsh_testkit_wait_in_flight (pair.endpoint [0], "demo-a", 2, 10000), 0);
     dsh_testproc_signal (pair.broker [0], SIGKILL);
 
     dsh_reply_t *reply = s_result (client, lost, 15000);

@@ -47,18 +47,9 @@ s_bed (void)
     bed->broker = dsh_testkit_broker (S_HEARTBEAT_MS, NULL, bed->endpoint, sizeof (bed->endpoint));
     assert_non_null (bed->broker);
     bed->client = dsh_client_new (bed->endpoint);
-    char error [256];
-    dsh_reply_t *welcome = dsh_client_request (bed->client, DSH_HELLO, NULL, 5000, error, sizeof (error));
-    assert_non_null (welcome);
-    const msgpack_object *events = dsh_map_get (dsh_reply_body (welcome), "events");
-    assert_non_null (events);
-    char *endpoint = strndup (events->via.str.ptr, events->via.str.size);
-    bed->events = zsock_new_sub (endpoint, "component.");
+    //  Its subscription live before anything happens
+    bed->events = dsh_testkit_events (bed->endpoint, "component.", NULL, 10000);
     assert_non_null (bed->events);
-    free (endpoint);
-    dsh_reply_destroy (&welcome);
-    //  Slow joiner: let the subscription reach the broker before anything
-    zclock_sleep (200);
     return bed;
 }
 
@@ -270,7 +261,7 @@ test_refused_takes_over (void **state)
         served = reply && !dsh_reply_is_error (reply);
         dsh_reply_destroy (&reply);
         if (!served)
-            zclock_sleep (100);
+            zclock_sleep (100);     //  the poll's interval
     }
     assert_true (served);
     printf ("      owner killed: the refused process served a call after %" PRId64 " ms (heartbeat %d ms)\n",

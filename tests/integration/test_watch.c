@@ -188,7 +188,8 @@ test_late_watcher_is_gap_free (void **state)
                && dsh_watcher_seq (late->watcher) == seq;
     }
     assert_true (settled);
-    //  Still the same a moment later: nothing was in flight
+    //  Still the same a moment later: nothing was in flight. (A pause, not
+    //  a wait: what is tested is that nothing comes in it.)
     zclock_sleep (500);
     s_watched_drain (early, 0);
     s_watched_drain (late, 0);
