@@ -6,8 +6,10 @@
     in order; cancellation before, during and after a handler, and racing
     the result; deadlines; a replica killed mid-call (idempotent calls are
     retried, others get TOOL_GONE); component backpressure; progress, also
-    through a chain; and the soak: 100 000 calls with a replica killed and
-    restarted, exactly one reply each, the broker's memory flat.
+    through a chain; and the soak: 10 000 calls with a replica killed and
+    restarted, exactly one reply each, the broker's memory flat. The long
+    suite (DSH_TEST_LONG=1, see dsh_testkit_long) runs the soak alone, with
+    100 000 calls.
 
     The machine is shared and small: durations are asserted only against
     wide bounds that show parallel or exclusive execution, never speed.
@@ -26,10 +28,12 @@
 
 #define DEMO "components/demo/dsh-demo"
 
-//  The soak: calls, calls in flight, replicas, and the warm-up it is
-//  measured against.
-#define SOAK_CALLS          100000
-#define SOAK_WARMUP         10000
+//  The soak: calls (the long suite's, the normal suite's), calls in
+//  flight, replicas, and the warm-up it is measured against.
+#define SOAK_CALLS_LONG     100000
+#define SOAK_WARMUP_LONG    10000
+#define SOAK_CALLS_SHORT    10000
+#define SOAK_WARMUP_SHORT   2000
 #define SOAK_IN_FLIGHT      64
 #define SOAK_REPLICAS       4
 #define SOAK_LIMIT_MS       240000
@@ -273,7 +277,7 @@ test_cancel_before_and_during (void **state)
 
     //  During: the handler is running and stops
     char *running = s_send (client, "running", "sleep_ms", "{\"ms\": 5000}", 20000);
-    zclock_sleep (300);
+    assert_int_equal (dsh_testkit_wait_in_flight (fixture->endpoint, "single", 1, 10000), 0);
     started = zclock_mono ();
     assert_int_equal (dsh_client_cancel (client, running), 0);
     dsh_reply_t *reply = s_recv (client, 3000);
@@ -401,7 +405,16 @@ test_replica_killed_idempotent (void **state)
         char *sent = s_send (fixture->client, call_id, "sleep_ms", "{\"ms\": 2000}", 30000);
         zstr_free (&sent);
     }
-    zclock_sleep (300);
+    //  All six at the replicas, some of them at r1
+    int64_t give_up = zclock_mono () + 10000;
+    int64_t at_r1 = 0, at_r2 = 0;
+    while ((at_r1 < 1 || at_r1 + at_r2 < 6) && zclock_mono () < give_up) {
+        at_r1 = dsh_testkit_in_flight (fixture->endpoint, "r1");
+        at_r2 = dsh_testkit_in_flight (fixture->endpoint, "r2");
+        if (at_r1 < 1 || at_r1 + at_r2 < 6)
+            zclock_sleep (20);      //  the poll's interval
+    }
+    assert_true (at_r1 >= 1 && at_r1 + at_r2 == 6);
     int64_t killed = zclock_mono ();
     dsh_testproc_signal (first, SIGKILL);
 
@@ -436,7 +449,8 @@ test_replica_killed_not_idempotent (void **state)
     //  Two ticks: one lands on each replica; r1 dies with its tick running
     char *one = s_send (fixture->client, "tick-1", "tick", "{\"ms\": 3000}", 30000);
     char *two = s_send (fixture->client, "tick-2", "tick", "{\"ms\": 3000}", 30000);
-    zclock_sleep (300);
+    assert_int_equal (dsh_testkit_wait_in_flight (fixture->endpoint, "r1", 1, 10000), 0);
+    assert_int_equal (dsh_testkit_wait_in_flight (fixture->endpoint, "r2", 1, 10000), 0);
     dsh_testproc_signal (first, SIGKILL);
 
     //  The tick on r1 cannot be run again: TOOL_GONE once r1 expires
@@ -741,20 +755,22 @@ test_soak (void **state)
         soak.replicas [index] = s_demo (fixture, id, NULL);
     }
     s_wait_providers (fixture, "echo", SOAK_REPLICAS);
-    soak.replies = (uint8_t *) zmalloc (SOAK_CALLS);
+    size_t calls = dsh_testkit_long ()? SOAK_CALLS_LONG: SOAK_CALLS_SHORT;
+    size_t warmup = dsh_testkit_long ()? SOAK_WARMUP_LONG: SOAK_WARMUP_SHORT;
+    soak.replies = (uint8_t *) zmalloc (calls);
     pid_t broker = dsh_testproc_pid (fixture->broker);
 
-    int64_t warmup_ms = s_pump (&soak, 'w', SOAK_WARMUP, 0);
+    int64_t warmup_ms = s_pump (&soak, 'w', warmup, 0);
     assert_int_equal (soak.errors, 0);
     long warm_rss = s_rss_kb (broker);
 
-    int64_t soak_ms = s_pump (&soak, 's', SOAK_CALLS, SOAK_CALLS * 2 / 5);
+    int64_t soak_ms = s_pump (&soak, 's', calls, calls * 2 / 5);
     long soak_rss = s_rss_kb (broker);
-    printf ("      soak: warm-up %d calls in %" PRId64 " ms; %d calls (%d in flight, %d replicas, one killed "
+    printf ("      soak: warm-up %zu calls in %" PRId64 " ms; %zu calls (%d in flight, %d replicas, one killed "
             "and restarted) in %" PRId64 " ms = %.0f calls/s; %zu errors: TOOL_GONE %zu expired, %zu not "
             "connected; TIMEOUT %zu\n",
-            SOAK_WARMUP, warmup_ms, SOAK_CALLS, SOAK_IN_FLIGHT, SOAK_REPLICAS, soak_ms,
-            SOAK_CALLS * 1000.0 / (double) (soak_ms? soak_ms: 1), soak.errors, soak.expired,
+            warmup, warmup_ms, calls, SOAK_IN_FLIGHT, SOAK_REPLICAS, soak_ms,
+            (double) calls * 1000.0 / (double) (soak_ms? soak_ms: 1), soak.errors, soak.expired,
             soak.unconnected, soak.timeouts);
     printf ("      broker VmRSS: %ld KiB after the warm-up, %ld KiB after the soak (%+ld KiB)\n",
             warm_rss, soak_rss, soak_rss - warm_rss);
@@ -778,6 +794,9 @@ int
 main (void)
 {
     zsys_init ();
+    //  The long suite's run is the full soak, and nothing the normal suite ran
+    if (dsh_testkit_long ())
+        cmocka_set_test_filter ("test_soak");
     const struct CMUnitTest tests [] = {
         cmocka_unit_test_setup_teardown (test_batch_parallel_and_exclusive, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_cancel_before_and_during, s_setup, s_teardown),

@@ -1,8 +1,8 @@
 /*  =========================================================================
     test_resync - watchers follow brokers that restart and fail
 
-    A broker killed (-9) and started again, 20 times, on its front
-    endpoint, its tools re-announced by a component that kept running: a
+    A broker killed (-9) and started again, 5 times (20 in the long
+    suite, DSH_TEST_LONG=1), on its front endpoint, its tools re-announced by a component that kept running: a
     watcher that ran throughout has, after every restart, a snapshot of the
     new broker instance and the new broker's exact tool list. So has a
     `dsh watch` process that was stopped (SIGSTOP) while the broker
@@ -26,7 +26,8 @@
 
 #define DEMO            "components/demo/dsh-demo"
 #define HEARTBEAT       "500"
-#define RESTARTS        20
+#define RESTARTS_SHORT  5       //  broker restarts in a row; the long suite's:
+#define RESTARTS_LONG   20
 #define SETTLE_MS       20000   //  a generous bound for one resync; never a timing assertion
 
 //  A broker's four endpoints, as it printed them.
@@ -268,7 +269,8 @@ test_restarts_resync (void **state)
     //  The same four endpoints each time: the component, still running,
     //  finds the new broker by itself and announces its tools again
     size_t resynced = 0, printed_resynced = 0;
-    for (int cycle = 0; cycle < RESTARTS; cycle++) {
+    const int restarts = dsh_testkit_long ()? RESTARTS_LONG: RESTARTS_SHORT;
+    for (int cycle = 0; cycle < restarts; cycle++) {
         json_int_t old_epoch = epoch;
         dsh_testproc_signal (printed.process, SIGSTOP);
         s_broker_kill (&broker);
@@ -291,9 +293,9 @@ test_restarts_resync (void **state)
                            cycle + 1, (long long) printed.epoch, (long long) epoch);
     }
     print_message ("the watcher resynced after %zu of %d restarts, dsh watch (stopped meanwhile) after %zu\n",
-                   resynced, RESTARTS, printed_resynced);
-    assert_int_equal (resynced, RESTARTS);
-    assert_int_equal (printed_resynced, RESTARTS);
+                   resynced, restarts, printed_resynced);
+    assert_int_equal (resynced, restarts);
+    assert_int_equal (printed_resynced, restarts);
 
     json_decref (printed.names);
     dsh_testproc_destroy (&printed.process);
@@ -331,11 +333,13 @@ test_call_across_restart (void **state)
     dsh_testproc_t *broker = s_broker_start (&any, &fixed);
     dsh_testproc_t *demo = dsh_testkit_component (DEMO, fixed.front, "restart-demo", NULL);
     assert_non_null (demo);
+    assert_int_equal (dsh_testkit_wait_tools (fixed.front, "sleep_ms", 1, 10000), 0);
     dsh_client_t *client = dsh_client_new (fixed.front);
     assert_non_null (client);
     const char *sent = dsh_testkit_send_json (client, "across", "sleep_ms", "{\"ms\": 3000}", 60000);
     assert_non_null (sent);
-    zclock_sleep (500);
+    //  In flight: at the component when the broker goes
+    assert_int_equal (dsh_testkit_wait_in_flight (fixed.front, "restart-demo", 1, 10000), 0);
     s_broker_kill (&broker);
     endpoints_t bound;
     broker = s_broker_start (&fixed, &bound);
@@ -467,6 +471,9 @@ int
 main (void)
 {
     zsys_init ();
+    //  The long suite's run is the long restart series, and nothing else
+    if (dsh_testkit_long ())
+        cmocka_set_test_filter ("test_restarts_resync");
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_bad_list),
         cmocka_unit_test (test_failover),
