@@ -1792,6 +1792,9 @@ s_stats_table (json_t *stats)
                 JSON_INTEGER_FORMAT " %9s %9s\n", width, width, json_string_value (json_object_get (tool, "name")),
                 s_stats_int (tool, "replicas"), calls, errors, s_stats_int (tool, "inFlight"), p50, p99);
     }
+    if (json_array_size (tools))
+        printf ("(P50 and P99 are estimates: the broker keeps counts per latency bucket, and a quantile\n"
+                " is interpolated within its bucket, as Prometheus's histogram_quantile does)\n");
     json_t *components = json_object_get (stats, "components");
     width = s_stats_width (components, "id", "COMPONENT");
     printf ("\n%-*s %10s %9s %16s\n", width, "COMPONENT", "SERVED", "IN FLIGHT", "HEARTBEAT AGE ms");

@@ -249,6 +249,9 @@ def test_using_it(code, env, work):
             if expected is None:
                 if rc != 0:
                     fail("using-it", "%r: exit %s: %s" % (command, rc, (err or out).strip()[:300]))
+                if "--agent reviewer-1" in command and ("write_file" in out or "read_file" not in out):
+                    fail("using-it", "%r: the schemas are not filtered for a read-only agent: %s"
+                         % (command, out.strip()[:300]))
                 continue
             said = result_text(out) + "\n" + err
             if rc == 0 or expected not in said:
