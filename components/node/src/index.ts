@@ -14,8 +14,10 @@ export type { CallOptions, ClientOptions, Progress, ToolEntry } from './client.j
 export { Watcher } from './watcher.js';
 export type { ChangeEvent, Refusal, SnapshotNotice } from './watcher.js';
 export { Component } from './component.js';
-export type { ComponentOptions, ToolExecution, ToolHandler } from './component.js';
+export type { ComponentOptions, ComponentRefusal, ToolExecution, ToolHandler } from './component.js';
 export { loadCurve } from './curve.js';
 export type { CurveKeys, CurveOptions } from './curve.js';
+export { DshTools, DshTools as default } from './cordis.js';
+export type { PendingExecution } from './cordis.js';
 export { DshError, errorResult } from './wire.js';
 export type { CallResult, ContentBlock, ErrorInfo } from './wire.js';
