@@ -206,12 +206,7 @@ s_watchdog (void *args)
         tick_ms = 1000;
     pthread_mutex_lock (&self->lock);
     while (!self->stopping) {
-        struct timespec until;
-        clock_gettime (CLOCK_MONOTONIC, &until);
-        until.tv_nsec += tick_ms * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait (&self->wake, &self->lock, &until);
+        dsh_http_timedwait (&self->wake, &self->lock, tick_ms);
         int64_t now = zclock_mono ();
         for (s_connection_t *watched = (s_connection_t *) zlistx_first (self->connections); watched;
              watched = (s_connection_t *) zlistx_next (self->connections))
@@ -426,4 +421,15 @@ dsh_http_read_token (const char *path, char *error, size_t error_size)
         return NULL;
     }
     return strdup (token);
+}
+
+void
+dsh_http_timedwait (pthread_cond_t *cond, pthread_mutex_t *lock, int64_t ms)
+{
+    struct timespec until;
+    clock_gettime (CLOCK_MONOTONIC, &until);
+    until.tv_nsec += ms * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait (cond, lock, &until);
 }

@@ -19,6 +19,8 @@
 #define DSH_HTTP_H_INCLUDED
 
 #include <microhttpd.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/socket.h>
@@ -101,6 +103,11 @@ bool
 //  cannot be read or holds no usable token.
 char *
     dsh_http_read_token (const char *path, char *error, size_t error_size);
+
+//  Wait on cond (made with a CLOCK_MONOTONIC condattr), lock held, for at
+//  most ms: the tick of the servers' housekeeping threads.
+void
+    dsh_http_timedwait (pthread_cond_t *cond, pthread_mutex_t *lock, int64_t ms);
 
 #ifdef __cplusplus
 }

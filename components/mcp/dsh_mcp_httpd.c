@@ -701,12 +701,7 @@ s_housekeeper (void *args)
     dsh_mcp_httpd_t *self = (dsh_mcp_httpd_t *) args;
     pthread_mutex_lock (&self->lock);
     while (!self->stopping) {
-        struct timespec until;
-        clock_gettime (CLOCK_MONOTONIC, &until);
-        until.tv_nsec += HOUSEKEEPING_TICK_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
-        pthread_cond_timedwait (&self->wake, &self->lock, &until);
+        dsh_http_timedwait (&self->wake, &self->lock, HOUSEKEEPING_TICK_MS);
         if (self->stopping)
             break;
         int64_t now = zclock_mono ();
