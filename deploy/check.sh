@@ -54,6 +54,12 @@ PY
     skipped=$((skipped + skip))
 }
 
+#  How long each step took, on its own line, so a CI log says where the
+#  time goes
+step () {
+    echo "== step done: $1 (${SECONDS} s since the start)"
+}
+
 run () {
     local dir="$1" logbase="$2"; shift 2
     echo "== $dir ($logbase): meson test $*"
@@ -68,13 +74,18 @@ run () {
 }
 
 ./deploy/build.sh build
+step "plain build"
 run build plain
+step "plain tests"
 
 ./deploy/build.sh build-sanitize -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
+step "sanitizer build"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     run build-sanitize sanitize --no-suite netns --no-suite python --no-suite node --no-suite bench
+step "sanitizer tests"
 
 run build valgrind --suite unit --wrapper "valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99"
+step "unit tests under valgrind"
 
 if [ "$long" = 1 ]; then
     run build long --setup long --suite long
@@ -91,6 +102,7 @@ if ./deploy/fuzz.sh "$fuzz_seconds"; then
 else
     failed=$((failed + 1))
 fi
+step "fuzz"
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
