@@ -1,21 +1,27 @@
 #!/usr/bin/env bash
-#  Installs what is missing, builds, and runs every test three ways: a plain
-#  build, an address+undefined sanitizer build, and the unit tests under
+#  Installs what is missing, builds, and runs every test: each suite once,
+#  in the build where it checks the most; the unit tests also under
 #  valgrind; then each libFuzzer target for a few seconds (one pass or
-#  failure). The netns suite (the multi-host bed; root only, else skipped)
-#  runs in the plain build alone: it measures recovery times, which a
-#  sanitizer's slowdown would only blur. The python and node suites test
-#  those languages' libraries and run in the plain build alone too: the C
-#  they talk to is under the sanitizer in every other suite (conformance
-#  drives all three languages there). bench-quick, a smoke run of the
-#  benchmark, runs in the plain build alone as well: the parallel and fair
-#  suites put the same broker load under the sanitizer; so does beacon-netns
-#  (in the netns suite too: test_discovery has its C under the sanitizer).
-#  The long suite (README, Tests: the 100 000-call soak, 20 broker
-#  restarts, the long partitions and loss runs) is left out; with --long it
-#  runs after the rest, in the plain build, and then every fuzz target runs
-#  for LONG_FUZZ_SECONDS (default 60) instead of 5. Ends with one line:
-#  "N passed, N failed, N skipped".
+#  failure). Ends with one line: "N passed, N failed, N skipped".
+#
+#  - The address+undefined sanitizer build runs the unit, integration, mcp,
+#    monitor and conformance suites: every C program they start runs under
+#    the sanitizers (conformance drives all three languages there).
+#  - The plain build runs what a sanitizer's slowdown would only blur or
+#    what is not C: the netns suite (the multi-host bed, root only, else
+#    skipped: it measures recovery times), the python and node suites (the
+#    C they talk to is under the sanitizer elsewhere), bench-quick, the
+#    README's blocks (a C example compiled against libdsh as a user would),
+#    and the integration suite again at full speed, where races that the
+#    sanitizer's pace hides show.
+#  - The netns suite runs one test at a time and mostly waits (partitions,
+#    heal windows, relays): meanwhile the sanitizer suites run, and the fuzz
+#    targets are built, at a lower priority (nice 10), so that they never
+#    delay the bed's relays and timers. Each step says how long it took.
+#  - The long suite (README, Tests: the 100 000-call soak, 20 broker
+#    restarts, the long partitions and loss runs) is left out; with --long
+#    it runs after the rest, in the plain build, and then every fuzz target
+#    runs for LONG_FUZZ_SECONDS (default 60) instead of 5.
 #
 #  Usage: deploy/check.sh [--long]
 set -euo pipefail
@@ -74,15 +80,30 @@ run () {
 }
 
 ./deploy/build.sh build
-step "plain build"
-run build plain
-step "plain tests"
-
 ./deploy/build.sh build-sanitize -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
-step "sanitizer build"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    run build-sanitize sanitize --no-suite netns --no-suite python --no-suite node --no-suite bench
-step "sanitizer tests"
+step "plain and sanitizer builds"
+
+sanitize_out=build-sanitize/meson-logs/sanitize.out
+mkdir -p build-sanitize/meson-logs
+rm -f build-sanitize/meson-logs/sanitize*.json
+(
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        nice -n 10 meson test -C build-sanitize --print-errorlogs --num-processes 2 --logbase sanitize \
+        --no-suite netns --no-suite python --no-suite node --no-suite bench --no-suite readme || true
+    nice -n 10 ./deploy/fuzz.sh --build || true
+) >"$sanitize_out" 2>&1 &
+background=$!
+run build netns --suite netns
+step "netns suite (plain), beside the sanitizer suites"
+wait "$background" || true
+echo "== build-sanitize (sanitize): meson test, beside the netns suite"
+cat "$sanitize_out"
+sanitize_log=$(ls -t build-sanitize/meson-logs/sanitize*.json 2>/dev/null | head -n 1)
+tally "${sanitize_log:-/nonexistent}"
+step "sanitizer suites and the fuzz build"
+
+run build plain --no-suite netns --no-suite unit --no-suite mcp --no-suite monitor --no-suite conformance
+step "plain suites"
 
 run build valgrind --suite unit --wrapper "valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99"
 step "unit tests under valgrind"

@@ -8,6 +8,7 @@
 #
 #  Usage: deploy/fuzz.sh [SECONDS]            (default 60)
 #         FUZZ_TARGETS="body call" deploy/fuzz.sh 30
+#         deploy/fuzz.sh --build               (build the targets only)
 #
 #  A finding is left as build-fuzz/fuzz/<target>/crash-* (or leak-*,
 #  timeout-*); replay it with build-fuzz/tests/fuzz/fuzz_<target> FILE.
@@ -31,6 +32,7 @@ if [ ! -f "$dir/build.ninja" ]; then
         -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
 fi
 ninja -C "$dir" tests/fuzz/dsh-fuzz-seeds $(printf "tests/fuzz/fuzz_%s " "${targets[@]}") >/dev/null
+[ "$seconds" = "--build" ] && exit 0
 
 seeds="$dir/fuzz/seeds"
 rm -rf "$seeds"
