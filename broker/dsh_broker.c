@@ -15,6 +15,7 @@
 #include "dsh_registry.h"
 
 #include <malloc.h>
+#include <unistd.h>
 #if DSH_HAVE_SYSTEMD
 #   include <systemd/sd-daemon.h>
 #endif
@@ -44,6 +45,8 @@ s_usage (FILE *out)
         "      --max-tool-bytes N   largest tool entry a component may announce (default %d)\n"
         "      --max-tools N        tools one component may provide (default %d)\n"
         "      --events-queue-bytes N  change events queued per subscriber, in bytes (default %d)\n"
+        "      --io-threads N       ZeroMQ I/O threads (default 0: one per CPU, at most 16;\n"
+        "                           $ZSYS_IO_THREADS overrides the default)\n"
         "      --cert FILE          the broker's certificate; turns CURVE on\n"
         "                           (default $DSH_CERT, else none: CURVE off)\n"
         "      --allow DIR          allow-list: the public certificates that may connect\n"
@@ -90,7 +93,7 @@ s_flag_key (const char *flag)
         { "--max-message-bytes", "max_message_bytes" }, { "--queue-limit", "queue_limit" },
         { "--cert", "certificate" }, { "--allow", "allow" },
         { "--max-tool-bytes", "max_tool_bytes" }, { "--max-tools", "max_tools" },
-        { "--events-queue-bytes", "events_queue_bytes" },
+        { "--events-queue-bytes", "events_queue_bytes" }, { "--io-threads", "io_threads" },
     };
     for (size_t index = 0; index < sizeof (flags) / sizeof (flags [0]); index++)
         if (streq (flag, flags [index][0]))
@@ -210,6 +213,19 @@ main (int argc, char *argv [])
     }
 
     dsh_config_derive (config);
+    //  Every connection's I/O (TCP, CURVE, heartbeats) runs on libzmq's I/O
+    //  threads, one by default: at 1 000 components and as many watchers
+    //  one thread was the broker's bottleneck. One per CPU, unless the
+    //  config or $ZSYS_IO_THREADS says otherwise; before any socket
+    size_t io_threads = (size_t) config->io_threads;
+    if (io_threads == 0 && !getenv ("ZSYS_IO_THREADS")) {
+        long cpus = sysconf (_SC_NPROCESSORS_ONLN);
+        io_threads = cpus < 1? 1: cpus > 16? 16: (size_t) cpus;
+    }
+    if (io_threads)
+        zsys_set_io_threads (io_threads);
+    else
+        io_threads = (size_t) atoi (getenv ("ZSYS_IO_THREADS"));
     if (dsh_config_secure (config, error, sizeof (error))) {
         fprintf (stderr, "dsh-broker: %s\n", error);
         dsh_config_destroy (&config);
@@ -265,8 +281,8 @@ main (int argc, char *argv [])
         if (beacon)
             printf ("dsh-broker: beacon on UDP port %d every %d ms (interface %s)\n", config->beacon_port,
                     config->beacon_interval_ms, *zsys_interface ()? zsys_interface (): "the first broadcast one");
-        printf ("dsh-broker: events queue %d events per subscriber (%zu bytes at most each)\n",
-                dsh_config_events_hwm (config), dsh_config_largest_event (config));
+        printf ("dsh-broker: events queue %d events per subscriber (events_queue_bytes / 4096); "
+                "%zu I/O threads\n", dsh_config_events_hwm (config), io_threads);
         if (config->chain) {
             printf ("dsh-broker: chain:");
             for (zconfig_t *stage = zconfig_child (config->chain); stage; stage = zconfig_next (stage))

@@ -59,6 +59,7 @@ struct _dsh_catalog_t {
     zhashx_t *refused;          //  name -> zlistx of ids refused that name
     zlistx_t *resync;           //  ids to ask for a new announcement
     uint64_t seq;
+    uint64_t version;               //  changes with anything a SNAPSHOT shows
     size_t max_tool_bytes;      //  largest canonical entry taken
     size_t max_tools;           //  tools one component may provide
 };
@@ -377,6 +378,7 @@ dsh_catalog_announce (dsh_catalog_t *self, const char *component, uint64_t gener
     assert (tools && tools->type == MSGPACK_OBJECT_ARRAY);
     assert (events);
     assert (refusals);
+    self->version++;
 
     s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
     bool joined = record == NULL;
@@ -532,6 +534,7 @@ dsh_catalog_remove (dsh_catalog_t *self, const char *component, const char *reas
     s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
     if (!record)
         return -1;
+    self->version++;
     for (char *name = zlistx_first (record->tools); name; name = zlistx_next (record->tools)) {
         s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
         if (tool)
@@ -613,6 +616,14 @@ dsh_catalog_provider (dsh_catalog_t *self, const char *name, const char *except)
         }
     }
     return best;
+}
+
+bool
+dsh_catalog_reachable (dsh_catalog_t *self, const char *component)
+{
+    assert (self);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    return record && !record->unreachable_ms;
 }
 
 void
@@ -806,6 +817,13 @@ dsh_catalog_seq (dsh_catalog_t *self)
 {
     assert (self);
     return self->seq;
+}
+
+uint64_t
+dsh_catalog_version (dsh_catalog_t *self)
+{
+    assert (self);
+    return self->version;
 }
 
 size_t

@@ -152,6 +152,11 @@ const char *
 void
     dsh_catalog_unreachable (dsh_catalog_t *self, const char *component, int64_t now_ms);
 
+//  True if component is listed and not unreachable (dsh_catalog_unreachable
+//  since it last spoke on WORK).
+bool
+    dsh_catalog_reachable (dsh_catalog_t *self, const char *component);
+
 //  Count a call started on (+1) or finished by (-1) a component.
 void
     dsh_catalog_outstanding (dsh_catalog_t *self, const char *component, int delta);
@@ -215,6 +220,12 @@ int
 //  The sequence number of the latest event (0 before any).
 uint64_t
     dsh_catalog_seq (dsh_catalog_t *self);
+
+//  A number that changes whenever what dsh_catalog_pack_snapshot packs may
+//  have changed (seq does not: provider lists and generations change with
+//  no event), so that an encoded snapshot can be kept until it does.
+uint64_t
+    dsh_catalog_version (dsh_catalog_t *self);
 
 //  Number of tools.
 size_t

@@ -24,6 +24,7 @@ dsh_config_new (void)
     self->max_tool_bytes = 64 * 1024;
     self->max_tools = 1024;
     self->events_queue_bytes = 32 * 1024 * 1024;
+    self->snapshot_bytes_per_second = 256 * 1024 * 1024;
     self->max_queued = 50000;
     self->max_queued_bytes = 256 * 1024 * 1024;
     self->max_queued_per_caller = 10000;
@@ -142,6 +143,10 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_int (&self->max_tools, key, value, 1, 1000000, error, error_size);
     if (streq (key, "events_queue_bytes"))
         return s_set_int (&self->events_queue_bytes, key, value, 1024, INT_MAX, error, error_size);
+    if (streq (key, "snapshot_bytes_per_second"))
+        return s_set_int (&self->snapshot_bytes_per_second, key, value, 65536, INT_MAX, error, error_size);
+    if (streq (key, "io_threads"))
+        return s_set_int (&self->io_threads, key, value, 0, 64, error, error_size);
     if (streq (key, "max_queued"))
         return s_set_int (&self->max_queued, key, value, 1, 10000000, error, error_size);
     if (streq (key, "max_queued_bytes"))
@@ -257,30 +262,17 @@ dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error
     return rc;
 }
 
-//  What an event body holds besides its entry or its names: seq, epoch,
-//  kind, a component id, a tool name, a reason, their keys and headers,
-//  with room to spare
-#define S_EVENT_OVERHEAD 1024
-
-size_t
-dsh_config_largest_event (dsh_config_t *self)
-{
-    assert (self);
-    size_t tool_event = (size_t) self->max_tool_bytes;
-    //  A name in a component event's list: up to DSH_NAME_MAX bytes and a
-    //  str header of at most 2
-    size_t component_event = (size_t) self->max_tools * (DSH_NAME_MAX + 2);
-    return S_EVENT_OVERHEAD + (tool_event > component_event? tool_event: component_event);
-}
+//  The event size the events queue is sized on
+#define S_EVENT_TYPICAL 4096
 
 int
 dsh_config_events_hwm (dsh_config_t *self)
 {
     assert (self);
-    size_t hwm = (size_t) self->events_queue_bytes / dsh_config_largest_event (self);
-    if (hwm > (size_t) self->queue_limit)
-        hwm = (size_t) self->queue_limit;
-    return hwm > 0? (int) hwm: 1;
+    int hwm = self->events_queue_bytes / S_EVENT_TYPICAL;
+    if (hwm > self->queue_limit)
+        hwm = self->queue_limit;
+    return hwm > 0? hwm: 1;
 }
 
 //  The endpoint offset places from the front one.

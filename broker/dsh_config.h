@@ -34,6 +34,8 @@ typedef struct {
     int max_tool_bytes;         //  largest canonical tool entry taken
     int max_tools;              //  tools one component may provide
     int events_queue_bytes;     //  change events queued per subscriber, in bytes
+    int snapshot_bytes_per_second;  //  SNAPSHOT replies sent at most this fast
+    int io_threads;             //  libzmq I/O threads (0: one per CPU, at most 16)
     int max_queued;             //  calls held for busy components, all callers
     int max_queued_bytes;       //  ... their bytes
     int max_queued_per_caller;  //  calls held for one caller
@@ -75,16 +77,12 @@ int
 int
     dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error_size);
 
-//  The high-water mark of the events socket: as many of the largest event
-//  as fit in events_queue_bytes (at least 1), so that a subscriber that
-//  never reads holds at most that many bytes of events in the broker.
+//  The high-water mark of the events socket: as many events of 4 KiB (a
+//  typical tool event is a few hundred bytes) as fit in events_queue_bytes,
+//  at least 1 and at most queue_limit; 8192 by default, so that a burst of
+//  thousands of small events reaches a subscriber that is behind.
 int
     dsh_config_events_hwm (dsh_config_t *self);
-
-//  The largest change event the limits allow, in bytes: a tool entry of
-//  max_tool_bytes, or a component event naming max_tools tools.
-size_t
-    dsh_config_largest_event (dsh_config_t *self);
 
 //  Fill the announce, work and events endpoints not set, from the front
 //  endpoint: tcp port+1, +2, +3 (or "*" for "*"); ipc and inproc names get

@@ -42,6 +42,11 @@
 #define S_BATCH 64
 //  Memory freed since the last trim that is worth giving back
 #define S_TRIM_BYTES (4 * 1024 * 1024)
+//  SNAPSHOT replies: the budget holds this fraction of a second's bytes (a
+//  burst), a queue is served this often, and holds this many requests
+#define S_SNAPSHOT_BURSTS 10
+#define S_SNAPSHOT_TICK_MS 10
+#define S_SNAPSHOT_WAITING_MAX 10000
 
 typedef struct {
     zsock_t *pipe;
@@ -78,7 +83,42 @@ typedef struct {
     uint64_t late_results;      //  results for calls already answered
     uint64_t dropped_replies;   //  replies to callers that had gone
     uint64_t bad_messages;      //  malformed input, from anyone
+    int queue_limit;            //  every socket's high-water mark
+    //  SNAPSHOT: one encoding per catalog version, sent at a bounded rate
+    zchunk_t *snapshot;         //  the reply's entries after the id, or NULL
+    uint64_t snapshot_version;  //  the catalog version it shows, plus one
+    uint64_t snapshot_seq;      //  ... and the seq
+    size_t snapshot_pairs;      //  its entries
+    bool snapshot_ticking;      //  the timer that serves the queue runs
+    int snapshot_ticking_id;    //  ... its id
+    zlistx_t *snapshot_queue;   //  s_snapshot_wait_t, oldest first
+    zhashx_t *snapshot_waiting; //  routing id (hex) -> its entry in the queue
+    int64_t snapshot_rate;      //  bytes a second
+    int64_t snapshot_budget;    //  bytes that may go now (below 0: a debt)
+    int64_t snapshot_refilled;  //  when the budget was last refilled
+    uint64_t snapshots_queued;  //  requests that had to wait their turn
+    int64_t expired_at;         //  when the expiry check last ran
 } self_t;
+
+//  A SNAPSHOT request waiting its turn.
+typedef struct {
+    zmsg_t *envelope;           //  the route back to its sender
+    zchunk_t *id;               //  its id as sent (msgpack), or NULL
+    char *peer;                 //  the routing id, in hex (snapshot_waiting's key)
+} s_snapshot_wait_t;
+
+static void
+s_snapshot_wait_destroy (s_snapshot_wait_t **self_p)
+{
+    if (*self_p) {
+        s_snapshot_wait_t *self = *self_p;
+        zmsg_destroy (&self->envelope);
+        zchunk_destroy (&self->id);
+        zstr_free (&self->peer);
+        free (self);
+        *self_p = NULL;
+    }
+}
 
 //  A FRONT request, split.
 typedef struct {
@@ -153,10 +193,12 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
         //  own, so a second process under a live id is heard, and told
         zsock_set_router_mandatory (sock, 1);
     }
-    //  A connection whose peer vanished without a word (a host that
-    //  crashed, a cut link) is gone within the liveness window, not when
-    //  TCP gives up: libzmq pings every peer and drops the silent
-    dsh_sock_heal (sock, self->heartbeat_ms, self->liveness);
+    //  No ZMTP heartbeats of the broker's own: its peers ping it, and a
+    //  silent component expires by its HEARTBEATs (Liveness), so a timer
+    //  per connection would only cost (libzmq 4.3 cancels a timer by a scan
+    //  of all of them: at 2 000 connections most of the idle broker's CPU).
+    //  A connection whose peer's host vanished goes by TCP keepalive
+    dsh_sock_keepalive (sock, self->heartbeat_ms, self->liveness);
     if (type == ZMQ_SUB)
         zsock_set_subscribe (sock, "");
     if (zsock_bind (sock, "%s", endpoint) == -1) {
@@ -195,6 +237,14 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
         dsh_inflight_set_stats (self->inflight, self->stats);
     }
     self->heap = dsh_heap_new (S_TRIM_BYTES);
+    self->queue_limit = config->queue_limit;
+    self->snapshot_queue = zlistx_new ();
+    zlistx_set_destructor (self->snapshot_queue, (zlistx_destructor_fn *) s_snapshot_wait_destroy);
+    self->snapshot_waiting = zhashx_new ();
+    self->snapshot_rate = (int64_t) config->snapshot_bytes_per_second;
+    self->snapshot_budget = self->snapshot_rate / S_SNAPSHOT_BURSTS;
+    self->snapshot_refilled = zclock_mono ();
+    self->expired_at = zclock_mono ();
     dsh_fairq_limits_t limits = {
         (size_t) config->max_queued, (size_t) config->max_queued_bytes,
         (size_t) config->max_queued_per_caller, (size_t) config->max_queued_bytes_per_caller
@@ -213,12 +263,18 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
         self->announce = s_bind (self, ZMQ_SUB, config->announce, 1, config->queue_limit);
     if (self->announce)
         self->work = s_bind (self, ZMQ_ROUTER, config->work, 2, config->queue_limit);
-    //  Events queue per subscriber, and a subscriber that reads nothing
-    //  would otherwise hold up to queue_limit of them each in the broker
-    //  (one that never read while a peer churned 200 kB entries took the
-    //  broker to 792 MB); the queue holds as many of the largest event as
-    //  fit in events_queue_bytes. One that falls behind sees a sequence gap
-    //  and takes a snapshot, as the Clone procedure says
+    //  Events queue per subscriber: a subscriber that reads nothing would
+    //  otherwise hold up to queue_limit of them in the broker (one that
+    //  never read while a peer churned 200 kB entries took the broker to
+    //  792 MB), and a queue sized on the largest event the limits allow
+    //  (250) lost most of a burst of small ones (a component of 100 tools
+    //  leaving is 101 events). So it is sized on a typical event instead
+    //  (dsh_config_events_hwm: 8192 by default). A PUB keeps one copy of an
+    //  event for all its subscribers, so that bound is shared. The mark is
+    //  set once: libzmq 4.3.4 sends a new one to every pipe's peer, and a
+    //  pipe whose subscriber is leaving may have none left (a mark that
+    //  followed the events' sizes crashed an I/O thread). One that falls
+    //  behind still sees a sequence gap and takes a snapshot
     if (self->work)
         self->events = s_bind (self, ZMQ_PUB, config->events, 3, dsh_config_events_hwm (config));
     if (self->events) {
@@ -272,6 +328,9 @@ s_self_destroy (self_t **self_p)
         zsock_destroy (&self->work);
         zsock_destroy (&self->events);
         dsh_catalog_destroy (&self->catalog);
+        zhashx_destroy (&self->snapshot_waiting);
+        zlistx_destroy (&self->snapshot_queue);
+        zchunk_destroy (&self->snapshot);
         dsh_heap_destroy (&self->heap);
         for (int index = 0; index < 4; index++)
             zstr_free (&self->endpoints [index]);
@@ -563,8 +622,11 @@ s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *bod
     return dsh_sock_send_parts (self->work, parts + 1, 5);
 }
 
+static void s_hold (self_t *self, dsh_record_t *record, zmq_msg_t *body);
+
 //  Sends a call to the provider in its record, or to another one if that
-//  one is not connected, or answers it. Takes the body.
+//  one is not connected (or holds it for that one), or answers it. Takes
+//  the body.
 static void
 s_send_dispatched (self_t *self, dsh_record_t *record, zmq_msg_t *body)
 {
@@ -585,6 +647,16 @@ s_send_dispatched (self_t *self, dsh_record_t *record, zmq_msg_t *body)
         record->hold_until_ms = record->deadline_ms;
         dsh_catalog_outstanding (self->catalog, record->component, +1);
         self->calls++;
+        return;
+    }
+    if (send_errno == EHOSTUNREACH) {
+        //  Listed, and no connection now: it is making a new one (its
+        //  broker was silent, a link was cut) or it died. The call never
+        //  left, so it waits for the component as for a full window: it
+        //  goes when a connection claims the id (s_refill), and is
+        //  answered TOOL_GONE if the component expires first, TIMEOUT at
+        //  its deadline
+        s_hold (self, record, body);
         return;
     }
     zmq_msg_close (body);
@@ -620,8 +692,13 @@ s_hold (self_t *self, dsh_record_t *record, zmq_msg_t *body)
 static void
 s_refill (self_t *self, const char *component)
 {
-    //  Nothing held (the usual case): no lookups on the result's path
-    while (dsh_fairq_size (self->fairq) && dsh_catalog_has_room (self->catalog, component)) {
+    //  Nothing held (the usual case): no lookups on the result's path; and
+    //  nothing sent to a component with no connection, whose calls wait
+    //  (a send that finds it gone holds the call again, and ends this)
+    if (!dsh_fairq_size (self->fairq))
+        return;
+    while (dsh_fairq_size (self->fairq) && dsh_catalog_reachable (self->catalog, component)
+    &&     dsh_catalog_has_room (self->catalog, component)) {
         zmq_msg_t body;
         zmq_msg_init (&body);
         dsh_record_t *record = dsh_fairq_pop (self->fairq, component, &body);
@@ -1120,17 +1197,175 @@ s_handle_list (self_t *self, s_request_t *request)
     s_reply_packed (self, request, DSH_TOOLS, &packer);
 }
 
+//  The snapshot's entries after the id (seq, epoch, tools, components),
+//  encoded once per state of the catalog: a storm of SNAPSHOT requests
+//  costs a copy each, not an encoding of every tool each.
+static zchunk_t *
+s_snapshot_entries (self_t *self)
+{
+    uint64_t version = dsh_catalog_version (self->catalog) + 1;
+    uint64_t seq = dsh_catalog_seq (self->catalog);
+    if (self->snapshot && self->snapshot_version == version && self->snapshot_seq == seq)
+        return self->snapshot;
+    zchunk_destroy (&self->snapshot);
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    dsh_pack_cstr (&pk, "seq");
+    msgpack_pack_uint64 (&pk, seq);
+    dsh_pack_cstr (&pk, "epoch");
+    msgpack_pack_uint64 (&pk, self->epoch);
+    dsh_catalog_pack_snapshot (self->catalog, &pk);
+    size_t objects = 0;
+    for (size_t offset = 0; offset < sbuf.size; objects++) {
+        size_t size = dsh_msgpack_skip (sbuf.data + offset, sbuf.size - offset);
+        assert (size);
+        offset += size;
+    }
+    assert (objects % 2 == 0 && objects / 2 < 15);
+    self->snapshot = zchunk_new (sbuf.data, sbuf.size);
+    msgpack_sbuffer_destroy (&sbuf);
+    self->snapshot_pairs = objects / 2;
+    self->snapshot_version = version;
+    self->snapshot_seq = seq;
+    return self->snapshot;
+}
+
+//  Sends the SNAPSHOT reply wait asked for, and takes its bytes from the
+//  budget.
+static void
+s_snapshot_send (self_t *self, s_snapshot_wait_t *wait)
+{
+    zchunk_t *entries = s_snapshot_entries (self);
+    static const byte id_key [] = { 0xa2, 'i', 'd' };
+    size_t id_size = wait->id? sizeof (id_key) + zchunk_size (wait->id): 0;
+    size_t size = 1 + id_size + zchunk_size (entries);
+    zframe_t *body = zframe_new (NULL, size);
+    byte *data = zframe_data (body);
+    //  A fixmap: the pairs are fewer than 16
+    data [0] = (byte) (0x80 | (self->snapshot_pairs + (wait->id != NULL)));
+    if (wait->id) {
+        memcpy (data + 1, id_key, sizeof (id_key));
+        memcpy (data + 1 + sizeof (id_key), zchunk_data (wait->id), zchunk_size (wait->id));
+    }
+    memcpy (data + 1 + id_size, zchunk_data (entries), zchunk_size (entries));
+    s_send_front (self, &wait->envelope, DSH_SNAPSHOT, &body);
+    self->snapshot_budget -= (int64_t) size;
+}
+
+static int s_snapshot_tick (zloop_t *loop, int timer_id, void *arg);
+
+//  Sends the SNAPSHOTs waiting, oldest first, while the budget lasts: at
+//  most snapshot_bytes_per_second, in bursts of a tenth of a second's, so
+//  that a storm of resynchronising watchers neither takes the broker's
+//  thread from heartbeats and calls nor fills its memory with replies
+//  queued for sending. The budget may go below zero by one reply (a
+//  snapshot larger than a burst still goes); the debt is paid first.
+static void
+s_snapshot_serve (self_t *self)
+{
+    int64_t now = zclock_mono ();
+    int64_t burst = self->snapshot_rate / S_SNAPSHOT_BURSTS;
+    self->snapshot_budget += (now - self->snapshot_refilled) * self->snapshot_rate / 1000;
+    if (self->snapshot_budget > burst)
+        self->snapshot_budget = burst;
+    self->snapshot_refilled = now;
+    s_snapshot_wait_t *wait;
+    while (self->snapshot_budget > 0 && (wait = (s_snapshot_wait_t *) zlistx_first (self->snapshot_queue))) {
+        zhashx_delete (self->snapshot_waiting, wait->peer);
+        s_snapshot_send (self, wait);
+        zlistx_delete (self->snapshot_queue, zlistx_cursor (self->snapshot_queue));
+    }
+    bool waiting = zlistx_size (self->snapshot_queue) > 0;
+    if (waiting && !self->snapshot_ticking) {
+        self->snapshot_ticking_id = zloop_timer (self->loop, S_SNAPSHOT_TICK_MS, 0, s_snapshot_tick, self);
+        assert (self->snapshot_ticking_id != -1);
+        self->snapshot_ticking = true;
+    }
+    else
+    if (!waiting && self->snapshot_ticking) {
+        zloop_timer_end (self->loop, self->snapshot_ticking_id);
+        self->snapshot_ticking = false;
+    }
+}
+
+static int
+s_snapshot_tick (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    s_snapshot_serve ((self_t *) arg);
+    return 0;
+}
+
+//  SNAPSHOT: answered in turn (s_snapshot_serve). A peer has one request
+//  in the queue at most: a newer one takes the older's place, which is
+//  answered OVERLOADED, so a watcher that asks again while it waits does
+//  not lengthen the queue.
 static void
 s_handle_snapshot (self_t *self, s_request_t *request)
 {
-    dsh_packer_t packer;
-    s_reply_begin (&packer, request);
-    dsh_pack_cstr (&packer.pk, "seq");
-    msgpack_pack_uint64 (&packer.pk, dsh_catalog_seq (self->catalog));
-    dsh_pack_cstr (&packer.pk, "epoch");
-    msgpack_pack_uint64 (&packer.pk, self->epoch);
-    dsh_catalog_pack_snapshot (self->catalog, &packer.pk);
-    s_reply_packed (self, request, DSH_SNAPSHOT, &packer);
+    char *peer = (char *) zmalloc (request->parts->envelope * 2 * 256 + 1);
+    assert (peer);
+    for (size_t index = 0, at = 0; index < request->parts->envelope; index++) {
+        zmq_msg_t *part = &request->parts->part [index];
+        const byte *data = (const byte *) zmq_msg_data (part);
+        for (size_t offset = 0; offset < zmq_msg_size (part) && offset < 255; offset++, at += 2)
+            snprintf (peer + at, 3, "%02x", data [offset]);
+        if (index + 1 < request->parts->envelope)
+            peer [at++] = '.';
+    }
+    s_snapshot_wait_t *older = (s_snapshot_wait_t *) zhashx_lookup (self->snapshot_waiting, peer);
+    if (!older && zlistx_size (self->snapshot_queue) >= S_SNAPSHOT_WAITING_MAX) {
+        free (peer);
+        s_request_error (self, request, DSH_E_OVERLOADED,
+                         "too many SNAPSHOT requests are waiting their turn; ask again later");
+        return;
+    }
+    zchunk_t *id = NULL;
+    if (request->id) {
+        msgpack_sbuffer sbuf;
+        msgpack_sbuffer_init (&sbuf);
+        msgpack_packer pk;
+        msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+        msgpack_pack_object (&pk, *request->id);
+        id = zchunk_new (sbuf.data, sbuf.size);
+        msgpack_sbuffer_destroy (&sbuf);
+    }
+    if (older) {
+        //  The older request is answered now, and this one waits in its place
+        zmsg_t *envelope = older->envelope;
+        older->envelope = s_route_zmsg (request->parts);
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        dsh_packer_map_begin (&packer);
+        if (older->id) {
+            dsh_pack_cstr (&packer.pk, "id");
+            dsh_packer_raw (&packer, zchunk_data (older->id), zchunk_size (older->id));
+        }
+        dsh_packer_kv_str (&packer, "code", DSH_E_OVERLOADED);
+        dsh_packer_kv_str (&packer, "message", "a newer SNAPSHOT request from this peer took this one's turn");
+        dsh_packer_map_end (&packer);
+        zframe_t *body = dsh_packer_frame (&packer);
+        dsh_packer_release (&packer);
+        s_send_front (self, &envelope, DSH_ERROR, &body);
+        zchunk_destroy (&older->id);
+        older->id = id;
+        free (peer);
+    }
+    else {
+        s_snapshot_wait_t *wait = (s_snapshot_wait_t *) zmalloc (sizeof (s_snapshot_wait_t));
+        assert (wait);
+        wait->envelope = s_route_zmsg (request->parts);
+        wait->id = id;
+        wait->peer = peer;
+        zlistx_add_end (self->snapshot_queue, wait);
+        zhashx_insert (self->snapshot_waiting, peer, wait);
+        if (zlistx_size (self->snapshot_queue) > 1 || self->snapshot_budget <= 0)
+            self->snapshots_queued++;
+    }
+    s_snapshot_serve (self);
 }
 
 static void
@@ -1946,8 +2181,19 @@ s_expire_components (zloop_t *loop, int timer_id, void *arg)
     (void) loop;
     (void) timer_id;
     self_t *self = (self_t *) arg;
-    zlistx_t *silent = dsh_catalog_silent (self->catalog, zclock_mono (),
-                                           (int64_t) self->heartbeat_ms * self->liveness);
+    //  What components said before now counts first: a broker that was
+    //  busy (a storm of snapshots, a burst of calls) has their heartbeats
+    //  still queued, and they are live. So the announce and work sockets
+    //  are read to the end of what they hold (their high-water marks bound
+    //  it), and a check that comes late, the loop having been held up,
+    //  gives every component as much more time as it was late
+    dsh_sock_drain (self->announce, self->queue_limit, s_announce_one, self);
+    dsh_sock_drain (self->work, self->queue_limit, s_work_one, self);
+    int64_t now = zclock_mono ();
+    int64_t late = now - self->expired_at - self->heartbeat_ms;
+    self->expired_at = now;
+    int64_t window = (int64_t) self->heartbeat_ms * self->liveness + (late > 0? late: 0);
+    zlistx_t *silent = dsh_catalog_silent (self->catalog, now, window);
     for (char *component = zlistx_first (silent); component; component = zlistx_next (silent)) {
         s_remove_component (self, component, "expired");
         //  A silent owner whose connection is open still holds the id:
@@ -1979,10 +2225,14 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
     zlistx_t *due = dsh_inflight_due (self->inflight, now);
     for (dsh_record_t *record = zlistx_first (due); record; record = zlistx_next (due)) {
         if (record->deadline_ms <= now) {
-            char text [DSH_NAME_MAX + 160];
+            char text [DSH_NAME_MAX + DSH_ID_MAX + 160];
             if (record->where == DSH_AT_CHAIN)
                 snprintf (text, sizeof (text), "Error: the call to tool \"%s\" reached its deadline "
                           "while a middleware stage held it", record->tool);
+            else
+            if (record->where == DSH_AT_QUEUE && !dsh_catalog_reachable (self->catalog, record->component))
+                snprintf (text, sizeof (text), "Error: the call to tool \"%s\" reached its deadline "
+                          "waiting for component \"%s\" to connect again", record->tool, record->component);
             else
             if (record->where == DSH_AT_QUEUE)
                 snprintf (text, sizeof (text), "Error: the call to tool \"%s\" reached its deadline "

@@ -245,7 +245,7 @@ dsh_sock_send_parts (zsock_t *sock, zmq_msg_t *parts, size_t count)
 }
 
 void
-dsh_sock_heal (zsock_t *sock, int heartbeat_ms, int liveness)
+dsh_sock_keepalive (zsock_t *sock, int heartbeat_ms, int liveness)
 {
     assert (sock);
     if (heartbeat_ms <= 0)
@@ -253,10 +253,6 @@ dsh_sock_heal (zsock_t *sock, int heartbeat_ms, int liveness)
     if (liveness <= 0)
         liveness = DSH_DEFAULT_LIVENESS;
     int window_ms = heartbeat_ms * liveness;
-    zsock_set_heartbeat_ivl (sock, heartbeat_ms);
-    zsock_set_heartbeat_timeout (sock, window_ms);
-    //  The TTL travels in deciseconds, at most 6553.5 s
-    zsock_set_heartbeat_ttl (sock, window_ms < 6553500? window_ms: 6553500);
     zsock_set_connect_timeout (sock, heartbeat_ms);
     zsock_set_reconnect_ivl (sock, 100);
     zsock_set_reconnect_ivl_max (sock, heartbeat_ms > 100? heartbeat_ms: 100);
@@ -264,6 +260,19 @@ dsh_sock_heal (zsock_t *sock, int heartbeat_ms, int liveness)
     zsock_set_tcp_keepalive_idle (sock, window_ms / 1000 > 0? window_ms / 1000: 1);
     zsock_set_tcp_keepalive_intvl (sock, heartbeat_ms / 1000 > 0? heartbeat_ms / 1000: 1);
     zsock_set_tcp_keepalive_cnt (sock, liveness);
+}
+
+void
+dsh_sock_heal (zsock_t *sock, int heartbeat_ms, int liveness)
+{
+    assert (sock);
+    if (heartbeat_ms <= 0)
+        heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
+    if (liveness <= 0)
+        liveness = DSH_DEFAULT_LIVENESS;
+    zsock_set_heartbeat_ivl (sock, heartbeat_ms);
+    zsock_set_heartbeat_timeout (sock, heartbeat_ms * liveness);
+    dsh_sock_keepalive (sock, heartbeat_ms, liveness);
 }
 
 //  True if entry names a broker: tcp://HOST:PORT, ipc://PATH,

@@ -37,16 +37,28 @@ int
 void
     dsh_sock_limit (zsock_t *sock, int max_bytes, int hwm);
 
-//  Make a socket heal by itself (every socket of the SDK, the broker and
+//  Make a connecting socket heal by itself (every socket of the SDK and
 //  the CLI): ZMTP heartbeats every heartbeat_ms, a connection with no
-//  traffic for heartbeat_ms x liveness is closed (and a connecting socket
-//  makes it again), the peer is asked to do the same (TTL); a connect
-//  attempt gives up after heartbeat_ms (a SYN into a partition is not left
-//  to TCP's backoff); reconnects start at 100 ms and back off to at most
-//  heartbeat_ms; TCP keepalive is on. So after a partition of any length a
-//  connection is made again within a heartbeat or two of the link's return.
+//  traffic for heartbeat_ms x liveness is closed (and made again), plus
+//  dsh_sock_keepalive. No TTL is sent: it would make the broker keep a
+//  timer per connection, re-armed on every message it receives (libzmq
+//  4.3's timer cancel is a scan of every timer of the I/O thread, so a
+//  broker of 2 000 connections spent most of its idle CPU there). So
+//  after a partition of any length a connection is made again within a
+//  heartbeat or two of the link's return.
 void
     dsh_sock_heal (zsock_t *sock, int heartbeat_ms, int liveness);
+
+//  What a socket many peers connect to needs (the broker's): no ZMTP
+//  heartbeats of its own (its peers ping it; libzmq answers with no timer),
+//  TCP keepalive after heartbeat_ms x liveness of silence, probing every
+//  heartbeat_ms, liveness times, so a peer whose host vanished loses its
+//  connection within about twice the liveness window, at no cost to the
+//  broker's threads; a connect attempt gives up after heartbeat_ms (a SYN
+//  into a partition is not left to TCP's backoff); reconnects start at
+//  100 ms and back off to at most heartbeat_ms.
+void
+    dsh_sock_keepalive (zsock_t *sock, int heartbeat_ms, int liveness);
 
 //  The brokers a program follows, from spec: one endpoint or a comma list
 //  ("tcp://a:7570,tcp://b:7570"), spaces around entries ignored; NULL or

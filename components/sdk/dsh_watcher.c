@@ -48,7 +48,8 @@
 #include <inttypes.h>
 
 #define HELLO_RETRY_MS      1000    //  until a WELCOME comes
-#define SNAPSHOT_RETRY_MS   2000    //  until a SNAPSHOT reply comes
+#define SNAPSHOT_RETRY_MS   2000    //  until a SNAPSHOT reply comes, doubling:
+#define SNAPSHOT_RETRY_MAX_MS 16000 //  a broker serves snapshots in turn
 #define COMMAND_TIMEOUT_MS  5000    //  the actor answers at once; this is a backstop
 #define EVENT_QUEUE_LIMIT   100000  //  events kept while a snapshot is awaited
 #define EVENT_HWM           100000  //  a SUB that drops shows it as a gap, then resyncs
@@ -97,6 +98,7 @@ typedef struct {
     uint64_t request_id;        //  SNAPSHOT request awaited, 0 = none
     uint64_t last_request_id;   //  ids of HELLO and SNAPSHOT requests
     int64_t request_due;        //  when to (re)send it
+    int64_t request_wait;       //  how long to wait for its reply before sending it again
 } self_t;
 
 static void
@@ -155,7 +157,10 @@ s_follow (self_t *self, const char *front)
     //  answered once it appears: replies to a HELLO or SNAPSHOT other than
     //  the one awaited are ignored
     dsh_sock_limit (front_sock, MAX_REPLY_BYTES, 1000);
-    dsh_sock_heal (front_sock, self->heartbeat_ms, self->liveness);
+    //  No ZMTP heartbeats: PING and PONG on FRONT are the watcher's
+    //  liveness (the Clone procedure, rule 7), and a silent broker makes
+    //  new sockets
+    dsh_sock_keepalive (front_sock, self->heartbeat_ms, self->liveness);
     dsh_curve_client (front_sock);
     if (zsock_connect (front_sock, "%s", front)) {
         //  Not an endpoint this process can connect to: the silence rule
@@ -230,12 +235,18 @@ s_send_request (self_t *self, const char *command, uint64_t id)
     dsh_sock_send (self->front_sock, &msg);
 }
 
-//  Starts a new SNAPSHOT request, sent when due.
+//  Starts a new SNAPSHOT request, sent when due. After a gap (not fresh),
+//  one request awaited is enough: the broker answers in turn, and any
+//  snapshot it takes from now on is all the view needs. A fresh one (the
+//  SUB connected again) must be taken after now.
 static void
-s_request_snapshot (self_t *self, int64_t due)
+s_request_snapshot (self_t *self, int64_t due, bool fresh)
 {
+    if (!fresh && self->request_id && self->request_wait)
+        return;
     self->request_id = ++self->last_request_id;
     self->request_due = due;
+    self->request_wait = 0;
 }
 
 static void
@@ -281,7 +292,7 @@ s_handle_welcome (self_t *self, dsh_doc_t *doc)
     zsock_t *events = zsock_new (ZMQ_SUB);
     assert (events);
     dsh_sock_limit (events, MAX_REPLY_BYTES, EVENT_HWM);
-    dsh_sock_heal (events, self->heartbeat_ms, self->liveness);
+    dsh_sock_keepalive (events, self->heartbeat_ms, self->liveness);
     zsock_set_subscribe (events, "");
     dsh_curve_client (events);
     dsh_handshake_t *handshake = dsh_handshake_new (events);
@@ -333,7 +344,7 @@ s_handle_snapshot (self_t *self, zframe_t *body, dsh_doc_t *doc)
     }
     self->request_id = 0;
     if (verdict == DSH_VIEW_RESYNC)
-        s_request_snapshot (self, zclock_mono ());
+        s_request_snapshot (self, zclock_mono (), false);
     s_deliver_notices (self);
 }
 
@@ -398,7 +409,7 @@ s_handle_events (zsock_t *reader, void *arg)
             dsh_log_warning ("dsh_watcher: bad event ignored: %s", error);
         else
         if (verdict == DSH_VIEW_RESYNC)
-            s_request_snapshot (self, zclock_mono ());
+            s_request_snapshot (self, zclock_mono (), false);
         s_deliver_notices (self);
     }
     zmsg_destroy (&msg);
@@ -481,7 +492,7 @@ s_run_timers (self_t *self)
                 dsh_log_info ("dsh_watcher: events from \"%s\" connected again; resynchronising", self->front);
             self->events_connections = connections;
             dsh_view_lose (self->view);
-            s_request_snapshot (self, now + SUBSCRIBE_SETTLE_MS);
+            s_request_snapshot (self, now + SUBSCRIBE_SETTLE_MS, true);
         }
         if (now + CONNECTION_CHECK_MS < next)
             next = now + CONNECTION_CHECK_MS;
@@ -489,7 +500,10 @@ s_run_timers (self_t *self)
     if (self->request_id) {
         if (now >= self->request_due) {
             s_send_request (self, DSH_SNAPSHOT, self->request_id);
-            self->request_due = now + SNAPSHOT_RETRY_MS;
+            self->request_wait = self->request_wait? self->request_wait * 2: SNAPSHOT_RETRY_MS;
+            if (self->request_wait > SNAPSHOT_RETRY_MAX_MS)
+                self->request_wait = SNAPSHOT_RETRY_MAX_MS;
+            self->request_due = now + self->request_wait;
         }
         if (self->request_due < next)
             next = self->request_due;

@@ -100,7 +100,8 @@ s_echo (const char *endpoint, const char *message)
     if (!reply)
         fail_msg ("echo via %s: %s", endpoint, error);
     assert_string_equal (dsh_reply_command (reply), DSH_RESULT);
-    assert_false (dsh_reply_is_error (reply));
+    if (dsh_reply_is_error (reply))
+        fail_msg ("echo via %s: %s", endpoint, dsh_reply_text (reply));
     assert_string_equal (dsh_reply_text (reply), message);
     dsh_reply_destroy (&reply);
     dsh_client_destroy (&client);

@@ -123,28 +123,29 @@ s_set_refused (dsh_config_t *config, const char *key, const char *value)
     s_assert_contains (error, key);
 }
 
-//  The events queue: as many of the largest event as fit in the budget, so
-//  a subscriber that never reads holds at most events_queue_bytes.
+//  The keys of a swarm's scale: the snapshot rate, the I/O threads and the
+//  events queue, each in its range.
 static void
-test_events_hwm (void **state)
+test_scale_keys (void **state)
 {
     (void) state;
     dsh_config_t *config = dsh_config_new ();
-    //  Defaults: a component event naming 1024 tools of 128-byte names
-    //  (130 bytes each) is larger than a 64 KiB entry
-    assert_int_equal (dsh_config_largest_event (config), 1024 + 1024 * 130);
-    assert_int_equal (dsh_config_events_hwm (config), 32 * 1024 * 1024 / (1024 + 1024 * 130));
-    //  Few tools: the entry is the largest event
-    s_set_ok (config, "max_tools", "3");
-    s_set_ok (config, "max_tool_bytes", "4096");
+    assert_int_equal (config->snapshot_bytes_per_second, 256 * 1024 * 1024);
+    assert_int_equal (config->io_threads, 0);
+    s_set_ok (config, "snapshot_bytes_per_second", "1048576");
+    assert_int_equal (config->snapshot_bytes_per_second, 1048576);
+    s_set_ok (config, "io_threads", "4");
+    assert_int_equal (config->io_threads, 4);
+    s_set_refused (config, "snapshot_bytes_per_second", "1000");
+    s_set_refused (config, "io_threads", "65");
+    s_set_refused (config, "io_threads", "-1");
+    //  The events queue: 4 KiB events in events_queue_bytes, within the
+    //  socket limit, at least one
+    assert_int_equal (dsh_config_events_hwm (config), 32 * 1024 * 1024 / 4096);
     s_set_ok (config, "events_queue_bytes", "1048576");
-    assert_int_equal (dsh_config_largest_event (config), 5120);
-    assert_int_equal (dsh_config_events_hwm (config), 204);
-    assert_true ((size_t) dsh_config_events_hwm (config) * dsh_config_largest_event (config) <= 1048576);
-    //  Never more than every socket's limit
+    assert_int_equal (dsh_config_events_hwm (config), 256);
     s_set_ok (config, "queue_limit", "50");
     assert_int_equal (dsh_config_events_hwm (config), 50);
-    //  A budget under one event still queues one
     s_set_ok (config, "events_queue_bytes", "1024");
     assert_int_equal (dsh_config_events_hwm (config), 1);
     dsh_config_destroy (&config);
@@ -580,7 +581,7 @@ main (void)
         cmocka_unit_test (test_defaults),
         cmocka_unit_test (test_set_each_key),
         cmocka_unit_test (test_bad_values),
-        cmocka_unit_test (test_events_hwm),
+        cmocka_unit_test (test_scale_keys),
         cmocka_unit_test_teardown (test_load_valid, s_teardown),
         cmocka_unit_test_teardown (test_load_unknown_key, s_teardown),
         cmocka_unit_test_teardown (test_load_bad_value, s_teardown),
