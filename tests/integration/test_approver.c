@@ -8,7 +8,8 @@
     it left open ends within a second or two, and `dsh pending` forgets it.
     A request larger than 64 KiB still reaches the approver; `y` answers
     the latest request still open. On a terminal
-    (a pseudo-terminal here) the approver shows the request and asks y/N.
+    (a pseudo-terminal here) the approver shows the request and asks y/N,
+    and says so when nobody decided in time.
     =========================================================================
 */
 
@@ -543,6 +544,67 @@ test_terminal_asks_y_or_n (void **state)
     s_refused_at_once (self);
 }
 
+//  Nobody answers the request on the screen before the call's deadline:
+//  the prompt's line is ended, and the human reads that nobody decided,
+//  not that someone else did.
+static void
+test_terminal_says_nobody_decided_in_time (void **state)
+{
+    rig_t *self = (rig_t *) *state;
+    char *program = dsh_testkit_program (CLI);
+    terminal_t terminal = { 0 };
+    terminal.pid = forkpty (&terminal.master, NULL, NULL, NULL);
+    assert_true (terminal.pid >= 0);
+    if (terminal.pid == 0) {
+        prctl (PR_SET_PDEATHSIG, SIGKILL);
+        execl (program, program, "--broker", self->endpoint, "approver", (char *) NULL);
+        _exit (127);
+    }
+    zstr_free (&program);
+    assert_true (s_terminal_expect (&terminal, 0, "Waiting for requests", 5000) >= 0);
+
+    self->timeout_ms = 2500;
+    long seen = -1;
+    char *call_id = NULL;
+    int64_t give_up = zclock_mono () + 10000;
+    while (seen < 0 && zclock_mono () < give_up) {
+        zstr_free (&call_id);
+        call_id = strdup (s_write (self, "unanswered", "x"));
+        seen = s_terminal_expect (&terminal, 0, "Allow write_file? [y/N] ", 1000);
+        if (seen < 0) {
+            dsh_reply_t *reply = s_result (self, call_id, 5000);
+            assert_string_equal (dsh_reply_text (reply), REFUSED);
+            dsh_reply_destroy (&reply);
+        }
+    }
+    assert_true (seen >= 0);
+    //  The request's id, as the screen shows it ("request ID")
+    const char *shown = strstr (terminal.screen, "\nrequest ");
+    assert_non_null (shown);
+    shown += strlen ("\nrequest ");
+    char id [128];
+    size_t id_size = strcspn (shown, "\r\n");
+    assert_true (id_size > 0 && id_size < sizeof (id));
+    memcpy (id, shown, id_size);
+    id [id_size] = 0;
+
+    dsh_reply_t *reply = s_result (self, call_id, 10000);
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_DENIED);
+    assert_string_equal (dsh_reply_text (reply),
+                         "Error: tool \"write_file\" requires approval (no decision came before the call's deadline)");
+    dsh_reply_destroy (&reply);
+    zstr_free (&call_id);
+    char *closed = zsys_sprintf ("Allow write_file? [y/N] \r\n-> %s closed: nobody decided in time\r\n", id);
+    if (s_terminal_expect (&terminal, 0, closed, 5000) < 0)
+        fail_msg ("the terminal does not say that nobody decided %s:\n%s", id, terminal.screen);
+    zstr_free (&closed);
+    assert_null (strstr (terminal.screen, "decided elsewhere"));
+
+    s_terminal_type (&terminal, "\x04");
+    assert_int_equal (s_terminal_wait (&terminal, 5000), 0);
+    close (terminal.master);
+}
+
 int
 main (void)
 {
@@ -555,6 +617,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_large_request_reaches_the_approver, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_y_answers_the_latest_still_open, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_terminal_asks_y_or_n, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_terminal_says_nobody_decided_in_time, s_setup, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -14,6 +14,28 @@ def test_a_body_that_repeats_a_key_is_refused_at_any_depth():
             wire.unpack(body)
 
 
+def _map(*pairs):
+    """A msgpack map of these (key, value) pairs, in order, keys as given."""
+    return bytes([0x80 | len(pairs)]) + b"".join(
+        msgpack.packb(key, use_bin_type=True) + msgpack.packb(value) for key, value in pairs)
+
+
+def test_keys_any_common_reader_takes_for_one_are_refused():
+    for pairs in ((("a", 1), (b"a", 2)),                # a str and a bin of the same bytes
+                  ((1, 1), ("1", 2)),                   # a number and its decimal text
+                  ((1.0, 1), ("1", 2)),                 # ... as JavaScript writes 1.0
+                  ((0.1, 1), ("0.1", 2)),
+                  ((1, 1), (1.0, 2))):                  # two numbers of one value
+        with pytest.raises(wire.WireError, match="duplicate key"):
+            wire.unpack(_map(*pairs))
+    with pytest.raises(wire.WireError, match="an array or a map as a map key"):
+        wire.unpack(b"\x81\x91\x01\x02")
+
+
+def test_distinct_keys_of_other_types_decode():
+    assert wire.unpack(_map((1, "a"), (2, "b"), ("x", "c"), (None, "d"))) == {1: "a", 2: "b", "x": "c", None: "d"}
+
+
 def test_a_body_without_repeats_decodes():
     body = {"callId": "c1", "arguments": {"path": "x", "list": [{"a": 1}, {"a": 2}]}}
     assert wire.unpack(msgpack.packb(body)) == body

@@ -4,7 +4,8 @@ run as written against the main job (deploy/dsh-broker.cfg's chain, dsh-demo
 and dsh-fs serving a sample workspace, as deploy/up.sh starts them), on free
 loopback ports. The one change made to a block is its broker address
 (tcp://127.0.0.1:7570 becomes the test broker's); `build/` is the build
-directory. What each block's text promises is checked:
+directory, and /path/to/dsh a checkout whose build/ it is. What each
+block's text promises is checked:
 
   using-it           every CLI line of "Using it", one at a time: exit 0, or
                      the error its `# -> ` comment names; `dsh watch` starts
@@ -23,12 +24,20 @@ directory. What each block's text promises is checked:
                      with node: `dsh call add` reaches it with no approver;
                      a fire-and-forget register() of a name dsh-demo serves
                      with another schema logs its refusal at once
+  mcp-client-config  the JSON a desktop MCP client is given: its command,
+                     args and env started as the MCP TypeScript SDK's stdio
+                     transport starts a server (HOME, LOGNAME, PATH, SHELL,
+                     TERM and USER inherited, and nothing else; from /):
+                     initialize, initialized, every page of tools/list (the
+                     main job's tools), and a tools/call of echo (read-only:
+                     no approver) answered as MCP says
 
 Exits 77 (skipped) where python3-zmq/msgpack, node/npm or cc/pkg-config are
 missing. About 30 s."""
 
 import json
 import os
+import queue
 import random
 import re
 import shutil
@@ -49,7 +58,12 @@ README = os.environ.get("DSH_README") or os.path.join(SOURCE, "README.md")
 CONFIG = os.environ.get("DSH_BROKER_CONFIG") or os.path.join(SOURCE, "deploy", "dsh-broker.cfg")
 README_ENDPOINT = "tcp://127.0.0.1:7570"
 MARKER = re.compile(r"<!-- readme-test: (\S+) -->\n```(\w*)\n(.*?)\n```", re.S)
-BLOCKS = ["using-it", "c-component", "python-client", "python-component", "typescript"]
+BLOCKS = ["using-it", "c-component", "python-client", "python-component", "typescript", "mcp-client-config"]
+#  Where the MCP client config says the checkout is
+README_CHECKOUT = "/path/to/dsh"
+#  What the MCP TypeScript SDK's stdio transport lets a server inherit
+#  (getDefaultEnvironment); desktop hosts pass as little
+MCP_INHERITED_ENV = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"]
 STEP_TIMEOUT = 20
 
 failures = []
@@ -443,6 +457,139 @@ def test_typescript(code, env, work, endpoint):
         example.stop()
 
 
+class StdioServer:
+    """An MCP server started as an MCP client starts one: JSON-RPC messages,
+    one a line, on its stdin and stdout; its stderr is only kept to show."""
+
+    def __init__(self, argv, env):
+        self.proc = subprocess.Popen(argv, cwd="/", env=env, text=True, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.messages = queue.Queue()
+        self.stderr = []
+        self.next_id = 0
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+
+    def _read_stdout(self):
+        for line in self.proc.stdout:
+            try:
+                self.messages.put(json.loads(line))
+            except ValueError:
+                self.messages.put({"not JSON": line})
+        self.messages.put(None)
+
+    def send(self, message):
+        try:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass                        #  it exited: the reader says so
+
+    def receive(self, wanted, timeout=STEP_TIMEOUT):
+        """The next message wanted(message) holds for (others are
+        dropped), or None at the server's end or the timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                message = self.messages.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                return None
+            if message is None:
+                self.messages.put(None)
+                return None
+            if isinstance(message, dict) and wanted(message):
+                return message
+
+    def request(self, method, params):
+        """The answer to one request, or None."""
+        self.next_id += 1
+        request_id = self.next_id
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        return self.receive(lambda message: message.get("id") == request_id and "method" not in message)
+
+    def list_tools(self):
+        """Every page of tools/list, or None."""
+        tools = []
+        cursor = None
+        for _ in range(100):
+            answer = self.request("tools/list", {"cursor": cursor} if cursor else {})
+            page = (answer or {}).get("result")
+            if not isinstance(page, dict) or not isinstance(page.get("tools"), list):
+                return None
+            tools += page["tools"]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                return tools
+        return None
+
+    def said(self):
+        return "".join(self.stderr)[-1500:]
+
+    def stop(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_mcp_client_config(code, env, work, endpoint):
+    try:
+        servers = json.loads(code)["mcpServers"]
+        server = servers["dsh"]
+        command, args, server_env = server["command"], server.get("args", []), server.get("env", {})
+    except (ValueError, KeyError, TypeError) as error:
+        fail("mcp-client-config", "not a config with mcpServers.dsh.command: %s" % error)
+        return
+    if not command.startswith(README_CHECKOUT + "/"):
+        fail("mcp-client-config", "command %r is not under %s (the checkout)" % (command, README_CHECKOUT))
+        return
+    if server_env.get("DSH_BROKER") != README_ENDPOINT:
+        fail("mcp-client-config", "env gives no DSH_BROKER %s: %r" % (README_ENDPOINT, server_env))
+    launch_env = {name: os.environ[name] for name in MCP_INHERITED_ENV if name in os.environ}
+    launch_env.update({name: value.replace(README_ENDPOINT, endpoint) for name, value in server_env.items()})
+    try:
+        mcp = StdioServer([work + command[len(README_CHECKOUT):]] + args, launch_env)
+    except OSError as error:
+        fail("mcp-client-config", "cannot start %s: %s" % (command, error))
+        return
+    try:
+        answer = mcp.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                            "clientInfo": {"name": "readme-test", "version": "1"}})
+        result = (answer or {}).get("result") or {}
+        if result.get("protocolVersion") != "2025-06-18" or "tools" not in result.get("capabilities", {}) \
+                or result.get("serverInfo", {}).get("name") != "dsh-mcp":
+            fail("mcp-client-config", "initialize: %r; stderr: %s" % (answer, mcp.said()))
+            return
+        mcp.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        #  Listed before dsh-mcp reached the broker, the tools come with the
+        #  list_changed that follows, as a client learns of them
+        expected = {"echo", "read_file", "write_file"}
+        tools = mcp.list_tools()
+        while tools is not None and not expected <= {tool.get("name") for tool in tools}:
+            if not mcp.receive(lambda message: message.get("method") == "notifications/tools/list_changed"):
+                break
+            tools = mcp.list_tools()
+        if tools is None or not expected <= {tool.get("name") for tool in tools}:
+            fail("mcp-client-config", "tools/list has not %s: %r; stderr: %s"
+                 % (", ".join(sorted(expected)), tools and [tool.get("name") for tool in tools], mcp.said()))
+            return
+        echo = next((tool for tool in tools if tool.get("name") == "echo"), {})
+        if "message" not in echo.get("inputSchema", {}).get("properties", {}):
+            fail("mcp-client-config", "echo's inputSchema has no message: %r" % echo)
+        #  echo is read-only: the main job's chain asks nobody
+        answer = mcp.request("tools/call", {"name": "echo", "arguments": {"message": "hello from MCP"}})
+        result = (answer or {}).get("result") or {}
+        if result.get("isError") or result.get("content") != [{"type": "text", "text": "hello from MCP"}]:
+            fail("mcp-client-config", "tools/call echo: %r" % answer)
+    finally:
+        mcp.stop()
+
+
 def main():
     skip_if_missing()
     with open(README) as readme:
@@ -481,7 +628,8 @@ def main():
                  ("c-component", lambda code: test_c_component(code, env, work)),
                  ("python-client", lambda code: test_python_client(code, env, work, endpoint)),
                  ("python-component", lambda code: test_python_component(code, env, work, endpoint)),
-                 ("typescript", lambda code: test_typescript(code, env, work, endpoint))]
+                 ("typescript", lambda code: test_typescript(code, env, work, endpoint)),
+                 ("mcp-client-config", lambda code: test_mcp_client_config(code, env, work, endpoint))]
         for name, step in steps:
             if name in blocks:
                 begun = time.monotonic()

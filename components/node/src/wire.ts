@@ -15,7 +15,44 @@ export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 //  which ZMQ_MAXMSGSIZE bounds. Integers above 2^53 lose precision as JS
 //  numbers; no dsh field needs more (an epoch is microseconds since 1970).
 const encoder = new Encoder({ ignoreUndefined: true });
-const decoder = new Decoder();
+
+//  One strict decode (PROTOCOL.md, Bodies): a map that repeats a key is
+//  refused whole. A map becomes an object, so two keys are one when they
+//  make one property name: the same str, 1 and 1.0, 1 and "1", and also
+//  what only this decoder merges (an overlong UTF-8 "A" and "A", two
+//  integers past 2^53 that round to one number). The decoder counts every
+//  key it reads; a decoded tree whose maps hold fewer properties lost one.
+//  Keys that are not str or number (bin, ext, nil, booleans, arrays, maps)
+//  make no property name and are refused outright.
+let keysRead = 0;
+const decoder = new Decoder({
+  mapKeyConverter: (key: unknown): string | number => {
+    if (typeof key !== 'string' && typeof key !== 'number')
+      throw new TypeError('a map key that is not a str or a number');
+    keysRead += 1;
+    return key;
+  },
+});
+
+//  The properties of every map in a decoded tree, walked with a stack of
+//  its own (a body nests as deep as its frame allows).
+function propertiesIn(root: unknown): number {
+  let properties = 0;
+  const stack: unknown[] = [root];
+  while (stack.length > 0) {
+    const value = stack.pop();
+    //  Maps are the plain objects; bin, ext and timestamps are leaves
+    const items = Array.isArray(value) ? value
+      : value !== null && typeof value === 'object' && Object.getPrototypeOf(value) === Object.prototype
+        ? Object.values(value) : [];
+    if (!Array.isArray(value))
+      properties += items.length;
+    for (const item of items)
+      if (item !== null && typeof item === 'object')
+        stack.push(item);
+  }
+  return properties;
+}
 
 export type Body = Record<string, unknown>;
 
@@ -23,15 +60,19 @@ export function pack(body: unknown): Uint8Array {
   return encoder.encode(body);
 }
 
-//  The body of a frame, or null if it is not one msgpack map.
+//  The body of a frame, or null if it is not one msgpack map, or a map
+//  anywhere in it repeats a key.
 export function unpack(frame: Uint8Array): Body | null {
+  keysRead = 0;
+  let value: unknown;
   try {
-    const value = decoder.decode(frame);
-    return value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof Uint8Array)
-      ? value as Body : null;
+    value = decoder.decode(frame);
   } catch {
     return null;
   }
+  if (value === null || typeof value !== 'object' || Array.isArray(value) || value instanceof Uint8Array)
+    return null;
+  return propertiesIn(value) === keysRead ? value as Body : null;
 }
 
 //  A ROUTER/DEALER message as a DEALER sends it: "" "DSH1" COMMAND [token] body.

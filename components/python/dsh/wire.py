@@ -47,14 +47,43 @@ def pack(body):
     return msgpack.packb(body, use_bin_type=True)
 
 
+def _decimal(number):
+    """The shortest decimal text of a number, as JavaScript writes a
+    number used as a property name (1.0 -> "1", 0.1 -> "0.1")."""
+    if isinstance(number, float) and number.is_integer() and abs(number) < 1e21:
+        return str(int(number))
+    return repr(number) if isinstance(number, float) else str(number)
+
+
+def _key_tokens(key):
+    """What a key is to any common reader: two keys that share a token are
+    one key (PROTOCOL.md, Bodies: one strict decode)."""
+    if isinstance(key, (list, dict)):
+        raise ValueError("an array or a map as a map key")
+    if isinstance(key, bool):
+        return [("bool", key)]
+    if isinstance(key, (int, float)):
+        return [("number", key), ("text", _decimal(key).encode())]
+    if isinstance(key, str):
+        return [("text", key.encode("utf-8", "surrogatepass"))]
+    if isinstance(key, bytes):
+        return [("text", key)]
+    return [("other", key)]
+
+
 def _strict_map(pairs):
     """A map that repeats no key (PROTOCOL.md, Bodies: one strict decode):
     a reader that took the first value and one that took the last would see
-    two messages."""
-    result = {}
+    two messages. A str and a bin of the same bytes are one key, and so are
+    two numbers of one value, and a number and its decimal text. true and 1
+    are two keys, but one in a Python dict: such a map is refused too, since
+    this reader cannot hold it whole."""
+    result, seen = {}, set()
     for key, value in pairs:
-        if key in result:
+        tokens = _key_tokens(key)
+        if any(token in seen for token in tokens) or key in result:
             raise ValueError("duplicate key %r" % (key,))
+        seen.update(tokens)
         result[key] = value
     return result
 
@@ -132,18 +161,30 @@ def resolve(advertised, front):
     return "tcp://%s:%s" % (front_host, port)
 
 
-def heal(sock, heartbeat_ms=DEFAULT_HEARTBEAT_MS, liveness=DEFAULT_LIVENESS):
-    """ZMTP heartbeats and quick reconnects, as the reference SDK sets them
+def keepalive(sock, heartbeat_ms=DEFAULT_HEARTBEAT_MS, liveness=DEFAULT_LIVENESS):
+    """Quick reconnects and TCP keepalive, no ZMTP heartbeats: for the
+    sockets of components and watchers, whose application heartbeats
+    (HEARTBEAT and its answer; PING and PONG) say when the broker is gone
     (PROTOCOL.md, Liveness: connections)."""
     window_ms = heartbeat_ms * liveness
-    sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
-    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, window_ms)
-    sock.setsockopt(zmq.HEARTBEAT_TTL, min(window_ms, 6553500))
     sock.setsockopt(zmq.CONNECT_TIMEOUT, heartbeat_ms)
     sock.setsockopt(zmq.RECONNECT_IVL, 100)
     sock.setsockopt(zmq.RECONNECT_IVL_MAX, max(heartbeat_ms, 100))
+    sock.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    sock.setsockopt(zmq.TCP_KEEPALIVE_IDLE, max(window_ms // 1000, 1))
+    sock.setsockopt(zmq.TCP_KEEPALIVE_INTVL, max(heartbeat_ms // 1000, 1))
+    sock.setsockopt(zmq.TCP_KEEPALIVE_CNT, liveness)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
     sock.setsockopt(zmq.LINGER, 0)
+
+
+def heal(sock, heartbeat_ms=DEFAULT_HEARTBEAT_MS, liveness=DEFAULT_LIVENESS):
+    """keepalive, and ZMTP heartbeats as the reference SDK's clients set
+    them. No TTL: it would make the broker keep, and re-arm on every
+    message, a timer per connection (PROTOCOL.md, Liveness: connections)."""
+    sock.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, heartbeat_ms * liveness)
+    keepalive(sock, heartbeat_ms, liveness)
 
 
 def error_result(call_id, code, text):
