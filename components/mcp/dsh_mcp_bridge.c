@@ -378,8 +378,11 @@ s_apply_listing (self_t *self, const json_t *listing)
     if (!self->provider) {
         //  The handler only queues the call for this loop: it runs on the
         //  provider's thread, and the broker may send as many calls at once
-        //  as the server is let to have
-        dsh_provider_options_t options = { self->broker, self->component_id, self->concurrency, 0, false, true };
+        //  as the server is let to have. Held until the first listing is in
+        dsh_provider_options_t options = {
+            .broker = self->broker, .id = self->component_id, .workers = self->concurrency,
+            .inline_handlers = true
+        };
         self->provider = dsh_provider_new_options (&options);
         assert (self->provider);   //  the id and endpoint were checked at start
     }
@@ -408,6 +411,9 @@ s_apply_listing (self_t *self, const json_t *listing)
     zlistx_destroy (&order);
     zhashx_destroy (&self->tools);
     self->tools = fresh;
+    //  The first listing's tools go in one ANNOUNCE; later listings are
+    //  changes, announced together
+    dsh_provider_start (self->provider);
     if (self->verbose || added || removed)
         zsys_info ("%s: %zu tools served (%zu added, %zu removed) as component %s",
                    self->name, zhashx_size (self->tools), added, removed, self->component_id);

@@ -158,7 +158,9 @@ dsh_component_serve (const dsh_component_options_t *self, const dsh_component_to
     if (status == 0) {
         //  Held until every tool is in, so the broker's first view of this
         //  component (its JOINED event) has all of them
-        dsh_provider_options_t settings = { brokers, self->id, self->workers, self->queue, true, false };
+        dsh_provider_options_t settings = {
+            .broker = brokers, .id = self->id, .workers = self->workers, .queue_limit = self->queue
+        };
         provider = dsh_provider_new_options (&settings);
         if (!provider) {
             fprintf (stderr, "%s: cannot start the provider\n", self->program);

@@ -37,7 +37,21 @@
 #define S_QUEUE_LIMIT           10000   //  socket high-water marks
 #define S_DEFAULT_WORKERS       4
 #define S_DEFAULT_QUEUE_LIMIT   1024    //  calls waiting for a worker
-#define S_ANNOUNCE_DELAY_MS     10      //  changes within this go in one ANNOUNCE
+//  A change at run time is announced once changes stop for a moment (the
+//  wait starts again at each: a program adding tools in a loop sends one
+//  ANNOUNCE, not one per add), but never later than a while after the
+//  first change not announced yet, so a steady stream still announces
+#define S_ANNOUNCE_QUIET_MS     10
+#define S_ANNOUNCE_MAX_WAIT_MS  250
+//  A held provider that nobody starts starts by itself once its adds have
+//  stopped this long: far longer than a loop of adds pauses between two,
+//  even on a loaded machine (each add is one round trip to the actor), and
+//  short enough that a program that never calls dsh_provider_start is
+//  served within a second of its last add
+#define S_HELD_IDLE_MS          500
+//  ... or this long after it was made, if nothing is added at all (a
+//  program that adds its tools later still joins, with none)
+#define S_HELD_UNUSED_MS        2000
 #define S_SHUTDOWN_GRACE_MS     1000
 #define S_BATCH                 64      //  messages handled per wakeup, at most
 
@@ -96,6 +110,15 @@ typedef struct {
 
 typedef struct _self_t self_t;
 
+//  An action due at a time that can move: one zloop timer, made again only
+//  when the time moves earlier; a timer that fires before a time moved
+//  later waits on for the rest.
+typedef struct {
+    int timer;                      //  zloop timer id, or 0: nothing due
+    int64_t fires_ms;               //  when that timer fires
+    int64_t due_ms;                 //  when the action is due
+} s_deadline_t;
+
 //  One broker this provider follows: finding it, talking to it, and
 //  knowing it is still there. A link lives as long as the provider; its
 //  sockets are made again whenever the broker is found again.
@@ -131,7 +154,10 @@ struct _self_t {
     zlistx_t *tools;                //  s_tool_t *, in the order added
     uint64_t generation;
     bool held;                      //  discovery waits for START
-    int announce_timer;             //  a coalesced ANNOUNCE is due, or 0
+    s_deadline_t start;             //  a held provider starts by itself
+    s_deadline_t announce;          //  a coalesced ANNOUNCE is due
+    int64_t unannounced_ms;         //  the first change since the last
+                                    //  ANNOUNCE was made then, or 0
     bool ready;                     //  a broker asked for our tools
     zlistx_t *refusals;             //  char *, "tool: reason"
     dsh_pool_t *pool;
@@ -429,7 +455,11 @@ s_link_front (s_link_t *link)
     link->front = zsock_new (ZMQ_DEALER);
     assert (link->front);
     dsh_sock_limit (link->front, DSH_MAX_MESSAGE_DEFAULT, 100);
-    dsh_sock_heal (link->front, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS);
+    //  No ZMTP heartbeats on a component's sockets: its HEARTBEATs and the
+    //  broker's answers on WORK tell both sides all they need (Liveness),
+    //  and the broker would answer three PINGs a second more for each of
+    //  a thousand components (PROTOCOL.md, Liveness: connections)
+    dsh_sock_keepalive (link->front, DSH_DEFAULT_HEARTBEAT_MS, DSH_DEFAULT_LIVENESS);
     dsh_curve_client (link->front);
     link->front_handshake = dsh_handshake_new (link->front);
     zsock_connect (link->front, "%s", link->broker);
@@ -516,7 +546,7 @@ s_work_connect (s_link_t *link, const char *endpoint)
     link->work = zsock_new (ZMQ_DEALER);
     assert (link->work);
     dsh_sock_limit (link->work, link->max_message_bytes, S_QUEUE_LIMIT);
-    dsh_sock_heal (link->work, link->heartbeat_ms, link->liveness);
+    dsh_sock_keepalive (link->work, link->heartbeat_ms, link->liveness);
     //  A routing id of this connection's own (the id, a space, a random
     //  tag): the broker hears a second process under the id, and can
     //  tell it the id is taken, instead of libzmq ignoring its connection
@@ -620,7 +650,7 @@ s_welcomed (s_link_t *link, dsh_doc_t *doc)
     link->announce = zsock_new (ZMQ_PUB);
     assert (link->announce);
     dsh_sock_limit (link->announce, link->max_message_bytes, S_QUEUE_LIMIT);
-    dsh_sock_heal (link->announce, link->heartbeat_ms, link->liveness);
+    dsh_sock_keepalive (link->announce, link->heartbeat_ms, link->liveness);
     //  A clean exit's WITHDRAW must get out before the socket closes
     zsock_set_linger (link->announce, 1000);
     dsh_curve_client (link->announce);
@@ -888,15 +918,63 @@ s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
 }
 
 //  ---------------------------------------------------------------------
+//  Deadlines
+
+static void
+s_deadline_arm (self_t *self, s_deadline_t *deadline, zloop_timer_fn *handler)
+{
+    int64_t now = zclock_mono ();
+    int64_t delay_ms = deadline->due_ms > now? deadline->due_ms - now: 1;
+    deadline->timer = zloop_timer (self->loop, (size_t) delay_ms, 1, handler, self);
+    deadline->fires_ms = now + delay_ms;
+}
+
+static void
+s_deadline_end (self_t *self, s_deadline_t *deadline)
+{
+    if (deadline->timer)
+        zloop_timer_end (self->loop, deadline->timer);
+    deadline->timer = 0;
+}
+
+//  The action is due at due_ms, whenever it was due before.
+static void
+s_deadline_set (self_t *self, s_deadline_t *deadline, int64_t due_ms, zloop_timer_fn *handler)
+{
+    deadline->due_ms = due_ms;
+    if (deadline->timer && deadline->fires_ms <= due_ms)
+        return;                 //  the timer fires in time, and waits on
+    s_deadline_end (self, deadline);
+    s_deadline_arm (self, deadline, handler);
+}
+
+//  For the handler: true if the action is due now. False for a timer
+//  ended meanwhile (zloop may run one once more, see s_heartbeat) and for
+//  one that fired before a due time that moved later (armed again for it).
+static bool
+s_deadline_reached (self_t *self, s_deadline_t *deadline, int timer_id, zloop_timer_fn *handler)
+{
+    if (timer_id != deadline->timer)
+        return false;
+    deadline->timer = 0;
+    if (zclock_mono () < deadline->due_ms) {
+        s_deadline_arm (self, deadline, handler);
+        return false;
+    }
+    return true;
+}
+
+//  ---------------------------------------------------------------------
 //  Pipe
 
 static int
 s_announce_due (zloop_t *loop, int timer_id, void *arg)
 {
     (void) loop;
-    (void) timer_id;
     self_t *self = (self_t *) arg;
-    self->announce_timer = 0;
+    if (!s_deadline_reached (self, &self->announce, timer_id, s_announce_due))
+        return 0;
+    self->unannounced_ms = 0;
     //  A broker takes presence at a new generation only once our WORK
     //  connection has stated it (another process could announce under our
     //  id); the SYNC it answers with brings the ANNOUNCE again if this one
@@ -908,15 +986,57 @@ s_announce_due (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-//  The tool set changed: a new generation, announced a moment later, so
-//  that a component adding a thousand tools sends one ANNOUNCE, not a
+//  Every link asks its broker for the endpoints.
+static void
+s_start_discovery (self_t *self)
+{
+    for (size_t index = 0; index < self->link_count; index++)
+        s_link_discover (self->links [index]);
+}
+
+//  A held provider starts finding its brokers: the ANNOUNCE each asks for
+//  (SYNC) has every tool added so far.
+static void
+s_start (self_t *self)
+{
+    if (self->held) {
+        self->held = false;
+        s_deadline_end (self, &self->start);
+        s_start_discovery (self);
+    }
+}
+
+static int
+s_start_due (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    self_t *self = (self_t *) arg;
+    if (s_deadline_reached (self, &self->start, timer_id, s_start_due))
+        s_start (self);
+    return 0;
+}
+
+//  The tool set changed: a new generation. Held, the provider waits on
+//  (the ANNOUNCE its start brings has every change); started, the change
+//  is announced once changes stop for S_ANNOUNCE_QUIET_MS, and at most
+//  S_ANNOUNCE_MAX_WAIT_MS after the first one not announced yet, so that a
+//  component adding a thousand tools sends one ANNOUNCE, or a few, not a
 //  thousand ever larger ones.
 static void
 s_tools_changed (self_t *self)
 {
     self->generation++;
-    if (!self->announce_timer)
-        self->announce_timer = zloop_timer (self->loop, S_ANNOUNCE_DELAY_MS, 1, s_announce_due, self);
+    int64_t now = zclock_mono ();
+    if (self->held) {
+        s_deadline_set (self, &self->start, now + S_HELD_IDLE_MS, s_start_due);
+        return;
+    }
+    if (!self->unannounced_ms)
+        self->unannounced_ms = now;
+    int64_t due_ms = now + S_ANNOUNCE_QUIET_MS;
+    if (due_ms > self->unannounced_ms + S_ANNOUNCE_MAX_WAIT_MS)
+        due_ms = self->unannounced_ms + S_ANNOUNCE_MAX_WAIT_MS;
+    s_deadline_set (self, &self->announce, due_ms, s_announce_due);
 }
 
 //  What dsh_provider_add hands the actor, by pointer on the pipe. It lives
@@ -959,14 +1079,6 @@ s_add_tool (self_t *self, const s_add_t *add, char *error, size_t error_size)
     return rc;
 }
 
-//  Every link asks its broker for the endpoints.
-static void
-s_start_discovery (self_t *self)
-{
-    for (size_t index = 0; index < self->link_count; index++)
-        s_link_discover (self->links [index]);
-}
-
 //  The pipe speaks pictures, "sp": a command and, for ADD and REMOVE, a
 //  pointer to the caller's argument (an s_add_t, a tool name), valid while
 //  the caller waits for the answer.
@@ -1001,10 +1113,7 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
     }
     else
     if (streq (command, "START")) {
-        if (self->held) {
-            self->held = false;
-            s_start_discovery (self);
-        }
+        s_start (self);
         zsock_signal (self->pipe, 0);
     }
     else
@@ -1067,7 +1176,9 @@ s_provider_actor (zsock_t *pipe, void *args)
     zloop_reader (self->loop, pipe, s_self_handle_pipe, self);
     zmq_pollitem_t pool_item = { NULL, dsh_pool_fd (self->pool), ZMQ_POLLIN, 0 };
     zloop_poller (self->loop, &pool_item, s_pool_done, self);
-    if (!self->held)
+    if (self->held)
+        s_deadline_set (self, &self->start, zclock_mono () + S_HELD_UNUSED_MS, s_start_due);
+    else
         s_start_discovery (self);
     zloop_start (self->loop);
 
@@ -1135,7 +1246,7 @@ s_front_endpoints (const char *spec, char *error, size_t error_size)
 dsh_provider_t *
 dsh_provider_new (const char *broker, const char *id, size_t workers)
 {
-    dsh_provider_options_t options = { broker, id, workers, 0, false, false };
+    dsh_provider_options_t options = { .broker = broker, .id = id, .workers = workers };
     return dsh_provider_new_options (&options);
 }
 
@@ -1167,7 +1278,7 @@ dsh_provider_new_options (const dsh_provider_options_t *options)
         fronts, self->id,
         options->workers? options->workers: S_DEFAULT_WORKERS,
         options->queue_limit? options->queue_limit: S_DEFAULT_QUEUE_LIMIT,
-        options->held,
+        !options->start_now,
         options->inline_handlers
     };
     self->actor = zactor_new (s_provider_actor, &settings);

@@ -8,14 +8,26 @@
     that restarted (even on other ports) or moved gets the tools back with
     no help from the program. Handlers
     run on a pool of worker threads, so a slow call never holds up a fast
-    one or the heartbeat. Tools can be added and removed at any time; each
-    change is announced. Destroying the provider withdraws every tool (the
+    one or the heartbeat. Destroying the provider withdraws every tool (the
     C counterpart of "disposed with the calling fiber").
 
-        dsh_provider_t *provider = dsh_provider_new (NULL, "demo");
+        dsh_provider_t *provider = dsh_provider_new (NULL, "demo", 0);
         dsh_provider_add (provider, &echo_def, s_echo, NULL);
         ...
+        dsh_provider_start (provider);
+        ...
         dsh_provider_destroy (&provider);
+
+    A provider is held when made: it looks for its brokers only on
+    dsh_provider_start, so the tools added before it, however many and
+    however slowly (a loaded machine), go in one ANNOUNCE, the one each
+    broker asks for when it finds the provider. A program that never calls
+    it is started all the same, 500 ms after its last add (2 s after it was
+    made if it adds nothing); start_now in the options skips the wait.
+    Tools can be added and removed at any time after; those changes are
+    announced together once they stop for 10 ms, and at most 250 ms after
+    the first one not announced yet (a steady stream of adds announces
+    every 250 ms, not at every add).
 
     Typed tools (dsh_provider_add) have their arguments checked against
     their spec before the handler runs; raw tools (dsh_provider_add_raw)
@@ -43,25 +55,30 @@ typedef struct {
     size_t workers;             //  handler threads (0: 4)
     size_t queue_limit;         //  calls waiting for a worker before new ones
                                 //  are answered OVERLOADED (0: 1024)
-    bool held;                  //  find the broker only on dsh_provider_start,
-                                //  so a program's first ANNOUNCE has all its tools
+    bool start_now;             //  find the brokers at once, not on
+                                //  dsh_provider_start: adds are then changes
+                                //  at run time (a loop of them may take a few
+                                //  ANNOUNCEs, not one)
     bool inline_handlers;       //  run handlers on the provider's own thread, no
                                 //  worker: for handlers that never block (they
                                 //  answer at once or defer); workers is then only
                                 //  the concurrency ANNOUNCE states
 } dsh_provider_options_t;
 
-//  Start a provider with default options but these. NULL if the arguments
-//  are bad (an invalid id or broker list; the reason is logged).
+//  Make a provider, held (see above), with default options but these. NULL
+//  if the arguments are bad (an invalid id or broker list; the reason is
+//  logged).
 dsh_provider_t *
     dsh_provider_new (const char *broker, const char *id, size_t workers);
 
-//  Start a provider with options. NULL if they are bad (logged).
+//  Make a provider with options (zeroed: the defaults, held). NULL if they
+//  are bad (logged).
 dsh_provider_t *
     dsh_provider_new_options (const dsh_provider_options_t *options);
 
-//  Start finding the broker, for a provider made held (without, it has
-//  started already and this does nothing).
+//  Start finding the brokers, once every tool is added: the first ANNOUNCE
+//  has them all. Does nothing the second time, nor for a provider made
+//  with start_now or one that started by itself (see above).
 void
     dsh_provider_start (dsh_provider_t *self);
 

@@ -333,6 +333,7 @@ test_replicas_and_conflicts (void **state)
     assert_int_equal (dsh_provider_add_raw (imposter,
         "{\"name\":\"echo\",\"description\":\"not the same\","
         "\"parameters\":{\"type\":\"object\",\"properties\":{}}}", s_other_echo, NULL), 0);
+    dsh_provider_start (imposter);
     char *refusal = dsh_provider_refusal (imposter, 5000);
     assert_non_null (refusal);
     //  Whichever replica announced first owns the name
@@ -366,6 +367,7 @@ test_refused_name_freed (void **state)
     dsh_provider_t *waiting = dsh_provider_new (fixture->endpoint, "waiting", 1);
     assert_int_equal (dsh_provider_add_raw (waiting,
         "{\"name\":\"echo\",\"parameters\":{\"type\":\"object\"}}", s_other_echo, NULL), 0);
+    dsh_provider_start (waiting);
     char *refusal = dsh_provider_refusal (waiting, 5000);
     assert_non_null (refusal);
     zstr_free (&refusal);

@@ -13,7 +13,10 @@
     closed while it goes on heartbeating expires within the liveness
     window instead of staying listed and unreachable. test_security has
     the same under
-    CURVE, where the id follows the key.
+    CURVE, where the id follows the key. An owner's tool set is its own
+    to change, and a swarm of owners adding their tools in loops on a
+    loaded machine joins with one ANNOUNCE each (counted by a relay the
+    swarm takes for the broker's announce socket).
     =========================================================================
 */
 
@@ -26,7 +29,9 @@
 #include "dsh_json.h"
 #include "dsh_testkit.h"
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 
 //  Expiry and re-announces take about a second, and a loaded machine does
 //  not expire a live component
@@ -388,6 +393,7 @@ test_owner_changes_tools (void **state)
     assert_non_null (provider);
     assert_int_equal (dsh_provider_add_raw (provider, "{\"name\": \"late_a\", \"description\": \"a\", "
                                             "\"parameters\": {\"type\": \"object\"}}", s_answer, NULL), 0);
+    dsh_provider_start (provider);
     assert_int_equal (dsh_provider_wait_ready (provider, 10000), 0);
     assert_int_equal (dsh_testkit_wait_tools (bed->endpoint, "late_", 1, 10000), 0);
     assert_int_equal (dsh_provider_add_raw (provider, "{\"name\": \"late_b\", \"description\": \"b\", "
@@ -405,6 +411,226 @@ test_owner_changes_tools (void **state)
     s_bed_destroy (&bed);
 }
 
+//  ---------------------------------------------------------------------
+//  A swarm joins with one ANNOUNCE each
+
+#define S_SWARM_COMPONENTS  20
+#define S_SWARM_TOOLS       200
+#define S_SWARM_LOADERS     2       //  threads that only spin: a loaded machine
+
+//  Between the swarm and the broker: a front that answers each HELLO with
+//  the broker's own WELCOME but for its announce endpoint, the relay's SUB,
+//  where each ANNOUNCE is counted and, like everything else, passed on to
+//  the broker. WORK goes straight to the broker.
+typedef struct {
+    zsock_t *front;                         //  ROUTER, where the swarm says HELLO
+    zsock_t *sub;                           //  SUB, the swarm's PUBs connect here
+    zsock_t *pub;                           //  XPUB to the broker's announce socket
+    zframe_t *welcome;                      //  the WELCOME body the swarm gets
+    size_t announces [S_SWARM_COMPONENTS];  //  how many swarm-NN sent
+    size_t tools [S_SWARM_COMPONENTS];      //  in its last one
+    size_t bytes;                           //  of every ANNOUNCE's body
+} s_relay_t;
+
+static void
+s_relay_count (s_relay_t *self, zmsg_t *msg)
+{
+    //  "DSH1" command body
+    zmsg_first (msg);
+    zframe_t *command = zmsg_next (msg);
+    if (zmsg_size (msg) != 3 || !zframe_streq (command, DSH_ANNOUNCE))
+        return;
+    zframe_t *body = zmsg_last (msg);
+    char error [256];
+    dsh_doc_t *doc = dsh_doc_new (zframe_data (body), zframe_size (body), error, sizeof (error));
+    dsh_presence_t presence;
+    unsigned index;
+    if (doc && dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof (error)) == 0
+    &&  sscanf (presence.component, "swarm-%u", &index) == 1 && index < S_SWARM_COMPONENTS) {
+        self->announces [index]++;
+        self->tools [index] = presence.tools->via.array.size;
+        self->bytes += zframe_size (body);
+    }
+    dsh_doc_destroy (&doc);
+}
+
+static void
+s_relay_actor (zsock_t *pipe, void *args)
+{
+    s_relay_t *self = (s_relay_t *) args;
+    zpoller_t *poller = zpoller_new (pipe, self->front, self->sub, NULL);
+    zsock_signal (pipe, 0);
+    void *which;
+    while ((which = zpoller_wait (poller, -1)) && which != pipe) {
+        zmsg_t *msg = zmsg_recv (which);
+        if (which == self->sub) {
+            s_relay_count (self, msg);
+            zmsg_send (&msg, self->pub);
+            continue;
+        }
+        //  [routing id] "" "DSH1" "HELLO" body
+        zframe_t *routing_id = zmsg_pop (msg);
+        zmsg_first (msg);
+        zmsg_next (msg);
+        zframe_t *verb = zmsg_next (msg);
+        if (verb && zframe_streq (verb, DSH_HELLO)) {
+            zmsg_t *reply = zmsg_new ();
+            zmsg_append (reply, &routing_id);
+            zmsg_addmem (reply, "", 0);
+            zmsg_addstr (reply, DSH_PROTOCOL);
+            zmsg_addstr (reply, DSH_WELCOME);
+            zmsg_append (reply, &(zframe_t *) { zframe_dup (self->welcome) });
+            zmsg_send (&reply, self->front);
+        }
+        zframe_destroy (&routing_id);
+        zmsg_destroy (&msg);
+    }
+    zpoller_destroy (&poller);
+    char *term = zstr_recv (pipe);
+    zstr_free (&term);
+}
+
+//  The relay's sockets, and the broker's WELCOME with the relay's SUB as
+//  its announce endpoint.
+static void
+s_relay_init (s_relay_t *self, const char *broker)
+{
+    memset (self, 0, sizeof (*self));
+    self->front = zsock_new_router ("tcp://127.0.0.1:*");
+    self->sub = zsock_new_sub ("@tcp://127.0.0.1:*", "");
+    assert_non_null (self->front);
+    assert_non_null (self->sub);
+    dsh_client_t *client = dsh_client_new (broker);
+    char error [256];
+    dsh_reply_t *welcome = dsh_client_request (client, DSH_HELLO, NULL, 10000, error, sizeof (error));
+    assert_non_null (welcome);
+    const msgpack_object *root = dsh_reply_body (welcome);
+    assert_int_equal (root->type, MSGPACK_OBJECT_MAP);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, root->via.map.size);
+    for (uint32_t index = 0; index < root->via.map.size; index++) {
+        const msgpack_object_kv *pair = &root->via.map.ptr [index];
+        msgpack_pack_object (&packer.pk, pair->key);
+        if (pair->key.type == MSGPACK_OBJECT_STR && pair->key.via.str.size == 8
+        &&  memcmp (pair->key.via.str.ptr, "announce", 8) == 0) {
+            char announce [256];
+            snprintf (announce, sizeof (announce), "%.*s", (int) pair->val.via.str.size, pair->val.via.str.ptr);
+            self->pub = dsh_testkit_announce_pub (announce, 10000);
+            dsh_pack_cstr (&packer.pk, zsock_endpoint (self->sub));
+        }
+        else
+            msgpack_pack_object (&packer.pk, pair->val);
+    }
+    self->welcome = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    assert_non_null (self->pub);
+    dsh_reply_destroy (&welcome);
+    dsh_client_destroy (&client);
+}
+
+static void
+s_relay_destroy (s_relay_t *self)
+{
+    zframe_destroy (&self->welcome);
+    zsock_destroy (&self->front);
+    zsock_destroy (&self->sub);
+    zsock_destroy (&self->pub);
+}
+
+typedef struct {
+    const char *front;
+    unsigned index;
+    dsh_provider_t *provider;
+    size_t added;
+} s_member_t;
+
+//  A component that adds its tools one by one, then starts (on its own
+//  thread: the test's asserts are the main thread's).
+static void *
+s_member_join (void *arg)
+{
+    s_member_t *member = (s_member_t *) arg;
+    char id [32];
+    snprintf (id, sizeof (id), "swarm-%02u", member->index);
+    member->provider = dsh_provider_new (member->front, id, 1);
+    for (unsigned tool = 0; member->provider && tool < S_SWARM_TOOLS; tool++) {
+        char entry [160];
+        snprintf (entry, sizeof (entry), "{\"name\": \"swarm_%02u_%03u\", \"description\": \"one of many\", "
+                  "\"parameters\": {\"type\": \"object\"}}", member->index, tool);
+        if (dsh_provider_add_raw (member->provider, entry, s_answer, NULL) == 0)
+            member->added++;
+    }
+    if (member->provider)
+        dsh_provider_start (member->provider);
+    return NULL;
+}
+
+static atomic_bool s_loaded;
+
+static void *
+s_load (void *arg)
+{
+    (void) arg;
+    volatile uint64_t spins = 0;
+    while (atomic_load (&s_loaded))
+        spins++;
+    return NULL;
+}
+
+//  Twenty components, each in a thread adding 200 tools with one call a
+//  tool, on a machine two threads keep busy: each joins with one ANNOUNCE
+//  (two at most: a SYNC may ask again), and it has every tool.
+static void
+test_swarm_announces_once (void **state)
+{
+    (void) state;
+    char endpoint [256];
+    //  A long liveness window: no component of a loaded swarm expires,
+    //  which would make it announce again
+    dsh_testproc_t *broker = dsh_testkit_broker (1000, NULL, endpoint, sizeof (endpoint));
+    assert_non_null (broker);
+    s_relay_t relay;
+    s_relay_init (&relay, endpoint);
+    zactor_t *relay_actor = zactor_new (s_relay_actor, &relay);
+    atomic_store (&s_loaded, true);
+    pthread_t loaders [S_SWARM_LOADERS];
+    for (size_t index = 0; index < S_SWARM_LOADERS; index++)
+        assert_int_equal (pthread_create (&loaders [index], NULL, s_load, NULL), 0);
+    s_member_t members [S_SWARM_COMPONENTS];
+    pthread_t threads [S_SWARM_COMPONENTS];
+    for (unsigned index = 0; index < S_SWARM_COMPONENTS; index++) {
+        members [index] = (s_member_t) { zsock_endpoint (relay.front), index, NULL, 0 };
+        assert_int_equal (pthread_create (&threads [index], NULL, s_member_join, &members [index]), 0);
+    }
+    for (size_t index = 0; index < S_SWARM_COMPONENTS; index++) {
+        pthread_join (threads [index], NULL);
+        assert_int_equal (members [index].added, S_SWARM_TOOLS);
+    }
+    assert_int_equal (dsh_testkit_wait_tools (endpoint, "swarm_", S_SWARM_COMPONENTS * S_SWARM_TOOLS, 60000), 0);
+    atomic_store (&s_loaded, false);
+    for (size_t index = 0; index < S_SWARM_LOADERS; index++)
+        pthread_join (loaders [index], NULL);
+    zactor_destroy (&relay_actor);
+
+    size_t total = 0, most = 0;
+    for (size_t index = 0; index < S_SWARM_COMPONENTS; index++) {
+        total += relay.announces [index];
+        most = relay.announces [index] > most? relay.announces [index]: most;
+    }
+    print_message ("%d components x %d tools: %zu ANNOUNCEs (at most %zu from one), %zu bytes\n",
+                   S_SWARM_COMPONENTS, S_SWARM_TOOLS, total, most, relay.bytes);
+    for (size_t index = 0; index < S_SWARM_COMPONENTS; index++) {
+        if (relay.announces [index] < 1 || relay.announces [index] > 2)
+            fail_msg ("swarm-%02zu sent %zu ANNOUNCEs to join", index, relay.announces [index]);
+        assert_int_equal (relay.tools [index], S_SWARM_TOOLS);
+    }
+    for (size_t index = 0; index < S_SWARM_COMPONENTS; index++)
+        dsh_provider_destroy (&members [index].provider);
+    s_relay_destroy (&relay);
+    dsh_testproc_destroy (&broker);
+}
+
 int
 main (void)
 {
@@ -415,6 +641,7 @@ main (void)
         cmocka_unit_test (test_refused_takes_over),
         cmocka_unit_test (test_lost_route_expires),
         cmocka_unit_test (test_owner_changes_tools),
+        cmocka_unit_test (test_swarm_announces_once),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

@@ -460,6 +460,7 @@ dsh_testkit_events (const char *front, const char *prefix, uint64_t *seq_p, int 
             break;
         dsh_provider_add_raw (probe, "{\"name\":\"testkit_probe\",\"parameters\":{\"type\":\"object\"}}",
                               s_probe_handler, NULL);
+        dsh_provider_start (probe);
         dsh_provider_wait_ready (probe, (int) (give_up - zclock_mono ()));
         //  Its events follow the broker's ask at once; a moment for the way
         int64_t until = zclock_mono () + 500;

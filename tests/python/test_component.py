@@ -4,6 +4,7 @@ demo's tools next to it; its death, and a broker restart under it."""
 import json
 import signal
 import threading
+import time
 
 import dsh
 from conftest import PACKAGE, PYTHON, cli, cli_json, eventually, free_ports, start_broker, start_python_component
@@ -158,6 +159,40 @@ def test_broker_restart(processes):
         assert watcher.resyncs >= 1
     finally:
         watcher.close()
+
+
+def test_tools_added_in_a_loop_go_in_one_announce(broker):
+    component = dsh.Component("py-batch", broker.endpoint)
+
+    @component.tool
+    def first() -> str:
+        """The tool it starts with."""
+        return "first"
+
+    announced = []
+    announce = component._announce
+    component._announce = lambda link: (announced.append(len(component.entries())), announce(link))
+    try:
+        assert component.start(10)
+        announced.clear()
+        #  Each pause long enough for the component to see quiet may cost
+        #  an ANNOUNCE, on a loaded machine
+        pauses, last = 0, time.monotonic()
+        for index in range(100):
+            def numbered() -> str:
+                """One of many."""
+                return "many"
+            component.tool(numbered, name="many_%03d" % index)
+            now = time.monotonic()
+            pauses += now - last >= 0.005
+            last = now
+        with dsh.Client(broker.endpoint) as client:
+            eventually(lambda: sum(name.startswith("many_") for name in client.tools().names()) == 100)
+        #  The ANNOUNCE after the adds, and the one its HELLO's SYNC asks for
+        assert 1 <= len(announced) <= 2 + 2 * pauses, (announced, pauses)
+        assert announced[-1] == 101
+    finally:
+        component.stop()
 
 
 def test_a_full_queue_answers_overloaded(broker):

@@ -26,6 +26,7 @@ main (void)
 {
     dsh_provider_t *provider = dsh_provider_new (NULL, "greeter", 4);   //  NULL: $DSH_BROKER or default
     dsh_provider_add (provider, &greet, s_greet, NULL);
+    dsh_provider_start (provider);                                      //  one ANNOUNCE of all its tools
     while (!zsys_interrupted)
         zclock_sleep (100);
     dsh_provider_destroy (&provider);                                   //  withdraws its tools

@@ -8,7 +8,9 @@
     OVERLOADED are answered at once, progress comes before the result, a
     deferred call is finished from another thread, a cancelled call gets no
     RESULT, and malformed messages change nothing. Tools are added and
-    removed through the actor pipe.
+    removed through the actor pipe; a steady stream of adds at run time is
+    announced once every 250 ms, not at every add, and still while it
+    lasts; a held provider nobody starts starts by itself.
 
     Every wait has a timeout, so a broken provider fails instead of hanging.
     =========================================================================
@@ -217,7 +219,10 @@ s_broker_start (s_broker_t *self, size_t workers, size_t queue_limit)
     assert_non_null (self->work);
     assert_non_null (self->announce);
     //  Held: it looks for the broker only once every tool is in
-    dsh_provider_options_t options = { front, "test-provider", workers, queue_limit, true, s_inline_handlers };
+    dsh_provider_options_t options = {
+        .broker = front, .id = "test-provider", .workers = workers, .queue_limit = queue_limit,
+        .inline_handlers = s_inline_handlers
+    };
     self->provider = dsh_provider_new_options (&options);
     assert_non_null (self->provider);
     assert_int_equal (dsh_provider_add (self->provider, &s_echo_def, s_echo, NULL), 0);
@@ -553,40 +558,56 @@ test_tools (void **state)
     assert_null (dsh_provider_new (NULL, "bad id", 1));
 }
 
-//  Its ANNOUNCE (asked for with SYNC) states its workers as concurrency,
-//  for the broker's window.
-static void
-test_announce_concurrency (void **state)
+//  The next ANNOUNCE on the fake broker's SUB within timeout_ms (what
+//  else comes, HEARTBEAT, is dropped), or NULL.
+static zmsg_t *
+s_next_announce (s_broker_t *self, int timeout_ms)
 {
-    (void) state;
-    s_broker_t broker;
-    s_broker_start (&broker, 3, 16);
-    //  A SUB may miss what is published before its subscription reaches
-    //  the publisher: ask again until an ANNOUNCE comes (a HEARTBEAT may
-    //  come first)
+    int64_t give_up = zclock_mono () + timeout_ms;
+    do {
+        int64_t left_ms = give_up - zclock_mono ();
+        if (!s_readable (self->announce, left_ms > 0? (int) left_ms: 0))
+            return NULL;
+        zmsg_t *msg = zmsg_recv (self->announce);
+        zmsg_first (msg);
+        char *command = zframe_strdup (zmsg_next (msg));
+        bool announce = command && streq (command, DSH_ANNOUNCE);
+        zstr_free (&command);
+        if (announce)
+            return msg;
+        zmsg_destroy (&msg);
+    } while (zclock_mono () < give_up);
+    return NULL;
+}
+
+//  An ANNOUNCE asked for with SYNC. A SUB may miss what is published
+//  before its subscription reaches the publisher: ask again until one
+//  comes, which also proves the subscription live.
+static zmsg_t *
+s_announce_on_sync (s_broker_t *self)
+{
     zmsg_t *announce = NULL;
     int64_t give_up = zclock_mono () + WAIT_MS;
     while (!announce && zclock_mono () < give_up) {
-        if (s_readable (broker.announce, 0)) {
-            announce = zmsg_recv (broker.announce);
-            zmsg_first (announce);
-            char *command = zframe_strdup (zmsg_next (announce));
-            if (!streq (command, DSH_ANNOUNCE))
-                zmsg_destroy (&announce);
-            zstr_free (&command);
-            continue;
-        }
-        zmsg_t *sync = s_head (broker.routing_id, DSH_SYNC);
+        zmsg_t *sync = s_head (self->routing_id, DSH_SYNC);
         dsh_packer_t packer;
         dsh_packer_init (&packer);
         msgpack_pack_map (&packer.pk, 0);
         zframe_t *body = dsh_packer_frame (&packer);
         dsh_packer_release (&packer);
         zmsg_append (sync, &body);
-        assert_int_equal (zmsg_send (&sync, broker.work), 0);
-        s_readable (broker.announce, 200);
+        assert_int_equal (zmsg_send (&sync, self->work), 0);
+        announce = s_next_announce (self, 200);
     }
     assert_non_null (announce);
+    return announce;
+}
+
+//  How many tools an ANNOUNCE (taken) carries, after checking its shape.
+static size_t
+s_announced_tools (zmsg_t **announce_p, size_t *concurrency)
+{
+    zmsg_t *announce = *announce_p;
     assert_int_equal (zmsg_size (announce), 3);
     char *protocol = zmsg_popstr (announce);
     char *command = zmsg_popstr (announce);
@@ -598,14 +619,133 @@ test_announce_concurrency (void **state)
     assert_non_null (doc);
     dsh_presence_t presence;
     assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof (error)), 0);
-    assert_int_equal (presence.concurrency, 3);
-    assert_int_equal (presence.tools->via.array.size, 4);
+    size_t tools = presence.tools->via.array.size;
+    if (concurrency)
+        *concurrency = (size_t) presence.concurrency;
     dsh_doc_destroy (&doc);
     zframe_destroy (&body);
     zstr_free (&protocol);
     zstr_free (&command);
-    zmsg_destroy (&announce);
+    zmsg_destroy (announce_p);
+    return tools;
+}
+
+//  Its ANNOUNCE (asked for with SYNC) states its workers as concurrency,
+//  for the broker's window.
+static void
+test_announce_concurrency (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    s_broker_start (&broker, 3, 16);
+    zmsg_t *announce = s_announce_on_sync (&broker);
+    size_t concurrency = 0;
+    assert_int_equal (s_announced_tools (&announce, &concurrency), 4);
+    assert_int_equal (concurrency, 3);
     s_broker_stop (&broker);
+}
+
+//  Changes at run time are announced together: a steady stream of adds
+//  (one every 2 ms, never quiet for the 10 ms an ANNOUNCE waits for) is
+//  announced once every 250 ms, and still while it lasts; once it stops,
+//  one more ANNOUNCE has every tool.
+static void
+test_changes_announced_together (void **state)
+{
+    (void) state;
+    s_broker_t broker;
+    s_broker_start (&broker, 1, 16);
+    zmsg_t *announce = s_announce_on_sync (&broker);
+    assert_int_equal (s_announced_tools (&announce, NULL), 4);
+
+    size_t adds = 0, pauses = 0, announces = 0;
+    int64_t started = zclock_mono ();
+    int64_t last_add = started;
+    while (zclock_mono () - started < 800) {
+        char entry [128];
+        snprintf (entry, sizeof (entry), "{\"name\": \"stream_%zu\", \"parameters\": {\"type\": \"object\"}}", adds);
+        assert_int_equal (dsh_provider_add_raw (broker.provider, entry, s_echo, NULL), 0);
+        adds++;
+        //  A loaded machine may pause this thread long enough for the
+        //  provider to see quiet and announce: each such pause may cost one
+        int64_t now = zclock_mono ();
+        if (now - last_add >= 5)
+            pauses++;
+        last_add = now;
+        while ((announce = s_next_announce (&broker, 0))) {
+            s_announced_tools (&announce, NULL);
+            announces++;
+        }
+        zclock_sleep (2);
+    }
+    int64_t lasted = zclock_mono () - started;
+    //  Not starved by the stream
+    assert_true (announces >= 1);
+    size_t most = (size_t) (lasted / 250) + 1 + pauses;
+    if (announces > most)
+        fail_msg ("%zu ANNOUNCEs for %zu adds in %" PRId64 " ms (%zu pauses): want at most %zu", announces, adds,
+                  lasted, pauses, most);
+    //  The last adds come in one more, with every tool
+    size_t tools = 0;
+    while (tools != 4 + adds && (announce = s_next_announce (&broker, WAIT_MS)))
+        tools = s_announced_tools (&announce, NULL);
+    assert_int_equal (tools, 4 + adds);
+    s_broker_stop (&broker);
+}
+
+//  A held provider that nobody starts starts by itself: 500 ms after its
+//  last add, or 2 s after it was made if nothing is added. One made with
+//  start_now asks for the broker at once.
+static void
+test_held_starts_by_itself (void **state)
+{
+    (void) state;
+    zsock_t *front = zsock_new_router ("inproc://test-provider-unstarted");
+    zsock_t *empty_front = zsock_new_router ("inproc://test-provider-empty");
+    zsock_t *now_front = zsock_new_router ("inproc://test-provider-now");
+    assert_non_null (front);
+    assert_non_null (empty_front);
+    assert_non_null (now_front);
+    int64_t made = zclock_mono ();
+    dsh_provider_t *empty = dsh_provider_new ("inproc://test-provider-empty", "empty", 1);
+    dsh_provider_t *provider = dsh_provider_new ("inproc://test-provider-unstarted", "unstarted", 1);
+    dsh_provider_options_t options = { .broker = "inproc://test-provider-now", .id = "now", .start_now = true };
+    dsh_provider_t *now = dsh_provider_new_options (&options);
+    assert_non_null (empty);
+    assert_non_null (provider);
+    assert_non_null (now);
+
+    zmsg_t *hello = s_recv (now_front);
+    s_expect_head (hello, DSH_HELLO, NULL);
+    zmsg_destroy (&hello);
+
+    assert_int_equal (dsh_provider_add (provider, &s_echo_def, s_echo, NULL), 0);
+    zclock_sleep (100);
+    assert_int_equal (dsh_provider_add (provider, &s_progress_def, s_progress, NULL), 0);
+    int64_t added = zclock_mono ();
+    hello = s_recv (front);
+    //  The add's own round trip to the provider's thread comes off the 500 ms
+    int64_t waited = zclock_mono () - added;
+    if (waited < 400)
+        fail_msg ("a held provider looked for the broker %" PRId64 " ms after its last add", waited);
+    s_expect_head (hello, DSH_HELLO, NULL);
+    zmsg_destroy (&hello);
+
+    hello = s_recv (empty_front);
+    waited = zclock_mono () - made;
+    if (waited < 2000)
+        fail_msg ("a held provider with no tools looked for the broker %" PRId64 " ms after it was made", waited);
+    s_expect_head (hello, DSH_HELLO, NULL);
+    zmsg_destroy (&hello);
+
+    //  Started, it is started: this does nothing
+    dsh_provider_start (provider);
+    dsh_provider_destroy (&now);
+    dsh_provider_destroy (&provider);
+    dsh_provider_destroy (&empty);
+    zsock_destroy (&now_front);
+    zsock_destroy (&front);
+    zsock_destroy (&empty_front);
 }
 
 int
@@ -618,6 +758,8 @@ main (void)
         cmocka_unit_test (test_cancel_and_overload),
         cmocka_unit_test (test_tools),
         cmocka_unit_test (test_announce_concurrency),
+        cmocka_unit_test (test_changes_announced_together),
+        cmocka_unit_test (test_held_starts_by_itself),
     };
     int rc = cmocka_run_group_tests (tests, NULL, NULL);
     zsys_shutdown ();

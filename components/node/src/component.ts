@@ -74,6 +74,7 @@ export class Component extends EventEmitter {
   private readonly log: (line: string) => void;
   private readonly told = new Set<string>();
   private stopped = false;
+  private announcePending = false;
 
   constructor(options: ComponentOptions = {}) {
     super();
@@ -88,8 +89,8 @@ export class Component extends EventEmitter {
     this.links = brokerList(options.broker).map((front) => new Link(this, front));
   }
 
-  //  Adds or replaces a tool; the brokers hear of it at once (a new
-  //  generation, HELLO on WORK, ANNOUNCE).
+  //  Adds or replaces a tool; the brokers hear of it once the code that
+  //  made the change has run (see changed).
   set(entry: ToolEntry, handler: ToolHandler): void {
     this.tools.set(entry.name, { entry, handler });
     this.changed();
@@ -160,11 +161,23 @@ export class Component extends EventEmitter {
     return body;
   }
 
+  //  Every change made in one run of the event loop (a loop of
+  //  registrations, and the promise jobs it queued) goes in one ANNOUNCE,
+  //  sent from setImmediate: a new generation, HELLO on WORK, ANNOUNCE.
+  //  No later change can put it off, so it cannot be starved.
   private changed(): void {
     this.told.clear();
-    this.generation = Math.max(this.generation + 1, Date.now());
-    for (const link of this.links)
-      link.reannounce();
+    if (this.announcePending)
+      return;
+    this.announcePending = true;
+    setImmediate(() => {
+      this.announcePending = false;
+      if (this.stopped)
+        return;
+      this.generation = Math.max(this.generation + 1, Date.now());
+      for (const link of this.links)
+        link.reannounce();
+    });
   }
 
   //  A CALL from link: run now, queue, or refuse OVERLOADED.
@@ -324,8 +337,12 @@ export class Link {
     const zmtp = {
       linger: 1000,
       maxMessageSize: Number(welcome.maxMessageBytes) || MAX_MESSAGE_BYTES,
-      heartbeatInterval: this.heartbeatMs,
-      heartbeatTimeout: this.heartbeatMs * this.liveness,
+      //  No ZMTP heartbeats: HEARTBEAT and the broker's answers on WORK
+      //  are the liveness (PROTOCOL.md, Liveness: connections)
+      tcpKeepalive: 1,
+      tcpKeepaliveIdle: Math.max(Math.floor(this.heartbeatMs * this.liveness / 1000), 1),
+      tcpKeepaliveInterval: Math.max(Math.floor(this.heartbeatMs / 1000), 1),
+      tcpKeepaliveCount: this.liveness,
       connectTimeout: this.heartbeatMs,
       reconnectMaxInterval: this.heartbeatMs,
       ...this.owner.curve,

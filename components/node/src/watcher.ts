@@ -192,8 +192,11 @@ export class Watcher extends EventEmitter {
     const sub = new Subscriber({
       linger: 0,
       maxMessageSize: Number(welcome.maxMessageBytes) || MAX_MESSAGE_BYTES,
-      heartbeatInterval: this.heartbeatMs,
-      heartbeatTimeout: this.heartbeatMs * this.liveness,
+      //  No ZMTP heartbeats: PING and PONG on FRONT are the liveness
+      tcpKeepalive: 1,
+      tcpKeepaliveIdle: Math.max(Math.floor(this.heartbeatMs * this.liveness / 1000), 1),
+      tcpKeepaliveInterval: Math.max(Math.floor(this.heartbeatMs / 1000), 1),
+      tcpKeepaliveCount: this.liveness,
       reconnectMaxInterval: this.heartbeatMs,
       ...this.curve,
     });

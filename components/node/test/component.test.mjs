@@ -1,6 +1,6 @@
 //  Tools served from Node, reached by the C CLI and by Node: register,
 //  tools/change, the disposer, progress and cancel inside a handler, the
-//  concurrency limit, kill -9 of a Node component mid-call, and a broker
+//  concurrency limit, registrations in a loop announced together, kill -9 of a Node component mid-call, and a broker
 //  restart (the component announces again, the view resynchronises).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -99,6 +99,28 @@ test('a handler reports progress, sees its cancel, and runs at most `concurrency
   assert.equal((await pending).error.code, 'CANCELLED');
   await until(() => cancelled === 1, 'the handler to see the cancel');
   await dispose();
+});
+
+test('registrations made in one run go in one ANNOUNCE', async () => {
+  const batch = await ToolRegistry.connect({ broker: broker.endpoint, component: 'node-batch' });
+  try {
+    await batch.register({ name: 'node_batch_first', parameters: { type: 'object' } }, () => []).ready;
+    let announces = 0;
+    const presence = batch.component.presence.bind(batch.component);
+    batch.component.presence = (command) => {
+      if (command === 'ANNOUNCE')
+        announces += 1;
+      return presence(command);
+    };
+    const disposers = [];
+    for (let index = 0; index < 100; index += 1)
+      disposers.push(batch.register({ name: `node_batch_${index}`, parameters: { type: 'object' } }, () => []));
+    await Promise.all(disposers.map((dispose) => dispose.ready));
+    //  The ANNOUNCE after them, and the one its HELLO's SYNC asks for
+    assert.ok(announces >= 1 && announces <= 2, `${announces} ANNOUNCEs for 100 registrations`);
+  } finally {
+    await batch.close();
+  }
 });
 
 test('close() withdraws: the broker says the component left, "withdrawn"', async () => {

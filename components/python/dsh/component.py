@@ -40,6 +40,13 @@ from .result import Result
 
 log = logging.getLogger("dsh.component")
 
+#  Changes to the tool set are announced together once they stop for a
+#  moment (a loop of tool() calls sends one ANNOUNCE, not one per tool),
+#  but never later than a while after the first one not announced yet, so
+#  a steady stream still announces: the C SDK's times
+_ANNOUNCE_QUIET_S = 0.010
+_ANNOUNCE_MAX_WAIT_S = 0.250
+
 _CONTENT_TYPES = ("text", "image", "audio", "resource_link", "resource")
 
 
@@ -187,6 +194,8 @@ class Component:
         self._loop = None
         self._stopping = None
         self._ready = threading.Event()
+        self._unannounced_at = None     # loop time of the first change not announced yet
+        self._announce_due = None       # the loop's TimerHandle for it
         self._thread = None
         self._pool = None
         self._slots = None
@@ -275,6 +284,7 @@ class Component:
             self._context.term()
             self._work_context.term()
             self._loop = None
+            self._unannounced_at = self._announce_due = None
 
     def stop(self):
         """Withdraw from every broker and stop serving. Safe from any thread."""
@@ -330,7 +340,7 @@ class Component:
         """HELLO on a new FRONT connection every second until a WELCOME that
         echoes it (None when stopping)."""
         front = self._context.socket(zmq.DEALER)
-        wire.heal(front)
+        wire.keepalive(front)
         secure(front, self._cert, self._broker_cert)
         front.connect(link.front)
         hello_id = uuid.uuid4().hex
@@ -359,7 +369,7 @@ class Component:
         link.heartbeat_ms = welcome.get("heartbeatMs") or wire.DEFAULT_HEARTBEAT_MS
         link.liveness = welcome.get("liveness") or wire.DEFAULT_LIVENESS
         link.pub = self._context.socket(zmq.PUB)
-        wire.heal(link.pub, link.heartbeat_ms, link.liveness)
+        wire.keepalive(link.pub, link.heartbeat_ms, link.liveness)
         secure(link.pub, self._cert, self._broker_cert)
         pub_monitor = link.pub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         link.pub.connect(wire.resolve(welcome["announce"], link.front))
@@ -375,7 +385,7 @@ class Component:
             pub_monitor.close(linger=0)
         link.work = self._work_context.socket(zmq.DEALER)
         link.work.setsockopt(zmq.ROUTING_ID, ("%s %s" % (self.id, uuid.uuid4())).encode())
-        wire.heal(link.work, link.heartbeat_ms, link.liveness)
+        wire.keepalive(link.work, link.heartbeat_ms, link.liveness)
         secure(link.work, self._cert, self._broker_cert)
         link.handshake = Handshake(link.work, bool(self._cert))
         link.hellos_for = 1
@@ -426,8 +436,21 @@ class Component:
         self._ready.set()
 
     def _tools_changed(self):
+        """The tool set changed: announced once changes stop for
+        _ANNOUNCE_QUIET_S, and at most _ANNOUNCE_MAX_WAIT_S after the first
+        one not announced yet."""
+        now = self._loop.time()
+        if self._unannounced_at is None:
+            self._unannounced_at = now
+        if self._announce_due is not None:
+            self._announce_due.cancel()
+        due = min(now + _ANNOUNCE_QUIET_S, self._unannounced_at + _ANNOUNCE_MAX_WAIT_S)
+        self._announce_due = self._loop.call_at(due, self._announce_changes)
+
+    def _announce_changes(self):
         """A new tool set: a new generation, said on WORK before the ANNOUNCE
         (PROTOCOL.md, Presence follows the owner's generation)."""
+        self._unannounced_at = self._announce_due = None
         self.generation += 1
         for link in self._links:
             if link.work is not None:

@@ -101,13 +101,13 @@ class AsyncWatcher:
         sub = self._context.socket(zmq.SUB)
         monitor = None
         try:
-            wire.heal(front)
+            wire.keepalive(front)
             secure(front, self._cert, self._broker_cert)
             front.connect(self.endpoint)
             welcome = await self._hello(front)
             heartbeat = (welcome.get("heartbeatMs") or wire.DEFAULT_HEARTBEAT_MS) / 1000.0
             window = heartbeat * (welcome.get("liveness") or wire.DEFAULT_LIVENESS)
-            wire.heal(sub, int(heartbeat * 1000), int(window / heartbeat))
+            wire.keepalive(sub, int(heartbeat * 1000), int(window / heartbeat))
             secure(sub, self._cert, self._broker_cert)
             sub.setsockopt(zmq.SUBSCRIBE, b"")
             monitor = sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
