@@ -7,6 +7,7 @@
 */
 
 #include "dsh_beacon.h"
+#include "dsh_log.h"
 #include "dsh_config.h"
 #include "dsh_curve.h"
 #include "dsh_keystore.h"
@@ -137,7 +138,7 @@ main (int argc, char *argv [])
     mallopt (M_TRIM_THRESHOLD, 1024 * 1024);
     zsys_init ();
     zsys_set_logident ("dsh-broker");
-    zsys_set_logstream (stderr);
+    zsys_set_logstream (dsh_log_stream (stderr));
     dsh_config_t *config = dsh_config_new ();
     char error [512];
     int rc = 0;

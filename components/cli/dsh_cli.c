@@ -12,6 +12,7 @@
 */
 
 #include "dsh_beacon.h"
+#include "dsh_log.h"
 #include "dsh_client.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
@@ -1593,7 +1594,7 @@ int
 main (int argc, char *argv [])
 {
     //  stdout carries the JSON; czmq logs there unless told otherwise
-    zsys_set_logstream (stderr);
+    zsys_set_logstream (dsh_log_stream (stderr));
     options_t options = { .count = -1 };
     int exit_code = 0;
     int index = s_parse (argc, argv, 1, NULL, &options, &exit_code);

@@ -25,6 +25,7 @@
 */
 
 #include "dsh_curve.h"
+#include "dsh_log.h"
 #include "dsh_beacon.h"
 #include "dsh_client.h"
 #include "dsh_json.h"
@@ -1295,9 +1296,9 @@ main (int argc, char *argv [])
         broker = resolved;
     }
     //  stdout is the MCP channel: nothing else may write there
-    zsys_set_logstream (stderr);
+    zsys_set_logstream (dsh_log_stream (stderr));
     zsys_init ();
-    zsys_set_logstream (stderr);
+    zsys_set_logstream (dsh_log_stream (stderr));
     if (token_file && !http)
         return s_bad_usage ("--http-token-file needs --http");
     if (limits_given && !http)

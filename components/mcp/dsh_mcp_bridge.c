@@ -32,6 +32,7 @@
 */
 
 #include "dsh_curve.h"
+#include "dsh_log.h"
 #include "dsh_jsonrpc.h"
 #include "dsh_mcp_content.h"
 #include "dsh_mcp_gateway.h"
@@ -1674,7 +1675,7 @@ main (int argc, char *argv [])
 
     zsys_init ();
     //  stdout carries only the ready lines, for whoever launched us
-    zsys_set_logstream (stderr);
+    zsys_set_logstream (dsh_log_stream (stderr));
     //  A server that dies while we write to it must not take us with it
     signal (SIGPIPE, SIG_IGN);
     int wake [2];

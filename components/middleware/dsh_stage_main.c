@@ -13,6 +13,7 @@
 #include <getopt.h>
 
 #include "dsh_curve.h"
+#include "dsh_log.h"
 #include "dsh_keystore.h"
 #include "dsh_middleware.h"
 #include "dsh_proto.h"
@@ -132,7 +133,7 @@ main (int argc, char *argv [])
     zlistx_destroy (&brokers);
     zsys_init ();
     //  stdout carries only the start line, for whoever launched us
-    zsys_set_logstream (stderr);
+    zsys_set_logstream (dsh_log_stream (stderr));
 
     char error [512] = "";
     zconfig_t *settings = NULL;

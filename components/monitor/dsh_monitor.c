@@ -21,6 +21,7 @@
 */
 
 #include "dsh_monitor_httpd.h"
+#include "dsh_log.h"
 #include "dsh_monitor_metrics.h"
 #include "dsh_monitor_model.h"
 #include "dsh_monitor_page.h"
@@ -433,9 +434,9 @@ main (int argc, char *argv [])
         return dsh_component_usage_error (&program, "%s", error);
     zlistx_destroy (&brokers);
     //  stdout says one thing, that the monitor is ready
-    zsys_set_logstream (stderr);
+    zsys_set_logstream (dsh_log_stream (stderr));
     zsys_init ();
-    zsys_set_logstream (stderr);
+    zsys_set_logstream (dsh_log_stream (stderr));
     char *token = NULL;
     if (self.token_file && !(token = dsh_http_read_token (self.token_file, error, sizeof error))) {
         fprintf (stderr, "dsh-monitor: %s\n", error);

@@ -4,6 +4,7 @@
 */
 
 #include "dsh_component.h"
+#include "dsh_log.h"
 #include "dsh_beacon.h"
 #include "dsh_proto.h"
 #include "dsh_curve.h"
@@ -146,7 +147,7 @@ dsh_component_serve (const dsh_component_options_t *self, const dsh_component_to
     if (status == 0) {
         zsys_init ();
         //  stdout carries only the start line, for whoever launched us
-        zsys_set_logstream (stderr);
+        zsys_set_logstream (dsh_log_stream (stderr));
         //  "beacon[:PORT]" entries become the brokers heard on the LAN
         char error [512];
         brokers = dsh_beacon_resolve (self->broker, 0, error, sizeof (error));

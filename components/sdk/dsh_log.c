@@ -9,6 +9,9 @@
 
 #include "dsh_log.h"
 
+#include <ctype.h>
+#include <time.h>
+
 #include <pthread.h>
 
 //  Keys a limiter tells apart
@@ -182,6 +185,60 @@ dsh_log_info (const char *format, ...)
     va_start (args, format);
     s_process_line ('I', format, args);
     va_end (args);
+}
+
+//  The cookie stream of dsh_log_stream: each write is one line czmq made
+//  (it prints a line and flushes), "L: [(ident) ]YY-MM-DD HH:MM:SS text".
+static ssize_t
+s_stream_write (void *cookie, const char *data, size_t size)
+{
+    FILE *target = (FILE *) cookie;
+    size_t at = 0;
+    if (size > 3 && data [1] == ':' && data [2] == ' ') {
+        at = 3;
+        if (data [at] == '(') {
+            const char *close = (const char *) memchr (data + at, ')', size - at);
+            at = close && (size_t) (close - data) + 2 < size && close [1] == ' '? (size_t) (close - data) + 2: 0;
+        }
+    }
+    bool dated = at && size - at > 9 && isdigit ((unsigned char) data [at]) && isdigit ((unsigned char) data [at + 1])
+              && data [at + 2] == '-' && isdigit ((unsigned char) data [at + 3]) && data [at + 5] == '-'
+              && data [at + 8] == ' ';
+    if (dated) {
+        time_t now = time (NULL);
+        struct tm local;
+        localtime_r (&now, &local);
+        fwrite (data, 1, at, target);
+        fprintf (target, "%02d", (local.tm_year + 1900) / 100);
+        fwrite (data + at, 1, size - at, target);
+    }
+    else
+        fwrite (data, 1, size, target);
+    fflush (target);
+    return (ssize_t) size;
+}
+
+FILE *
+dsh_log_stream (FILE *target)
+{
+    assert (target);
+    //  One stream per target (a program may set its log stream twice)
+    static FILE *s_target = NULL, *s_stream = NULL;
+    static pthread_mutex_t s_streams = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock (&s_streams);
+    if (s_target != target || !s_stream) {
+        cookie_io_functions_t functions = { NULL, s_stream_write, NULL, NULL };
+        FILE *stream = fopencookie (target, "w", functions);
+        //  Line at a time: czmq's lines are under 1 KiB, so one write is one line
+        if (stream) {
+            setvbuf (stream, NULL, _IOLBF, 4096);
+            s_target = target;
+            s_stream = stream;
+        }
+    }
+    FILE *stream = s_target == target? s_stream: NULL;
+    pthread_mutex_unlock (&s_streams);
+    return stream? stream: target;
 }
 
 void

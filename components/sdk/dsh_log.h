@@ -27,6 +27,13 @@ extern "C" {
 
 typedef struct _dsh_log_t dsh_log_t;
 
+//  A stream that writes czmq's log lines to target with the year in four
+//  digits ("I: (dsh-broker) 2026-12-01 12:38:41 ..."; czmq 4.2 writes "26-"),
+//  and anything else as it is. For zsys_set_logstream; one per target, kept
+//  for the life of the process; target itself if it cannot be made.
+FILE *
+    dsh_log_stream (FILE *target);
+
 //  Where a limiter's lines go: level is 'E', 'W' or 'I'.
 typedef void (dsh_log_sink_fn) (char level, const char *line, void *arg);
 

@@ -156,6 +156,44 @@ test_process_wide (void **state)
     assert_int_equal (lines, floods + 2);
 }
 
+//  czmq's lines through dsh_log_stream carry a four-digit year; other
+//  text goes through as it is.
+static void
+test_stream_year (void **state)
+{
+    (void) state;
+    FILE *file = tmpfile ();
+    assert_non_null (file);
+    FILE *stream = dsh_log_stream (file);
+    assert_true (stream != file);
+    assert_ptr_equal (dsh_log_stream (file), stream);
+    time_t now = time (NULL);
+    struct tm local;
+    localtime_r (&now, &local);
+    char year [16];
+    snprintf (year, sizeof (year), "%04d-", local.tm_year + 1900);
+    zsys_set_logstream (stream);
+    zsys_set_logident ("test_log");
+    zsys_info ("a line with %s", "a date");
+    zsys_set_logstream (NULL);
+    //  The form czmq writes without an ident
+    fprintf (stream, "W: %s12-01 13:00:00 no ident\n", year + 2);
+    fputs ("plain text\n", stream);
+    fflush (stream);
+    rewind (file);
+    char line [1024];
+    assert_non_null (fgets (line, sizeof (line), file));
+    assert_true (strncmp (line, "I: (test_log) ", 14) == 0);
+    assert_true (strncmp (line + 14, year, 5) == 0);
+    assert_non_null (strstr (line, " a line with a date\n"));
+    assert_non_null (fgets (line, sizeof (line), file));
+    assert_true (strncmp (line, "W: ", 3) == 0);
+    assert_true (strncmp (line + 3, year, 5) == 0);
+    assert_non_null (fgets (line, sizeof (line), file));
+    assert_string_equal (line, "plain text\n");
+    fclose (file);
+}
+
 int
 main (void)
 {
@@ -165,6 +203,7 @@ main (void)
         cmocka_unit_test (test_keys_apart),
         cmocka_unit_test (test_many_keys),
         cmocka_unit_test (test_process_wide),
+        cmocka_unit_test (test_stream_year),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
