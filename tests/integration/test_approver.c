@@ -484,21 +484,29 @@ s_terminal_wait (terminal_t *self, int timeout_ms)
     return -1;
 }
 
-static void
-test_terminal_asks_y_or_n (void **state)
+//  `dsh approver` on a pseudo-terminal, once it waits for requests.
+static terminal_t
+s_approver_on_terminal (const char *endpoint)
 {
-    rig_t *self = (rig_t *) *state;
     char *program = dsh_testkit_program (CLI);
     terminal_t terminal = { 0 };
     terminal.pid = forkpty (&terminal.master, NULL, NULL, NULL);
     assert_true (terminal.pid >= 0);
     if (terminal.pid == 0) {
         prctl (PR_SET_PDEATHSIG, SIGKILL);
-        execl (program, program, "--broker", self->endpoint, "approver", (char *) NULL);
+        execl (program, program, "--broker", endpoint, "approver", (char *) NULL);
         _exit (127);
     }
     zstr_free (&program);
     assert_true (s_terminal_expect (&terminal, 0, "Waiting for requests", 5000) >= 0);
+    return terminal;
+}
+
+static void
+test_terminal_asks_y_or_n (void **state)
+{
+    rig_t *self = (rig_t *) *state;
+    terminal_t terminal = s_approver_on_terminal (self->endpoint);
 
     //  Asked until the approver shows it: readable, pretty-printed, y/N
     long seen = -1;
@@ -551,17 +559,7 @@ static void
 test_terminal_says_nobody_decided_in_time (void **state)
 {
     rig_t *self = (rig_t *) *state;
-    char *program = dsh_testkit_program (CLI);
-    terminal_t terminal = { 0 };
-    terminal.pid = forkpty (&terminal.master, NULL, NULL, NULL);
-    assert_true (terminal.pid >= 0);
-    if (terminal.pid == 0) {
-        prctl (PR_SET_PDEATHSIG, SIGKILL);
-        execl (program, program, "--broker", self->endpoint, "approver", (char *) NULL);
-        _exit (127);
-    }
-    zstr_free (&program);
-    assert_true (s_terminal_expect (&terminal, 0, "Waiting for requests", 5000) >= 0);
+    terminal_t terminal = s_approver_on_terminal (self->endpoint);
 
     self->timeout_ms = 2500;
     long seen = -1;
