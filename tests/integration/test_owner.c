@@ -370,6 +370,97 @@ test_lost_route_expires (void **state)
     s_bed_destroy (&bed);
 }
 
+//  A call for a listed component that has no WORK connection waits for one
+//  (it never left the broker), and the connection that claims the id runs
+//  it: not TOOL_GONE at once, as before (a component reconnecting after its
+//  broker stalled lost its calls so).
+static void
+test_call_waits_for_connection (void **state)
+{
+    (void) state;
+    s_bed_t *bed = s_bed ();
+    char *announce = s_welcome_endpoint (bed, "announce");
+    char *work = s_welcome_endpoint (bed, "work");
+    zsock_t *pub = zsock_new (ZMQ_PUB);
+    assert_int_equal (zsock_connect (pub, "%s", announce), 0);
+    zstr_free (&announce);
+    const char *presence = "{\"component\": \"later\", \"generation\": 9, \"tools\": [{\"name\": \"later_tool\","
+                           " \"description\": \"answers once connected\", \"parameters\": {\"type\": \"object\"}}]}";
+    int listed = -1;
+    for (int attempt = 0; attempt < 25 && listed; attempt++) {
+        s_publish (pub, DSH_ANNOUNCE, presence);
+        listed = dsh_testkit_wait_tools (bed->endpoint, "later_tool", 1, 200);
+    }
+    assert_int_equal (listed, 0);
+
+    //  Listed, not connected: the call is sent now
+    dsh_client_t *caller = dsh_client_new (bed->endpoint);
+    const char *call_id = dsh_client_call_send (caller, "waits-1", "later_tool", NULL, 0, NULL, NULL, 0, 10000);
+    assert_non_null (call_id);
+    assert_null (dsh_client_recv (caller, 300));
+
+    //  A connection claims the id: the call comes to it
+    zsock_t *dealer = zsock_new (ZMQ_DEALER);
+    zsock_set_identity (dealer, "later");
+    assert_int_equal (zsock_connect (dealer, "%s", work), 0);
+    zstr_free (&work);
+    msgpack_sbuffer sbuf;
+    char error [128];
+    assert_int_equal (dsh_json_text_to_msgpack ("{\"component\": \"later\", \"generation\": 9}", &sbuf,
+                                                error, sizeof (error)), 0);
+    zmsg_t *hello = zmsg_new ();
+    zmsg_addmem (hello, NULL, 0);
+    zmsg_addstr (hello, DSH_PROTOCOL);
+    zmsg_addstr (hello, DSH_HELLO);
+    zmsg_addmem (hello, sbuf.data, sbuf.size);
+    zmsg_send (&hello, dealer);
+    msgpack_sbuffer_destroy (&sbuf);
+    zsock_set_rcvtimeo (dealer, S_HEARTBEAT_MS / 2);
+    zmsg_t *call = NULL;
+    int64_t give_up = zclock_mono () + 5000;
+    while (!call && zclock_mono () < give_up) {
+        s_publish (pub, DSH_HEARTBEAT, "{\"component\": \"later\", \"generation\": 9}");
+        zmsg_t *msg = zmsg_recv (dealer);
+        //  "" DSH1 COMMAND ...: SYNC and HEARTBEAT pass, a CALL stops
+        zframe_t *command = NULL;
+        if (msg && zmsg_first (msg) && zmsg_next (msg))
+            command = zmsg_next (msg);
+        if (command && zframe_streq (command, DSH_CALL))
+            call = msg;
+        else
+            zmsg_destroy (&msg);
+    }
+    if (!call)
+        fail_msg ("the call waiting for \"later\" never came to the connection that claimed it");
+    //  "" DSH1 CALL token body: answered on its token
+    zmsg_t *result = zmsg_new ();
+    zmsg_addmem (result, NULL, 0);
+    zmsg_addstr (result, DSH_PROTOCOL);
+    zmsg_addstr (result, DSH_RESULT);
+    zmsg_first (call);
+    zmsg_next (call);
+    zmsg_next (call);
+    zframe_t *token = zmsg_next (call);
+    zmsg_addmem (result, zframe_data (token), zframe_size (token));
+    assert_int_equal (dsh_json_text_to_msgpack ("{\"callId\": \"waits-1\", \"content\": [{\"type\": \"text\", "
+                                                "\"text\": \"connected\"}], \"isError\": false}", &sbuf, error, sizeof (error)), 0);
+    zmsg_addmem (result, sbuf.data, sbuf.size);
+    msgpack_sbuffer_destroy (&sbuf);
+    zmsg_send (&result, dealer);
+    zmsg_destroy (&call);
+    dsh_reply_t *reply = dsh_client_recv (caller, 5000);
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_command (reply), DSH_RESULT);
+    if (dsh_reply_is_error (reply))
+        fail_msg ("the call that waited: %s", dsh_reply_text (reply));
+    assert_string_equal (dsh_reply_text (reply), "connected");
+    dsh_reply_destroy (&reply);
+    dsh_client_destroy (&caller);
+    zsock_destroy (&dealer);
+    zsock_destroy (&pub);
+    s_bed_destroy (&bed);
+}
+
 //  ---------------------------------------------------------------------
 //  The owner's tool set changes while it runs: each new generation is
 //  taken (the owner states it on WORK), though presence at a generation
@@ -640,6 +731,7 @@ main (void)
         cmocka_unit_test (test_crash_frees_id),
         cmocka_unit_test (test_refused_takes_over),
         cmocka_unit_test (test_lost_route_expires),
+        cmocka_unit_test (test_call_waits_for_connection),
         cmocka_unit_test (test_owner_changes_tools),
         cmocka_unit_test (test_swarm_announces_once),
     };
