@@ -15,8 +15,10 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include "dsh.h"
@@ -187,14 +189,25 @@ test_calls (void **state)
     zstr_free (&output);
 }
 
-//  A loopback port nothing listens on (bound, then closed).
+//  A loopback port nothing listens on, held so while *fd_p is open: bound
+//  by a TCP socket that never listens, so a connect is refused, and no
+//  other program (a test beside this one binding "*") can take it.
+//  Returns the port, or -1.
 static int
-s_closed_port (void)
+s_closed_port (int *fd_p)
 {
-    zsock_t *probe = zsock_new (ZMQ_ROUTER);
-    int port = zsock_bind (probe, "tcp://127.0.0.1:*");
-    zsock_destroy (&probe);
-    return port;
+    int fd = socket (AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in address = { .sin_family = AF_INET, .sin_port = 0 };
+    address.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    socklen_t size = sizeof (address);
+    if (fd < 0 || bind (fd, (struct sockaddr *) &address, sizeof (address))
+    ||  getsockname (fd, (struct sockaddr *) &address, &size)) {
+        if (fd >= 0)
+            close (fd);
+        return -1;
+    }
+    *fd_p = fd;
+    return ntohs (address.sin_port);
 }
 
 //  CPU time (user + system) of the children reaped so far, in ms.
@@ -240,7 +253,8 @@ static void
 test_unreachable_broker (void **state)
 {
     (void) state;
-    int port = s_closed_port ();
+    int held = -1;
+    int port = s_closed_port (&held);
     assert_true (port > 0);
     char endpoint [64];
     snprintf (endpoint, sizeof (endpoint), "tcp://127.0.0.1:%d", port);
@@ -249,6 +263,7 @@ test_unreachable_broker (void **state)
     assert_string_equal (call, ping);
     zstr_free (&ping);
     zstr_free (&call);
+    close (held);
 }
 
 //  call --batch: results in call order, one per call, exit 1 if any failed
