@@ -45,6 +45,8 @@ s_usage (FILE *out)
         "      --queue-limit N      high-water mark of every socket, in messages (default %d)\n"
         "      --max-tool-bytes N   largest tool entry a component may announce (default %d)\n"
         "      --max-tools N        tools one component may provide (default %d)\n"
+        "      --max-announce-parts-bytes N  tool sets announced in parts, held until whole, all\n"
+        "                           components together, in bytes (default %d)\n"
         "      --events-queue-bytes N  change events queued per subscriber, in bytes (default %d)\n"
         "      --io-threads N       ZeroMQ I/O threads (default 0: one per CPU, at most 16;\n"
         "                           $ZSYS_IO_THREADS overrides the default)\n"
@@ -57,13 +59,23 @@ s_usage (FILE *out)
         "      --beacon[=PORT]      broadcast UDP beacons so `--broker beacon[:PORT]` finds this broker\n"
         "                           (default off; port %d, every %d ms; interface: $ZSYS_INTERFACE or\n"
         "                           the config's beacon/interface)\n"
+        "      --name NAME          this broker's stable id, its audit chain's (default HOST:PORT)\n"
+        "      --state-dir DIR      where the SQLite store lives (default $DSH_STATE_DIR, else\n"
+        "                           $XDG_STATE_HOME/dsh, else ~/.local/state/dsh)\n"
+        "      --store LOCATION     the store: postgresql://... (every broker of a swarm in one\n"
+        "                           database) or a SQLite file (default STATE_DIR/broker-PORT.db)\n"
+        "      --audit POLICY       required: no call runs unrecorded (refused AUDIT_UNAVAILABLE\n"
+        "                           while the store fails); best-effort: records are dropped and\n"
+        "                           counted instead; off: none (default required; the config's\n"
+        "                           audit section sets arguments, digest_tools, retain_days, ...)\n"
         "      --no-stats           keep no call statistics (STATS answers enabled: false;\n"
         "                           config key stats = false; default on)\n"
         "  -v, --verbose            log every event and refusal (default off)\n"
         "  -h, --help               this help\n",
         defaults->endpoint, defaults->heartbeat_ms, defaults->liveness, defaults->call_timeout_ms,
         defaults->max_call_timeout_ms, defaults->max_message_bytes, defaults->queue_limit,
-        defaults->max_tool_bytes, defaults->max_tools, defaults->events_queue_bytes,
+        defaults->max_tool_bytes, defaults->max_tools, defaults->max_announce_parts_bytes,
+        defaults->events_queue_bytes,
         defaults->beacon_port, defaults->beacon_interval_ms);
     dsh_config_destroy (&defaults);
 }
@@ -94,7 +106,9 @@ s_flag_key (const char *flag)
         { "--max-message-bytes", "max_message_bytes" }, { "--queue-limit", "queue_limit" },
         { "--cert", "certificate" }, { "--allow", "allow" },
         { "--max-tool-bytes", "max_tool_bytes" }, { "--max-tools", "max_tools" },
+        { "--max-announce-parts-bytes", "max_announce_parts_bytes" },
         { "--events-queue-bytes", "events_queue_bytes" }, { "--io-threads", "io_threads" },
+        { "--name", "name" }, { "--state-dir", "state_dir" }, { "--store", "store" }, { "--audit", "audit" },
     };
     for (size_t index = 0; index < sizeof (flags) / sizeof (flags [0]); index++)
         if (streq (flag, flags [index][0]))

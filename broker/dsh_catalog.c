@@ -11,6 +11,7 @@
 */
 
 #include "dsh_catalog.h"
+#include "dsh_store.h"
 
 //  A component's window (calls sent to it and not yet answered, at most)
 //  is its workers (ANNOUNCE's concurrency) plus the calls it answers in
@@ -35,6 +36,7 @@ typedef struct {
     zlistx_t *providers;        //  char * component ids, in joining order
     void *handle;               //  in self->tool_order
     bool idempotent;            //  annotations.idempotentHint, read once
+    char digest [65];           //  SHA-256 of entry, hex; "" until asked for
 } s_tool_t;
 
 typedef struct {
@@ -317,6 +319,7 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, s_of
         tool->canonical = offer->canonical;
         offer->entry = offer->canonical = NULL;
         tool->idempotent = s_reads_idempotent (tool->entry);
+        tool->digest [0] = 0;
         tool->providers = s_string_list ();
         zlistx_add_end (tool->providers, (void *) component);
         tool->handle = zlistx_add_end (self->tool_order, tool);
@@ -339,6 +342,7 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, s_of
         tool->canonical = offer->canonical;
         offer->entry = offer->canonical = NULL;
         tool->idempotent = s_reads_idempotent (tool->entry);
+        tool->digest [0] = 0;
         dsh_event_t *event = s_event_new (self, DSH_EV_UPDATED, component, name);
         event->tool = zchunk_dup (tool->entry);
         zlistx_add_end (events, event);
@@ -576,6 +580,20 @@ dsh_catalog_tool (dsh_catalog_t *self, const char *name)
     assert (self);
     s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
     return tool? tool->entry: NULL;
+}
+
+const char *
+dsh_catalog_tool_digest (dsh_catalog_t *self, const char *name)
+{
+    assert (self);
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    if (!tool)
+        return NULL;
+    if (!tool->digest [0]) {
+        //  Once per entry: the audit names the definition each call ran under
+        dsh_store_sha256 (zchunk_data (tool->entry), zchunk_size (tool->entry), tool->digest);
+    }
+    return tool->digest;
 }
 
 bool

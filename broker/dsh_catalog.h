@@ -133,6 +133,11 @@ zlistx_t *
 zchunk_t *
     dsh_catalog_tool (dsh_catalog_t *self, const char *name);
 
+//  The SHA-256 (hex) of that entry, computed once per entry, or NULL if
+//  no tool has the name. Points into the catalog.
+const char *
+    dsh_catalog_tool_digest (dsh_catalog_t *self, const char *name);
+
 //  True if the tool's entry says annotations.idempotentHint: true.
 bool
     dsh_catalog_idempotent (dsh_catalog_t *self, const char *name);

@@ -26,6 +26,8 @@
 #include "dsh_proto.h"
 #include "dsh_sock.h"
 
+#include <jansson.h>
+
 #define S_TICK_MS               50
 #define S_CONTROL_TIMEOUT_MS    5000
 #define S_BATCH                 64      //  messages per wakeup, at most
@@ -168,12 +170,86 @@ s_send_feed (s_slot_t *slot, uint64_t token, const char *command, zframe_t **ext
     return rc;
 }
 
+//  ---------------------------------------------------------------------
+//  The audit: what each stage did with a call
+
+//  The text of an answer's error (its code, and its first text content).
+static void
+s_answer_reason (zframe_t *body, char *reason, size_t size)
+{
+    char error [128];
+    snprintf (reason, size, "answered");
+    dsh_doc_t *doc = dsh_proto_decode_body (body, error, sizeof (error));
+    if (!doc)
+        return;
+    const msgpack_object *root = dsh_doc_root (doc);
+    const msgpack_object *code = dsh_map_get (dsh_map_get (root, "error"), "code");
+    const msgpack_object *content = dsh_map_get (root, "content");
+    const msgpack_object *text = content && content->type == MSGPACK_OBJECT_ARRAY && content->via.array.size
+                               ? dsh_map_get (&content->via.array.ptr [0], "text"): NULL;
+    snprintf (reason, size, "%.*s%s%.*s",
+              code && code->type == MSGPACK_OBJECT_STR? (int) code->via.str.size: 0,
+              code && code->type == MSGPACK_OBJECT_STR? code->via.str.ptr: "",
+              code && text? ": ": "",
+              text && text->type == MSGPACK_OBJECT_STR? (int) text->via.str.size: 0,
+              text && text->type == MSGPACK_OBJECT_STR? text->via.str.ptr: "");
+    dsh_doc_destroy (&doc);
+}
+
+//  Notes a stage's verdict on the record's trail (with the audit on).
+static void
+s_note (dsh_record_t *record, s_slot_t *slot, const char *verdict, const char *reason)
+{
+    if (record->trail)
+        dsh_audit_trail_stage (record->trail, slot->name, slot->kind, verdict, reason);
+}
+
+//  The body a stage is handed, kept to tell whether it changed it.
+static void
+s_note_sent (dsh_record_t *record, zframe_t *body)
+{
+    if (record->trail) {
+        zframe_destroy (&record->audit_sent);
+        record->audit_sent = zframe_dup (body);
+    }
+}
+
+//  A stage passed the call on (body): as it was handed, or rewritten.
+static void
+s_note_passed (dsh_record_t *record, s_slot_t *slot, zframe_t *body)
+{
+    if (record->trail) {
+        bool same = record->audit_sent && body && zframe_eq (record->audit_sent, body);
+        s_note (record, slot, same? "passed": "rewrote", NULL);
+        zframe_destroy (&record->audit_sent);
+    }
+}
+
+//  A stage sent a result up: its answer (on the way down: a veto), or the
+//  result it watched, changed or not.
+static void
+s_note_up (dsh_record_t *record, s_slot_t *slot, zframe_t *body)
+{
+    if (!record->trail)
+        return;
+    if (record->down) {
+        char reason [320];
+        s_answer_reason (body, reason, sizeof (reason));
+        s_note (record, slot, "answered", reason);
+    }
+    else
+    if (!(record->audit_sent && body && zframe_eq (record->audit_sent, body)))
+        s_note (record, slot, "rewrote-result", NULL);
+    zframe_destroy (&record->audit_sent);
+}
+
 //  A MIDDLEWARE_FAILED result for the record: "Error: stage "<name>" <why>".
 static zframe_t *
-s_failure (dsh_record_t *record, const char *name, const char *why)
+s_failure (dsh_record_t *record, s_slot_t *slot, const char *why)
 {
     char text [256];
-    snprintf (text, sizeof (text), "Error: stage \"%s\" %s", name, why);
+    snprintf (text, sizeof (text), "Error: stage \"%s\" %s", slot->name, why);
+    s_note (record, slot, "failed", text);
     return dsh_proto_error_result (record->call_id, DSH_E_MIDDLEWARE_FAILED, text);
 }
 
@@ -229,6 +305,7 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
         zframe_destroy (&record->held);
         if (slot->fail_open)
             record->held = zframe_dup (*body_p);
+        s_note_sent (record, *body_p);
         if (slot->stage) {
             dsh_stage_inline_call (slot->stage, record->token, body_p, record->entry, record->deadline_ms);
             return;
@@ -249,10 +326,11 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
         zframe_destroy (&record->held);
         if (!slot->fail_open) {
             zframe_destroy (body_p);
-            zframe_t *failure = s_failure (record, slot->name, "is not connected");
+            zframe_t *failure = s_failure (record, slot, "is not connected");
             s_up (self, record, &failure);
             return;
         }
+        s_note (record, slot, "skipped", "is not connected (fail-open)");
     }
     zframe_destroy (&record->held);
     char error [256];
@@ -286,6 +364,7 @@ s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
         s_hold (record, slot, false);
         if (slot->fail_open)
             record->held = zframe_dup (*body_p);
+        s_note_sent (record, *body_p);
         bool taken = false;
         if (slot->stage)
             taken = dsh_stage_inline_result (slot->stage, record->token, body_p);
@@ -306,7 +385,7 @@ s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
                 slot->failed++;
                 if (!slot->fail_open) {
                     zframe_destroy (body_p);
-                    *body_p = s_failure (record, slot->name, "is gone");
+                    *body_p = s_failure (record, slot, "is gone");
                 }
             }
         }
@@ -329,6 +408,7 @@ s_step (dsh_chain_t *self, s_step_t *step)
     s_slot_t *slot = self->slots [step->stage];
     if (step->pass) {
         slot->passed++;
+        s_note_passed (record, slot, step->body);
         s_hop_t *hop = (s_hop_t *) zmalloc (sizeof (s_hop_t));
         assert (hop);
         hop->index = step->stage;
@@ -338,6 +418,7 @@ s_step (dsh_chain_t *self, s_step_t *step)
     else {
         if (record->down)
             slot->answered++;
+        s_note_up (record, slot, step->body);
         s_up (self, record, &step->body);
     }
 }
@@ -416,6 +497,24 @@ s_inline_up (void *arg, uint64_t token, zframe_t **body_p)
     s_post (slot->chain, token, slot, false, body_p);
 }
 
+//  An inline stage's note on a call for the audit: an approval.
+static void
+s_inline_note (void *arg, uint64_t token, const char *note)
+{
+    s_slot_t *slot = (s_slot_t *) arg;
+    dsh_record_t *record = dsh_inflight_lookup (slot->chain->inflight, token);
+    if (!record || !record->trail)
+        return;
+    json_t *json = json_loads (note, 0, NULL);
+    json_t *approval = json_object_get (json, "approval");
+    if (json_is_object (approval))
+        dsh_audit_trail_approval (record->trail, json_string_value (json_object_get (approval, "request")),
+                                  json_string_value (json_object_get (approval, "approver")),
+                                  json_string_value (json_object_get (approval, "decision")),
+                                  (int64_t) json_integer_value (json_object_get (approval, "atMs")));
+    json_decref (json);
+}
+
 //  ---------------------------------------------------------------------
 //  Entry points
 
@@ -453,6 +552,9 @@ dsh_chain_expire (dsh_chain_t *self, dsh_record_t *record)
     if (record->down || slot->stage)
         s_let_go (slot, record->token);
     if (slot->fail_open && record->held) {
+        char why [64];
+        snprintf (why, sizeof (why), "did not answer within %d ms (fail-open)", slot->timeout_ms);
+        s_note (record, slot, "skipped", why);
         //  Go on as if the stage were not there
         zframe_t *body = record->held;
         record->held = NULL;
@@ -464,7 +566,7 @@ dsh_chain_expire (dsh_chain_t *self, dsh_record_t *record)
     else {
         char why [64];
         snprintf (why, sizeof (why), "did not answer within %d ms", slot->timeout_ms);
-        zframe_t *failure = s_failure (record, slot->name, why);
+        zframe_t *failure = s_failure (record, slot, why);
         s_up (self, record, &failure);
     }
     s_leave (self, outer);
@@ -611,7 +713,7 @@ static zmsg_t *
 s_slot_recv (s_slot_t *slot, zsock_t *reader)
 {
     zmsg_t *msg = zmsg_recv (reader);
-    dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL };
+    dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL, NULL };
     //  The last frame came over the wire, unless the drain ROUTER's routing
     //  id frame is all there is (it carries no metadata): such a message
     //  says nothing of its key, and under CURVE only a known stage key works
@@ -665,6 +767,7 @@ s_feed_recv_one (zsock_t *reader, void *arg)
             bool outer = s_enter (self);
             if (record->down)
                 slot->answered++;
+            s_note_up (record, slot, body);
             s_up (self, record, &body);
             s_leave (self, outer);
         }
@@ -712,6 +815,7 @@ s_drain_recv_one (zsock_t *reader, void *arg)
         hop->feed_id = zmsg_pop (envelope);
         zlistx_add_end (record->hops, hop);
         zframe_t *body = zmsg_pop (msg);
+        s_note_passed (record, slot, body);
         s_down (self, record, slot->index + 1, &body);
         s_leave (self, outer);
     }
@@ -927,7 +1031,7 @@ dsh_chain_start (dsh_chain_t *self, zloop_t *loop, char *error, size_t error_siz
     for (size_t index = 0; index < self->slot_count; index++) {
         s_slot_t *slot = self->slots [index];
         if (slot->stage) {
-            dsh_stage_host_t host = { s_inline_pass, s_inline_up, slot };
+            dsh_stage_host_t host = { s_inline_pass, s_inline_up, slot, s_inline_note };
             if (dsh_stage_start_inline (slot->stage, loop, &host)) {
                 snprintf (error, error_size, "chain/%s: the stage did not start", slot->name);
                 return -1;
@@ -977,6 +1081,33 @@ dsh_chain_pack (dsh_chain_t *self, msgpack_packer *pk)
         dsh_pack_cstr (pk, "failed");
         msgpack_pack_uint64 (pk, slot->failed);
     }
+}
+
+const char *
+dsh_chain_kind (dsh_chain_t *self, const char *name)
+{
+    assert (self);
+    for (size_t index = 0; index < self->slot_count; index++)
+        if (streq (self->slots [index]->name, name))
+            return self->slots [index]->kind;
+    return NULL;
+}
+
+size_t
+dsh_chain_apply (dsh_chain_t *self, const char *kind, zframe_t *body)
+{
+    assert (self);
+    assert (kind && body);
+    size_t count = 0;
+    for (size_t index = 0; index < self->slot_count; index++) {
+        s_slot_t *slot = self->slots [index];
+        if (slot->stage && streq (slot->kind, kind)) {
+            zframe_t *reply = dsh_stage_inline_control (slot->stage, body);
+            zframe_destroy (&reply);
+            count++;
+        }
+    }
+    return count;
 }
 
 int

@@ -105,6 +105,16 @@ void
 void
     dsh_chain_pack (dsh_chain_t *self, msgpack_packer *pk);
 
+//  The kind of the stage name, or NULL if there is none.
+const char *
+    dsh_chain_kind (dsh_chain_t *self, const char *name);
+
+//  Run a control command (body {command, args?}) on every built-in stage
+//  of kind, dropping the replies (the broker applies stored settings).
+//  Returns how many stages ran it.
+size_t
+    dsh_chain_apply (dsh_chain_t *self, const char *kind, zframe_t *body);
+
 //  The slot endpoints of the external stage name, or -1 if there is none.
 int
     dsh_chain_slot (dsh_chain_t *self, const char *name, const char **feed, const char **drain);

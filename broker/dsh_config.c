@@ -7,6 +7,9 @@
 #include "dsh_beacon.h"
 #include "dsh_curve.h"
 #include "dsh_proto.h"
+#include "dsh_audit.h"
+
+#include <sys/stat.h>
 
 dsh_config_t *
 dsh_config_new (void)
@@ -23,6 +26,7 @@ dsh_config_new (void)
     self->max_in_flight = 100000;
     self->max_tool_bytes = 64 * 1024;
     self->max_tools = 1024;
+    self->max_announce_parts_bytes = 256 * 1024 * 1024;
     self->events_queue_bytes = 32 * 1024 * 1024;
     self->snapshot_bytes_per_second = 256 * 1024 * 1024;
     self->max_queued = 50000;
@@ -32,6 +36,11 @@ dsh_config_new (void)
     self->stats = true;
     self->beacon_port = DSH_DEFAULT_BEACON_PORT;
     self->beacon_interval_ms = DSH_BEACON_INTERVAL_MS;
+    self->audit = DSH_AUDIT_REQUIRED;
+    self->audit_arguments = DSH_AUDIT_ARGS_FULL;
+    self->audit_arguments_max_bytes = 1024;
+    self->audit_queue_bytes = 64 * 1024 * 1024;
+    self->audit_retain_days = 90;
     return self;
 }
 
@@ -48,6 +57,10 @@ dsh_config_destroy (dsh_config_t **self_p)
         zstr_free (&self->certificate);
         zstr_free (&self->allow);
         zstr_free (&self->beacon_interface);
+        zstr_free (&self->name);
+        zstr_free (&self->state_dir);
+        zstr_free (&self->store);
+        zstr_free (&self->audit_digest_tools);
         zcert_destroy (&self->cert);
         zconfig_destroy (&self->file);
         free (self);
@@ -141,6 +154,8 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_int (&self->max_tool_bytes, key, value, 256, INT_MAX, error, error_size);
     if (streq (key, "max_tools"))
         return s_set_int (&self->max_tools, key, value, 1, 1000000, error, error_size);
+    if (streq (key, "max_announce_parts_bytes"))
+        return s_set_int (&self->max_announce_parts_bytes, key, value, 1024, INT_MAX, error, error_size);
     if (streq (key, "events_queue_bytes"))
         return s_set_int (&self->events_queue_bytes, key, value, 1024, INT_MAX, error, error_size);
     if (streq (key, "snapshot_bytes_per_second"))
@@ -169,6 +184,49 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         return s_set_path (&self->allow, key, value, error, error_size);
     if (streq (key, "insecure"))
         return s_set_bool (&self->insecure, key, value, error, error_size);
+    if (streq (key, "name")) {
+        if (!*value || strlen (value) > 255 || strpbrk (value, " \t\r\n")) {
+            snprintf (error, error_size, "%s: wants 1 to 255 characters with no white space", key);
+            return -1;
+        }
+        zstr_free (&self->name);
+        self->name = strdup (value);
+        return 0;
+    }
+    if (streq (key, "state_dir"))
+        return s_set_path (&self->state_dir, key, value, error, error_size);
+    if (streq (key, "store"))
+        return s_set_path (&self->store, key, value, error, error_size);
+    if (streq (key, "audit") || streq (key, "audit/policy")) {
+        const char *names [] = { "off", "required", "best-effort" };
+        for (int index = 0; index < 3; index++)
+            if (streq (value, names [index])) {
+                self->audit = index;
+                return 0;
+            }
+        snprintf (error, error_size, "%s: \"%s\" is not required, best-effort or off", key, value);
+        return -1;
+    }
+    if (streq (key, "audit/arguments")) {
+        const char *names [] = { "full", "digest", "none" };
+        for (int index = 0; index < 3; index++)
+            if (streq (value, names [index])) {
+                self->audit_arguments = index;
+                return 0;
+            }
+        snprintf (error, error_size, "%s: \"%s\" is not full, digest or none", key, value);
+        return -1;
+    }
+    if (streq (key, "audit/arguments_max_bytes"))
+        return s_set_int (&self->audit_arguments_max_bytes, key, value, 0, INT_MAX, error, error_size);
+    if (streq (key, "audit/digest_tools"))
+        return s_set_path (&self->audit_digest_tools, key, value, error, error_size);
+    if (streq (key, "audit/queue_bytes"))
+        return s_set_int (&self->audit_queue_bytes, key, value, 65536, INT_MAX, error, error_size);
+    if (streq (key, "audit/retain_days"))
+        return s_set_int (&self->audit_retain_days, key, value, 0, 36500, error, error_size);
+    if (streq (key, "audit/max_bytes"))
+        return s_set_int (&self->audit_max_bytes, key, value, 0, INT_MAX, error, error_size);
     if (streq (key, "beacon/port"))
         return s_set_int (&self->beacon_port, key, value, 1, 65535, error, error_size);
     if (streq (key, "beacon/interval_ms"))
@@ -230,6 +288,25 @@ dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error
             }
             continue;
         }
+        if (streq (zconfig_name (section), "audit")) {
+            //  audit = POLICY, and its keys under it
+            char reason [512];
+            if (zconfig_value (section) && *zconfig_value (section)
+            &&  dsh_config_set (self, "audit", zconfig_value (section), reason, sizeof (reason))) {
+                snprintf (error, error_size, "%s: %s", path, reason);
+                rc = -1;
+                break;
+            }
+            for (zconfig_t *item = zconfig_child (section); item && rc == 0; item = zconfig_next (item)) {
+                char key [300];
+                snprintf (key, sizeof (key), "audit/%.200s", zconfig_name (item));
+                if (dsh_config_set (self, key, zconfig_value (item), reason, sizeof (reason))) {
+                    snprintf (error, error_size, "%s: %s", path, reason);
+                    rc = -1;
+                }
+            }
+            continue;
+        }
         if (!streq (zconfig_name (section), "broker") && !streq (zconfig_name (section), "security")) {
             snprintf (error, error_size, "%s: unknown section \"%s\"", path, zconfig_name (section));
             rc = -1;
@@ -260,6 +337,57 @@ dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error
         zconfig_destroy (&root);
     }
     return rc;
+}
+
+char *
+dsh_config_default_state_dir (void)
+{
+    const char *dir = getenv ("DSH_STATE_DIR");
+    if (dir && *dir)
+        return strdup (dir);
+    dir = getenv ("XDG_STATE_HOME");
+    if (dir && *dir)
+        return zsys_sprintf ("%s/dsh", dir);
+    dir = getenv ("HOME");
+    if (dir && *dir)
+        return zsys_sprintf ("%s/.local/state/dsh", dir);
+    return strdup ("/var/lib/dsh");
+}
+
+int
+dsh_config_state (dsh_config_t *self, const char *front, char *error, size_t error_size)
+{
+    assert (self);
+    assert (front);
+    //  The front's port, or its ipc path's last part, names this broker
+    //  among those of its host
+    const char *colon = strrchr (front, ':');
+    const char *slash = strrchr (front, '/');
+    char place [128];
+    if (strncmp (front, "tcp://", 6) == 0 && colon)
+        snprintf (place, sizeof (place), "%s", colon + 1);
+    else
+        snprintf (place, sizeof (place), "%s", slash? slash + 1: front);
+    for (char *cursor = place; *cursor; cursor++)
+        if (!isalnum ((unsigned char) *cursor) && *cursor != '-' && *cursor != '.' && *cursor != '_')
+            *cursor = '_';
+    if (!self->name) {
+        char host [256] = "localhost";
+        gethostname (host, sizeof (host) - 1);
+        self->name = zsys_sprintf ("%s:%s", host, place);
+    }
+    if (self->audit == DSH_AUDIT_OFF || self->store)
+        return 0;
+    if (!self->state_dir)
+        self->state_dir = dsh_config_default_state_dir ();
+    if (zsys_dir_create ("%s", self->state_dir) || zsys_file_mode (self->state_dir) == -1
+    ||  !S_ISDIR ((mode_t) zsys_file_mode (self->state_dir))) {
+        snprintf (error, error_size, "state_dir: cannot make the directory \"%s\" (%s); set --state-dir, or "
+                  "store, or --audit off", self->state_dir, strerror (errno));
+        return -1;
+    }
+    self->store = zsys_sprintf ("%s/broker-%s.db", self->state_dir, place);
+    return 0;
 }
 
 //  The event size the events queue is sized on

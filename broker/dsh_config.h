@@ -33,6 +33,7 @@ typedef struct {
     int max_in_flight;          //  calls in flight before new ones are OVERLOADED
     int max_tool_bytes;         //  largest canonical tool entry taken
     int max_tools;              //  tools one component may provide
+    int max_announce_parts_bytes;   //  tool sets announced in parts, held until whole
     int events_queue_bytes;     //  change events queued per subscriber, in bytes
     int snapshot_bytes_per_second;  //  SNAPSHOT replies sent at most this fast
     int io_threads;             //  libzmq I/O threads (0: one per CPU, at most 16)
@@ -50,11 +51,33 @@ typedef struct {
     int beacon_port;            //  beacon/port: their UDP port
     int beacon_interval_ms;     //  beacon/interval_ms: one every this often
     char *beacon_interface;     //  beacon/interface: zbeacon's interface, or NULL ($ZSYS_INTERFACE)
+    char *name;                 //  name: the broker's stable id (its audit chain); default host:port
+    char *state_dir;            //  state_dir: where the SQLite store lives
+    char *store;                //  store: a postgresql:// URI, or a SQLite path; default in state_dir
+    int audit;                  //  audit (dsh_audit_policy_t): required, best-effort, off
+    int audit_arguments;        //  audit/arguments (dsh_audit_args_t): full, digest, none
+    int audit_arguments_max_bytes;  //  audit/arguments_max_bytes: larger are kept as a digest
+    char *audit_digest_tools;   //  audit/digest_tools: globs of tools whose arguments are a digest
+    int audit_queue_bytes;      //  audit/queue_bytes: records waiting for the store, at most
+    int audit_retain_days;      //  audit/retain_days: 0 keeps them
+    int audit_max_bytes;        //  audit/max_bytes: the chain's record bytes, at most (0: no bound)
     zcert_t *cert;              //  the keypair, loaded by dsh_config_secure
     zconfig_t *chain;           //  the "chain" section of the file, or NULL
     const dsh_stage_kind_t *stage_kinds;    //  built-in stage kinds the host offers, or NULL
     zconfig_t *file;            //  the file as read, or NULL
 } dsh_config_t;
+
+//  The state directory when none is set: $DSH_STATE_DIR, else
+//  $XDG_STATE_HOME/dsh, else $HOME/.local/state/dsh, else /var/lib/dsh.
+//  Caller frees.
+char *
+    dsh_config_default_state_dir (void);
+
+//  Fill name and store when not set, from the front endpoint as bound
+//  (front): name host:port, store STATE_DIR/broker-PORT.db. Returns 0, or
+//  -1 with a reason (the state directory cannot be made).
+int
+    dsh_config_state (dsh_config_t *self, const char *front, char *error, size_t error_size);
 
 //  A configuration with the built-in defaults.
 dsh_config_t *

@@ -29,6 +29,7 @@ struct _dsh_inflight_t {
     size_t random_left;
     uint64_t fallback;          //  if getrandom fails: never a repeat, at least
     dsh_stats_t *stats;         //  counts every answer, or NULL
+    dsh_audit_t *audit;         //  records every answer, or NULL
 };
 
 //  ---------------------------------------------------------------------
@@ -90,6 +91,8 @@ s_record_destroy (dsh_record_t **self_p)
         zlistx_destroy (&self->hops);
         zframe_destroy (&self->held);
         zframe_destroy (&self->entry);
+        zframe_destroy (&self->audit_sent);
+        dsh_audit_trail_destroy (&self->trail);
         if (self->has_retry_body)
             zmq_msg_close (&self->retry_body);
         free (self);
@@ -162,6 +165,13 @@ dsh_inflight_set_stats (dsh_inflight_t *self, dsh_stats_t *stats)
 {
     assert (self);
     self->stats = stats;
+}
+
+void
+dsh_inflight_set_audit (dsh_inflight_t *self, dsh_audit_t *audit)
+{
+    assert (self);
+    self->audit = audit;
 }
 
 dsh_record_t *
@@ -272,6 +282,9 @@ dsh_inflight_answer (dsh_inflight_t *self, dsh_record_t **record_p, zmq_msg_t *b
         dsh_stats_answer (self->stats, record->stats_tool, record->stats_agent, outcome,
                           (uint64_t) (zclock_usecs () - record->arrival_us));
     }
+    //  The one record of the call, with the answer that goes out
+    if (record->trail)
+        dsh_audit_submit (self->audit, &record->trail, body);
     self->reply (self->reply_arg, record->route, record->route_size, body);
     s_record_destroy (record_p);
 }

@@ -24,6 +24,7 @@
 
 #include "dsh_proto.h"
 #include "dsh_stats.h"
+#include "dsh_audit.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +69,8 @@ typedef struct {
     dsh_stats_tool_t *stats_tool;       //  the rows its answer is counted in (dsh_stats_open)
     dsh_stats_agent_t *stats_agent;
     int outcome;                        //  its answer's, once known (dsh_stats_outcome); else 0
+    dsh_audit_trail_t *trail;           //  with the audit on: what the record of it says so far
+    zframe_t *audit_sent;               //  with the audit on: the body its stage was handed
 } dsh_record_t;
 
 //  Sends a RESULT body to a caller along route (route_size frames, which
@@ -88,6 +91,11 @@ void
 //  record's rows are its own to set (dsh_stats_open), after it is opened.
 void
     dsh_inflight_set_stats (dsh_inflight_t *self, dsh_stats_t *stats);
+
+//  Hand every answered call's trail to audit (borrowed; NULL: off), with
+//  the answer, where the answer is sent.
+void
+    dsh_inflight_set_audit (dsh_inflight_t *self, dsh_audit_t *audit);
 
 //  Open a record for a call: moves the route frames in (they are closed
 //  in the caller's array), copies call_id and tool, gives it a fresh token.

@@ -33,10 +33,14 @@
 #include "dsh_fairq.h"
 #include "dsh_inflight.h"
 #include "dsh_log.h"
+#include "dsh_parts.h"
 #include "dsh_proto.h"
 #include "dsh_routes.h"
 #include "dsh_sock.h"
 #include "dsh_stats.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 //  Messages taken from one socket per wakeup, at most
 #define S_BATCH 64
@@ -61,11 +65,16 @@ typedef struct {
     dsh_routes_t *routes;       //  component id <-> the WORK connection that owns it
     zhashx_t *presence_keys;    //  under CURVE, component id -> the key whose presence it is
     dsh_catalog_t *catalog;
+    dsh_parts_t *parts;         //  tool sets announced in parts, until whole
+    size_t max_tools;           //  a set comes in at most this many parts
     dsh_inflight_t *inflight;   //  every call, from FRONT to its answer
     dsh_chain_t *chain;         //  the middleware stages every call runs through
     dsh_heap_t *heap;           //  gives freed memory back, after a storm
     dsh_fairq_t *fairq;         //  calls held for busy components, served by caller in turn
     dsh_stats_t *stats;         //  call statistics, or NULL (--no-stats)
+    dsh_audit_t *audit;         //  the audit trail and the stored modes, or NULL (off)
+    char *name;                 //  the broker's stable id (its audit chain)
+    char *store;                //  where the audit goes, for STATS
     char *broker_id;
     uint64_t epoch;             //  changes when the broker restarts
     int64_t started_ms;
@@ -98,6 +107,7 @@ typedef struct {
     int64_t snapshot_refilled;  //  when the budget was last refilled
     uint64_t snapshots_queued;  //  requests that had to wait their turn
     int64_t expired_at;         //  when the expiry check last ran
+    zhashx_t *modes_set;        //  agent -> when `dsh mode` set it here (int64_t *, zclock_mono)
 } self_t;
 
 //  A SNAPSHOT request waiting its turn.
@@ -231,6 +241,12 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     zhashx_set_duplicator (self->presence_keys, (zhashx_duplicator_fn *) strdup);
     self->catalog = dsh_catalog_new ();
     dsh_catalog_set_limits (self->catalog, (size_t) config->max_tool_bytes, (size_t) config->max_tools);
+    //  A set in parts holds what the catalog could take of it, at most:
+    //  max_tools entries of max_tool_bytes
+    self->max_tools = (size_t) config->max_tools;
+    size_t max_set_bytes = (size_t) config->max_tool_bytes <= SIZE_MAX / self->max_tools?
+                           (size_t) config->max_tool_bytes * self->max_tools: SIZE_MAX;
+    self->parts = dsh_parts_new (max_set_bytes, (size_t) config->max_announce_parts_bytes);
     self->inflight = dsh_inflight_new (s_reply_route, self);
     if (config->stats) {
         self->stats = dsh_stats_new (s_tool_replicas, self);
@@ -245,6 +261,8 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
     self->snapshot_budget = self->snapshot_rate / S_SNAPSHOT_BURSTS;
     self->snapshot_refilled = zclock_mono ();
     self->expired_at = zclock_mono ();
+    self->modes_set = zhashx_new ();
+    zhashx_set_destructor (self->modes_set, (zhashx_destructor_fn *) zstr_free);
     dsh_fairq_limits_t limits = {
         (size_t) config->max_queued, (size_t) config->max_queued_bytes,
         (size_t) config->max_queued_per_caller, (size_t) config->max_queued_bytes_per_caller
@@ -306,6 +324,26 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
         if (!self->chain)
             self->error = strdup (error);
     }
+    if (self->chain && !self->error) {
+        char error [512];
+        if (dsh_config_state (config, self->endpoints [0], error, sizeof (error)))
+            self->error = strdup (error);
+        else {
+            self->name = strdup (config->name);
+            dsh_audit_config_t audit = {
+                .policy = (dsh_audit_policy_t) config->audit, .store = config->store, .broker = config->name,
+                .epoch = self->epoch, .arguments = (dsh_audit_args_t) config->audit_arguments,
+                .arguments_max_bytes = (size_t) config->audit_arguments_max_bytes,
+                .digest_tools = config->audit_digest_tools, .queue_bytes = (size_t) config->audit_queue_bytes,
+                .retain_days = config->audit_retain_days, .max_bytes = (uint64_t) config->audit_max_bytes,
+            };
+            self->audit = dsh_audit_new (&audit);
+            if (self->audit) {
+                self->store = strdup (config->store);
+                dsh_inflight_set_audit (self->inflight, self->audit);
+            }
+        }
+    }
     return self;
 }
 
@@ -319,6 +357,11 @@ s_self_destroy (self_t **self_p)
         zloop_destroy (&self->loop);
         dsh_fairq_destroy (&self->fairq);
         dsh_inflight_destroy (&self->inflight);
+        //  What is queued is written before the broker stops, for a while
+        dsh_audit_destroy (&self->audit, 5000);
+        zstr_free (&self->name);
+        zstr_free (&self->store);
+        zhashx_destroy (&self->modes_set);
         dsh_stats_destroy (&self->stats);
         zsock_destroy (&self->work_monitor);
         dsh_routes_destroy (&self->routes);
@@ -328,6 +371,7 @@ s_self_destroy (self_t **self_p)
         zsock_destroy (&self->work);
         zsock_destroy (&self->events);
         dsh_catalog_destroy (&self->catalog);
+        dsh_parts_destroy (&self->parts);
         zhashx_destroy (&self->snapshot_waiting);
         zlistx_destroy (&self->snapshot_queue);
         zchunk_destroy (&self->snapshot);
@@ -624,6 +668,41 @@ s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *bod
 
 static void s_hold (self_t *self, dsh_record_t *record, zmq_msg_t *body);
 
+//  The host a component's WORK connection comes from (its peer address),
+//  read once per connection, for the audit; NULL if unknown.
+static const char *
+s_component_host (self_t *self, const char *component)
+{
+    dsh_route_t *route = dsh_routes_lookup (self->routes, component);
+    if (!route)
+        return NULL;
+    if (!route->host [0] && route->fd >= 0) {
+        struct sockaddr_storage address;
+        socklen_t size = sizeof (address);
+        if (getpeername (route->fd, (struct sockaddr *) &address, &size) == 0) {
+            if (address.ss_family == AF_INET)
+                inet_ntop (AF_INET, &((struct sockaddr_in *) &address)->sin_addr, route->host, sizeof (route->host));
+            else
+            if (address.ss_family == AF_INET6)
+                inet_ntop (AF_INET6, &((struct sockaddr_in6 *) &address)->sin6_addr, route->host, sizeof (route->host));
+            else
+                snprintf (route->host, sizeof (route->host), "local");
+        }
+    }
+    return route->host [0]? route->host: NULL;
+}
+
+//  The audit learns where a call goes, and what it runs with (body, if
+//  not NULL: the bytes sent, which may not be the caller's).
+static void
+s_trail_dispatch (self_t *self, dsh_record_t *record, zmq_msg_t *body)
+{
+    if (record->trail)
+        dsh_audit_trail_dispatch (record->trail, record->component, s_component_host (self, record->component),
+                                  dsh_catalog_replicas (self->catalog, record->tool),
+                                  dsh_catalog_tool_digest (self->catalog, record->tool), body);
+}
+
 //  Sends a call to the provider in its record, or to another one if that
 //  one is not connected (or holds it for that one), or answers it. Takes
 //  the body.
@@ -633,6 +712,9 @@ s_send_dispatched (self_t *self, dsh_record_t *record, zmq_msg_t *body)
     char text [DSH_NAME_MAX + DSH_ID_MAX + 160];
     int rc;
     int send_errno = 0;
+    //  What runs is what the chain passed: the audit keeps those bytes
+    if (record->trail)
+        s_trail_dispatch (self, record, body);
     while ((rc = s_send_call (self, record->component, record->token, body)) && (send_errno = errno) == EHOSTUNREACH) {
         //  Not connected (it died, and has not expired yet): the call never
         //  left, so any other provider may take it
@@ -643,6 +725,8 @@ s_send_dispatched (self_t *self, dsh_record_t *record, zmq_msg_t *body)
         snprintf (record->component, sizeof (record->component), "%s", other);
     }
     if (rc == 0) {
+        if (record->trail)
+            s_trail_dispatch (self, record, NULL);
         record->where = DSH_AT_COMPONENT;
         record->hold_until_ms = record->deadline_ms;
         dsh_catalog_outstanding (self->catalog, record->component, +1);
@@ -824,6 +908,7 @@ s_fail_component_calls (self_t *self, const char *component, const char *why)
 static void
 s_remove_component (self_t *self, const char *component, const char *reason)
 {
+    dsh_parts_forget (self->parts, component, UINT64_MAX);
     zlistx_t *events = zlistx_new ();
     zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
     if (dsh_catalog_remove (self->catalog, component, reason, events) == 0) {
@@ -876,13 +961,44 @@ s_request_error (self_t *self, s_request_t *request, const char *code, const cha
     s_reply_error (self, &envelope, request->id, code, message);
 }
 
-//  An error RESULT for a call that has no record (refused at FRONT).
+//  A trail for the audit of a call from request (NULL with the audit
+//  off): who sent it, the agent it claimed.
+static dsh_audit_trail_t *
+s_trail (self_t *self, s_request_t *request, const char *claimed_agent)
+{
+    if (!self->audit)
+        return NULL;
+    dsh_audit_trail_t *trail = dsh_audit_trail_new (self->audit, request->body);
+    dsh_identity_t *peer = &request->peer;
+    dsh_audit_trail_caller (trail, peer->key, peer->name, peer->role, peer->agent,
+                            zmq_msg_gets (request->body, "Peer-Address"), claimed_agent);
+    return trail;
+}
+
+//  An error RESULT for a call that has no record (refused at FRONT); a
+//  call (tool not NULL, "" if unreadable) is recorded with it, a cancel
+//  is not.
 static void
 s_refuse_call (self_t *self, s_request_t *request, const char *call_id, const char *code, const char *text)
 {
     zframe_t *frame = dsh_proto_error_result (call_id, code, text);
     zmq_msg_t body;
     dsh_sock_part_frame (&body, &frame);
+    s_send_route (self, request->parts->part, request->parts->envelope, false, DSH_RESULT, &body);
+}
+
+static void
+s_refuse_recorded (self_t *self, s_request_t *request, const char *call_id, const char *tool, const char *agent,
+                   const char *code, const char *text)
+{
+    zframe_t *frame = dsh_proto_error_result (call_id, code, text);
+    zmq_msg_t body;
+    dsh_sock_part_frame (&body, &frame);
+    dsh_audit_trail_t *trail = s_trail (self, request, agent);
+    if (trail) {
+        dsh_audit_trail_call (trail, call_id, tool? tool: "");
+        dsh_audit_submit (self->audit, &trail, &body);
+    }
     s_send_route (self, request->parts->part, request->parts->envelope, false, DSH_RESULT, &body);
 }
 
@@ -905,6 +1021,8 @@ s_front_role (s_request_t *request, const char *command)
 {
     if (streq (command, DSH_CALL) || streq (command, DSH_CANCEL))
         return DSH_ROLE_AGENT;
+    if (streq (command, DSH_AUDIT))
+        return DSH_ROLE_AUDITOR;
     if (streq (command, DSH_HELLO) && dsh_map_get (request->root, "stage"))
         return DSH_ROLE_STAGE;
     if (streq (command, DSH_CONTROL)) {
@@ -929,7 +1047,8 @@ s_front_forbidden (self_t *self, s_request_t *request, const char *command, char
     snprintf (text, text_size, "Error: key %.8s... (role %s) may not send %s%s: it needs a%s %s key",
               request->peer.key? request->peer.key: "?", request->peer.role? request->peer.role: "none",
               command, streq (command, DSH_HELLO)? " for a stage slot": "",
-              streq (role, DSH_ROLE_AGENT) || streq (role, DSH_ROLE_APPROVER) || streq (role, DSH_ROLE_ADMIN)? "n": "",
+              streq (role, DSH_ROLE_AGENT) || streq (role, DSH_ROLE_APPROVER) || streq (role, DSH_ROLE_ADMIN)
+              || streq (role, DSH_ROLE_AUDITOR)? "n": "",
               streq (role, DSH_ROLE_ADMIN)? "admin": role);
     return true;
 }
@@ -974,7 +1093,7 @@ s_handle_call (self_t *self, s_request_t *request)
         self->bad_messages++;
         dsh_stats_refused (self->stats, DSH_E_BAD_REQUEST);
         if (head.call_id)
-            s_refuse_call (self, request, head.call_id, DSH_E_BAD_REQUEST, error);
+            s_refuse_recorded (self, request, head.call_id, head.name, head.agent, DSH_E_BAD_REQUEST, error);
         else
             s_request_error (self, request, DSH_E_BAD_REQUEST, error);
         return;
@@ -984,20 +1103,28 @@ s_handle_call (self_t *self, s_request_t *request)
         snprintf (error, sizeof (error), "the envelope has %zu frames, more than %d",
                   request->parts->envelope, DSH_ROUTE_MAX);
         dsh_stats_refused (self->stats, DSH_E_BAD_REQUEST);
-        s_refuse_call (self, request, head.call_id, DSH_E_BAD_REQUEST, error);
+        s_refuse_recorded (self, request, head.call_id, head.name, head.agent, DSH_E_BAD_REQUEST, error);
         return;
     }
     char forbidden [DSH_ID_MAX * 2 + 256];
     zframe_t *stamped = NULL;
     if (s_front_forbidden (self, request, DSH_CALL, forbidden, sizeof (forbidden))) {
         dsh_stats_refused (self->stats, DSH_E_FORBIDDEN);
-        s_refuse_call (self, request, head.call_id, DSH_E_FORBIDDEN, forbidden);
+        s_refuse_recorded (self, request, head.call_id, head.name, head.agent, DSH_E_FORBIDDEN, forbidden);
         return;
     }
     if (s_call_agent (self, request, &head, &stamped, forbidden, sizeof (forbidden))) {
         const char *code = strncmp (forbidden, "Error:", 6)? DSH_E_BAD_REQUEST: DSH_E_FORBIDDEN;
         dsh_stats_refused (self->stats, code);
-        s_refuse_call (self, request, head.call_id, code, forbidden);
+        s_refuse_recorded (self, request, head.call_id, head.name, head.agent, code, forbidden);
+        return;
+    }
+    //  A required audit that cannot record runs nothing
+    if (!dsh_audit_admits (self->audit, forbidden, sizeof (forbidden))) {
+        zframe_destroy (&stamped);
+        dsh_audit_refused (self->audit);
+        dsh_stats_refused (self->stats, DSH_E_AUDIT_UNAVAILABLE);
+        s_refuse_call (self, request, head.call_id, DSH_E_AUDIT_UNAVAILABLE, forbidden);
         return;
     }
     if (dsh_inflight_size (self->inflight) >= self->max_in_flight) {
@@ -1006,7 +1133,7 @@ s_handle_call (self_t *self, s_request_t *request)
         snprintf (text, sizeof (text), "Error: the broker is overloaded (%zu calls in flight)",
                   dsh_inflight_size (self->inflight));
         dsh_stats_refused (self->stats, DSH_E_OVERLOADED);
-        s_refuse_call (self, request, head.call_id, DSH_E_OVERLOADED, text);
+        s_refuse_recorded (self, request, head.call_id, head.name, head.agent, DSH_E_OVERLOADED, text);
         return;
     }
     uint64_t timeout_ms = head.timeout_ms? head.timeout_ms: (uint64_t) self->call_timeout_ms;
@@ -1019,6 +1146,9 @@ s_handle_call (self_t *self, s_request_t *request)
                                               head.call_id, head.name, zclock_mono () + (int64_t) timeout_ms);
     if (self->curve && request->peer.key)
         snprintf (record->caller, sizeof (record->caller), "%s", request->peer.key);
+    //  The caller's bytes, before a stamped agent replaces them
+    record->trail = s_trail (self, request, head.agent);
+    dsh_audit_trail_call (record->trail, head.call_id, head.name);
     //  Under CURVE the key's agent, which the body's must be if it names one
     dsh_stats_open (self->stats, record->tool, head.agent? head.agent: self->curve? request->peer.agent: NULL,
                     &record->stats_tool, &record->stats_agent);
@@ -1087,6 +1217,159 @@ s_pack_liveness (self_t *self, msgpack_packer *pk)
     msgpack_pack_uint32 (pk, (uint32_t) self->liveness);
 }
 
+//  Who sent a request, for the audit: the key's name, else its key, else
+//  the connection's peer address.
+static void
+s_caller_id (s_request_t *request, char *text, size_t size)
+{
+    const char *address = zmq_msg_gets (request->body, "Peer-Address");
+    snprintf (text, size, "%s", request->peer.name? request->peer.name: request->peer.key? request->peer.key:
+                               address? address: "unknown");
+}
+
+//  Packs {command: "mode", args: {agent?, mode}}: what a plan stage is
+//  told to set an agent's mode ("" is the default for every agent).
+static zframe_t *
+s_mode_command (const char *agent, const char *mode)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_packer_map_begin (&packer);
+    dsh_packer_kv_str (&packer, "command", "mode");
+    dsh_pack_cstr (&packer.pk, "args");
+    dsh_packer_map_begin (&packer);
+    if (*agent)
+        dsh_packer_kv_str (&packer, "agent", agent);
+    dsh_packer_kv_str (&packer, "mode", mode);
+    dsh_packer_map_end (&packer);
+    dsh_packer_map_end (&packer);
+    zframe_t *frame = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    return frame;
+}
+
+//  `dsh mode` on a plan stage is kept in the store: it survives a restart,
+//  and every broker on the same store follows it.
+static void
+s_keep_mode (self_t *self, const msgpack_object *stage, const msgpack_object *command, const msgpack_object *args,
+             const char *caller)
+{
+    if (!self->audit || !dsh_str_eq (command, "mode"))
+        return;
+    char name [DSH_NAME_MAX + 1];
+    if (stage->via.str.size > DSH_NAME_MAX)
+        return;
+    memcpy (name, stage->via.str.ptr, stage->via.str.size);
+    name [stage->via.str.size] = 0;
+    const char *kind = dsh_chain_kind (self->chain, name);
+    if (!kind || !streq (kind, "plan"))
+        return;
+    const msgpack_object *agent = dsh_map_get (args, "agent");
+    const msgpack_object *mode = dsh_map_get (args, "mode");
+    if ((agent && (agent->type != MSGPACK_OBJECT_STR || agent->via.str.size > DSH_ID_MAX))
+    ||  !(dsh_str_eq (mode, "plan") || dsh_str_eq (mode, "normal")))
+        return;             //  the stage refuses it: nothing to keep
+    char agent_id [DSH_ID_MAX + 1] = "";
+    if (agent) {
+        memcpy (agent_id, agent->via.str.ptr, agent->via.str.size);
+        agent_id [agent->via.str.size] = 0;
+    }
+    dsh_audit_mode_set (self->audit, agent_id, dsh_str_eq (mode, "plan")? "plan": "normal", caller);
+    zhashx_update (self->modes_set, agent_id, zsys_sprintf ("%" PRId64, zclock_mono ()));
+}
+
+//  The stored modes (a packed map agent -> mode), applied to the plan
+//  stages: at start, and when another broker on the store changed one. A
+//  mode set here in the last few seconds stands until the store has it.
+static void
+s_apply_modes (self_t *self, zframe_t *frame)
+{
+    char reason [128];
+    dsh_doc_t *doc = dsh_proto_decode_body (frame, reason, sizeof (reason));
+    const msgpack_object *root = doc? dsh_doc_root (doc): NULL;
+    for (uint32_t index = 0; root && root->type == MSGPACK_OBJECT_MAP && index < root->via.map.size; index++) {
+        const msgpack_object *key = &root->via.map.ptr [index].key;
+        const msgpack_object *value = &root->via.map.ptr [index].val;
+        if (key->type != MSGPACK_OBJECT_STR || key->via.str.size > DSH_ID_MAX || value->type != MSGPACK_OBJECT_STR)
+            continue;
+        char agent [DSH_ID_MAX + 1];
+        memcpy (agent, key->via.str.ptr, key->via.str.size);
+        agent [key->via.str.size] = 0;
+        const char *set = (const char *) zhashx_lookup (self->modes_set, agent);
+        if (set && zclock_mono () - strtoll (set, NULL, 10) < 5000)
+            continue;
+        zframe_t *command = s_mode_command (agent, dsh_str_eq (value, "plan")? "plan": "normal");
+        dsh_chain_apply (self->chain, "plan", command);
+        zframe_destroy (&command);
+    }
+    dsh_doc_destroy (&doc);
+}
+
+//  The audit's reader: a query's reply to send on FRONT, or the modes.
+static int
+s_audit_recv (zloop_t *loop, zsock_t *reader, void *arg)
+{
+    (void) loop;
+    self_t *self = (self_t *) arg;
+    zmsg_t *msg = zmsg_recv (reader);
+    if (!msg)
+        return 0;
+    char *command = zmsg_popstr (msg);
+    zframe_t *body = zmsg_pop (msg);
+    if (command && body && streq (command, "MODES"))
+        s_apply_modes (self, body);
+    else
+    if (command && body && (streq (command, "REPLY") || streq (command, "ERROR"))) {
+        //  What is left is the envelope
+        zmsg_t *envelope = msg;
+        msg = NULL;
+        s_send_front (self, &envelope, streq (command, "REPLY")? DSH_AUDIT: DSH_ERROR, &body);
+    }
+    zframe_destroy (&body);
+    zstr_free (&command);
+    zmsg_destroy (&msg);
+    return 0;
+}
+
+//  AUDIT {id?, agent?, tool?, outcome?, callId?, broker?, since?, until?,
+//  limit?, order?, verify?}: checked here, answered by the audit's reader.
+static void
+s_handle_audit (self_t *self, s_request_t *request)
+{
+    if (!self->audit) {
+        s_request_error (self, request, DSH_E_AUDIT_UNAVAILABLE, "this broker keeps no audit (audit = off)");
+        return;
+    }
+    static const char *strings [] = { "agent", "tool", "outcome", "callId", "broker", "order" };
+    static const char *numbers [] = { "since", "until", "limit" };
+    char error [160] = "";
+    for (size_t index = 0; index < sizeof (strings) / sizeof (strings [0]) && !*error; index++) {
+        const msgpack_object *value = dsh_map_get (request->root, strings [index]);
+        if (value && (value->type != MSGPACK_OBJECT_STR || value->via.str.size > 255))
+            snprintf (error, sizeof (error), "AUDIT: %s must be a string of at most 255 bytes", strings [index]);
+    }
+    for (size_t index = 0; index < sizeof (numbers) / sizeof (numbers [0]) && !*error; index++) {
+        const msgpack_object *value = dsh_map_get (request->root, numbers [index]);
+        if (value && (value->type != MSGPACK_OBJECT_POSITIVE_INTEGER || value->via.u64 > INT64_MAX))
+            snprintf (error, sizeof (error), "AUDIT: %s must be a whole number (ms since 1970 for since and until)",
+                      numbers [index]);
+    }
+    const msgpack_object *order = dsh_map_get (request->root, "order");
+    if (!*error && order && !dsh_str_eq (order, "oldest") && !dsh_str_eq (order, "newest"))
+        snprintf (error, sizeof (error), "AUDIT: order must be \"oldest\" or \"newest\"");
+    const msgpack_object *verify = dsh_map_get (request->root, "verify");
+    if (!*error && verify && verify->type != MSGPACK_OBJECT_BOOLEAN)
+        snprintf (error, sizeof (error), "AUDIT: verify must be true or false");
+    if (*error) {
+        self->bad_messages++;
+        s_request_error (self, request, DSH_E_BAD_REQUEST, error);
+        return;
+    }
+    zframe_t *body = zframe_new (zmq_msg_data (request->body), zmq_msg_size (request->body));
+    zmsg_t *envelope = s_route_zmsg (request->parts);
+    dsh_audit_query (self->audit, &envelope, &body);
+}
+
 //  A stage is handed the control command the broker authorised, packed
 //  from the values it checked (id, stage, command, args), never the
 //  sender's bytes: nothing the broker did not read reaches the stage.
@@ -1113,12 +1396,18 @@ s_handle_control (self_t *self, s_request_t *request)
         dsh_pack_cstr (&packer.pk, "args");
         msgpack_pack_object (&packer.pk, *args);
     }
+    //  Who asks, as the broker knows it (an approval's approver): never
+    //  the sender's word
+    char caller [128];
+    s_caller_id (request, caller, sizeof (caller));
+    dsh_packer_kv_str (&packer, "caller", caller);
     dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     zmsg_t *envelope = s_route_zmsg (request->parts);
     dsh_chain_control (self->chain, &envelope, &body);
     zmsg_destroy (&envelope);
+    s_keep_mode (self, stage, command, args, caller);
 }
 
 static void
@@ -1409,6 +1698,26 @@ s_handle_stats (self_t *self, s_request_t *request)
     msgpack_pack_uint64 (pk, dsh_inflight_size (self->inflight));
     //  What a component's heartbeatAgeMs is read against
     s_pack_liveness (self, pk);
+    dsh_pack_cstr (pk, "audit");
+    if (self->audit) {
+        dsh_audit_counts_t counts;
+        dsh_audit_counts (self->audit, &counts);
+        dsh_packer_map_begin (&packer);
+        dsh_packer_kv_str (&packer, "name", self->name);
+        dsh_packer_kv_str (&packer, "store", counts.store_kind);
+        dsh_pack_cstr (pk, "healthy");
+        counts.healthy? msgpack_pack_true (pk): msgpack_pack_false (pk);
+        const char *names [] = { "records", "dropped", "refused", "queueBytes", "batches", "writeUsTotal", "writeUsMax" };
+        uint64_t values [] = { counts.records, counts.dropped, counts.refused, counts.queue_bytes, counts.batches,
+                               counts.write_us_total, counts.write_us_max };
+        for (size_t index = 0; index < sizeof (values) / sizeof (values [0]); index++) {
+            dsh_pack_cstr (pk, names [index]);
+            msgpack_pack_uint64 (pk, values [index]);
+        }
+        dsh_packer_map_end (&packer);
+    }
+    else
+        msgpack_pack_nil (pk);
     zlistx_t *tools = dsh_catalog_tool_names (self->catalog);
     dsh_stats_pack (self->stats, &packer, tools);
     zlistx_destroy (&tools);
@@ -1458,6 +1767,7 @@ static const struct {
     { DSH_CHAIN, s_handle_chain },
     { DSH_STATS, s_handle_stats },
     { DSH_CONTROL, s_handle_control },
+    { DSH_AUDIT, s_handle_audit },
 };
 
 static s_front_fn *
@@ -1495,7 +1805,7 @@ s_front_refuse_body (self_t *self, s_request_t *request, const char *message)
     self->bad_messages++;
     if (is_call) {
         dsh_stats_refused (self->stats, DSH_E_BAD_REQUEST);
-        s_refuse_call (self, request, id, DSH_E_BAD_REQUEST, message);
+        s_refuse_recorded (self, request, id, "", NULL, DSH_E_BAD_REQUEST, message);
         return;
     }
     msgpack_object id_object = { .type = MSGPACK_OBJECT_STR };
@@ -1522,7 +1832,7 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
         s_front_refuse (self, parts, error);
         return;
     }
-    s_request_t request = { parts, &parts->part [parts->body], NULL, NULL, NULL, { NULL, NULL, NULL, NULL, NULL } };
+    s_request_t request = { parts, &parts->part [parts->body], NULL, NULL, NULL, { NULL, NULL, NULL, NULL, NULL, NULL } };
     char reason [256];
     request.doc = dsh_doc_new (zmq_msg_data (request.body), zmq_msg_size (request.body), reason, sizeof (reason));
     if (!request.doc || dsh_doc_root (request.doc)->type != MSGPACK_OBJECT_MAP) {
@@ -1794,7 +2104,7 @@ static int
 s_work_claim (self_t *self, const char *routing_id, dsh_sock_msg_t *parts, char *component)
 {
     zmq_msg_t *part = &parts->part [parts->count - 1];
-    dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL };
+    dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL, NULL };
     if (self->curve)
         dsh_identity_read (&peer, part);
     int fd = zmq_msg_get (part, ZMQ_SRCFD);
@@ -2051,6 +2361,56 @@ s_handle_announce (self_t *self, dsh_presence_t *presence, dsh_identity_t *peer)
     }
     zlistx_destroy (&refusals);
     zlistx_destroy (&events);
+    //  Held only while the catalog holds the component, whose removal
+    //  forgets it
+    uint64_t generation;
+    if (self->curve && peer->key && !zhashx_lookup (self->presence_keys, presence->component)
+    &&  dsh_catalog_generation (self->catalog, presence->component, &generation) == 0)
+        zhashx_insert (self->presence_keys, presence->component, (void *) peer->key);
+}
+
+//  One part of a set announced in parts, past the checks every ANNOUNCE
+//  gets: held until the set is whole, then applied as one ANNOUNCE of the
+//  whole set (its concurrency part 0's). Every part counts as a sign of
+//  life, as an ANNOUNCE does.
+static void
+s_handle_announce_part (self_t *self, dsh_presence_t *presence, dsh_identity_t *peer)
+{
+    int64_t now = zclock_mono ();
+    dsh_catalog_touch (self->catalog, presence->component, presence->generation, now);
+    zchunk_t *set = NULL;
+    uint64_t concurrency = 0;
+    char reason [256];
+    dsh_parts_status_t status = dsh_parts_add (self->parts, presence, peer->key, now, &set, &concurrency,
+                                               reason, sizeof (reason));
+    if (status == DSH_PARTS_FOREIGN) {
+        self->forbidden++;
+        dsh_log_warning ("dsh-broker: ANNOUNCE of component %s in parts: %s: dropped", presence->component, reason);
+    }
+    else
+    if (status == DSH_PARTS_DROPPED)
+        dsh_log_warning ("dsh-broker: ANNOUNCE of component %s in parts: %s", presence->component, reason);
+    else
+    if (status == DSH_PARTS_IGNORED && self->verbose)
+        dsh_log_info ("dsh-broker: ANNOUNCE of component %s in parts: %s: ignored", presence->component, reason);
+    else
+    if (status == DSH_PARTS_WHOLE) {
+        //  The broker's own encoding of the entries the parts' decode gave
+        char error [256];
+        dsh_doc_t *doc = dsh_doc_new (zchunk_data (set), zchunk_size (set), error, sizeof (error));
+        if (doc) {
+            dsh_presence_t whole = *presence;
+            whole.tools = dsh_doc_root (doc);
+            whole.concurrency = concurrency;
+            whole.part = whole.parts = 0;
+            s_handle_announce (self, &whole, peer);
+        }
+        else
+            dsh_log_error ("dsh-broker: the ANNOUNCE of component %s in parts, joined, does not decode: %s",
+                           presence->component, error);
+        dsh_doc_destroy (&doc);
+        zchunk_destroy (&set);
+    }
 }
 
 //  True if a presence message is not the owner's: while a WORK connection
@@ -2103,10 +2463,13 @@ s_announce_one (zsock_t *reader, void *arg)
     if (!streq (command, DSH_ANNOUNCE) && !streq (command, DSH_HEARTBEAT) && !streq (command, DSH_WITHDRAW))
         snprintf (error, sizeof (error), "unknown command \"%.16s\"", command);
     else
-    if ((doc = dsh_proto_decode_body (body, error, sizeof (error))))
-        dsh_proto_decode_presence (doc, command, &presence, error, sizeof (error));
+    if ((doc = dsh_proto_decode_body (body, error, sizeof (error)))
+    &&  dsh_proto_decode_presence (doc, command, &presence, error, sizeof (error)) == 0
+    &&  presence.parts > self->max_tools)
+        snprintf (error, sizeof (error), "field \"parts\" (%" PRIu64 ") is over the broker's limit of %zu tools "
+                  "a component may provide (max_tools)", presence.parts, self->max_tools);
 
-    dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL };
+    dsh_identity_t peer = { NULL, NULL, NULL, NULL, NULL, NULL };
     if (protocol)
         dsh_identity_read_frame (&peer, protocol);
     if (*error) {
@@ -2124,14 +2487,14 @@ s_announce_one (zsock_t *reader, void *arg)
         //  Another process's, under an id it does not own
     }
     else
+    if (streq (command, DSH_ANNOUNCE) && presence.parts)
+        s_handle_announce_part (self, &presence, &peer);
+    else
     if (streq (command, DSH_ANNOUNCE)) {
+        //  The whole set, at once: a set of this generation or an older
+        //  one still in parts is behind it
+        dsh_parts_forget (self->parts, presence.component, presence.generation);
         s_handle_announce (self, &presence, &peer);
-        //  Held only while the catalog holds the component, whose removal
-        //  forgets it
-        uint64_t generation;
-        if (self->curve && peer.key && !zhashx_lookup (self->presence_keys, presence.component)
-        &&  dsh_catalog_generation (self->catalog, presence.component, &generation) == 0)
-            zhashx_insert (self->presence_keys, presence.component, (void *) peer.key);
     }
     else
     if (streq (command, DSH_HEARTBEAT)) {
@@ -2141,6 +2504,7 @@ s_announce_one (zsock_t *reader, void *arg)
             s_send_heartbeat (self, presence.component);
     }
     else {
+        dsh_parts_forget (self->parts, presence.component, presence.generation);
         uint64_t generation;
         //  A WITHDRAW from an older incarnation must not remove a newer one
         //  (generations start from the clock, so they grow across restarts),
@@ -2202,6 +2566,13 @@ s_expire_components (zloop_t *loop, int timer_id, void *arg)
             s_promote (self, component);
     }
     zlistx_destroy (&silent);
+    //  A set in parts not whole within the window: its component sends
+    //  every part again when a heartbeat brings it a SYNC
+    zlistx_t *stale = dsh_parts_expire (self->parts, now, (int64_t) self->heartbeat_ms * self->liveness);
+    for (char *component = zlistx_first (stale); component; component = zlistx_next (stale))
+        dsh_log_warning ("dsh-broker: the ANNOUNCE of component %s in parts was not whole within %d ms: dropped",
+                         component, self->heartbeat_ms * self->liveness);
+    zlistx_destroy (&stale);
     //  Here, not on timers of their own: once a heartbeat is often enough
     //  to give back what a subscriber or a connection storm left free, and
     //  to log the count of a flood of bad messages that stopped
@@ -2321,6 +2692,8 @@ dsh_registry_actor (zsock_t *pipe, void *args)
         zloop_reader (self->loop, self->work, s_work_recv, self);
         if (self->work_monitor)
             zloop_reader (self->loop, self->work_monitor, s_work_monitor_recv, self);
+        if (self->audit)
+            zloop_reader (self->loop, dsh_audit_socket (self->audit), s_audit_recv, self);
         zloop_timer (self->loop, (size_t) self->heartbeat_ms, 0, s_expire_components, self);
         int tick_ms = self->heartbeat_ms < 50? self->heartbeat_ms: 50;
         zloop_timer (self->loop, (size_t) tick_ms, 0, s_expire_calls, self);

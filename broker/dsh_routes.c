@@ -203,6 +203,7 @@ dsh_routes_set_fd (dsh_routes_t *self, dsh_route_t *route, int fd)
     assert (self);
     assert (route);
     route->fd = fd;
+    route->host [0] = 0;
 }
 
 zlistx_t *

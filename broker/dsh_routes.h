@@ -37,6 +37,7 @@ typedef struct {
     char *key;                  //  under CURVE, the key that claimed it
     int64_t claimed_ms;         //  wall clock, for refusals' reasons
     int64_t claimed_mono_ms;    //  monotonic, for the liveness window
+    char host [64];             //  its connection's peer address, once asked for; "" until then
 } dsh_route_t;
 
 //  Create an empty table.

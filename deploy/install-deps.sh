@@ -14,6 +14,10 @@ set -euo pipefail
 #  peer it is measured against); dsh itself never links or runs them.
 #  python3-zmq, python3-msgpack and python3-pytest run the Python library
 #  (components/python) and its tests under /usr/bin/python3
+#  libsqlite3-dev and libpq-dev build the broker's store (broker/dsh_store.c:
+#  SQLite or PostgreSQL), libssl-dev its SHA-256 (libcrypto, the audit's
+#  digests and hash chain; libsodium-dev's is the unit test's second opinion);
+#  postgresql is the server tests/kit/pg_scratch.sh runs for its tests.
 packages=(gcc pkg-config meson ninja-build python3
           clang libfuzzer-14-dev
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
@@ -22,7 +26,8 @@ packages=(gcc pkg-config meson ninja-build python3
           iproute2
           libsystemd-dev systemd
           nats-server libnats-dev
-          python3-zmq python3-msgpack python3-pytest python3-venv)
+          python3-zmq python3-msgpack python3-pytest python3-venv
+          libsqlite3-dev libpq-dev libssl-dev libsodium-dev postgresql)
 
 #  The MCP tests run real MCP software from npm, and the node suite builds
 #  and tests @dsh/tools (components/node: zeromq 6 ships its linux-x64

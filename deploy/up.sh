@@ -61,7 +61,9 @@ if $curve; then
     monitor_keys=(--cert "$keys/monitor.cert" --broker-cert "$keys/broker.cert" --token-file "$monitor_token")
 fi
 
-build/broker/dsh-broker -c deploy/dsh-broker.cfg --endpoint "$broker" "${broker_keys[@]}" & pids+=($!)
+#  The audit trail and durable modes: one SQLite file under the build
+build/broker/dsh-broker -c deploy/dsh-broker.cfg --endpoint "$broker" --state-dir build/state "${broker_keys[@]}" \
+    & pids+=($!)
 sleep 0.3
 build/components/demo/dsh-demo --broker "$broker" --id demo "${demo_keys[@]}" & pids+=($!)
 build/components/fs/dsh-fs --broker "$broker" --id fs --root "$workspace" "${fs_keys[@]}" & pids+=($!)

@@ -889,6 +889,7 @@ dsh_proto_error_name (const char *code)
         { DSH_E_MIDDLEWARE_FAILED, "MiddlewareError" },
         { DSH_E_CANCELLED,    "CancelledError" },
         { DSH_E_FORBIDDEN,    "ForbiddenError" },
+        { DSH_E_AUDIT_UNAVAILABLE, "AuditUnavailableError" },
         { DSH_E_BROKER_GONE,  "BrokerGoneError" },
     };
     for (size_t index = 0; index < sizeof (names) / sizeof (names [0]); index++)
@@ -1076,6 +1077,18 @@ dsh_proto_decode_presence (dsh_doc_t *doc, const char *command, dsh_presence_t *
         if (dsh_map_get (dsh_doc_root (doc), "concurrency")
         &&  (presence->concurrency < 1 || presence->concurrency > DSH_CONCURRENCY_MAX))
             return s_fail (error, error_size, "field \"concurrency\" must be from 1 to %d", DSH_CONCURRENCY_MAX);
+        if (s_get_uint (doc, "part", &presence->part, error, error_size)
+        ||  s_get_uint (doc, "parts", &presence->parts, error, error_size))
+            return -1;
+        bool has_part = dsh_map_get (dsh_doc_root (doc), "part") != NULL;
+        bool has_parts = dsh_map_get (dsh_doc_root (doc), "parts") != NULL;
+        if (has_part != has_parts)
+            return s_fail (error, error_size, "fields \"part\" and \"parts\" come together or not at all");
+        if (has_parts && presence->parts < 2)
+            return s_fail (error, error_size, "field \"parts\" must be 2 or more");
+        if (has_parts && presence->part >= presence->parts)
+            return s_fail (error, error_size, "field \"part\" must be below \"parts\" (%" PRIu64 ")",
+                           presence->parts);
     }
     return 0;
 }

@@ -48,6 +48,7 @@ extern "C" {
 #define DSH_CHAIN               "CHAIN"
 #define DSH_STATS               "STATS"
 #define DSH_CONTROL             "CONTROL"
+#define DSH_AUDIT               "AUDIT"
 
 //  Commands on the announce channel (component PUB -> registry SUB)
 #define DSH_ANNOUNCE            "ANNOUNCE"
@@ -81,6 +82,7 @@ extern "C" {
 #define DSH_E_MIDDLEWARE_FAILED "MIDDLEWARE_FAILED"
 #define DSH_E_CANCELLED         "CANCELLED"
 #define DSH_E_FORBIDDEN         "FORBIDDEN"
+#define DSH_E_AUDIT_UNAVAILABLE "AUDIT_UNAVAILABLE"
 #define DSH_E_BROKER_GONE       "BROKER_GONE"     //  made by the client SDK, never sent
 
 //  Limits on untrusted input
@@ -303,16 +305,21 @@ int
 //  The most workers an ANNOUNCE's concurrency may state.
 #define DSH_CONCURRENCY_MAX 65536
 
-//  An ANNOUNCE, HEARTBEAT or WITHDRAW body, decoded. tools and
-//  concurrency are set for ANNOUNCE only.
+//  An ANNOUNCE, HEARTBEAT or WITHDRAW body, decoded. tools, concurrency,
+//  part and parts are set for ANNOUNCE only.
 typedef struct {
     const char *component;
     uint64_t generation;
     const msgpack_object *tools;
     uint64_t concurrency;       //  calls it runs at once, 0 if it does not say
+    uint64_t part;              //  of a set in parts: this one's index, from 0
+    uint64_t parts;             //  ... and how many there are (2 or more);
+                                //  0 when the ANNOUNCE is the whole set
 } dsh_presence_t;
 
-//  Decode and check a presence body of the given command. Returns 0 or -1.
+//  Decode and check a presence body of the given command: an ANNOUNCE's
+//  part and parts come both or neither, parts 2 or more, part below it
+//  (the broker bounds parts by its max_tools). Returns 0 or -1.
 int
     dsh_proto_decode_presence (dsh_doc_t *doc, const char *command,
                                dsh_presence_t *presence,

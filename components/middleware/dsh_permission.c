@@ -480,12 +480,31 @@ s_broadcast (self_t *self, const char *command, const json_t *body)
 //  Finish an open ask: resume or answer its call, tell the approvers, and
 //  forget it. why says, for UNAVAILABLE, why nobody decided.
 static void
+s_request_resolve_by (self_t *self, s_request_t *request, dsh_approval_outcome_t outcome, const char *why,
+                      const char *approver);
+
+static void
 s_request_resolve (self_t *self, s_request_t *request, dsh_approval_outcome_t outcome, const char *why)
+{
+    s_request_resolve_by (self, request, outcome, why, NULL);
+}
+
+//  The same, saying who decided (an approver's name, key or address; NULL
+//  when no one did: a deadline, no approver left, a cancel).
+static void
+s_request_resolve_by (self_t *self, s_request_t *request, dsh_approval_outcome_t outcome, const char *why,
+                      const char *approver)
 {
     if (request->timer_id != -1)
         zloop_timer_end (dsh_stage_loop (self->stage), request->timer_id);
     request->timer_id = -1;
     dsh_stage_verdict_t verdict = DSH_STAGE_ANSWER;
+    //  The audit's record of the call says who decided, what, and when
+    json_t *note = json_pack ("{s:{s:s, s:s, s:I}}", "approval", "request", request->id,
+                              "decision", dsh_approval_outcome_name (outcome), "atMs", (json_int_t) zclock_time ());
+    if (approver)
+        json_object_set_new (json_object_get (note, "approval"), "approver", json_string (approver));
+    dsh_stage_call_note (request->call, note);
     if (outcome == DSH_APPROVAL_ALLOWED) {
         //  What a later sandbox stage reads as "a human let this call run";
         //  on every other call this stage removes the key (s_on_request)
@@ -529,13 +548,13 @@ s_close_abandoned (self_t *self)
 //  Decide an open ask as an approver would. Returns the outcome, or -1 if
 //  no request has that id.
 static int
-s_decide (self_t *self, const char *id, bool allow)
+s_decide (self_t *self, const char *id, bool allow, const char *approver)
 {
     s_request_t *request = id? (s_request_t *) zhashx_lookup (self->pending, id): NULL;
     if (!request)
         return -1;
     dsh_approval_outcome_t outcome = allow? DSH_APPROVAL_ALLOWED: DSH_APPROVAL_REJECTED;
-    s_request_resolve (self, request, outcome, NULL);
+    s_request_resolve_by (self, request, outcome, NULL, approver);
     return (int) outcome;
 }
 
@@ -592,13 +611,24 @@ s_handle_decide (self_t *self, zframe_t *identity, zmsg_t *msg)
     char *id = dsh_doc_strdup (doc, dsh_map_get (root, "id"));
     const msgpack_object *outcome = dsh_map_get (root, "outcome");
     bool allow = dsh_str_eq (outcome, "allow");
+    //  Who decided: the key's name, else its key, else the connection (the
+    //  body frame came over the wire, with the connection's metadata)
+    dsh_identity_t peer;
+    dsh_identity_read_frame (&peer, frame);
+    char who [128];
+    if (peer.name || peer.key)
+        snprintf (who, sizeof (who), "%s", peer.name? peer.name: peer.key);
+    else {
+        const char *address = zframe_meta (frame, "Peer-Address");
+        snprintf (who, sizeof (who), "approver at %s", address? address: "an unknown address");
+    }
     if (!id)
         s_send_error (self, identity, "DECIDE needs a str id");
     else
     if (!allow && !dsh_str_eq (outcome, "deny"))
         s_send_error (self, identity, "DECIDE outcome must be \"allow\" or \"deny\"");
     else
-    if (s_decide (self, id, allow) == -1) {
+    if (s_decide (self, id, allow, who) == -1) {
         char *message = zsys_sprintf ("no pending request %s", id);
         s_send_error (self, identity, message);
         zstr_free (&message);
@@ -850,7 +880,7 @@ s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **erro
             *error = zsys_sprintf ("%s needs {\"id\": \"<request id>\"}", command);
             return NULL;
         }
-        int outcome = s_decide (self, id, streq (command, "approve"));
+        int outcome = s_decide (self, id, streq (command, "approve"), dsh_stage_control_caller (self->stage));
         if (outcome == -1) {
             *error = zsys_sprintf ("no pending request %s", id);
             return NULL;

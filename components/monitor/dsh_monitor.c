@@ -14,6 +14,12 @@
     /api/events. The loop never waits for an HTTP client, and a broker that
     does not answer costs one query timeout per poll, said on the page.
 
+    /api/audit (the page's latest calls) is asked per request: the loop
+    takes the requests waiting, asks the broker each different AUDIT query
+    once (dsh_monitor_audit), and answers them; while the broker does not
+    answer the polls it is not asked, and a query it leaves unanswered is
+    the round's last, so a round costs at most one query timeout too.
+
     Pending calls' arguments are shown only to a viewer that presented the
     token; following a CURVE broker (with a key that may list pending
     approvals) the monitor needs a token, even on loopback.
@@ -22,6 +28,7 @@
 
 #include "dsh_monitor_httpd.h"
 #include "dsh_log.h"
+#include "dsh_monitor_audit.h"
 #include "dsh_monitor_metrics.h"
 #include "dsh_monitor_model.h"
 #include "dsh_monitor_page.h"
@@ -155,6 +162,81 @@ s_poll (self_t *self)
 }
 
 //  ---------------------------------------------------------------------
+//  Questions: the latest calls
+
+//  The broker's answer to an AUDIT query, as dsh_monitor_audit_view takes
+//  it: {query, reply}, {query, code, error} or {query, error}. Not asked
+//  while the broker is down.
+static json_t *
+s_ask_audit (self_t *self, const json_t *query)
+{
+    json_t *answer = json_pack ("{s:O}", "query", (json_t *) query);
+    if (!self->reachable) {
+        json_object_set_new (answer, "error", json_string ("the broker does not answer the monitor's polls"));
+        return answer;
+    }
+    char error [512] = "";
+    dsh_reply_t *reply = dsh_client_query (self->client, DSH_AUDIT, query, QUERY_TIMEOUT_MS, error, sizeof error);
+    json_t *body = reply && streq (dsh_reply_command (reply), DSH_AUDIT)? dsh_reply_json (reply): NULL;
+    if (body) {
+        json_object_del (body, "id");
+        json_object_set_new (answer, "reply", body);
+    }
+    else
+    if (reply) {
+        const char *code = dsh_reply_error_code (reply);
+        const char *text = dsh_reply_text (reply);
+        json_object_set_new (answer, "code", json_string (code? code: dsh_reply_command (reply)));
+        json_object_set_new (answer, "error", json_string (text? text: "the broker refused the AUDIT query"));
+    }
+    else
+        json_object_set_new (answer, "error", json_string (error));
+    dsh_reply_destroy (&reply);
+    return answer;
+}
+
+//  Answers every question waiting. A page asks at each poll, and pages
+//  with the same filters ask the same query: the broker is asked each
+//  different one once a round, and after a query it left unanswered it is
+//  not asked again this round.
+static void
+s_take_questions (self_t *self)
+{
+    json_t *answers = json_array ();
+    bool silent = false;
+    const char *path;
+    uint64_t id;
+    bool trusted;
+    json_t *query;
+    while ((query = dsh_monitor_httpd_recv (self->httpd, &path, &id, &trusted))) {
+        assert (streq (path, DSH_MONITOR_AUDIT_PATH));
+        json_t *answer = NULL;
+        size_t index;
+        json_t *known;
+        json_array_foreach (answers, index, known)
+            if (json_equal (json_object_get (known, "query"), query)) {
+                answer = known;
+                break;
+            }
+        if (!answer) {
+            answer = silent? json_pack ("{s:O, s:s}", "query", query, "error", "the broker did not answer a query "
+                                        "just before this one"): s_ask_audit (self, query);
+            silent |= !json_object_get (answer, "reply") && !json_object_get (answer, "code");
+            json_array_append_new (answers, answer);
+        }
+        unsigned int status;
+        json_t *view = dsh_monitor_audit_view (answer, trusted, &status);
+        char *text = json_dumps (view, JSON_COMPACT);
+        const char *body = text? text: "{\"ok\":false,\"error\":\"the answer cannot be encoded\"}";
+        dsh_monitor_httpd_answer (self->httpd, id, text? status: 500, "application/json", body, strlen (body));
+        free (text);
+        json_decref (view);
+        json_decref (query);
+    }
+    json_decref (answers);
+}
+
+//  ---------------------------------------------------------------------
 //  Publishing
 
 static void
@@ -277,7 +359,8 @@ s_take_poll (self_t *self)
 static void
 s_run (self_t *self)
 {
-    zpoller_t *poller = zpoller_new (dsh_watcher_sock (self->watcher), NULL);
+    int questions = dsh_monitor_httpd_fd (self->httpd);
+    zpoller_t *poller = zpoller_new (dsh_watcher_sock (self->watcher), &questions, NULL);
     int64_t next_poll = zclock_mono ();
     int64_t next_keepalive = zclock_mono () + KEEPALIVE_MS;
     while (!zsys_interrupted) {
@@ -285,8 +368,11 @@ s_run (self_t *self)
         void *which = zpoller_wait (poller, wait_ms > 0? (int) wait_ms: 0);
         if (zpoller_terminated (poller))
             break;
-        if (which)
+        //  Both, whichever woke us: neither waits behind a stream of the other
+        if (which) {
             s_take_notices (self);
+            s_take_questions (self);
+        }
         int64_t now = zclock_mono ();
         if (now >= next_poll) {
             s_take_poll (self);
@@ -311,7 +397,8 @@ s_usage (FILE *stream)
         "                   [--http-per-address N] [--http-header-ms N]\n"
         "                   [--poll-ms N] [--events N] [--cert FILE --broker-cert FILE] [-v]\n"
         "Watch a dsh swarm: a live page at /, Prometheus metrics at /metrics, JSON at\n"
-        "/api/tools and /api/stats, Server-Sent Events at /api/events.\n"
+        "/api/tools, /api/stats and /api/audit (the latest calls, from the broker's audit\n"
+        "trail), Server-Sent Events at /api/events.\n"
         "  --broker ENDPOINT[,ENDPOINT...]\n"
         "                     the broker's front endpoint, or a list of brokers followed one\n"
         "                     at a time (default: $DSH_BROKER, else %s)\n"
@@ -470,6 +557,7 @@ main (int argc, char *argv [])
         return 1;
     }
     self.model = dsh_monitor_model_new ((size_t) self.events);
+    dsh_monitor_httpd_ask (self.httpd, DSH_MONITOR_AUDIT_PATH, dsh_monitor_audit_query);
     dsh_monitor_httpd_publish (self.httpd, DSH_MONITOR_HTTPD_EVERYONE, "/", "text/html; charset=utf-8",
                                dsh_monitor_page, dsh_monitor_page_size);
     s_publish (&self, NULL);

@@ -7,6 +7,8 @@
     monitor's loop, which publishes and broadcasts. One mutex guards the
     documents and the streams. A stream whose queue is empty suspends its
     connection from the content reader and is resumed when bytes arrive.
+    A question suspends its connection under the lock, so that the loop's
+    answer, which resumes it under the lock too, always comes after.
     =========================================================================
 */
 
@@ -17,7 +19,9 @@
 #include <czmq.h>
 #include <microhttpd.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #define COOKIE_NAME             "dsh_monitor"
 #define MAX_CONNECTIONS         128
@@ -34,14 +38,45 @@ typedef struct {
     size_t size;
 } s_doc_t;
 
+//  What a request in progress is (the first field of its state).
+typedef enum {
+    REQUEST_STREAM = 1,
+    REQUEST_QUESTION
+} s_request_kind_t;
+
 //  An open event stream, from its headers to MHD's completion callback.
 typedef struct {
+    s_request_kind_t kind;      //  REQUEST_STREAM
     dsh_monitor_httpd_t *httpd;
     void *handle;               //  in httpd->streams
     bool trusted;               //  its request presented the token
     dsh_http_outq_t out;        //  bytes for the client
     bool sent_since_tick;       //  had an event since the last keep-alive round
 } s_stream_t;
+
+//  A path the loop answers.
+typedef struct {
+    char *path;
+    dsh_monitor_httpd_check_fn *check;
+} s_asker_t;
+
+//  A request waiting for the loop's answer, from its headers to MHD's
+//  completion callback.
+typedef struct {
+    s_request_kind_t kind;      //  REQUEST_QUESTION
+    void *handle;               //  in httpd->questions
+    struct MHD_Connection *connection;
+    uint64_t id;
+    const char *path;           //  its asker's
+    bool trusted;
+    json_t *asked;              //  what the check gave, until the loop takes it
+    bool taken;                 //  by the loop
+    bool answered;              //  then the response is below
+    unsigned int status;
+    char *content_type;
+    char *body;
+    size_t size;
+} s_question_t;
 
 struct _dsh_monitor_httpd_t {
     dsh_http_server_t *server;
@@ -54,6 +89,12 @@ struct _dsh_monitor_httpd_t {
     zhashx_t *docs [2];         //  path -> s_doc_t
     char *first [2];            //  the first event of a new stream, as sent
     zlistx_t *streams;          //  s_stream_t, not owned
+    zhashx_t *askers;           //  path -> s_asker_t
+    zlistx_t *questions;        //  s_question_t, not owned: asked and not completed
+    size_t untaken;             //  of them, those the loop has not taken
+    uint64_t last_question;     //  the last id given
+    int event_fd;               //  readable while untaken > 0
+    bool stopping;
 };
 
 //  Whether viewers include the trusted (1) or untrusted (0) ones.
@@ -61,6 +102,30 @@ static bool
 s_shown (dsh_monitor_httpd_viewers_t viewers, int trusted)
 {
     return (viewers & (trusted? DSH_MONITOR_HTTPD_TRUSTED: DSH_MONITOR_HTTPD_UNTRUSTED)) != 0;
+}
+
+static void
+s_asker_destroy (void **item_p)
+{
+    s_asker_t *asker = (s_asker_t *) *item_p;
+    if (asker) {
+        free (asker->path);
+        free (asker);
+        *item_p = NULL;
+    }
+}
+
+static void
+s_question_destroy (s_question_t **question_p)
+{
+    s_question_t *question = *question_p;
+    if (question) {
+        json_decref (question->asked);
+        free (question->content_type);
+        free (question->body);
+        free (question);
+        *question_p = NULL;
+    }
 }
 
 static void
@@ -165,6 +230,7 @@ s_open_stream (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, boo
     }
     s_stream_t *stream = (s_stream_t *) zmalloc (sizeof (s_stream_t));
     assert (stream);
+    stream->kind = REQUEST_STREAM;
     stream->httpd = self;
     stream->trusted = trusted;
     dsh_http_outq_init (&stream->out, connection);
@@ -197,7 +263,7 @@ s_serve_doc (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, const
     pthread_mutex_unlock (&self->lock);
     if (!response)
         return s_reply (connection, MHD_HTTP_NOT_FOUND, "Not Found: the monitor serves /, /metrics, "
-                        "/api/tools, /api/stats and /api/events\n");
+                        "/api/tools, /api/stats, /api/audit and /api/events\n");
     MHD_add_response_header (response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     MHD_add_response_header (response, "X-Content-Type-Options", "nosniff");
     if (streq (url, "/")) {
@@ -212,6 +278,133 @@ s_serve_doc (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, const
     return result;
 }
 
+//  ---------------------------------------------------------------------
+//  Questions
+
+//  Gives question its answer (copied) and lets MHD serve it. Under the
+//  lock.
+static void
+s_question_set_answer (s_question_t *question, unsigned int status, const char *content_type, const char *body,
+                       size_t size)
+{
+    if (question->answered)
+        return;
+    question->answered = true;
+    question->status = status;
+    question->content_type = strdup (content_type);
+    question->body = (char *) malloc (size? size: 1);
+    assert (question->content_type && question->body);
+    if (size)
+        memcpy (question->body, body, size);
+    question->size = size;
+    MHD_resume_connection (question->connection);
+}
+
+//  A request's query parameters as they are gathered.
+typedef struct {
+    json_t *parameters;         //  name -> value
+    const char *error;          //  the first thing wrong, or NULL
+} s_gathering_t;
+
+static enum MHD_Result
+s_gather (void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size, const char *value,
+          size_t value_size)
+{
+    (void) kind;
+    s_gathering_t *gathering = (s_gathering_t *) cls;
+    //  A name is a C string to jansson: one with a NUL in it is not text
+    json_t *name = strlen (key) == key_size? json_stringn (key, key_size): NULL;
+    json_t *text = json_stringn (value? value: "", value? value_size: 0);
+    if (json_object_size (gathering->parameters) >= DSH_MONITOR_HTTPD_MAX_PARAMETERS)
+        gathering->error = "too many query parameters";
+    else
+    if (!name || !text)
+        gathering->error = "a query parameter is not UTF-8 text, or has a NUL in its name";
+    else
+    if (json_object_get (gathering->parameters, key))
+        gathering->error = "a query parameter is given twice";
+    else
+        json_object_set (gathering->parameters, key, text);
+    json_decref (name);
+    json_decref (text);
+    return gathering->error? MHD_NO: MHD_YES;
+}
+
+//  A request of an asked path: checked, then suspended until the loop
+//  answers it.
+static enum MHD_Result
+s_ask (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, s_asker_t *asker, bool trusted,
+       void **req_cls)
+{
+    char error [256] = "";
+    s_gathering_t gathering = { .parameters = json_object () };
+    MHD_get_connection_values_n (connection, MHD_GET_ARGUMENT_KIND, s_gather, &gathering);
+    json_t *asked = NULL;
+    if (gathering.error)
+        snprintf (error, sizeof error, "%s", gathering.error);
+    else
+    if (!(asked = asker->check (gathering.parameters, error, sizeof error)) && !*error)
+        snprintf (error, sizeof error, "the query is not one %s takes", asker->path);
+    json_decref (gathering.parameters);
+    if (!asked) {
+        char *text = zsys_sprintf ("Bad Request: %s\n", error);
+        enum MHD_Result result = s_reply (connection, MHD_HTTP_BAD_REQUEST, text);
+        zstr_free (&text);
+        return result;
+    }
+    pthread_mutex_lock (&self->lock);
+    if (self->stopping || zlistx_size (self->questions) >= DSH_MONITOR_HTTPD_MAX_QUESTIONS) {
+        pthread_mutex_unlock (&self->lock);
+        json_decref (asked);
+        return s_reply (connection, MHD_HTTP_SERVICE_UNAVAILABLE,
+                        "Service Unavailable: too many requests wait for the broker\n");
+    }
+    s_question_t *question = (s_question_t *) zmalloc (sizeof (s_question_t));
+    assert (question);
+    question->kind = REQUEST_QUESTION;
+    question->connection = connection;
+    question->id = ++self->last_question;
+    question->path = asker->path;
+    question->trusted = trusted;
+    question->asked = asked;
+    *req_cls = question;
+    MHD_suspend_connection (connection);
+    question->handle = zlistx_add_end (self->questions, question);
+    if (self->untaken++ == 0) {
+        uint64_t one = 1;
+        if (write (self->event_fd, &one, sizeof one) < 0)
+            zsys_warning ("dsh-monitor: cannot signal the question fd: %s", strerror (errno));
+    }
+    pthread_mutex_unlock (&self->lock);
+    return MHD_YES;
+}
+
+//  MHD calls a question's request again once the loop's answer resumed it.
+static enum MHD_Result
+s_question_answer (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, s_question_t *question)
+{
+    pthread_mutex_lock (&self->lock);
+    if (!question->answered) {
+        //  Not ours to serve yet: it waits on
+        MHD_suspend_connection (connection);
+        pthread_mutex_unlock (&self->lock);
+        return MHD_YES;
+    }
+    unsigned int status = question->status;
+    struct MHD_Response *response = MHD_create_response_from_buffer (question->size, question->body,
+                                                                     MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header (response, MHD_HTTP_HEADER_CONTENT_TYPE, question->content_type);
+    pthread_mutex_unlock (&self->lock);
+    MHD_add_response_header (response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header (response, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result result = MHD_queue_response (connection, status, response);
+    MHD_destroy_response (response);
+    return result;
+}
+
+//  ---------------------------------------------------------------------
+//  Requests
+
 static enum MHD_Result
 s_access (void *cls, struct MHD_Connection *connection, const char *url, const char *method,
           const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
@@ -219,8 +412,10 @@ s_access (void *cls, struct MHD_Connection *connection, const char *url, const c
     (void) version;
     (void) upload_data;
     (void) upload_data_size;
-    (void) req_cls;
     dsh_monitor_httpd_t *self = (dsh_monitor_httpd_t *) cls;
+    //  Only a question is called again: its first call queued no response
+    if (*req_cls && *(s_request_kind_t *) *req_cls == REQUEST_QUESTION)
+        return s_question_answer (self, connection, (s_question_t *) *req_cls);
     bool head = streq (method, MHD_HTTP_METHOD_HEAD);
     if (!streq (method, MHD_HTTP_METHOD_GET) && !head)
         return s_reply (connection, MHD_HTTP_METHOD_NOT_ALLOWED, "Method Not Allowed: the monitor is read-only\n");
@@ -238,6 +433,11 @@ s_access (void *cls, struct MHD_Connection *connection, const char *url, const c
                         "a script sends \"Authorization: Bearer TOKEN\".\n");
     if (streq (url, DSH_MONITOR_HTTPD_EVENTS) && !head)
         return s_open_stream (self, connection, trusted, req_cls);
+    pthread_mutex_lock (&self->lock);
+    s_asker_t *asker = (s_asker_t *) zhashx_lookup (self->askers, url);
+    pthread_mutex_unlock (&self->lock);
+    if (asker)
+        return s_ask (self, connection, asker, trusted, req_cls);
     return s_serve_doc (self, connection, url, trusted);
 }
 
@@ -248,6 +448,17 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls,
     (void) connection;
     (void) toe;
     dsh_monitor_httpd_t *self = (dsh_monitor_httpd_t *) cls;
+    if (*req_cls && *(s_request_kind_t *) *req_cls == REQUEST_QUESTION) {
+        s_question_t *question = (s_question_t *) *req_cls;
+        pthread_mutex_lock (&self->lock);
+        zlistx_delete (self->questions, question->handle);
+        if (!question->taken)
+            self->untaken--;
+        pthread_mutex_unlock (&self->lock);
+        s_question_destroy (&question);
+        *req_cls = NULL;
+        return;
+    }
     s_stream_t *stream = (s_stream_t *) *req_cls;
     if (!stream)
         return;
@@ -289,12 +500,22 @@ dsh_monitor_httpd_new (const char *address, const char *token, const dsh_http_li
         snprintf (self->session + 2 * index, 3, "%02x", bytes [index]);
     self->token = token? strdup (token): NULL;
     self->loopback = loopback;
+    self->event_fd = -1;
     pthread_mutex_init (&self->lock, NULL);
     for (int trusted = 0; trusted < 2; trusted++) {
         self->docs [trusted] = zhashx_new ();
         zhashx_set_destructor (self->docs [trusted], s_doc_destroy);
     }
     self->streams = zlistx_new ();
+    self->askers = zhashx_new ();
+    zhashx_set_destructor (self->askers, s_asker_destroy);
+    self->questions = zlistx_new ();
+    self->event_fd = eventfd (0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (self->event_fd < 0) {
+        snprintf (error, error_size, "cannot make the question fd: %s", strerror (errno));
+        dsh_monitor_httpd_destroy (&self);
+        return NULL;
+    }
     dsh_http_limits_t server_limits = *limits;
     server_limits.connections = MAX_CONNECTIONS;
     server_limits.idle_timeout_s = CONNECTION_TIMEOUT_S;
@@ -316,12 +537,26 @@ dsh_monitor_httpd_destroy (dsh_monitor_httpd_t **self_p)
         dsh_monitor_httpd_t *self = *self_p;
         //  MHD must not be stopped with connections suspended
         pthread_mutex_lock (&self->lock);
+        self->stopping = true;
         for (s_stream_t *stream = (s_stream_t *) zlistx_first (self->streams); stream;
              stream = (s_stream_t *) zlistx_next (self->streams))
             dsh_http_outq_break (&stream->out);
+        const char *stopping = "Service Unavailable: the monitor is stopping\n";
+        for (s_question_t *question = (s_question_t *) zlistx_first (self->questions); question;
+             question = (s_question_t *) zlistx_next (self->questions))
+            s_question_set_answer (question, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", stopping,
+                                   strlen (stopping));
         pthread_mutex_unlock (&self->lock);
         dsh_http_server_destroy (&self->server);
         zlistx_destroy (&self->streams);
+        //  MHD completed every request it had; these it never had
+        s_question_t *question;
+        while (self->questions && (question = (s_question_t *) zlistx_detach (self->questions, NULL)))
+            s_question_destroy (&question);
+        zlistx_destroy (&self->questions);
+        zhashx_destroy (&self->askers);
+        if (self->event_fd >= 0)
+            close (self->event_fd);
         for (int trusted = 0; trusted < 2; trusted++) {
             zhashx_destroy (&self->docs [trusted]);
             free (self->first [trusted]);
@@ -410,4 +645,72 @@ dsh_monitor_httpd_streams (dsh_monitor_httpd_t *self)
     size_t streams = zlistx_size (self->streams);
     pthread_mutex_unlock (&self->lock);
     return streams;
+}
+
+void
+dsh_monitor_httpd_ask (dsh_monitor_httpd_t *self, const char *path, dsh_monitor_httpd_check_fn *check)
+{
+    assert (self);
+    assert (path && check);
+    s_asker_t *asker = (s_asker_t *) zmalloc (sizeof (s_asker_t));
+    assert (asker);
+    asker->path = strdup (path);
+    asker->check = check;
+    pthread_mutex_lock (&self->lock);
+    //  A question holds its asker's path: an asker stays once set
+    assert (!zhashx_lookup (self->askers, path));
+    zhashx_insert (self->askers, path, asker);
+    pthread_mutex_unlock (&self->lock);
+}
+
+int
+dsh_monitor_httpd_fd (dsh_monitor_httpd_t *self)
+{
+    assert (self);
+    return self->event_fd;
+}
+
+json_t *
+dsh_monitor_httpd_recv (dsh_monitor_httpd_t *self, const char **path_p, uint64_t *id_p, bool *trusted_p)
+{
+    assert (self);
+    assert (path_p && id_p && trusted_p);
+    json_t *asked = NULL;
+    pthread_mutex_lock (&self->lock);
+    for (s_question_t *question = (s_question_t *) zlistx_first (self->questions); question && self->untaken;
+         question = (s_question_t *) zlistx_next (self->questions))
+        if (!question->taken) {
+            question->taken = true;
+            self->untaken--;
+            asked = question->asked;
+            question->asked = NULL;
+            *path_p = question->path;
+            *id_p = question->id;
+            *trusted_p = question->trusted;
+            break;
+        }
+    if (self->untaken == 0) {
+        uint64_t count;
+        if (read (self->event_fd, &count, sizeof count) < 0 && errno != EAGAIN)
+            zsys_warning ("dsh-monitor: cannot clear the question fd: %s", strerror (errno));
+    }
+    pthread_mutex_unlock (&self->lock);
+    return asked;
+}
+
+void
+dsh_monitor_httpd_answer (dsh_monitor_httpd_t *self, uint64_t id, unsigned int status, const char *content_type,
+                          const char *body, size_t size)
+{
+    assert (self);
+    assert (content_type && (body || !size));
+    pthread_mutex_lock (&self->lock);
+    for (s_question_t *question = (s_question_t *) zlistx_first (self->questions); question;
+         question = (s_question_t *) zlistx_next (self->questions))
+        if (question->id == id) {
+            if (question->taken)
+                s_question_set_answer (question, status, content_type, body, size);
+            break;
+        }
+    pthread_mutex_unlock (&self->lock);
 }

@@ -18,6 +18,11 @@
     token every viewer is untrusted. What is published says who sees it,
     so that a document or an event with secrets in it (pending calls'
     arguments) reaches trusted viewers only.
+
+    A path the loop answers per request (the latest calls, for a viewer's
+    filters) is asked: the request's query parameters are checked on
+    HTTP's thread, then it waits as a question, its connection suspended,
+    until the loop takes it from an fd it polls and answers it.
     =========================================================================
 */
 
@@ -26,7 +31,10 @@
 
 #include "dsh_http.h"
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +50,10 @@ extern "C" {
 
 //  The path of the event stream.
 #define DSH_MONITOR_HTTPD_EVENTS        "/api/events"
+//  Questions that wait for the loop at once, past which a new one is
+//  refused (503), and the query parameters one may have (past them: 400).
+#define DSH_MONITOR_HTTPD_MAX_QUESTIONS 32
+#define DSH_MONITOR_HTTPD_MAX_PARAMETERS 16
 
 typedef struct _dsh_monitor_httpd_t dsh_monitor_httpd_t;
 
@@ -89,6 +101,36 @@ void
 //  How many streams are open.
 size_t
     dsh_monitor_httpd_streams (dsh_monitor_httpd_t *self);
+
+//  Checks a question's query parameters ({name: value}, each name once,
+//  names and values UTF-8; borrowed): gives what the loop is to be asked
+//  (caller owns), or NULL with why in error, which the client gets as 400.
+typedef json_t *(dsh_monitor_httpd_check_fn) (const json_t *parameters, char *error, size_t error_size);
+
+//  Answer GET and HEAD of path by asking the loop: a request's query
+//  parameters pass check on HTTP's thread, then it waits, its connection
+//  suspended, as a question the loop takes with dsh_monitor_httpd_recv and
+//  answers with dsh_monitor_httpd_answer.
+void
+    dsh_monitor_httpd_ask (dsh_monitor_httpd_t *self, const char *path, dsh_monitor_httpd_check_fn *check);
+
+//  An fd that is readable while questions wait: poll it, then call
+//  dsh_monitor_httpd_recv until it gives NULL.
+int
+    dsh_monitor_httpd_fd (dsh_monitor_httpd_t *self);
+
+//  The next question, or NULL: what its check gave (caller owns), with
+//  *path_p its path (valid while the httpd is), *id_p the id its answer
+//  names and *trusted_p whether its request presented the token. Every
+//  question taken must be answered.
+json_t *
+    dsh_monitor_httpd_recv (dsh_monitor_httpd_t *self, const char **path_p, uint64_t *id_p, bool *trusted_p);
+
+//  Answer question id with status and body (copied) of content_type. A
+//  question no longer there (the server stopping) is ignored.
+void
+    dsh_monitor_httpd_answer (dsh_monitor_httpd_t *self, uint64_t id, unsigned int status,
+                              const char *content_type, const char *body, size_t size);
 
 #ifdef __cplusplus
 }

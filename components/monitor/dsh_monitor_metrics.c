@@ -146,6 +146,39 @@ s_parties (FILE *out, const json_t *stats)
         s_sample (out, "dsh_agent_errors_total", "agent", json_object_get (row, "agent"), s_int (row, "errors"));
 }
 
+//  The audit trail's writer, from STATS audit (PROTOCOL.md, STATS): the
+//  write time as a sum and a count, so that a rate of the one over the
+//  other is the mean time of a batch.
+static void
+s_audit (FILE *out, const json_t *audit)
+{
+    s_family (out, "dsh_audit_info", "gauge", "The broker's audit trail: its chain's name and its store.");
+    fputs ("dsh_audit_info{chain=\"", out);
+    s_label_value (out, json_object_get (audit, "name"));
+    fputs ("\",store=\"", out);
+    s_label_value (out, json_object_get (audit, "store"));
+    fputs ("\"} 1\n", out);
+    s_family (out, "dsh_audit_healthy", "gauge", "Whether the audit store took the last write (0: it failed).");
+    fprintf (out, "dsh_audit_healthy %d\n", json_is_true (json_object_get (audit, "healthy")));
+    s_family (out, "dsh_audit_records_total", "counter", "Audit records written to the store.");
+    fprintf (out, "dsh_audit_records_total %" JSON_INTEGER_FORMAT "\n", s_int (audit, "records"));
+    s_family (out, "dsh_audit_dropped_total", "counter",
+              "Audit records dropped because the store could not take them (audit = best-effort).");
+    fprintf (out, "dsh_audit_dropped_total %" JSON_INTEGER_FORMAT "\n", s_int (audit, "dropped"));
+    s_family (out, "dsh_audit_refused_total", "counter",
+              "Calls refused AUDIT_UNAVAILABLE because they could not be recorded (audit = required).");
+    fprintf (out, "dsh_audit_refused_total %" JSON_INTEGER_FORMAT "\n", s_int (audit, "refused"));
+    s_family (out, "dsh_audit_queue_bytes", "gauge", "Bytes of audit records waiting to be written.");
+    fprintf (out, "dsh_audit_queue_bytes %" JSON_INTEGER_FORMAT "\n", s_int (audit, "queueBytes"));
+    s_family (out, "dsh_audit_write_batches_total", "counter", "Transactions the audit writer committed.");
+    fprintf (out, "dsh_audit_write_batches_total %" JSON_INTEGER_FORMAT "\n", s_int (audit, "batches"));
+    s_family (out, "dsh_audit_write_seconds_total", "counter", "Time the audit writer spent in its transactions.");
+    fprintf (out, "dsh_audit_write_seconds_total %.6f\n", (double) s_int (audit, "writeUsTotal") / 1e6);
+    s_family (out, "dsh_audit_write_seconds_max", "gauge",
+              "The longest transaction of the audit writer since the broker started.");
+    fprintf (out, "dsh_audit_write_seconds_max %.6f\n", (double) s_int (audit, "writeUsMax") / 1e6);
+}
+
 static void
 s_chain (FILE *out, const json_t *chain, const json_t *pending)
 {
@@ -199,6 +232,9 @@ dsh_monitor_metrics (const json_t *tools, const json_t *stats)
             s_map_samples (out, "dsh_events_total", "kind", json_object_get (body, "events"));
             s_tools (out, body);
             s_parties (out, body);
+            //  Nil with the audit off
+            if (json_is_object (json_object_get (body, "audit")))
+                s_audit (out, json_object_get (body, "audit"));
         }
         s_chain (out, json_object_get (stats, "chain"), json_object_get (stats, "pending"));
     }

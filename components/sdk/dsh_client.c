@@ -1006,26 +1006,42 @@ dsh_client_request (dsh_client_t *self, const char *command, const char *name, i
 }
 
 dsh_reply_t *
+dsh_client_query (dsh_client_t *self, const char *command, const json_t *body, int timeout_ms,
+                  char *error, size_t error_size)
+{
+    assert (self);
+    assert (command && json_is_object (body));
+    char id [32];
+    snprintf (id, sizeof (id), "q%" PRIu64, ++self->sequence);
+    json_t *request = json_deep_copy (body);
+    json_object_set_new (request, "id", json_string (id));
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    int rc = request? dsh_json_to_msgpack (&packer.pk, request): -1;
+    json_decref (request);
+    zframe_t *frame = rc == 0? dsh_packer_frame (&packer): NULL;
+    dsh_packer_release (&packer);
+    if (!frame) {
+        snprintf (error, error_size, "the %s request cannot be encoded", command);
+        return NULL;
+    }
+    return s_query (self, command, &frame, id, timeout_ms, error, error_size);
+}
+
+dsh_reply_t *
 dsh_client_control (dsh_client_t *self, const char *stage, const char *command, json_t *args,
                     int timeout_ms, char *error, size_t error_size)
 {
     assert (self);
     assert (stage && command);
-    char id [32];
-    snprintf (id, sizeof (id), "q%" PRIu64, ++self->sequence);
-    json_t *body = json_pack ("{s:s, s:s, s:s, s:O}", "id", id, "stage", stage, "command", command,
-                              "args", args? args: json_null ());
-    dsh_packer_t packer;
-    dsh_packer_init (&packer);
-    int rc = body? dsh_json_to_msgpack (&packer.pk, body): -1;
-    json_decref (body);
-    zframe_t *frame = rc == 0? dsh_packer_frame (&packer): NULL;
-    dsh_packer_release (&packer);
-    if (!frame) {
+    json_t *body = json_pack ("{s:s, s:s, s:O}", "stage", stage, "command", command, "args", args? args: json_null ());
+    if (!body) {
         snprintf (error, error_size, "the control command's arguments cannot be encoded");
         return NULL;
     }
-    return s_query (self, DSH_CONTROL, &frame, id, timeout_ms, error, error_size);
+    dsh_reply_t *reply = dsh_client_query (self, DSH_CONTROL, body, timeout_ms, error, error_size);
+    json_decref (body);
+    return reply;
 }
 
 //  The time left until deadline, at least 1 ms so a late query still

@@ -128,6 +128,13 @@ dsh_reply_t *
     dsh_client_request (dsh_client_t *self, const char *command, const char *name,
                         int timeout_ms, char *error, size_t error_size);
 
+//  Send command with body (a JSON object; its "id" is set to a fresh one)
+//  and wait at most timeout_ms for its reply, as dsh_client_request does
+//  (AUDIT, for one). NULL with a reason if no reply came.
+dsh_reply_t *
+    dsh_client_query (dsh_client_t *self, const char *command, const json_t *body,
+                      int timeout_ms, char *error, size_t error_size);
+
 //  Send a control command to a stage of the broker's chain (args: a JSON
 //  object or NULL) and wait at most timeout_ms for its CONTROL reply
 //  {ok, message?, data?}. NULL with a reason if no reply came.

@@ -24,7 +24,7 @@ static struct {
 } s_curve;
 
 static const char *s_roles [] = {
-    DSH_ROLE_COMPONENT, DSH_ROLE_AGENT, DSH_ROLE_APPROVER, DSH_ROLE_STAGE, DSH_ROLE_ADMIN
+    DSH_ROLE_COMPONENT, DSH_ROLE_AGENT, DSH_ROLE_APPROVER, DSH_ROLE_STAGE, DSH_ROLE_ADMIN, DSH_ROLE_AUDITOR
 };
 
 bool
@@ -263,6 +263,7 @@ s_identity_fill (dsh_identity_t *self, const char *(*get) (void *, const char *)
     self->agent = curve? get (message, "agent"): NULL;
     self->components = curve? get (message, "components"): NULL;
     self->tools = curve? get (message, "tools"): NULL;
+    self->name = curve? get (message, "name"): NULL;
 }
 
 static const char *

@@ -43,6 +43,7 @@ extern "C" {
 #define DSH_ROLE_APPROVER       "approver"
 #define DSH_ROLE_STAGE          "stage"
 #define DSH_ROLE_ADMIN          "admin"
+#define DSH_ROLE_AUDITOR        "auditor"
 
 //  True if role is one of the five roles.
 bool
@@ -117,6 +118,7 @@ typedef struct {
     const char *agent;
     const char *components;
     const char *tools;
+    const char *name;           //  the certificate's name, if it has one
 } dsh_identity_t;
 
 //  Read the identity of the connection msg came from.

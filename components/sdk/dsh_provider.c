@@ -54,6 +54,9 @@
 #define S_HELD_UNUSED_MS        2000
 #define S_SHUTDOWN_GRACE_MS     1000
 #define S_BATCH                 64      //  messages handled per wakeup, at most
+//  An ANNOUNCE's body stays this far under the broker's maxMessageBytes:
+//  room for what the transport adds to a frame
+#define S_ANNOUNCE_MARGIN       256
 
 struct _dsh_provider_t {
     zactor_t *actor;
@@ -344,28 +347,39 @@ s_job_run (void *arg)
 //  ---------------------------------------------------------------------
 //  Sending
 
+//  A presence body's fields before its tools: component and generation,
+//  and for an ANNOUNCE (announce set) its concurrency, and part and parts
+//  when parts is not 0 (a set in parts).
 static void
-s_publish (s_link_t *link, const char *command, bool with_tools)
+s_pack_presence_head (dsh_packer_t *packer, self_t *self, bool announce, uint32_t part, uint32_t parts)
+{
+    dsh_packer_kv_str (packer, "component", self->id);
+    dsh_pack_cstr (&packer->pk, "generation");
+    msgpack_pack_uint64 (&packer->pk, self->generation);
+    if (announce) {
+        //  The broker keeps a window of calls at us sized on it, and holds
+        //  the rest itself, where it can serve its callers in turn
+        dsh_pack_cstr (&packer->pk, "concurrency");
+        msgpack_pack_uint64 (&packer->pk, self->workers);
+    }
+    if (parts) {
+        dsh_pack_cstr (&packer->pk, "part");
+        msgpack_pack_uint32 (&packer->pk, part);
+        dsh_pack_cstr (&packer->pk, "parts");
+        msgpack_pack_uint32 (&packer->pk, parts);
+    }
+}
+
+//  HEARTBEAT or WITHDRAW.
+static void
+s_publish (s_link_t *link, const char *command)
 {
     if (!link->announce)
         return;
-    self_t *self = link->owner;
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     dsh_packer_map_begin (&packer);
-    dsh_packer_kv_str (&packer, "component", self->id);
-    dsh_pack_cstr (&packer.pk, "generation");
-    msgpack_pack_uint64 (&packer.pk, self->generation);
-    if (with_tools) {
-        //  The broker keeps a window of calls at us sized on it, and holds
-        //  the rest itself, where it can serve its callers in turn
-        dsh_pack_cstr (&packer.pk, "concurrency");
-        msgpack_pack_uint64 (&packer.pk, self->workers);
-        dsh_pack_cstr (&packer.pk, "tools");
-        msgpack_pack_array (&packer.pk, zlistx_size (self->tools));
-        for (s_tool_t *tool = zlistx_first (self->tools); tool; tool = zlistx_next (self->tools))
-            dsh_packer_raw (&packer, zchunk_data (tool->entry), zchunk_size (tool->entry));
-    }
+    s_pack_presence_head (&packer, link->owner, false, 0, 0);
     dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
@@ -373,12 +387,104 @@ s_publish (s_link_t *link, const char *command, bool with_tools)
     dsh_sock_send (link->announce, &msg);
 }
 
+//  An ANNOUNCE of count tools from tools, as part of parts (0: the whole
+//  set).
+static void
+s_publish_tools (s_link_t *link, s_tool_t **tools, size_t count, uint32_t part, uint32_t parts)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_packer_map_begin (&packer);
+    s_pack_presence_head (&packer, link->owner, true, part, parts);
+    dsh_pack_cstr (&packer.pk, "tools");
+    msgpack_pack_array (&packer.pk, (uint32_t) count);
+    for (size_t index = 0; index < count; index++)
+        dsh_packer_raw (&packer, zchunk_data (tools [index]->entry), zchunk_size (tools [index]->entry));
+    dsh_packer_map_end (&packer);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    zmsg_t *msg = dsh_proto_pub_message (DSH_ANNOUNCE, &body);
+    dsh_sock_send (link->announce, &msg);
+}
+
+//  The bytes of a body's fields before its tools at most, with the tools'
+//  key and the largest array header.
+static size_t
+s_announce_head_bytes (self_t *self, uint32_t parts)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 7);
+    s_pack_presence_head (&packer, self, true, parts, parts);
+    dsh_pack_cstr (&packer.pk, "tools");
+    msgpack_pack_array (&packer.pk, UINT32_MAX);
+    size_t size = packer.sbuf.size;
+    dsh_packer_release (&packer);
+    return size;
+}
+
+//  The tool set, in one ANNOUNCE if it fits in a message to the broker,
+//  else in the fewest parts that each fit, in order, back to back, at one
+//  generation (PROTOCOL.md, The announce channel). A tool too large for a
+//  message of its own is not sent: the broker could not take it.
+static void
+s_announce (s_link_t *link)
+{
+    if (!link->announce)
+        return;
+    self_t *self = link->owner;
+    size_t limit = link->max_message_bytes > S_ANNOUNCE_MARGIN? (size_t) link->max_message_bytes - S_ANNOUNCE_MARGIN: 0;
+    size_t tool_count = zlistx_size (self->tools);
+    s_tool_t **tools = (s_tool_t **) zmalloc ((tool_count + 1) * sizeof (s_tool_t *));
+    assert (tools);
+    size_t set_bytes = s_announce_head_bytes (self, 0), count = 0;
+    for (s_tool_t *tool = zlistx_first (self->tools); tool; tool = zlistx_next (self->tools)) {
+        tools [count++] = tool;
+        set_bytes += zchunk_size (tool->entry);
+    }
+    if (set_bytes <= limit) {
+        s_publish_tools (link, tools, count, 0, 0);
+        free (tools);
+        return;
+    }
+    //  Slices of what fits, each as long as a message takes: no fewer
+    //  parts can hold the tools in order
+    size_t room = s_announce_head_bytes (self, UINT32_MAX);
+    room = limit > room? limit - room: 0;
+    size_t *starts = (size_t *) zmalloc ((tool_count + 1) * sizeof (size_t));
+    assert (starts);
+    size_t sendable = 0, parts = 0, part_bytes = 0;
+    for (size_t index = 0; index < count; index++) {
+        size_t size = zchunk_size (tools [index]->entry);
+        if (size > room) {
+            dsh_log_warning ("%s: tool %s is %zu bytes, more than an ANNOUNCE to the broker at %s can carry "
+                             "(its messages are at most %d bytes): it is not announced there",
+                             self->id, tools [index]->name, size, link->broker, link->max_message_bytes);
+            continue;
+        }
+        if (parts == 0 || part_bytes + size > room) {
+            starts [parts++] = sendable;
+            part_bytes = 0;
+        }
+        tools [sendable++] = tools [index];
+        part_bytes += size;
+    }
+    if (parts <= 1)
+        s_publish_tools (link, tools, sendable, 0, 0);
+    for (size_t part = 0; parts > 1 && part < parts; part++) {
+        size_t end = part + 1 < parts? starts [part + 1]: sendable;
+        s_publish_tools (link, tools + starts [part], end - starts [part], (uint32_t) part, (uint32_t) parts);
+    }
+    free (starts);
+    free (tools);
+}
+
 //  The same to every broker.
 static void
-s_publish_all (self_t *self, const char *command, bool with_tools)
+s_publish_all (self_t *self, const char *command)
 {
     for (size_t index = 0; index < self->link_count; index++)
-        s_publish (self->links [index], command, with_tools);
+        s_publish (self->links [index], command);
 }
 
 //  HELLO on a front (id NULL) or on WORK, where it claims the id at this
@@ -593,7 +699,7 @@ s_heartbeat (zloop_t *loop, int timer_id, void *arg)
         s_link_lost (link);
         return 0;
     }
-    s_publish (link, DSH_HEARTBEAT, false);
+    s_publish (link, DSH_HEARTBEAT);
     //  A WORK connection made again (the broker restarted on the same
     //  ports, or libzmq closed a silent connection and made a new one)
     //  says HELLO again: under CURVE the broker sends nothing, not even
@@ -891,7 +997,7 @@ s_work_recv_one (zsock_t *reader, void *arg)
         s_handle_cancel (link, &msg);
     else
     if (streq (msg.command, DSH_SYNC)) {
-        s_publish (link, DSH_ANNOUNCE, true);
+        s_announce (link);
         link->owner->ready = true;
     }
     else
@@ -982,7 +1088,8 @@ s_announce_due (zloop_t *loop, int timer_id, void *arg)
     for (size_t index = 0; index < self->link_count; index++)
         if (self->links [index]->work)
             s_send_hello (self->links [index]->work, self->id, self->generation);
-    s_publish_all (self, DSH_ANNOUNCE, true);
+    for (size_t index = 0; index < self->link_count; index++)
+        s_announce (self->links [index]);
     return 0;
 }
 
@@ -1182,7 +1289,7 @@ s_provider_actor (zsock_t *pipe, void *args)
         s_start_discovery (self);
     zloop_start (self->loop);
 
-    s_publish_all (self, DSH_WITHDRAW, false);
+    s_publish_all (self, DSH_WITHDRAW);
     zloop_destroy (&self->loop);
     //  Calls still here will not be answered by us: tell their handlers, and
     //  give them a moment to let go of their calls

@@ -63,6 +63,7 @@ struct _dsh_stage_t {
     bool connected;             //  set by the actor before it signals
     bool inline_mode;           //  run in the host's thread, through host
     dsh_stage_host_t host;
+    const char *control_caller; //  while on_control runs: who sent the command
 };
 
 struct _dsh_stage_call_t {
@@ -454,7 +455,9 @@ s_control_reply (dsh_stage_t *self, zframe_t *request_body)
         error = zsys_sprintf ("stage \"%s\" takes no commands", self->name);
     else {
         json_t *args = json_object_get (request, "args");
+        self->control_caller = json_string_value (json_object_get (request, "caller"));
         reply = self->callbacks.on_control (self, command, args? args: json_null (), &error, self->arg);
+        self->control_caller = NULL;
         if (!reply && !error)
             error = zsys_sprintf ("stage \"%s\" has no command \"%s\"", self->name, command);
     }
@@ -1314,6 +1317,27 @@ dsh_stage_call_set_agent (dsh_stage_call_t *call, const char *agent)
     zstr_free (&call->new_agent);
     call->change_agent = true;
     call->new_agent = agent? strdup (agent): NULL;
+}
+
+void
+dsh_stage_call_note (dsh_stage_call_t *call, json_t *note)
+{
+    assert (call);
+    dsh_stage_t *self = call->stage;
+    if (note && self->host.note) {
+        char *text = json_dumps (note, JSON_COMPACT);
+        if (text)
+            self->host.note (self->host.arg, call->token, text);
+        free (text);
+    }
+    json_decref (note);
+}
+
+const char *
+dsh_stage_control_caller (dsh_stage_t *self)
+{
+    //  A stage's handler may be driven without a stage (its unit tests)
+    return self? self->control_caller: NULL;
 }
 
 void

@@ -150,6 +150,9 @@ typedef struct {
     //  a call it passed and watched, as it goes on (body taken).
     void (*up) (void *arg, uint64_t token, zframe_t **body_p);
     void *arg;
+    //  Optional: what the stage tells the broker's audit about a call
+    //  (dsh_stage_call_note), as JSON text.
+    void (*note) (void *arg, uint64_t token, const char *note);
 } dsh_stage_host_t;
 
 //  Start the stage inside loop (its on_init runs now, with this loop as
@@ -174,6 +177,18 @@ bool
 //  past its deadline, failed elsewhere): let go of it, send nothing more.
 void
     dsh_stage_inline_cancel (dsh_stage_t *self, uint64_t token);
+
+//  Who sent the control command being handled now (from inside
+//  on_control): the "caller" the broker put in the CONTROL body, the key's
+//  name (else its key) under CURVE, else its peer address; NULL if none.
+const char *
+    dsh_stage_control_caller (dsh_stage_t *self);
+
+//  Tell the broker's audit about a call (an approval: {"approval":
+//  {request, approver, decision, atMs}}); takes note. Inline stages only;
+//  elsewhere nothing is sent.
+void
+    dsh_stage_call_note (dsh_stage_call_t *call, json_t *note);
 
 //  A control command for an inline stage (body {command, args?}); returns
 //  the reply body {ok, message?, data?}.

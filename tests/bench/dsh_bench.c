@@ -26,6 +26,19 @@
                  the broker's CPU time per call, 64 B, 1 replica, on and
                  off back to back in ten short rounds, the on/off ratio
                  and its range over the rounds
+      audit      dsh (empty chain) with the audit trail off, on with
+                 SQLite (--state-dir, a directory of the bench's own) and
+                 on with PostgreSQL (a scratch server the bench starts with
+                 tests/kit/pg_scratch.sh and stops; its column is dropped,
+                 with the reason, when it cannot): calls/s (also until
+                 recorded: until the writer's queue is empty again) and the
+                 broker's CPU time per call at 64 in flight, p50/p99 at 1,
+                 64 B and 4 KiB, 1 replica, the three in turns in ten
+                 short rounds, each audited one against off (calls/s as a
+                 ratio, microseconds as a difference) with the range over
+                 the rounds, SQLite's calls/s over NATS's; the records/s
+                 its writer sustains (STATS audit), calls refused and
+                 records dropped, and the store's size per million calls
 
     latency (one call in flight, p50/p99) and throughput (1, 16 and 64 in
     flight) against 1 and 4 replicas, with payloads of 64 B and 4 KiB; then
@@ -46,12 +59,15 @@
     runs the issue's whole matrix, --settings one's own.
     --quick does it all with small counts (scale: 10 x 100) in a few seconds.
     --only runs some parts (raw, nats, dsh, pass3, scale, curve, stats,
-    swarm), e.g. --only scale to look at the broker's memory run after run.
+    audit, swarm), e.g. --only scale to look at the broker's memory run
+    after run. Every broker keeps its audit store in a directory the bench
+    makes and removes at the end ($DSH_STATE_DIR for its children, unless
+    it is set), so a run does not grow ~/.local/state.
     --drive only loads an existing broker's echo tool, for profiling (and
     for tests/mcp/bench.mjs); with --inflight 1 it also prints p50/p99, and
     with more in flight p50/p99 from the send time each callId carries.
 
-    The targets of issues 10, 14 and 24 are printed, each met or missed, never
+    The targets of issues 10, 14, 24 and 25 are printed, each met or missed, never
     asserted; the exit status is 1 only when a dsh or floor figure is
     missing or insane (no calls completed, errors, timeouts). NATS is the
     peer, not the subject: when it fails, its column is dropped with the
@@ -71,9 +87,12 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <libpq-fe.h>
 #include <math.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #define S_VARIANTS      4
 #define S_RAW           0
@@ -86,7 +105,8 @@
 #define S_PART_CURVE    (S_VARIANTS + 1)
 #define S_PART_STATS    (S_VARIANTS + 2)
 #define S_PART_SWARM    (S_VARIANTS + 3)
-#define S_PARTS         (S_VARIANTS + 4)
+#define S_PART_AUDIT    (S_VARIANTS + 4)
+#define S_PARTS         (S_VARIANTS + 5)
 //  Longest wait for any one reply before a run counts as failed.
 #define S_REPLY_WAIT_MS 5000
 //  Calls --drive makes before it counts (the first one also connects).
@@ -95,8 +115,9 @@
 static const char *s_variant_names [S_VARIANTS] = { "raw floor", "NATS", "dsh (empty chain)", "dsh (3 pass stages)" };
 static const char *s_variant_keys [S_VARIANTS] = { "raw", "nats", "dsh", "dsh_pass3" };
 //  What --only takes: the variants, then the scale run, the CURVE part, the
-//  statistics part and the swarm part.
-static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale", "curve", "stats", "swarm" };
+//  statistics part, the swarm part and the audit part.
+static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale", "curve", "stats", "swarm",
+                                              "audit" };
 static const size_t s_payloads [S_PAYLOADS] = { 64, 4096 };
 static const int s_inflights [] = { 1, 16, 64 };
 #define S_INFLIGHTS     (sizeof (s_inflights) / sizeof (s_inflights [0]))
@@ -142,6 +163,31 @@ static const struct {
     { "calls_per_s", 64 }, { "broker_cpu_us_per_call", 64 }, { "calls_per_s", 1 }, { "broker_cpu_us_per_call", 1 }
 };
 #define S_STATS_FIGURES (sizeof (s_stats_figures) / sizeof (s_stats_figures [0]))
+
+//  The audit part (issue 25): a broker with the audit trail off, one
+//  writing it to SQLite, one to PostgreSQL
+#define S_AUDIT_LAYOUTS     3
+#define S_AUDIT_OFF         0
+#define S_AUDIT_SQLITE      1
+#define S_AUDIT_POSTGRES    2
+#define S_AUDIT_ROUNDS      10
+static const char *s_audit_layout_names [S_AUDIT_LAYOUTS] = {
+    "dsh, audit off", "dsh, audit on SQLite", "dsh, audit on PostgreSQL"
+};
+static const char *s_audit_layout_keys [S_AUDIT_LAYOUTS] = { "off", "sqlite", "postgresql" };
+//  Its figures for each payload, in the order they are printed, and how an
+//  audited layout's is held against off's: as a ratio, or (microseconds)
+//  as a difference
+static const struct {
+    const char *figure;
+    int inflight;
+    bool difference;
+} s_audit_figures [] = {
+    { "calls_per_s", 64, false }, { "recorded_calls_per_s", 64, false }, { "broker_cpu_us_per_call", 64, true },
+    { "latency_p50_us", 1, true }, { "latency_p99_us", 1, true }
+};
+#define S_AUDIT_FIGURES (sizeof (s_audit_figures) / sizeof (s_audit_figures [0]))
+#define S_AUDIT_ROWS    (S_PAYLOADS * S_AUDIT_FIGURES)
 
 //  One setting of the swarm part.
 typedef struct {
@@ -234,6 +280,55 @@ typedef struct {
     double ratio_high;
 } s_stats_row_t;
 
+//  One figure of the audit part: each layout's, and the range of the
+//  rounds' own comparisons of each audited layout with off (low above
+//  high: none made).
+typedef struct {
+    const char *figure;
+    size_t payload;
+    int inflight;
+    bool difference;            //  held against off as audited - off, not audited / off
+    double value [S_AUDIT_LAYOUTS];     //  0: not measured or failed
+    double compare_low [S_AUDIT_LAYOUTS];
+    double compare_high [S_AUDIT_LAYOUTS];
+} s_audit_row_t;
+
+//  A broker's audit counts, from STATS; all 0 with its audit off.
+typedef struct {
+    bool healthy;
+    uint64_t records;
+    uint64_t dropped;
+    uint64_t refused;
+    uint64_t queue_bytes;
+    uint64_t batches;
+    uint64_t write_us_total;
+    uint64_t write_us_max;
+} s_audit_counts_t;
+
+//  What an audited layout's writer and store did while one payload's
+//  figures ran.
+typedef struct {
+    uint64_t records;           //  written in the turns of 64 in flight
+    int64_t usecs;              //  those turns, each from its start until the queue was empty
+    uint64_t write_us;          //  of it in the store's appends (writeUsTotal)
+    uint64_t batches;
+    uint64_t queue_bytes_max;   //  left in the queue as a turn's last call was answered, the most
+    int64_t drain_us_max;       //  the longest wait after a turn's calls for the queue to empty
+    uint64_t store_records;     //  recorded meanwhile, in every turn
+    int64_t store_bytes;        //  what the store grew by meanwhile; -1: not known
+} s_audit_writer_t;
+
+//  A layout of the audit part over the whole part.
+typedef struct {
+    bool measured;              //  it ran (PostgreSQL's: its server started)
+    char reason [512];          //  why not, if not
+    char location [256];        //  the SQLite file, or the server's URI
+    s_audit_writer_t payloads [S_PAYLOADS];
+    s_audit_counts_t counts;    //  at the end
+    int64_t bytes;              //  the store's size at the end; -1: not known
+    bool checkpointed;          //  SQLite: its log was checkpointed before each size was read
+} s_audit_store_t;
+
 typedef struct {
     s_plan_t plan;
     bool run [S_PARTS];         //  which parts this run measures
@@ -244,6 +339,9 @@ typedef struct {
     double curve_seconds;       //  how long the CURVE part took
     s_stats_row_t stats_rows [S_STATS_FIGURES];
     double stats_seconds;       //  how long the statistics part took
+    s_audit_row_t audit_rows [S_AUDIT_ROWS];
+    s_audit_store_t audit_stores [S_AUDIT_LAYOUTS];
+    double audit_seconds;       //  how long the audit part took
     s_swarm_setting_t swarm_settings [S_SWARM_SETTINGS_MAX];
     size_t swarm_count;
     s_swarm_plan_t swarm_plan;
@@ -876,14 +974,21 @@ typedef struct {
     char allow [96];
 } s_curve_keys_t;
 
+//  Removes the directory at path (if any: "" is none) and everything in it.
+static void
+s_dir_remove (const char *path)
+{
+    zdir_t *dir = path [0]? zdir_new (path, NULL): NULL;
+    if (dir)
+        zdir_remove (dir, true);
+    zdir_destroy (&dir);
+}
+
 //  Removes the keys' directory and everything in it.
 static void
 s_curve_keys_remove (s_curve_keys_t *keys)
 {
-    zdir_t *dir = keys->dir [0]? zdir_new (keys->dir, NULL): NULL;
-    if (dir)
-        zdir_remove (dir, true);
-    zdir_destroy (&dir);
+    s_dir_remove (keys->dir);
     keys->dir [0] = 0;
 }
 
@@ -1619,6 +1724,483 @@ s_bench_scale (s_bench_t *self)
     dsh_client_destroy (&client);
     s_stop (&swarm);
     s_stop (&broker);
+}
+
+//  ---------------------------------------------------------------------
+//  Audit: the same call path with the audit trail off, on SQLite and on
+//  PostgreSQL (issue 25)
+
+//  The audit part's processes, and where its stores are.
+typedef struct {
+    s_layout_t layouts [S_AUDIT_LAYOUTS];
+    dsh_client_t *stats [S_AUDIT_LAYOUTS];      //  each broker's STATS, beside its target's calls
+    int active [S_AUDIT_LAYOUTS];               //  the layouts measured, off first
+    int active_count;
+    char dir [64];                              //  SQLite's state directory
+    char postgres_dir [64];                     //  the scratch server's
+    char *postgres_uri;
+} s_audit_part_t;
+
+//  One layout's figures, over a turn or all turns: calls_per_s over the
+//  calls' time, recorded_calls_per_s over the time until the last was
+//  recorded (its writer's queue empty again).
+typedef struct {
+    double calls_per_s;
+    double recorded_calls_per_s;
+    double broker_cpu_us_per_call;
+    double latency_p50_us;
+    double latency_p99_us;
+} s_audit_turn_figures_t;
+
+//  What one layout's turns of one figure add up to.
+typedef struct {
+    int64_t *samples;           //  round trips, with one call in flight
+    size_t sample_count;
+    uint64_t calls;
+    int64_t usecs;              //  the calls' time
+    int64_t recorded_usecs;     //  until each turn's last record was written
+    int64_t cpu_usecs;          //  the broker's, until then
+} s_audit_tally_t;
+
+//  Asks client's broker for its audit counts. Returns 0, or -1 if STATS
+//  had no answer.
+static int
+s_audit_counts (dsh_client_t *client, s_audit_counts_t *counts)
+{
+    memset (counts, 0, sizeof (*counts));
+    char error [256];
+    dsh_reply_t *reply = dsh_client_request (client, DSH_STATS, NULL, 5000, error, sizeof (error));
+    //  nil when the broker's audit is off
+    const msgpack_object *audit = reply? dsh_map_get (dsh_reply_body (reply), "audit"): NULL;
+    if (audit && audit->type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object *healthy = dsh_map_get (audit, "healthy");
+        counts->healthy = healthy && healthy->type == MSGPACK_OBJECT_BOOLEAN && healthy->via.boolean;
+        counts->records = s_uint_field (audit, "records");
+        counts->dropped = s_uint_field (audit, "dropped");
+        counts->refused = s_uint_field (audit, "refused");
+        counts->queue_bytes = s_uint_field (audit, "queueBytes");
+        counts->batches = s_uint_field (audit, "batches");
+        counts->write_us_total = s_uint_field (audit, "writeUsTotal");
+        counts->write_us_max = s_uint_field (audit, "writeUsMax");
+    }
+    int rc = audit? 0: -1;
+    dsh_reply_destroy (&reply);
+    return rc;
+}
+
+//  Waits until the broker's audit queue is empty (at once with its audit
+//  off); counts are those of the STATS that showed it so, backlog the
+//  queue's bytes at the first look. Returns 0, or -1 if STATS did not
+//  answer or the queue did not empty within 60 s.
+static int
+s_audit_drain (dsh_client_t *client, s_audit_counts_t *counts, uint64_t *backlog)
+{
+    int64_t give_up = zclock_mono () + 60000;
+    int rc = s_audit_counts (client, counts);
+    *backlog = counts->queue_bytes;
+    while (rc == 0 && counts->queue_bytes > 0) {
+        if (zclock_mono () >= give_up || zsys_interrupted)
+            return -1;
+        zclock_sleep (2);
+        rc = s_audit_counts (client, counts);
+    }
+    return rc;
+}
+
+//  The SQLite file a broker made in dir (its only *.db). Returns 0, or -1.
+static int
+s_audit_sqlite_find (const char *dir, char *path, size_t size)
+{
+    DIR *handle = opendir (dir);
+    struct dirent *entry;
+    int rc = -1;
+    while (handle && rc && (entry = readdir (handle))) {
+        size_t length = strlen (entry->d_name);
+        if (length > 3 && streq (entry->d_name + length - 3, ".db")) {
+            snprintf (path, size, "%s/%s", dir, entry->d_name);
+            rc = 0;
+        }
+    }
+    if (handle)
+        closedir (handle);
+    return rc;
+}
+
+//  The size of a SQLite store in bytes, or -1: its file and its
+//  write-ahead log, after a checkpoint that empties the log (TRUNCATE),
+//  or as they are if that could not finish (checkpointed false).
+static int64_t
+s_audit_sqlite_bytes (const char *path, bool *checkpointed)
+{
+    sqlite3 *db = NULL;
+    *checkpointed = false;
+    if (sqlite3_open_v2 (path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK) {
+        sqlite3_busy_timeout (db, 5000);
+        sqlite3_stmt *statement = NULL;
+        //  One row: busy, the log's frames, the frames checkpointed
+        if (sqlite3_prepare_v2 (db, "PRAGMA wal_checkpoint(TRUNCATE)", -1, &statement, NULL) == SQLITE_OK
+        &&  sqlite3_step (statement) == SQLITE_ROW)
+            *checkpointed = sqlite3_column_int (statement, 0) == 0;
+        sqlite3_finalize (statement);
+    }
+    sqlite3_close (db);
+    struct stat file;
+    if (stat (path, &file))
+        return -1;
+    int64_t bytes = (int64_t) file.st_size;
+    char wal [512];
+    snprintf (wal, sizeof (wal), "%s-wal", path);
+    if (stat (wal, &file) == 0)
+        bytes += (int64_t) file.st_size;
+    return bytes;
+}
+
+//  The size of a PostgreSQL store's dsh_audit in bytes, with its indexes
+//  and TOAST (pg_total_relation_size), or -1.
+static int64_t
+s_audit_postgres_bytes (const char *uri)
+{
+    PGconn *connection = PQconnectdb (uri);
+    int64_t bytes = -1;
+    if (PQstatus (connection) == CONNECTION_OK) {
+        PGresult *result = PQexec (connection, "SELECT pg_total_relation_size('dsh_audit')");
+        if (PQresultStatus (result) == PGRES_TUPLES_OK && PQntuples (result) == 1)
+            bytes = strtoll (PQgetvalue (result, 0, 0), NULL, 10);
+        PQclear (result);
+    }
+    PQfinish (connection);
+    return bytes;
+}
+
+//  Reads each audited layout's counts (STATS) into its store and its
+//  store's size into bytes (-1: not known). The records are counts'.
+static void
+s_audit_snapshot (s_bench_t *self, s_audit_part_t *part, int64_t bytes [S_AUDIT_LAYOUTS])
+{
+    for (int turn = 1; turn < part->active_count; turn++) {
+        int which = part->active [turn];
+        s_audit_store_t *store = &self->audit_stores [which];
+        if (s_audit_counts (part->stats [which], &store->counts))
+            bytes [which] = -1;
+        else
+        if (which == S_AUDIT_SQLITE) {
+            bool checkpointed;
+            bytes [which] = s_audit_sqlite_bytes (store->location, &checkpointed);
+            //  Once as is, the sizes that follow are no better
+            store->checkpointed = store->checkpointed && checkpointed;
+        }
+        else
+            bytes [which] = s_audit_postgres_bytes (part->postgres_uri);
+        store->bytes = bytes [which];
+    }
+}
+
+//  Starts layout which: a broker with its audit off, on SQLite in the
+//  part's directory, or on the part's PostgreSQL, and a dsh-demo; waits
+//  until an audited one's store is healthy. Returns 0, or -1 (and the run
+//  fails).
+static int
+s_audit_layout_start (s_bench_t *self, s_audit_part_t *part, int which)
+{
+    const char *off_flags [] = { "--audit", "off", NULL };
+    const char *sqlite_flags [] = { "--audit", "required", "--state-dir", part->dir, NULL };
+    const char *postgres_flags [] = { "--audit", "required", "--store", part->postgres_uri, NULL };
+    const char *const *flags [S_AUDIT_LAYOUTS] = { off_flags, sqlite_flags, postgres_flags };
+    s_layout_t *layout = &part->layouts [which];
+    s_audit_store_t *store = &self->audit_stores [which];
+    char endpoint [256], id [32];
+    snprintf (id, sizeof (id), "bench-audit-demo-%d", which);
+    layout->server = dsh_testkit_broker (1000, flags [which], endpoint, sizeof (endpoint));
+    layout->echo = layout->server? dsh_testkit_component ("components/demo/dsh-demo", endpoint, id, NULL): NULL;
+    if (!layout->echo || s_wait_providers (endpoint, 1, 10000)) {
+        s_fail (self, "%s: did not start", s_audit_layout_names [which]);
+        return -1;
+    }
+    part->stats [which] = dsh_client_new (endpoint);
+    s_audit_counts_t counts;
+    if (s_audit_counts (part->stats [which], &counts) || (which != S_AUDIT_OFF && !counts.healthy)) {
+        s_fail (self, "%s: its audit store is not healthy (or STATS did not answer)", s_audit_layout_names [which]);
+        return -1;
+    }
+    if (which == S_AUDIT_SQLITE && s_audit_sqlite_find (part->dir, store->location, sizeof (store->location))) {
+        s_fail (self, "%s: no store file in %s", s_audit_layout_names [which], part->dir);
+        return -1;
+    }
+    if (which == S_AUDIT_POSTGRES)
+        snprintf (store->location, sizeof (store->location), "%s", part->postgres_uri);
+    layout->target = s_target_new (S_DSH, endpoint);
+    //  Calls from an agent, as an agent's would be recorded
+    layout->target->agent = S_CURVE_AGENT;
+    return 0;
+}
+
+//  One turn on layout which: inflight calls of payload for a round's share
+//  of the plan, then a wait until its writer's queue is empty, whose CPU
+//  time counts for the calls and whose time for the writer. Writes the
+//  turn's figures, adds it to tally and, with more than one in flight, to
+//  the store's writer figures. Returns 0, or -1 (and the run fails).
+static int
+s_audit_turn (s_bench_t *self, s_audit_part_t *part, int which, size_t payload, int inflight,
+              s_audit_tally_t *tally, s_audit_turn_figures_t *figures)
+{
+    s_target_t *target = part->layouts [which].target;
+    pid_t broker = dsh_testproc_pid (part->layouts [which].server);
+    int calls = (inflight == 1? self->plan.latency_calls: self->plan.throughput_calls) * 2 / S_AUDIT_ROUNDS;
+    int ms = (inflight == 1? self->plan.latency_ms: self->plan.throughput_ms) * 2 / S_AUDIT_ROUNDS;
+    uint64_t replies_before = target->replies, backlog = 0;
+    size_t first_sample = tally->sample_count;
+    s_audit_counts_t before, after;
+    int rc = s_audit_counts (part->stats [which], &before);
+    int64_t cpu_before = s_proc_cpu_usecs (broker);
+    int64_t started = zclock_usecs ();
+    double rate = s_run (target, payload, inflight, calls, ms, inflight == 1? tally->samples: NULL,
+                         &tally->sample_count);
+    int64_t answered = zclock_usecs ();
+    if (rc == 0)
+        rc = s_audit_drain (part->stats [which], &after, &backlog);
+    int64_t drained = zclock_usecs ();
+    int64_t cpu_after = s_proc_cpu_usecs (broker);
+    uint64_t done = target->replies - replies_before;
+    size_t count = tally->sample_count - first_sample;
+    if (rate <= 0 || done == 0 || (inflight == 1 && count == 0)) {
+        s_fail (self, "%s: run with %d in flight, %zu B failed (%s)", s_audit_layout_names [which], inflight,
+                s_payloads [payload], target->last_error [0]? target->last_error: "no reply");
+        return -1;
+    }
+    if (rc || cpu_before < 0 || cpu_after < 0) {
+        s_fail (self, "%s: STATS did not answer, the audit queue did not empty within 60 s, or no CPU time",
+                s_audit_layout_names [which]);
+        return -1;
+    }
+    //  The audit off has nothing to wait for but the STATS that says so
+    if (which == S_AUDIT_OFF)
+        drained = answered;
+    tally->calls += done;
+    tally->usecs += answered - started;
+    tally->recorded_usecs += drained - started;
+    tally->cpu_usecs += cpu_after - cpu_before;
+    figures->calls_per_s = rate;
+    figures->recorded_calls_per_s = (double) done * 1e6 / (double) (drained - started);
+    figures->broker_cpu_us_per_call = (double) (cpu_after - cpu_before) / (double) done;
+    if (inflight == 1) {
+        figures->latency_p50_us = (double) s_percentile (tally->samples + first_sample, count, 50);
+        figures->latency_p99_us = (double) s_percentile (tally->samples + first_sample, count, 99);
+    }
+    else
+    if (which != S_AUDIT_OFF) {
+        s_audit_writer_t *writer = &self->audit_stores [which].payloads [payload];
+        writer->records += after.records - before.records;
+        writer->usecs += drained - started;
+        writer->write_us += after.write_us_total - before.write_us_total;
+        writer->batches += after.batches - before.batches;
+        if (backlog > writer->queue_bytes_max)
+            writer->queue_bytes_max = backlog;
+        if (drained - answered > writer->drain_us_max)
+            writer->drain_us_max = drained - answered;
+    }
+    return 0;
+}
+
+static s_audit_row_t *
+s_audit_row (s_bench_t *self, const char *figure, size_t payload)
+{
+    for (size_t index = 0; index < S_AUDIT_ROWS; index++)
+        if (streq (self->audit_rows [index].figure, figure) && self->audit_rows [index].payload == payload)
+            return &self->audit_rows [index];
+    assert (false);
+    return NULL;
+}
+
+//  An audited layout's figure of row held against off's: audited / off,
+//  or audited - off; NAN if either is missing.
+static double
+s_audit_compare (const s_audit_row_t *row, double audited, double off)
+{
+    if (!(audited > 0) || !(off > 0))
+        return NAN;
+    return row->difference? audited - off: audited / off;
+}
+
+//  Widens row's range of the rounds' own comparisons of layout which.
+static void
+s_audit_compare_range (s_audit_row_t *row, int which, double audited, double off)
+{
+    double compared = s_audit_compare (row, audited, off);
+    if (isnan (compared))
+        return;
+    if (compared < row->compare_low [which])
+        row->compare_low [which] = compared;
+    if (compared > row->compare_high [which])
+        row->compare_high [which] = compared;
+}
+
+//  The figure of figures that a row names.
+static double
+s_audit_figure_of (const s_audit_turn_figures_t *figures, const char *figure)
+{
+    return streq (figure, "calls_per_s")? figures->calls_per_s:
+           streq (figure, "recorded_calls_per_s")? figures->recorded_calls_per_s:
+           streq (figure, "broker_cpu_us_per_call")? figures->broker_cpu_us_per_call:
+           streq (figure, "latency_p50_us")? figures->latency_p50_us: figures->latency_p99_us;
+}
+
+//  The figures at payload with inflight calls in flight, on every layout:
+//  S_AUDIT_ROUNDS rounds, in each the layouts in turns, which goes first
+//  rotating. Latency is the pooled rounds' p50/p99, calls/s all calls over
+//  all their time, CPU per call all CPU time over all calls. Returns 0, or
+//  -1 (the run fails).
+static int
+s_audit_figure (s_bench_t *self, s_audit_part_t *part, int64_t **samples, size_t payload, int inflight)
+{
+    s_audit_tally_t tallies [S_AUDIT_LAYOUTS];
+    for (int which = 0; which < S_AUDIT_LAYOUTS; which++)
+        tallies [which] = (s_audit_tally_t) { samples [which], 0, 0, 0, 0, 0 };
+    for (int round = 0; round < S_AUDIT_ROUNDS && !zsys_interrupted; round++) {
+        s_audit_turn_figures_t figures [S_AUDIT_LAYOUTS];
+        for (int turn = 0; turn < part->active_count; turn++) {
+            int which = part->active [(round + turn) % part->active_count];
+            if (s_audit_turn (self, part, which, payload, inflight, &tallies [which], &figures [which]))
+                return -1;
+        }
+        for (size_t figure = 0; figure < S_AUDIT_FIGURES; figure++)
+            for (int turn = 1; turn < part->active_count && s_audit_figures [figure].inflight == inflight; turn++) {
+                const char *name = s_audit_figures [figure].figure;
+                int which = part->active [turn];
+                s_audit_compare_range (s_audit_row (self, name, s_payloads [payload]), which,
+                                       s_audit_figure_of (&figures [which], name),
+                                       s_audit_figure_of (&figures [S_AUDIT_OFF], name));
+            }
+    }
+    for (int turn = 0; turn < part->active_count && !zsys_interrupted; turn++) {
+        int which = part->active [turn];
+        s_audit_tally_t *tally = &tallies [which];
+        s_audit_turn_figures_t pooled = {
+            tally->usecs > 0? (double) tally->calls * 1e6 / (double) tally->usecs: 0,
+            tally->recorded_usecs > 0? (double) tally->calls * 1e6 / (double) tally->recorded_usecs: 0,
+            tally->calls? (double) tally->cpu_usecs / (double) tally->calls: 0,
+            (double) s_percentile (tally->samples, tally->sample_count, 50),
+            (double) s_percentile (tally->samples, tally->sample_count, 99)
+        };
+        for (size_t figure = 0; figure < S_AUDIT_FIGURES; figure++)
+            if (s_audit_figures [figure].inflight == inflight)
+                s_audit_row (self, s_audit_figures [figure].figure, s_payloads [payload])->value [which]
+                    = s_audit_figure_of (&pooled, s_audit_figures [figure].figure);
+    }
+    return 0;
+}
+
+//  The part's rows, every figure not measured yet, and its stores.
+static void
+s_audit_init (s_bench_t *self)
+{
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++)
+        for (size_t figure = 0; figure < S_AUDIT_FIGURES; figure++) {
+            s_audit_row_t *row = &self->audit_rows [payload * S_AUDIT_FIGURES + figure];
+            *row = (s_audit_row_t) { s_audit_figures [figure].figure, s_payloads [payload],
+                                     s_audit_figures [figure].inflight, s_audit_figures [figure].difference,
+                                     { 0 }, { 0 }, { 0 } };
+            for (int which = 0; which < S_AUDIT_LAYOUTS; which++) {
+                row->compare_low [which] = INFINITY;
+                row->compare_high [which] = -INFINITY;
+            }
+        }
+    for (int which = 0; which < S_AUDIT_LAYOUTS; which++) {
+        s_audit_store_t *store = &self->audit_stores [which];
+        memset (store, 0, sizeof (*store));
+        store->bytes = -1;
+        store->checkpointed = which == S_AUDIT_SQLITE;
+        for (size_t payload = 0; payload < S_PAYLOADS; payload++)
+            store->payloads [payload].store_bytes = -1;
+    }
+}
+
+static void
+s_bench_audit (s_bench_t *self)
+{
+    int64_t started = zclock_mono ();
+    s_audit_part_t part_object, *part = &part_object;
+    memset (part, 0, sizeof (*part));
+    snprintf (part->dir, sizeof (part->dir), "/tmp/dsh-bench-audit-XXXXXX");
+    snprintf (part->postgres_dir, sizeof (part->postgres_dir), "/tmp/dsh-bench-pg-XXXXXX");
+    if (!mkdtemp (part->dir)) {
+        s_fail (self, "audit: cannot make a state directory: %s", strerror (errno));
+        return;
+    }
+    char reason [512] = "";
+    if (mkdtemp (part->postgres_dir))
+        part->postgres_uri = dsh_testkit_postgres_try (part->postgres_dir, reason, sizeof (reason));
+    else {
+        snprintf (reason, sizeof (reason), "cannot make a directory for it: %s", strerror (errno));
+        part->postgres_dir [0] = 0;
+    }
+    //  PostgreSQL is a store dsh may write to, not the subject: when it
+    //  cannot run here its column goes, with the reason
+    part->active [part->active_count++] = S_AUDIT_OFF;
+    part->active [part->active_count++] = S_AUDIT_SQLITE;
+    if (part->postgres_uri)
+        part->active [part->active_count++] = S_AUDIT_POSTGRES;
+    else {
+        fprintf (stderr, "dsh-bench: audit on PostgreSQL skipped: %s\n", reason);
+        snprintf (self->audit_stores [S_AUDIT_POSTGRES].reason, sizeof (self->audit_stores [S_AUDIT_POSTGRES].reason),
+                  "%s", reason);
+    }
+    //  All up at once, measured in turns, so load that drifts falls on all
+    bool ready = true;
+    for (int turn = 0; turn < part->active_count && ready; turn++) {
+        self->audit_stores [part->active [turn]].measured = true;
+        ready = s_audit_layout_start (self, part, part->active [turn]) == 0;
+    }
+    for (int turn = 0; turn < part->active_count && ready; turn++) {
+        int which = part->active [turn];
+        s_audit_counts_t counts;
+        uint64_t backlog;
+        s_warm_up (self, part->layouts [which].target);
+        if (s_audit_drain (part->stats [which], &counts, &backlog)) {
+            s_fail (self, "%s: its audit queue did not empty after the warm-up", s_audit_layout_names [which]);
+            ready = false;
+        }
+    }
+    int64_t *samples [S_AUDIT_LAYOUTS];
+    for (int which = 0; which < S_AUDIT_LAYOUTS; which++) {
+        samples [which] = (int64_t *) calloc ((size_t) self->plan.latency_calls * 2, sizeof (int64_t));
+        assert (samples [which]);
+    }
+    int64_t bytes_before [S_AUDIT_LAYOUTS], bytes_after [S_AUDIT_LAYOUTS];
+    uint64_t records_before [S_AUDIT_LAYOUTS];
+    if (ready)
+        s_audit_snapshot (self, part, bytes_before);
+    for (size_t payload = 0; payload < S_PAYLOADS && ready && !zsys_interrupted; payload++) {
+        for (int which = 0; which < S_AUDIT_LAYOUTS; which++)
+            records_before [which] = self->audit_stores [which].counts.records;
+        //  A pass for each in-flight count, at the first of its figures
+        for (size_t figure = 0; figure < S_AUDIT_FIGURES && ready; figure++)
+            if (figure == 0 || s_audit_figures [figure - 1].inflight != s_audit_figures [figure].inflight)
+                ready = s_audit_figure (self, part, samples, payload, s_audit_figures [figure].inflight) == 0;
+        s_audit_snapshot (self, part, bytes_after);
+        for (int turn = 1; turn < part->active_count; turn++) {
+            int which = part->active [turn];
+            s_audit_writer_t *writer = &self->audit_stores [which].payloads [payload];
+            writer->store_records = self->audit_stores [which].counts.records - records_before [which];
+            writer->store_bytes = bytes_before [which] >= 0 && bytes_after [which] >= 0?
+                bytes_after [which] - bytes_before [which]: -1;
+            bytes_before [which] = bytes_after [which];
+        }
+    }
+    for (int which = 0; which < S_AUDIT_LAYOUTS; which++) {
+        free (samples [which]);
+        s_target_destroy (&part->layouts [which].target);
+        dsh_client_destroy (&part->stats [which]);
+        s_stop (&part->layouts [which].echo);
+        s_stop (&part->layouts [which].server);
+    }
+    //  A server that did not stop keeps its directory
+    if (part->postgres_uri && dsh_testkit_postgres_stop (part->postgres_dir))
+        fprintf (stderr, "dsh-bench: the scratch PostgreSQL in %s did not stop\n", part->postgres_dir);
+    else
+        s_dir_remove (part->postgres_dir);
+    zstr_free (&part->postgres_uri);
+    s_dir_remove (part->dir);
+    self->audit_seconds = (double) (zclock_mono () - started) / 1000.0;
 }
 
 //  ---------------------------------------------------------------------
@@ -2388,6 +2970,48 @@ s_swarm_targets (s_bench_t *self, json_t *targets)
     }
 }
 
+//  SQLite-audited calls/s at 64 in flight over NATS's (1 responder) in
+//  this run, at payload; 0 if either is missing (NATS did not run, or
+//  failed).
+static double
+s_audit_vs_nats (s_bench_t *self, size_t payload)
+{
+    const s_row_t *nats = s_find_row (self, "calls_per_s", s_payloads [payload], 1, 64);
+    double audited = s_audit_row (self, "calls_per_s", s_payloads [payload])->value [S_AUDIT_SQLITE];
+    return !self->nats_dropped && nats && nats->value [S_NATS] > 0 && audited > 0? audited / nats->value [S_NATS]: 0;
+}
+
+//  The targets of issue 25: what the audit trail may cost, and that it
+//  refuses and drops nothing.
+static void
+s_audit_targets (s_bench_t *self, json_t *targets)
+{
+    char text [160];
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++) {
+        const s_audit_row_t *rate = s_audit_row (self, "calls_per_s", s_payloads [payload]);
+        const s_audit_row_t *p50 = s_audit_row (self, "latency_p50_us", s_payloads [payload]);
+        snprintf (text, sizeof (text), "audit on SQLite, calls/s, 64 in flight, %zu B: >= 0.9x off", s_payloads [payload]);
+        s_target_add (targets, text, s_audit_compare (rate, rate->value [S_AUDIT_SQLITE], rate->value [S_AUDIT_OFF]),
+                      0.9, S_AT_LEAST);
+        snprintf (text, sizeof (text), "audit on SQLite, p50, %zu B: <= off's + 20 us (us)", s_payloads [payload]);
+        double difference = s_audit_compare (p50, p50->value [S_AUDIT_SQLITE], p50->value [S_AUDIT_OFF]);
+        //  A difference may be 0 or below, so whether it was measured is said apart
+        s_target_count (targets, text, difference, 20, !isnan (difference));
+        snprintf (text, sizeof (text), "audit on PostgreSQL, calls/s, 64 in flight, %zu B: >= 0.8x off",
+                  s_payloads [payload]);
+        s_target_add (targets, text, s_audit_compare (rate, rate->value [S_AUDIT_POSTGRES], rate->value [S_AUDIT_OFF]),
+                      0.8, S_AT_LEAST);
+        snprintf (text, sizeof (text), "audit on SQLite, calls/s, 64 in flight, %zu B: >= 1x NATS", s_payloads [payload]);
+        s_target_add (targets, text, s_audit_vs_nats (self, payload), 1, S_AT_LEAST);
+    }
+    for (int which = S_AUDIT_SQLITE; which < S_AUDIT_LAYOUTS; which++) {
+        const s_audit_store_t *store = &self->audit_stores [which];
+        snprintf (text, sizeof (text), "audit on %s: calls refused + records dropped == 0",
+                  which == S_AUDIT_SQLITE? "SQLite": "PostgreSQL");
+        s_target_count (targets, text, (double) (store->counts.refused + store->counts.dropped), 0, store->measured);
+    }
+}
+
 //  variant's figure over reference's in row, or 0 if either is missing.
 static double
 s_ratio (const s_row_t *row, int variant, int reference)
@@ -2396,7 +3020,7 @@ s_ratio (const s_row_t *row, int variant, int reference)
         row->value [variant] / row->value [reference]: 0;
 }
 
-//  The targets of issues 10, 14 and 24, evaluated, never asserted. A target is listed
+//  The targets of issues 10, 14, 24 and 25, evaluated, never asserted. A target is listed
 //  when the parts it needs were asked for (--only).
 static json_t *
 s_targets (s_bench_t *self)
@@ -2447,6 +3071,8 @@ s_targets (s_bench_t *self)
         s_target_add (targets, text, row->value [S_STATS_OFF] > 0? row->value [S_STATS_ON] / row->value [S_STATS_OFF]: 0,
                       0.97, S_AT_LEAST);
     }
+    if (self->run [S_PART_AUDIT])
+        s_audit_targets (self, targets);
     if (self->run [S_PART_SCALE]) {
         //  The broker's peak over the first start, whichever sample saw it
         double peak_kib = 0;
@@ -2555,6 +3181,159 @@ s_print_stats (s_bench_t *self)
                     row->ratio_high);
         else
             printf (" %6s\n", "-");
+    }
+}
+
+//  An audited layout's writer and store figures for one payload, by name;
+//  a figure with nothing to divide by is left out.
+static json_t *
+s_audit_writer_json (const s_audit_writer_t *writer)
+{
+    json_t *figures = json_pack ("{s:I, s:f, s:f, s:I}", "records_written", (json_int_t) writer->records,
+                                 "queue_kib_after_calls_max", (double) writer->queue_bytes_max / 1024.0,
+                                 "drain_ms_max", (double) writer->drain_us_max / 1000.0,
+                                 "store_records", (json_int_t) writer->store_records);
+    double records = (double) writer->records;
+    if (writer->records && writer->usecs > 0)
+        json_object_set_new (figures, "sustained_records_per_s", json_real (records * 1e6 / (double) writer->usecs));
+    if (writer->records && writer->write_us > 0) {
+        json_object_set_new (figures, "append_records_per_s", json_real (records * 1e6 / (double) writer->write_us));
+        json_object_set_new (figures, "append_us_per_record", json_real ((double) writer->write_us / records));
+    }
+    if (writer->batches)
+        json_object_set_new (figures, "records_per_batch", json_real (records / (double) writer->batches));
+    if (writer->store_bytes >= 0) {
+        json_object_set_new (figures, "store_bytes", json_integer (writer->store_bytes));
+        if (writer->store_records)
+            json_object_set_new (figures, "store_bytes_per_million_calls",
+                                 json_real ((double) writer->store_bytes * 1e6 / (double) writer->store_records));
+    }
+    return figures;
+}
+
+//  The writer table's rows: a figure of each audited layout's writer, for
+//  each payload, times scale.
+static const struct {
+    const char *label;
+    const char *key;
+    double scale;
+    const char *format;
+} s_audit_writer_rows [] = {
+    { "records written at 64 in flight", "records_written", 1, "%.0f" },
+    { "records/s, turn start to queue empty", "sustained_records_per_s", 1, "%.0f" },
+    { "records/s of append time alone", "append_records_per_s", 1, "%.0f" },
+    { "  us per record in appends", "append_us_per_record", 1, "%.2f" },
+    { "  records per transaction", "records_per_batch", 1, "%.1f" },
+    { "queue as a turn's calls end, most (KiB)", "queue_kib_after_calls_max", 1, "%.0f" },
+    { "  until it is empty, most (ms)", "drain_ms_max", 1, "%.1f" },
+    { "store growth, every turn (MiB)", "store_bytes", 1.0 / 1048576, "%.2f" },
+    { "  per million calls (MiB)", "store_bytes_per_million_calls", 1.0 / 1048576, "%.1f" }
+};
+#define S_AUDIT_WRITER_ROWS (sizeof (s_audit_writer_rows) / sizeof (s_audit_writer_rows [0]))
+
+//  The audit part's tables: each layout's figures and each audited one
+//  against off, SQLite's calls/s against NATS's, the writers and the
+//  stores.
+static void
+s_print_audit (s_bench_t *self)
+{
+    const s_audit_store_t *stores = self->audit_stores;
+    printf ("\naudit (issue 25), dsh (empty chain), 1 replica: the audit off, on SQLite and on PostgreSQL, in turns\n"
+            "in %d rounds, which goes first rotating. After each turn an audited broker's queue is let empty, and\n"
+            "its CPU time meanwhile counts for the calls; \"until recorded\" is calls/s over the time until then.\n"
+            "\"vs off\": calls/s as a ratio, us as a difference; \"rounds\": its range over the rounds' own. %.0f s:\n",
+            S_AUDIT_ROUNDS, self->audit_seconds);
+    if (!stores [S_AUDIT_POSTGRES].measured)
+        printf ("PostgreSQL dropped: %s\n", stores [S_AUDIT_POSTGRES].reason);
+    printf ("%-36s %9s %9s %7s %-17s %9s %7s %s\n", "figure", "off", "SQLite", "vs off", "rounds", "Postgres",
+            "vs off", "rounds");
+    for (size_t index = 0; index < S_AUDIT_ROWS; index++) {
+        const s_audit_row_t *row = &self->audit_rows [index];
+        char label [80];
+        if (row->inflight > 1)
+            snprintf (label, sizeof (label), "%-18s %2d in flight %4zu B",
+                      streq (row->figure, "calls_per_s")? "calls/s":
+                      streq (row->figure, "recorded_calls_per_s")? "  until recorded": "broker CPU us/call",
+                      row->inflight, row->payload);
+        else
+            snprintf (label, sizeof (label), "latency %s us          %4zu B",
+                      streq (row->figure, "latency_p50_us")? "p50": "p99", row->payload);
+        printf ("%-36s ", label);
+        s_print_value (row->value [S_AUDIT_OFF], "%9.1f");
+        for (int which = S_AUDIT_SQLITE; which < S_AUDIT_LAYOUTS; which++) {
+            printf (" ");
+            s_print_value (row->value [which], "%9.1f");
+            double compared = s_audit_compare (row, row->value [which], row->value [S_AUDIT_OFF]);
+            char range [32] = "";
+            if (isnan (compared))
+                printf (" %7s", "-");
+            else
+            if (row->difference)
+                printf (" %+7.1f", compared);
+            else
+                printf (" %6.3fx", compared);
+            if (!isnan (compared) && row->compare_low [which] <= row->compare_high [which])
+                snprintf (range, sizeof (range), row->difference? "%+.1f..%+.1f": "%.3f-%.3f",
+                          row->compare_low [which], row->compare_high [which]);
+            //  Padded but at the end of the line
+            printf (" %-*s", which + 1 < S_AUDIT_LAYOUTS? 17: 0, range);
+        }
+        printf ("\n");
+    }
+    printf ("SQLite audit's calls/s at 64 in flight over NATS's (1 responder, this run):");
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++) {
+        double ratio = s_audit_vs_nats (self, payload);
+        if (ratio > 0)
+            printf (" %.2fx at %zu B%s", ratio, s_payloads [payload], payload + 1 < S_PAYLOADS? ",": "\n");
+        else
+            printf (" not measured at %zu B%s", s_payloads [payload], payload + 1 < S_PAYLOADS? ",": "\n");
+    }
+
+    printf ("\nthe writers (STATS audit), over each payload's turns of 64 in flight; the store's growth over all\n"
+            "of its turns:\n%-40s", "");
+    for (int which = S_AUDIT_SQLITE; which < S_AUDIT_LAYOUTS; which++)
+        for (size_t payload = 0; payload < S_PAYLOADS; payload++) {
+            char text [32];
+            snprintf (text, sizeof (text), "%s %zu B", which == S_AUDIT_SQLITE? "SQLite": "Postgres", s_payloads [payload]);
+            printf (" %14s", text);
+        }
+    printf ("\n");
+    json_t *writers [S_AUDIT_LAYOUTS][S_PAYLOADS] = { { NULL } };
+    for (int which = S_AUDIT_SQLITE; which < S_AUDIT_LAYOUTS; which++)
+        for (size_t payload = 0; payload < S_PAYLOADS; payload++)
+            writers [which][payload] = stores [which].measured? s_audit_writer_json (&stores [which].payloads [payload])
+                                                               : json_object ();
+    for (size_t row = 0; row < S_AUDIT_WRITER_ROWS; row++) {
+        printf ("%-40s", s_audit_writer_rows [row].label);
+        for (int which = S_AUDIT_SQLITE; which < S_AUDIT_LAYOUTS; which++)
+            for (size_t payload = 0; payload < S_PAYLOADS; payload++) {
+                double value = s_swarm_number (writers [which][payload], s_audit_writer_rows [row].key);
+                char text [32] = "-";
+                if (isfinite (value))
+                    snprintf (text, sizeof (text), s_audit_writer_rows [row].format,
+                              value * s_audit_writer_rows [row].scale);
+                printf (" %14s", text);
+            }
+        printf ("\n");
+    }
+    for (int which = S_AUDIT_SQLITE; which < S_AUDIT_LAYOUTS; which++)
+        for (size_t payload = 0; payload < S_PAYLOADS; payload++)
+            json_decref (writers [which][payload]);
+    for (int which = S_AUDIT_SQLITE; which < S_AUDIT_LAYOUTS; which++) {
+        const s_audit_store_t *store = &stores [which];
+        if (!store->measured)
+            continue;
+        printf ("%s: %s\n  %" PRIu64 " records, %" PRIu64 " calls refused, %" PRIu64 " records dropped, longest"
+                " append %.1f ms; ", which == S_AUDIT_SQLITE? "SQLite": "PostgreSQL", store->location,
+                store->counts.records, store->counts.refused, store->counts.dropped,
+                (double) store->counts.write_us_max / 1000.0);
+        if (store->bytes < 0)
+            printf ("size not known\n");
+        else
+            printf ("%.2f MiB (%s), %.1f MiB per million calls\n", (double) store->bytes / 1048576,
+                    which == S_AUDIT_POSTGRES? "dsh_audit with its indexes and TOAST":
+                    store->checkpointed? "the file and its -wal after a checkpoint": "the file and its -wal as is",
+                    store->counts.records? (double) store->bytes / 1048576 * 1e6 / (double) store->counts.records: 0);
     }
 }
 
@@ -2737,6 +3516,8 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
         s_print_curve (self);
     if (self->run [S_PART_STATS])
         s_print_stats (self);
+    if (self->run [S_PART_AUDIT])
+        s_print_audit (self);
     if (self->run [S_PART_SCALE])
         printf ("\nscale (%d components x %d tools, %d subscribers):\n", self->plan.components, self->plan.tools,
                 S_SUBSCRIBERS);
@@ -2750,7 +3531,7 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
     if (self->run [S_PART_SWARM])
         s_print_swarm (self);
     if (json_array_size (targets))
-        printf ("\ntargets of issues 10, 14 and 24 (reported, never asserted):\n");
+        printf ("\ntargets of issues 10, 14, 24 and 25 (reported, never asserted):\n");
     size_t index;
     json_array_foreach (targets, index, value) {
         const char *verdict = json_string_value (json_object_get (value, "verdict"));
@@ -2820,6 +3601,77 @@ s_stats_json (s_bench_t *self)
     return json_pack ("{s:i, s:f, s:o}", "rounds", S_STATS_ROUNDS, "seconds", self->stats_seconds, "calls", figures);
 }
 
+//  The audit part: each row with every layout's figure and each audited
+//  one against off, SQLite's calls/s against NATS's, and each store's
+//  writer and size; null where not run.
+static json_t *
+s_audit_json (s_bench_t *self)
+{
+    if (!self->run [S_PART_AUDIT])
+        return json_null ();
+    const s_audit_store_t *stores = self->audit_stores;
+    json_t *calls = json_array ();
+    for (size_t index = 0; index < S_AUDIT_ROWS; index++) {
+        const s_audit_row_t *row = &self->audit_rows [index];
+        json_t *item = json_pack ("{s:s, s:i, s:i, s:i, s:s}", "figure", row->figure, "payload", (json_int_t) row->payload,
+                                  "replicas", 1, "inflight", row->inflight,
+                                  "vs_off", row->difference? "difference": "ratio");
+        for (int which = 0; which < S_AUDIT_LAYOUTS; which++) {
+            bool measured = stores [which].measured && row->value [which] > 0;
+            json_object_set_new (item, s_audit_layout_keys [which], measured? json_real (row->value [which]): json_null ());
+        }
+        for (int which = S_AUDIT_SQLITE; which < S_AUDIT_LAYOUTS; which++) {
+            double compared = s_audit_compare (row, row->value [which], row->value [S_AUDIT_OFF]);
+            bool ranged = !isnan (compared) && row->compare_low [which] <= row->compare_high [which];
+            char key [48];
+            snprintf (key, sizeof (key), "%s_vs_off", s_audit_layout_keys [which]);
+            json_object_set_new (item, key, isnan (compared)? json_null (): json_real (compared));
+            snprintf (key, sizeof (key), "%s_vs_off_rounds", s_audit_layout_keys [which]);
+            json_object_set_new (item, key, ranged? json_pack ("[f, f]", row->compare_low [which],
+                                                               row->compare_high [which]): json_null ());
+        }
+        json_array_append_new (calls, item);
+    }
+    json_t *vs_nats = json_array ();
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++) {
+        double ratio = s_audit_vs_nats (self, payload);
+        json_array_append_new (vs_nats, json_pack ("{s:i, s:i, s:o}", "payload", (json_int_t) s_payloads [payload],
+                                                   "inflight", 64, "sqlite_vs_nats",
+                                                   ratio > 0? json_real (ratio): json_null ()));
+    }
+    json_t *json_stores = json_object ();
+    for (int which = S_AUDIT_SQLITE; which < S_AUDIT_LAYOUTS; which++) {
+        const s_audit_store_t *store = &stores [which];
+        json_t *item;
+        if (!store->measured)
+            item = json_pack ("{s:s, s:s}", "status", "skipped", "reason", store->reason);
+        else {
+            item = json_pack ("{s:s, s:s, s:I, s:I, s:I, s:b, s:I}", "status", "measured", "location", store->location,
+                              "records", (json_int_t) store->counts.records,
+                              "refused", (json_int_t) store->counts.refused,
+                              "dropped", (json_int_t) store->counts.dropped, "healthy", store->counts.healthy,
+                              "write_us_max", (json_int_t) store->counts.write_us_max);
+            json_object_set_new (item, "bytes", store->bytes >= 0? json_integer (store->bytes): json_null ());
+            json_object_set_new (item, "bytes_are", json_string (
+                which == S_AUDIT_POSTGRES? "pg_total_relation_size of dsh_audit (its indexes and TOAST)":
+                store->checkpointed? "the file and its -wal after PRAGMA wal_checkpoint(TRUNCATE)":
+                                     "the file and its -wal as is (a checkpoint could not finish)"));
+            json_object_set_new (item, "bytes_per_million_calls", store->bytes >= 0 && store->counts.records?
+                json_real ((double) store->bytes * 1e6 / (double) store->counts.records): json_null ());
+            json_t *payloads = json_array ();
+            for (size_t payload = 0; payload < S_PAYLOADS; payload++) {
+                json_t *figures = s_audit_writer_json (&store->payloads [payload]);
+                json_object_set_new (figures, "payload", json_integer ((json_int_t) s_payloads [payload]));
+                json_array_append_new (payloads, figures);
+            }
+            json_object_set_new (item, "payloads", payloads);
+        }
+        json_object_set_new (json_stores, s_audit_layout_keys [which], item);
+    }
+    return json_pack ("{s:i, s:f, s:o, s:o, s:o}", "rounds", S_AUDIT_ROUNDS, "seconds", self->audit_seconds,
+                      "calls", calls, "vs_nats", vs_nats, "stores", json_stores);
+}
+
 static json_t *
 s_json (s_bench_t *self, json_t *machine, json_t *targets)
 {
@@ -2845,10 +3697,11 @@ s_json (s_bench_t *self, json_t *machine, json_t *targets)
         json_pack ("{s:f, s:O, s:{s:i, s:i, s:i}, s:O}", "seconds", self->swarm_seconds, "files", self->swarm_files,
                    "plan", "drive_s", self->swarm_plan.drive_s, "idle_s", self->swarm_plan.idle_s,
                    "cycles", self->swarm_plan.cycles, "settings", self->swarm): json_null ();
-    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:o, s:O, s:o, s:O, s:b, s:s}", "machine", json_incref (machine),
+    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:o, s:o, s:O, s:o, s:O, s:b, s:s}", "machine", json_incref (machine),
                       "mode", self->plan.quick? "quick": "full", "calls", calls, "nats", self->nats,
-                      "curve", s_curve_json (self), "stats", s_stats_json (self), "scale", self->scale,
-                      "swarm", swarm, "targets", targets, "sane", self->sane, "failures", self->failures);
+                      "curve", s_curve_json (self), "stats", s_stats_json (self), "audit", s_audit_json (self),
+                      "scale", self->scale, "swarm", swarm, "targets", targets, "sane", self->sane,
+                      "failures", self->failures);
 }
 
 static json_t *
@@ -2976,7 +3829,8 @@ s_usage (FILE *out)
         "       dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S] [--calls N]\n"
         "  --quick        small counts, scale 10 x 100 tools (a few seconds)\n"
         "  --json         print the results as JSON instead of a table\n"
-        "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale, curve, stats, swarm\n"
+        "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale, curve, stats, audit,\n"
+        "                 swarm (audit: the audit trail off, on SQLite and on PostgreSQL; with nats, against NATS)\n"
         "  --full         the swarm part's whole matrix (also DSH_BENCH_SWARM_FULL=1; 25-30 min)\n"
         "  --settings L   the swarm part's settings, a comma list of CxT:WATCHERS[:PCT/SECONDS][:BROKERS],\n"
         "                 e.g. 100x100:1000:10/10 (100 components of 100 tools, 1000 watchers, 10 %% of\n"
@@ -3048,6 +3902,19 @@ main (int argc, char *argv [])
     //  turn it on in every broker, component and client it starts
     unsetenv ("DSH_CERT");
     unsetenv ("DSH_BROKER_CERT");
+    //  Every broker's audit store in a directory of the run's own, unless
+    //  the caller chose one, so a run does not grow ~/.local/state
+    char state_dir [64] = "";
+    if (!getenv ("DSH_STATE_DIR") || !*getenv ("DSH_STATE_DIR")) {
+        snprintf (state_dir, sizeof (state_dir), "/tmp/dsh-bench-state-XXXXXX");
+        if (mkdtemp (state_dir))
+            setenv ("DSH_STATE_DIR", state_dir, 1);
+        else {
+            fprintf (stderr, "dsh-bench: cannot make a state directory (%s): the brokers keep their audit in the "
+                     "default one\n", strerror (errno));
+            state_dir [0] = 0;
+        }
+    }
 
     s_bench_t *self = (s_bench_t *) zmalloc (sizeof (s_bench_t));
     assert (self);
@@ -3061,6 +3928,7 @@ main (int argc, char *argv [])
     self->swarm = json_array ();
     self->swarm_files = json_object ();
     s_curve_rows_init (self);
+    s_audit_init (self);
     self->nats = json_pack ("{s:s, s:s}", "status", "not run", "reason",
                             run [S_NATS]? "interrupted before it ran": "not among --only's parts");
     self->nats_dropped = true;
@@ -3082,6 +3950,8 @@ main (int argc, char *argv [])
         s_bench_curve (self);
     if (self->run [S_PART_STATS] && !zsys_interrupted)
         s_bench_stats (self);
+    if (self->run [S_PART_AUDIT] && !zsys_interrupted)
+        s_bench_audit (self);
     if (self->run [S_PART_SCALE] && !zsys_interrupted)
         s_bench_scale (self);
     if (self->run [S_PART_SWARM] && !zsys_interrupted)
@@ -3123,6 +3993,18 @@ main (int argc, char *argv [])
                 break;
             }
         }
+    for (size_t index = 0; self->run [S_PART_AUDIT] && index < S_AUDIT_ROWS; index++)
+        for (int which = 0; which < S_AUDIT_LAYOUTS; which++) {
+            const s_audit_row_t *row = &self->audit_rows [index];
+            //  PostgreSQL's column is there only if its server started
+            if (!self->audit_stores [which].measured && which == S_AUDIT_POSTGRES)
+                continue;
+            if (!(row->value [which] > 0 && isfinite (row->value [which]))) {
+                s_fail (self, "%s: %s, %d in flight, %zu B missing", s_audit_layout_names [which], row->figure,
+                        row->inflight, row->payload);
+                break;
+            }
+        }
     size_t expected_rows = S_PAYLOADS * 2 + S_PAYLOADS * S_INFLIGHTS * 2;
     if (rows_expected && self->row_count != expected_rows)
         s_fail (self, "%zu call figures instead of %zu", self->row_count, expected_rows);
@@ -3152,5 +4034,6 @@ main (int argc, char *argv [])
     json_decref (self->swarm_files);
     json_decref (self->nats);
     free (self);
+    s_dir_remove (state_dir);
     return rc;
 }

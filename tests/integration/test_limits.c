@@ -5,7 +5,8 @@
     register; a burst of events far beyond a queue sized on the largest
     event reaches a subscriber that was not reading, without a gap;
     a flood of garbage on WORK writes a bounded number of log lines, with
-    the count of what was suppressed
+    the count of what was suppressed; a tool set larger than a message
+    is announced in parts and applied once whole
     =========================================================================
 */
 
@@ -119,6 +120,98 @@ s_event_seq (zmsg_t *event)
     uint64_t value = seq && seq->type == MSGPACK_OBJECT_POSITIVE_INTEGER? seq->via.u64: 0;
     dsh_doc_destroy (&doc);
     return value;
+}
+
+//  The seq of the broker's latest event (PING), or 0.
+static uint64_t
+s_broker_seq (const char *endpoint)
+{
+    dsh_client_t *client = dsh_client_new (endpoint);
+    char error [256];
+    dsh_reply_t *pong = dsh_client_request (client, DSH_PING, NULL, 5000, error, sizeof (error));
+    const msgpack_object *seq = pong? dsh_map_get (dsh_reply_body (pong), "seq"): NULL;
+    uint64_t value = seq && seq->type == MSGPACK_OBJECT_POSITIVE_INTEGER? seq->via.u64: 0;
+    dsh_reply_destroy (&pong);
+    dsh_client_destroy (&client);
+    return value;
+}
+
+static void
+s_expect_text (const char *endpoint, const char *tool)
+{
+    dsh_client_t *client = dsh_client_new (endpoint);
+    char error [256];
+    dsh_reply_t *reply = dsh_client_call (client, tool, "{}", NULL, 5000, error, sizeof (error));
+    if (!reply)
+        fail_msg ("%s: %s", tool, error);
+    assert_string_equal (dsh_reply_text (reply), "ok");
+    dsh_reply_destroy (&reply);
+    dsh_client_destroy (&client);
+}
+
+//  A tool set larger than the broker's messages goes in parts, and is
+//  applied once whole, as one ANNOUNCE: 200 tools of about 1 kB under a
+//  64 KiB message limit (four parts) all register, with one event each
+//  and one component.joined; a tool too large for a message of its own
+//  is not sent
+static void
+test_announce_in_parts (void **state)
+{
+    (void) state;
+    char endpoint [256];
+    const char *extra [] = { "--max-message-bytes", "65536", NULL };
+    dsh_testproc_t *broker = dsh_testkit_broker (200, extra, endpoint, sizeof (endpoint));
+    assert_non_null (broker);
+    uint64_t last = 0;
+    zsock_t *sub = dsh_testkit_events (endpoint, "", &last, 10000);
+    assert_non_null (sub);
+
+    dsh_provider_t *provider = dsh_provider_new (endpoint, "parted", 1);
+    assert_non_null (provider);
+    const size_t tools = 200;
+    for (size_t index = 0; index < tools; index++) {
+        char name [32];
+        snprintf (name, sizeof (name), "parted_%03zu", index);
+        s_add (provider, name, 1000);
+        if (index == tools / 2)
+            s_add (provider, "oversized", 70000);
+    }
+    dsh_provider_start (provider);
+    assert_int_equal (dsh_testkit_wait_tools (endpoint, "parted_", tools, 10000), 0);
+
+    //  Every event up to the broker's latest: one per tool, one join
+    uint64_t latest = s_broker_seq (endpoint);
+    size_t registered = 0, joined = 0, other = 0;
+    zsock_set_rcvtimeo (sub, 5000);
+    while (last < latest) {
+        zmsg_t *event = zmsg_recv (sub);
+        assert_non_null (event);
+        char *kind = zmsg_popstr (event);
+        uint64_t seq = s_event_seq (event);
+        assert_int_equal (seq, last + 1);
+        last = seq;
+        if (streq (kind, DSH_EV_REGISTERED))
+            registered++;
+        else
+        if (streq (kind, DSH_EV_JOINED))
+            joined++;
+        else
+            other++;
+        zstr_free (&kind);
+        zmsg_destroy (&event);
+    }
+    assert_int_equal (registered, tools);
+    assert_int_equal (joined, 1);
+    assert_int_equal (other, 0);
+    assert_int_equal (dsh_testkit_wait_tools (endpoint, "oversized", 0, 1000), 0);
+    s_expect_text (endpoint, "parted_000");
+    s_expect_text (endpoint, "parted_199");
+    //  The set again (the provider's next SYNC, say) changes nothing
+    assert_int_equal (s_broker_seq (endpoint), latest);
+
+    dsh_provider_destroy (&provider);
+    zsock_destroy (&sub);
+    dsh_testproc_destroy (&broker);
 }
 
 //  A burst of change events far larger than a queue sized on the largest
@@ -309,6 +402,19 @@ test_large_calls_give_memory_back (void **state)
         dsh_reply_destroy (&reply);
     }
     free (args);
+    //  The audit holds a call's request and result until its record is
+    //  written (hashing 24 MiB takes a while): wait for its queue to empty
+    for (int attempt = 0; attempt < 100; attempt++) {
+        dsh_reply_t *stats = dsh_client_request (client, DSH_STATS, NULL, 5000, error, sizeof (error));
+        json_t *body = stats? dsh_reply_json (stats): NULL;
+        json_t *queued = json_object_get (json_object_get (body, "audit"), "queueBytes");
+        bool empty = json_is_integer (queued) && json_integer_value (queued) == 0;
+        json_decref (body);
+        dsh_reply_destroy (&stats);
+        if (empty)
+            break;
+        zclock_sleep (50);
+    }
     //  Twelve MiB calls went through it, two copies each at least; what
     //  it keeps is a small part of one
     long after = s_rss_kb (dsh_testproc_pid (broker));
@@ -326,6 +432,7 @@ main (void)
     const struct CMUnitTest tests [] = {
         cmocka_unit_test (test_tool_entry_cap),
         cmocka_unit_test (test_tool_count_cap),
+        cmocka_unit_test (test_announce_in_parts),
         cmocka_unit_test (test_events_burst),
         cmocka_unit_test (test_log_flood),
         cmocka_unit_test (test_large_calls_give_memory_back),

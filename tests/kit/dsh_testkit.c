@@ -524,3 +524,99 @@ dsh_testkit_long (void)
     const char *value = getenv ("DSH_TEST_LONG");
     return value && streq (value, "1");
 }
+
+//  Runs tests/kit/pg_scratch.sh command dir; the first line it prints
+//  (caller frees) in *line if not NULL. Returns its exit status, or -1.
+static int
+s_pg_scratch (const char *command, const char *dir, char **line)
+{
+    const char *source = getenv ("DSH_SOURCE_DIR");
+    char *script = zsys_sprintf ("%s/tests/kit/pg_scratch.sh", source? source: ".");
+    int out [2];
+    if (pipe2 (out, O_CLOEXEC)) {
+        zstr_free (&script);
+        return -1;
+    }
+    pid_t pid = fork ();
+    if (pid == 0) {
+        dup2 (out [1], STDOUT_FILENO);
+        execlp ("bash", "bash", script, command, dir, (char *) NULL);
+        fprintf (stderr, "testkit: cannot run bash %s: %s\n", script, strerror (errno));
+        _exit (127);
+    }
+    zstr_free (&script);
+    close (out [1]);
+    if (pid < 0) {
+        close (out [0]);
+        return -1;
+    }
+    //  What it prints, up to the size of output; the rest is read and dropped
+    char output [512];
+    size_t size = 0;
+    char block [512];
+    ssize_t got;
+    while ((got = read (out [0], block, sizeof (block))) != 0) {
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            break;
+        size_t kept = (size_t) got < sizeof (output) - 1 - size? (size_t) got: sizeof (output) - 1 - size;
+        memcpy (output + size, block, kept);
+        size += kept;
+    }
+    output [size] = 0;
+    close (out [0]);
+    int status;
+    while (waitpid (pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    if (line)
+        *line = zsys_sprintf ("%.*s", (int) strcspn (output, "\n"), output);
+    return WIFEXITED (status)? WEXITSTATUS (status): -1;
+}
+
+char *
+dsh_testkit_postgres_start (const char *dir)
+{
+    char *uri = NULL;
+    int status = s_pg_scratch ("start", dir, &uri);
+    if (status == 0 && strncmp (uri, "postgresql://", strlen ("postgresql://")) == 0)
+        return uri;
+    zstr_free (&uri);
+    if (status == 77)
+        return NULL;
+    fprintf (stderr, "testkit: pg_scratch.sh start %s failed (exit status %d)\n", dir, status);
+    exit (1);
+}
+
+char *
+dsh_testkit_postgres_try (const char *dir, char *reason, size_t reason_size)
+{
+    char *uri = NULL;
+    int status = s_pg_scratch ("start", dir, &uri);
+    if (status == 0 && strncmp (uri, "postgresql://", strlen ("postgresql://")) == 0)
+        return uri;
+    zstr_free (&uri);
+    if (status == 77)
+        snprintf (reason, reason_size, "no PostgreSQL server programs here (tests/kit/pg_scratch.sh)");
+    else
+    if (status == 127)
+        snprintf (reason, reason_size, "cannot run tests/kit/pg_scratch.sh (from $DSH_SOURCE_DIR, else the "
+                  "working directory)");
+    else
+        snprintf (reason, reason_size, "tests/kit/pg_scratch.sh start failed (exit status %d; its reason is on "
+                  "stderr)", status);
+    return NULL;
+}
+
+int
+dsh_testkit_postgres_stop (const char *dir)
+{
+    return s_pg_scratch ("stop", dir, NULL) == 0? 0: -1;
+}
+
+int
+dsh_testkit_postgres_restart (const char *dir)
+{
+    return s_pg_scratch ("restart", dir, NULL) == 0? 0: -1;
+}

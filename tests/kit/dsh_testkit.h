@@ -154,4 +154,27 @@ int
 bool
     dsh_testkit_long (void);
 
+//  Start a scratch PostgreSQL server in dir (tests/kit/pg_scratch.sh under
+//  $DSH_SOURCE_DIR: a new cluster, trust auth, loopback only) and return
+//  its URI, postgresql://USER@127.0.0.1:PORT/dsh (caller frees). NULL if
+//  there is no PostgreSQL server here (the script's 77): the caller skips
+//  with 77. A server that is here but does not start fails the test: the
+//  script's reason goes to stderr and the process exits 1.
+char *
+    dsh_testkit_postgres_start (const char *dir);
+
+//  The same for a caller that carries on without PostgreSQL (dsh-bench):
+//  NULL, with the reason in reason, whether there is no server here or
+//  it did not start; it never exits.
+char *
+    dsh_testkit_postgres_try (const char *dir, char *reason, size_t reason_size);
+
+//  Stop the server in dir (fast: its sessions end). 0, or -1.
+int
+    dsh_testkit_postgres_stop (const char *dir);
+
+//  Stop the server in dir and start it again on the same port. 0, or -1.
+int
+    dsh_testkit_postgres_restart (const char *dir);
+
 #endif

@@ -1,11 +1,15 @@
 //  The page in a real browser (headless Chromium, driven by
 //  playwright-core): it follows a second component coming and going and
 //  counters moving with calls, all without a reload, shows a pending
-//  approval, and leaves a screenshot in the build directory for a reviewer.
+//  approval, and leaves a screenshot in the build directory for a reviewer;
+//  its latest calls come from the broker's audit trail, narrowed by its
+//  filters, with hostile names shown as text, and say so when the
+//  monitor's key may not read them.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile } from 'node:child_process';
+import { spawn, spawnSync, execFile } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from '../mcp/node_modules/playwright-core/index.mjs';
@@ -101,6 +105,125 @@ test('the page follows the swarm live, without a reload', { skip: !fs.existsSync
   }
   assert.equal(await page.evaluate(() => window.dshMarker), 'still here', 'the page was never reloaded');
   assert.deepEqual(problems, []);
+});
+
+//  The rows of the latest-calls table as [time, tool, agent, outcome,
+//  duration, approved by, callId], as text.
+function auditRows(page) {
+  return page.evaluate(() => [...document.querySelectorAll('#audit tbody tr[data-seq]')]
+    .map((row) => [...row.children].map((cell) => cell.textContent)));
+}
+
+test('the latest calls: a call through the broker shows with its tool, agent, outcome and approver; the filters narrow it; hostile names stay text', { skip: !fs.existsSync(browserPath) && 'no chromium' }, async () => {
+  const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
+  const problems = [];
+  page.on('pageerror', (error) => problems.push(error.message));
+  const asked = [];
+  page.on('request', (request) => { if (request.url().includes('/api/audit')) asked.push(request.url()); });
+  await page.goto(monitor.url + '/');
+  await page.waitForFunction(() => document.getElementById('health').dataset.state !== 'red');
+  await page.evaluate(() => { window.dshMarker = 'still here'; });
+
+  const hostileTool = '<script>window.dshPwned = "tool"</script>';
+  const hostileAgent = '<img src=x onerror="window.dshPwned = \'agent\'">';
+  await dshCall(broker.endpoint, 'echo', { message: 'seen' }, ['--agent', 'viewer-1']);
+  await dshCall(broker.endpoint, 'fail', { message: 'on purpose' }, ['--agent', 'viewer-1']);
+  await dshCall(broker.endpoint, hostileTool, {}, ['--agent', hostileAgent]).catch(() => {});
+  //  A call a human approved (an approver that allows each one): who did
+  const approver = spawn(bin.cli, ['--broker', broker.endpoint, 'approver', '--auto', 'allow'], { stdio: 'ignore' });
+  try {
+    await waitFor(async () => {
+      const result = await dshCall(broker.endpoint, 'tick', { ms: 1 }, ['--agent', 'viewer-2', '--timeout-ms', '10000'])
+        .catch(() => null);
+      return result && !result.isError;
+    }, { what: 'a tick call approved', timeoutMs: 20000 });
+  } finally {
+    approver.kill('SIGTERM');
+  }
+
+  //  Without a reload: the table follows the polls
+  const findRow = (rows, tool, agent) => rows.find((row) => row[1] === tool && row[2] === agent);
+  const rows = await waitFor(async () => {
+    const now = await auditRows(page);
+    return findRow(now, hostileTool, hostileAgent) && findRow(now, 'tick', 'viewer-2') ? now : null;
+  }, { what: 'the calls in the latest-calls table' });
+  const echoRow = findRow(rows, 'echo', 'viewer-1');
+  assert.equal(echoRow[3], 'ok');
+  assert.match(echoRow[0], /^\d\d:\d\d:\d\d$/);
+  assert.match(echoRow[4], /\d (ms|s)$/);
+  assert.equal(echoRow[5], '-');
+  assert.match(echoRow[6], /\S/);
+  assert.equal(findRow(rows, 'fail', 'viewer-1')[3], 'TOOL_FAILED');
+  assert.equal(findRow(rows, hostileTool, hostileAgent)[3], 'UNKNOWN_TOOL');
+  assert.match(findRow(rows, 'tick', 'viewer-2')[5], /127\.0\.0\.1/);
+  //  The hostile names are text: nothing of them ran or became an element
+  assert.equal(await page.evaluate(() => window.dshPwned), undefined);
+  assert.equal(await page.locator('#audit script, #audit img').count(), 0);
+  assert.match(await page.evaluate(() => document.querySelector('#audit tbody').innerHTML), /&lt;script&gt;window\.dshPwned/);
+
+  //  The filters go to the broker: only what they match comes back
+  await page.fill('#audit-agent', 'viewer-1');
+  await waitFor(async () => {
+    const now = await auditRows(page);
+    return now.length === 2 && now.every((row) => row[2] === 'viewer-1');
+  }, { what: "the table narrowed to viewer-1's calls" });
+  await page.fill('#audit-outcome', 'TOOL_FAILED');
+  await waitFor(async () => {
+    const now = await auditRows(page);
+    return now.length === 1 && now[0][1] === 'fail';
+  }, { what: "the table narrowed to viewer-1's failed call" });
+  assert.ok(asked.some((url) => new URL(url).search.includes('agent=viewer-1&outcome=TOOL_FAILED')), asked.join('\n'));
+  await page.fill('#audit-tool', 'echo');
+  await page.waitForSelector('#audit tbody td.empty');
+  assert.match(await page.textContent('#audit tbody'), /No call matches these filters/);
+  //  A filter the monitor refuses is said, and the page goes on
+  await page.fill('#audit-outcome', 'not an outcome');
+  await page.waitForFunction(() => document.getElementById('audit-status').dataset.state === 'bad');
+  assert.match(await page.textContent('#audit-status'), /outcome is "ok" or an error code/);
+  for (const id of ['#audit-agent', '#audit-tool', '#audit-outcome']) await page.fill(id, '');
+  await page.waitForFunction(() => document.getElementById('audit-status').dataset.state === 'ok');
+  //  A new call shows at a later poll
+  await dshCall(broker.endpoint, 'echo', { message: 'later' }, ['--agent', 'viewer-3']);
+  await waitFor(async () => findRow(await auditRows(page), 'echo', 'viewer-3'), { what: 'a later call in the table' });
+  assert.equal(await page.evaluate(() => window.dshMarker), 'still here', 'the page was never reloaded');
+  assert.deepEqual(problems, []);
+});
+
+test('under CURVE with a key that may not read the audit, the latest calls say the broker refused, and the page works on', { skip: !fs.existsSync(browserPath) && 'no chromium' }, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsh-monitor-browser-'));
+  const keygen = (name, role) => {
+    const file = path.join(dir, `${name}.cert`);
+    const made = spawnSync(bin.cli, ['keygen', file, '--role', role, '--name', name], { encoding: 'utf8' });
+    assert.equal(made.status, 0, made.stderr);
+    return file;
+  };
+  const brokerCert = keygen('broker', 'admin');
+  const monitorCert = keygen('monitor', 'approver');
+  fs.mkdirSync(path.join(dir, 'allow'));
+  fs.copyFileSync(monitorCert, path.join(dir, 'allow', 'monitor.cert'));
+  fs.writeFileSync(path.join(dir, 'token'), 'browser-token\n', { mode: 0o600 });
+  const curveBroker = await startBroker(await brokerPort(), ['--cert', brokerCert, '--allow', path.join(dir, 'allow')]);
+  let curveMonitor;
+  try {
+    curveMonitor = await startMonitor(curveBroker.endpoint, ['--cert', monitorCert, '--broker-cert', brokerCert,
+      '--token-file', path.join(dir, 'token')]);
+    const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
+    const problems = [];
+    page.on('pageerror', (error) => problems.push(error.message));
+    await page.goto(curveMonitor.url + '/?token=browser-token');
+    await page.waitForFunction(() => document.getElementById('audit-status').dataset.state === 'refused', null,
+      { timeout: 15000 });
+    assert.match(await page.textContent('#audit-status'),
+      /^The broker refused \(FORBIDDEN\): .*needs an admin or auditor key/);
+    assert.match(await page.textContent('#audit tbody'), /cannot be shown/);
+    //  The rest of the page is served as ever
+    await page.waitForFunction(() => document.getElementById('health').dataset.state !== 'red');
+    assert.deepEqual(problems, []);
+  } finally {
+    await stop(curveMonitor?.child);
+    await stop(curveBroker.child);
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('a broker that goes away turns the page red with a banner, keeps the last known state, and it recovers', { skip: !fs.existsSync(browserPath) && 'no chromium' }, async () => {

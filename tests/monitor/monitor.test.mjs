@@ -1,6 +1,8 @@
 //  dsh-monitor against a real broker and components: its command line,
-//  /api/tools, /api/stats, the event stream, the token rules, a broker
-//  restart, and /metrics through promtool.
+//  /api/tools, /api/stats, the event stream, the latest calls from the
+//  audit trail (/api/audit, its filters and the ones refused, a broker
+//  with the audit off), the token rules, a broker restart, and /metrics
+//  through promtool, the audit's metrics with it.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
@@ -129,6 +131,75 @@ test('at most 32 event streams at once; a closed one frees its place', async () 
   }
 });
 
+test('/api/audit gives the latest calls from the audit trail, narrowed by the filters it passes on', async () => {
+  await waitFor(async () => (await getJson(monitor.url + '/api/stats')).reachable, { what: 'a poll' });
+  await dshCall(broker.endpoint, 'echo', { message: 'marker-5150' }, ['--agent', 'auditee-1']);
+  await dshCall(broker.endpoint, 'fail', { message: 'on purpose' }, ['--agent', 'auditee-1']);
+  await dshCall(broker.endpoint, 'echo', { message: 'other' }, ['--agent', 'auditee-2']);
+  const mine = await waitFor(async () => {
+    const doc = await getJson(monitor.url + '/api/audit?agent=auditee-1');
+    return doc.records.length >= 2 ? doc : null;
+  }, { what: "auditee-1's calls in the audit trail" });
+  assert.equal(mine.ok, true);
+  assert.deepEqual(mine.query, { agent: 'auditee-1', limit: 50, order: 'newest' });
+  assert.equal(mine.records.length, 2);
+  //  Newest first, each parsed, with where it sits in its chain
+  const [failed, echoed] = mine.records;
+  assert.ok(failed.seq > echoed.seq);
+  assert.match(failed.hash, /^[0-9a-f]{64}$/);
+  assert.equal(failed.prev.length, 64);
+  assert.deepEqual([failed.record.tool, failed.record.agent, failed.record.outcome], ['fail', 'auditee-1', 'TOOL_FAILED']);
+  assert.deepEqual([echoed.record.tool, echoed.record.agent, echoed.record.outcome], ['echo', 'auditee-1', 'ok']);
+  assert.equal(typeof echoed.record.durationUs, 'number');
+  assert.equal(typeof echoed.record.answeredMs, 'number');
+  assert.match(echoed.record.callId, /\S/);
+  //  A viewer without the token is shown no call's arguments
+  assert.equal(echoed.record.arguments, undefined);
+  assert.doesNotMatch(await (await fetch(monitor.url + '/api/audit?agent=auditee-1')).text(), /marker-5150/);
+
+  const narrowed = await getJson(monitor.url + '/api/audit?agent=auditee-1&outcome=TOOL_FAILED&tool=');
+  assert.deepEqual(narrowed.records.map((row) => row.record.tool), ['fail']);
+  const byTool = await getJson(monitor.url + '/api/audit?tool=echo&agent=auditee-2');
+  assert.deepEqual(byTool.records.map((row) => row.record.agent), ['auditee-2']);
+  const one = await getJson(monitor.url + '/api/audit?limit=1');
+  assert.equal(one.records.length, 1);
+  const all = await getJson(monitor.url + '/api/audit');
+  assert.ok(all.records.length >= 3 && all.records.length <= 50);
+  assert.equal((await getJson(monitor.url + '/api/audit?agent=nobody-at-all')).records.length, 0);
+
+  for (const [query, reason] of [
+    ['outcome=nope', /outcome is "ok" or an error code/], ['limit=0', /limit is a number from 1 to 500/],
+    ['limit=501', /limit is a number/], ['agent=' + 'x'.repeat(256), /agent is 256 bytes long: at most 255/],
+    ['tool=a%0Ab', /tool has a control character/], ['agent=%FF', /not UTF-8/], ['bogus=1', /unknown parameter "bogus"/],
+    ['agent=a&agent=b', /given twice/]]) {
+    const refused = await fetch(monitor.url + '/api/audit?' + query);
+    assert.equal(refused.status, 400, query);
+    assert.match(await refused.text(), reason, query);
+  }
+  assert.equal((await fetch(monitor.url + '/api/audit', { method: 'POST' })).status, 405);
+});
+
+test('a broker with the audit off: /api/audit says so, and /metrics has no audit metrics', async () => {
+  const quiet = await startBroker(await brokerPort(), ['--audit', 'off']);
+  const watching = await startMonitor(quiet.endpoint);
+  try {
+    await waitFor(async () => (await getJson(watching.url + '/api/stats')).reachable, { what: 'a poll' });
+    assert.equal((await getJson(watching.url + '/api/stats')).stats.audit, null);
+    const response = await fetch(watching.url + '/api/audit');
+    assert.equal(response.status, 502);
+    const answer = await response.json();
+    assert.equal(answer.ok, false);
+    assert.equal(answer.code, 'AUDIT_UNAVAILABLE');
+    assert.match(answer.error, /keeps no audit trail/);
+    const text = await (await fetch(watching.url + '/metrics')).text();
+    assert.equal(sample(text, 'dsh_up'), 1);
+    assert.doesNotMatch(text, /dsh_audit_/);
+  } finally {
+    await stop(watching.child);
+    await stop(quiet.child);
+  }
+});
+
 function promtool(text) {
   return new Promise((resolve) => {
     const child = execFile('promtool', ['check', 'metrics'], (error, stdout, stderr) =>
@@ -164,6 +235,21 @@ test('/metrics passes promtool, and its counters move with calls', async () => {
     assert.ok(sample(text, 'dsh_call_duration_seconds_bucket', 'tool="echo",le="+Inf"') >= 3);
     assert.ok(sample(text, 'dsh_answered_calls_total') >= 4);
     assert.match(text, /^# TYPE dsh_call_duration_seconds histogram$/m);
+    //  The audit trail's writer, from STATS audit
+    assert.equal(sample(text, 'dsh_audit_healthy'), 1);
+    assert.ok(sample(text, 'dsh_audit_records_total') >= 1);
+    assert.ok(sample(text, 'dsh_audit_write_batches_total') >= 1);
+    assert.ok(sample(text, 'dsh_audit_write_seconds_total') > 0);
+    assert.ok(sample(text, 'dsh_audit_write_seconds_max') > 0);
+    for (const [name, type] of [['dsh_audit_records_total', 'counter'], ['dsh_audit_dropped_total', 'counter'],
+      ['dsh_audit_refused_total', 'counter'], ['dsh_audit_queue_bytes', 'gauge'], ['dsh_audit_healthy', 'gauge'],
+      ['dsh_audit_write_seconds_total', 'counter'], ['dsh_audit_write_batches_total', 'counter'],
+      ['dsh_audit_write_seconds_max', 'gauge']]) {
+      assert.match(text, new RegExp(`^# TYPE ${name} ${type}$`, 'm'));
+      assert.match(text, new RegExp(`^# HELP ${name} \\S`, 'm'));
+      assert.ok(sample(text, name) >= 0, name);
+    }
+    assert.match(text, /^dsh_audit_info\{chain="[^"]+",store="sqlite"\} 1$/m);
   }
   else
     test.diagnostic?.('this broker has no STATS yet: only the broker-level metrics are checked');
@@ -177,7 +263,7 @@ test('a token guards every endpoint; /?token= trades it for an HttpOnly SameSite
   fs.writeFileSync(tokenFile, 's3cret-token\n');
   const guarded = await startMonitor(broker.endpoint, ['--token-file', tokenFile]);
   try {
-    for (const where of ['/', '/metrics', '/api/tools', '/api/stats', '/api/events']) {
+    for (const where of ['/', '/metrics', '/api/tools', '/api/stats', '/api/audit', '/api/events']) {
       const refused = await fetch(guarded.url + where);
       assert.equal(refused.status, 401, where);
       assert.equal(refused.headers.get('www-authenticate'), 'Bearer');
@@ -188,6 +274,13 @@ test('a token guards every endpoint; /?token= trades it for an HttpOnly SameSite
     }
     const bearer = { Authorization: 'Bearer s3cret-token' };
     assert.ok((await getJson(guarded.url + '/api/stats', bearer)).at);
+    //  A viewer with the token is shown the calls' arguments too
+    const audited = await waitFor(async () => {
+      //  503 until its first poll reached the broker
+      const response = await fetch(guarded.url + '/api/audit?agent=auditee-1&tool=echo', { headers: bearer });
+      return response.status === 200 ? response.json() : (await response.text(), null);
+    }, { what: 'the guarded monitor to answer /api/audit' });
+    assert.equal(audited.records[0].record.arguments.message, 'marker-5150');
     const events = await openEvents(guarded.url, bearer);
     await events.next('snapshot');
     events.close();

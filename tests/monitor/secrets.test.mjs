@@ -2,7 +2,9 @@
 //  monitor that follows a CURVE broker needs a token, even on loopback,
 //  and refuses /api/stats without it; a plain loopback monitor without a
 //  token serves the stats but no call's arguments; with a token, the
-//  pending approvals' argument previews are there.
+//  pending approvals' argument previews are there. And what its key may
+//  read: the latest calls need an admin or auditor key, else /api/audit
+//  says the broker refused.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
@@ -38,8 +40,10 @@ function keygen(name, role, extra = []) {
 test('following a CURVE broker: no start without a token, and /api/stats needs it', async () => {
   const brokerCert = keygen('broker', 'admin');
   const monitorCert = keygen('monitor', 'approver');
+  const auditorCert = keygen('auditor', 'auditor');
   fs.mkdirSync(path.join(dir, 'allow'));
   fs.copyFileSync(monitorCert, path.join(dir, 'allow', 'monitor.cert'));
+  fs.copyFileSync(auditorCert, path.join(dir, 'allow', 'auditor.cert'));
   const broker = await startBroker(await brokerPort(), ['--cert', brokerCert, '--allow', path.join(dir, 'allow')]);
   children.push(broker.child);
   const keys = ['--cert', monitorCert, '--broker-cert', brokerCert];
@@ -60,6 +64,26 @@ test('following a CURVE broker: no start without a token, and /api/stats needs i
   //  The token gets the stats, from a broker reached over CURVE
   await waitFor(async () => (await getJson(monitor.url + '/api/stats', bearer)).reachable,
     { what: 'the CURVE broker to answer the monitor' });
+  assert.equal((await fetch(monitor.url + '/api/audit')).status, 401);
+
+  //  An approver's key may not read the audit trail: said, not a broken answer
+  const audit = async (url) => {
+    const response = await fetch(url + '/api/audit', { headers: bearer });
+    return response.status === 503 ? (await response.text(), null) : { status: response.status, body: await response.json() };
+  };
+  const forbidden = await waitFor(() => audit(monitor.url), { what: "the broker's answer to the approver's AUDIT" });
+  assert.equal(forbidden.status, 502);
+  assert.equal(forbidden.body.ok, false);
+  assert.equal(forbidden.body.code, 'FORBIDDEN');
+  assert.match(forbidden.body.error, /needs an admin or auditor key/);
+  //  An auditor's key reads it
+  const auditing = await startMonitor(broker.endpoint, ['--cert', auditorCert, '--broker-cert', brokerCert,
+    '--token-file', tokenFile]);
+  children.push(auditing.child);
+  const read = await waitFor(() => audit(auditing.url), { what: "the broker's answer to the auditor's AUDIT" });
+  assert.equal(read.status, 200, JSON.stringify(read.body));
+  assert.equal(read.body.ok, true);
+  assert.ok(Array.isArray(read.body.records));
 });
 
 test('arguments of pending calls: only for a viewer that presented the token', async () => {

@@ -12,6 +12,10 @@ block's text promises is checked:
                      with a snapshot; `dsh approver` gets a "y" per request;
                      a planning agent's write_file is refused at once, with
                      no request to the approver
+  auditing           every line exits 0, after using-it: planner-7's echo is
+                     in its records, the approved write_file's record names
+                     its approver, the DENIED ones name the stage that
+                     refused, and the chain verifies
   c-component        compiled with the README's pkg-config line (against the
                      build tree's uninstalled libdsh), called by `dsh call`;
                      a second copy under the same id logs its refusal
@@ -58,7 +62,8 @@ README = os.environ.get("DSH_README") or os.path.join(SOURCE, "README.md")
 CONFIG = os.environ.get("DSH_BROKER_CONFIG") or os.path.join(SOURCE, "deploy", "dsh-broker.cfg")
 README_ENDPOINT = "tcp://127.0.0.1:7570"
 MARKER = re.compile(r"<!-- readme-test: (\S+) -->\n```(\w*)\n(.*?)\n```", re.S)
-BLOCKS = ["using-it", "c-component", "python-client", "python-component", "typescript", "mcp-client-config"]
+BLOCKS = ["using-it", "auditing", "c-component", "python-client", "python-component", "typescript",
+          "mcp-client-config"]
 #  Where the MCP client config says the checkout is
 README_CHECKOUT = "/path/to/dsh"
 #  What the MCP TypeScript SDK's stdio transport lets a server inherit
@@ -286,6 +291,40 @@ def test_using_it(code, env, work):
     finally:
         if approver:
             approver.stop()
+
+
+def test_auditing(code, env, work):
+    lines = [line for line in code.split("\n") if line.strip() and not line.lstrip().startswith("#")]
+    prefix = "\n".join(line for line in lines if re.match(r"^[A-Za-z_]\w*=", line))
+    outputs = {}
+    for line in lines:
+        if re.match(r"^[A-Za-z_]\w*=", line):
+            continue
+        command = line.split("#", 1)[0].strip()
+        print("readme: auditing: %s" % command, flush=True)
+        #  The writer is a thread of its own: a record lands within a moment
+        rc, out, err = run(prefix + "\n" + line, env, cwd=work, shell=True)
+        if rc == 0 and "--agent planner-7" in command and "audit" in command:
+            until(lambda: '"echo"' in run(prefix + "\n" + line, env, cwd=work, shell=True)[1], timeout=5)
+            rc, out, err = run(prefix + "\n" + line, env, cwd=work, shell=True)
+        if rc != 0:
+            fail("auditing", "%r: exit %s: %s" % (command, rc, (err or out).strip()[:300]))
+        outputs[command] = out
+    records = lambda text: [json.loads(row) for row in text.splitlines() if row.strip()]
+    for command, out in outputs.items():
+        if "audit --agent planner-7" in command:
+            if not any(r.get("tool") == "echo" and r.get("agent") == "planner-7" for r in records(out)):
+                fail("auditing", "%r: planner-7's echo is not there: %s" % (command, out.strip()[:300]))
+        if "audit --tool write_file" in command:
+            approved = [r for r in records(out) if r.get("outcome") == "ok"]
+            if not approved or not approved[-1].get("approval", {}).get("approver"):
+                fail("auditing", "%r: no approved write_file naming its approver: %s" % (command, out.strip()[:400]))
+        if "audit --outcome DENIED" in command:
+            denied = records(out)
+            if not denied or not all(any(s.get("verdict") == "answered" for s in r.get("stages", [])) for r in denied):
+                fail("auditing", "%r: the refusals do not say which stage refused: %s" % (command, out.strip()[:400]))
+        if command.endswith("audit verify") and '"ok": true' not in out:
+            fail("auditing", "%r: the chain does not verify: %s" % (command, out.strip()[:300]))
 
 
 def test_c_component(code, env, work):
@@ -625,6 +664,7 @@ def main():
             fail("main job", "dsh-demo and dsh-fs not served")
             return 1
         steps = [("using-it", lambda code: test_using_it(code, env, work)),
+                 ("auditing", lambda code: test_auditing(code, env, work)),
                  ("c-component", lambda code: test_c_component(code, env, work)),
                  ("python-client", lambda code: test_python_client(code, env, work, endpoint)),
                  ("python-component", lambda code: test_python_component(code, env, work, endpoint)),

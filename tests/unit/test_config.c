@@ -45,6 +45,7 @@ test_defaults (void **state)
     assert_int_equal (config->queue_limit, 10000);
     assert_int_equal (config->max_tool_bytes, 65536);
     assert_int_equal (config->max_tools, 1024);
+    assert_int_equal (config->max_announce_parts_bytes, 256 * 1024 * 1024);
     assert_int_equal (config->events_queue_bytes, 32 * 1024 * 1024);
     assert_false (config->verbose);
     dsh_config_destroy (&config);
@@ -158,7 +159,7 @@ test_bad_values (void **state)
     dsh_config_t *config = dsh_config_new ();
     const char *numeric [] = { "heartbeat_ms", "liveness", "call_timeout_ms", "max_call_timeout_ms",
                                "max_message_bytes", "queue_limit", "max_tool_bytes", "max_tools",
-                               "events_queue_bytes" };
+                               "events_queue_bytes", "max_announce_parts_bytes" };
     const char *not_numbers [] = { "", "abc", "12abc", "1.5", " ", "0x10", "99999999999999999999" };
     for (size_t key = 0; key < sizeof numeric / sizeof numeric [0]; key++)
         for (size_t value = 0; value < sizeof not_numbers / sizeof not_numbers [0]; value++)
@@ -179,6 +180,7 @@ test_bad_values (void **state)
     s_set_refused (config, "max_tool_bytes", "255");
     s_set_refused (config, "max_tools", "0");
     s_set_refused (config, "max_tools", "1000001");
+    s_set_refused (config, "max_announce_parts_bytes", "1023");
     s_set_refused (config, "events_queue_bytes", "1023");
     char text [32];
     snprintf (text, sizeof text, "%lld", (long long) INT_MAX + 1);

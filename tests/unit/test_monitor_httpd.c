@@ -3,8 +3,10 @@
     sockets: published documents, the first event of a stream, and a client
     that stops reading, which loses its stream while another one keeps
     getting every event and the broadcaster never waits; what trusted and
-    untrusted viewers are shown; and dsh_http's limits: headers that
-    trickle past their deadline, and connections from one address
+    untrusted viewers are shown; questions the loop answers (checked
+    parameters, the fd it polls, at most so many waiting, and an answer at
+    stop); and dsh_http's limits: headers that trickle past their
+    deadline, and connections from one address
     =========================================================================
 */
 
@@ -355,6 +357,164 @@ test_client_leaving_is_quiet (void **state)
     fclose (log);
 }
 
+//  A question's check: takes "n" alone (any text but "bad"), and "n" is
+//  what the loop is asked.
+static json_t *
+s_check_n (const json_t *parameters, char *error, size_t error_size)
+{
+    const char *n = json_string_value (json_object_get (parameters, "n"));
+    if (json_object_size (parameters) != 1 || !n || streq (n, "bad")) {
+        snprintf (error, error_size, "n is wanted, and not \"bad\"");
+        return NULL;
+    }
+    return json_pack ("{s:s}", "n", n);
+}
+
+//  Whether fd is readable within timeout_ms.
+static bool
+s_readable (int fd, int timeout_ms)
+{
+    struct pollfd item = { .fd = fd, .events = POLLIN };
+    return poll (&item, 1, timeout_ms) == 1;
+}
+
+//  What the server sent on fd (a request that closes its connection), and fd closed.
+static void
+s_response (int fd, char *text, size_t capacity)
+{
+    text [0] = 0;
+    s_read_until (fd, 0, SIZE_MAX, 5000, text, capacity);
+    close (fd);
+}
+
+static void
+test_questions (void **state)
+{
+    (void) state;
+    char error [256];
+    char text [4096];
+    dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", NULL, &s_limits, error, sizeof error);
+    assert_non_null (httpd);
+    dsh_monitor_httpd_ask (httpd, "/q", s_check_n);
+    int port = dsh_monitor_httpd_port (httpd);
+    int fd = dsh_monitor_httpd_fd (httpd);
+    const char *path;
+    uint64_t id;
+    bool trusted;
+    assert_null (dsh_monitor_httpd_recv (httpd, &path, &id, &trusted));
+    assert_false (s_readable (fd, 0));
+
+    //  Asked, taken from the fd, answered
+    int client = s_request_with (port, "/q?n=%3Cb%3E%20x", 0, "Connection: close\r\n");
+    assert_true (s_readable (fd, 5000));
+    json_t *asked = dsh_monitor_httpd_recv (httpd, &path, &id, &trusted);
+    assert_non_null (asked);
+    assert_string_equal (path, "/q");
+    assert_false (trusted);
+    assert_string_equal (json_string_value (json_object_get (asked, "n")), "<b> x");
+    json_decref (asked);
+    assert_null (dsh_monitor_httpd_recv (httpd, &path, &id, &trusted));
+    assert_false (s_readable (fd, 0));
+    //  Still waiting: nothing is sent before the answer
+    assert_false (s_readable (client, 200));
+    dsh_monitor_httpd_answer (httpd, id + 1000, 200, "application/json", "{\"wrong\":1}", 11);
+    dsh_monitor_httpd_answer (httpd, id, 502, "application/json", "{\"ok\":false}", 12);
+    s_response (client, text, sizeof text);
+    assert_non_null (strstr (text, "HTTP/1.1 502"));
+    assert_non_null (strstr (text, "application/json"));
+    assert_non_null (strstr (text, "nosniff"));
+    assert_non_null (strstr (text, "{\"ok\":false}"));
+    assert_null (strstr (text, "wrong"));
+
+    //  Refused before the loop hears of them: the check's reason, a
+    //  parameter twice, one that is not UTF-8
+    const char *refused [][2] = {
+        { "/q?n=bad", "n is wanted, and not \"bad\"" },
+        { "/q?m=1", "n is wanted" },
+        { "/q?n=1&n=2", "given twice" },
+        { "/q?n=%FF", "not UTF-8 text" },
+    };
+    for (size_t index = 0; index < sizeof refused / sizeof refused [0]; index++) {
+        s_response (s_request_with (port, refused [index][0], 0, "Connection: close\r\n"), text, sizeof text);
+        assert_non_null (strstr (text, "HTTP/1.1 400"));
+        if (!strstr (text, refused [index][1]))
+            fail_msg ("%s: %s", refused [index][0], text);
+    }
+    assert_false (s_readable (fd, 0));
+    assert_null (dsh_monitor_httpd_recv (httpd, &path, &id, &trusted));
+
+    //  At most DSH_MONITOR_HTTPD_MAX_QUESTIONS wait; then one more is 503
+    int waiting [DSH_MONITOR_HTTPD_MAX_QUESTIONS];
+    uint64_t ids [DSH_MONITOR_HTTPD_MAX_QUESTIONS];
+    size_t taken = 0;
+    for (size_t index = 0; index < DSH_MONITOR_HTTPD_MAX_QUESTIONS; index++) {
+        char *where = zsys_sprintf ("/q?n=%zu", index);
+        waiting [index] = s_request_with (port, where, 0, "Connection: close\r\n");
+        zstr_free (&where);
+    }
+    int64_t give_up = zclock_mono () + 10000;
+    while (taken < DSH_MONITOR_HTTPD_MAX_QUESTIONS && zclock_mono () < give_up) {
+        if (!s_readable (fd, 100))
+            continue;
+        while (taken < DSH_MONITOR_HTTPD_MAX_QUESTIONS
+           && (asked = dsh_monitor_httpd_recv (httpd, &path, &ids [taken], &trusted))) {
+            json_decref (asked);
+            taken++;
+        }
+    }
+    assert_int_equal (taken, DSH_MONITOR_HTTPD_MAX_QUESTIONS);
+    s_response (s_request_with (port, "/q?n=one-more", 0, "Connection: close\r\n"), text, sizeof text);
+    assert_non_null (strstr (text, "HTTP/1.1 503"));
+    //  Each gets its own answer
+    for (size_t index = 0; index < taken; index++) {
+        char *body = zsys_sprintf ("answer %" PRIu64, ids [index]);
+        dsh_monitor_httpd_answer (httpd, ids [index], 200, "text/plain", body, strlen (body));
+        zstr_free (&body);
+    }
+    for (size_t index = 0; index < taken; index++) {
+        s_response (waiting [index], text, sizeof text);
+        assert_non_null (strstr (text, "HTTP/1.1 200"));
+        assert_non_null (strstr (text, "answer "));
+    }
+
+    //  A question the loop never answers is answered 503 at stop
+    client = s_request_with (port, "/q?n=late", 0, "Connection: close\r\n");
+    assert_true (s_readable (fd, 5000));
+    dsh_monitor_httpd_destroy (&httpd);
+    s_response (client, text, sizeof text);
+    assert_non_null (strstr (text, "HTTP/1.1 503"));
+    assert_non_null (strstr (text, "the monitor is stopping"));
+}
+
+//  With a token, a question needs it like any request, and says whether
+//  its viewer presented it.
+static void
+test_question_trusted (void **state)
+{
+    (void) state;
+    char error [256];
+    char text [4096];
+    dsh_monitor_httpd_t *httpd = dsh_monitor_httpd_new ("127.0.0.1:0", "t0ken", &s_limits, error, sizeof error);
+    assert_non_null (httpd);
+    dsh_monitor_httpd_ask (httpd, "/q", s_check_n);
+    int port = dsh_monitor_httpd_port (httpd);
+    s_response (s_request_with (port, "/q?n=1", 0, "Connection: close\r\n"), text, sizeof text);
+    assert_non_null (strstr (text, "HTTP/1.1 401"));
+    int client = s_request_with (port, "/q?n=1", 0, "Connection: close\r\nAuthorization: Bearer t0ken\r\n");
+    assert_true (s_readable (dsh_monitor_httpd_fd (httpd), 5000));
+    const char *path;
+    uint64_t id;
+    bool trusted = false;
+    json_t *asked = dsh_monitor_httpd_recv (httpd, &path, &id, &trusted);
+    assert_non_null (asked);
+    assert_true (trusted);
+    json_decref (asked);
+    dsh_monitor_httpd_answer (httpd, id, 200, "application/json", "{}", 2);
+    s_response (client, text, sizeof text);
+    assert_non_null (strstr (text, "HTTP/1.1 200"));
+    dsh_monitor_httpd_destroy (&httpd);
+}
+
 int
 main (void)
 {
@@ -365,6 +525,8 @@ main (void)
         cmocka_unit_test (test_header_deadline),
         cmocka_unit_test (test_per_address_limit),
         cmocka_unit_test (test_client_leaving_is_quiet),
+        cmocka_unit_test (test_questions),
+        cmocka_unit_test (test_question_trusted),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

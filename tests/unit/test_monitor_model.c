@@ -2,7 +2,8 @@
     test_monitor_model - dsh-monitor's model and metrics without sockets:
     the tool set from a snapshot and change events, rates and quantiles
     between polls (and none across a new epoch), and the Prometheus text
-    with untrusted names escaped
+    with untrusted names escaped, the audit trail's writer in it only
+    when the broker keeps one
     =========================================================================
 */
 
@@ -267,6 +268,51 @@ test_last_known (void **state)
     dsh_monitor_model_destroy (&model);
 }
 
+//  STATS audit as metrics: counters and gauges with HELP and TYPE, the
+//  write time in seconds; none of them with the audit off (nil).
+static void
+test_audit_metrics (void **state)
+{
+    (void) state;
+    json_t *tools = s_json ("{\"tools\": [], \"components\": []}");
+    json_t *stats = s_poll (1, 1, 0, 1, 0);
+    json_object_set_new (json_object_get (stats, "stats"), "audit",
+                         s_json ("{\"name\": \"b\\\"1\", \"store\": \"sqlite\", \"healthy\": true, \"records\": 12,"
+                                 " \"dropped\": 3, \"refused\": 4, \"queueBytes\": 2048, \"batches\": 5,"
+                                 " \"writeUsTotal\": 2500000, \"writeUsMax\": 1250}"));
+    char *text = dsh_monitor_metrics (tools, stats);
+    const char *expected [] = {
+        "dsh_audit_info{chain=\"b\\\"1\",store=\"sqlite\"} 1\n",
+        "# TYPE dsh_audit_healthy gauge\ndsh_audit_healthy 1\n",
+        "# TYPE dsh_audit_records_total counter\ndsh_audit_records_total 12\n",
+        "# TYPE dsh_audit_dropped_total counter\ndsh_audit_dropped_total 3\n",
+        "# TYPE dsh_audit_refused_total counter\ndsh_audit_refused_total 4\n",
+        "# TYPE dsh_audit_queue_bytes gauge\ndsh_audit_queue_bytes 2048\n",
+        "# TYPE dsh_audit_write_batches_total counter\ndsh_audit_write_batches_total 5\n",
+        "# TYPE dsh_audit_write_seconds_total counter\ndsh_audit_write_seconds_total 2.500000\n",
+        "# TYPE dsh_audit_write_seconds_max gauge\ndsh_audit_write_seconds_max 0.001250\n",
+        "# HELP dsh_audit_write_seconds_total ",
+        NULL
+    };
+    for (size_t index = 0; expected [index]; index++)
+        if (!strstr (text, expected [index]))
+            fail_msg ("no \"%s\" in:\n%s", expected [index], text);
+    free (text);
+    //  A store that failed its last write
+    json_object_set_new (json_object_get (json_object_get (stats, "stats"), "audit"), "healthy", json_false ());
+    text = dsh_monitor_metrics (tools, stats);
+    assert_non_null (strstr (text, "\ndsh_audit_healthy 0\n"));
+    free (text);
+    //  The audit off
+    json_object_set_new (json_object_get (stats, "stats"), "audit", json_null ());
+    text = dsh_monitor_metrics (tools, stats);
+    assert_null (strstr (text, "dsh_audit_"));
+    assert_non_null (strstr (text, "dsh_answered_calls_total 1\n"));
+    free (text);
+    json_decref (stats);
+    json_decref (tools);
+}
+
 int
 main (void)
 {
@@ -275,6 +321,7 @@ main (void)
         cmocka_unit_test (test_tool_set),
         cmocka_unit_test (test_rates),
         cmocka_unit_test (test_last_known),
+        cmocka_unit_test (test_audit_metrics),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

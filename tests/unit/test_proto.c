@@ -1557,6 +1557,48 @@ test_decode_presence (void **state)
     assert_int_equal (dsh_proto_decode_presence (doc, DSH_HEARTBEAT, &presence, error, sizeof error), 0);
 }
 
+//  An ANNOUNCE in parts: part and parts both or neither, parts 2 or more,
+//  part below it; without them the ANNOUNCE is the whole set (parts 0)
+static void
+test_decode_presence_parts (void **state)
+{
+    (void) state;
+    dsh_presence_t presence;
+    char error [256] = "";
+    dsh_doc_t *doc = s_doc ("{\"component\":\"c\",\"generation\":1,\"tools\":[]}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), 0);
+    assert_int_equal (presence.parts, 0);
+    assert_int_equal (presence.part, 0);
+    doc = s_doc ("{\"component\":\"c\",\"generation\":1,\"part\":2,\"parts\":3,\"tools\":[]}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), 0);
+    assert_int_equal (presence.part, 2);
+    assert_int_equal (presence.parts, 3);
+    doc = s_doc ("{\"component\":\"c\",\"generation\":1,\"part\":0,\"parts\":2,\"tools\":[]}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), 0);
+    assert_int_equal (presence.parts, 2);
+    const char *bad [] = {
+        "{\"component\":\"c\",\"generation\":1,\"part\":0,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"parts\":3,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"part\":0,\"parts\":1,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"part\":0,\"parts\":0,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"part\":3,\"parts\":3,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"part\":-1,\"parts\":3,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"part\":\"0\",\"parts\":3,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"part\":0,\"parts\":2.0,\"tools\":[]}",
+        "{\"component\":\"c\",\"generation\":1,\"part\":null,\"parts\":2,\"tools\":[]}",
+    };
+    for (size_t index = 0; index < sizeof bad / sizeof bad [0]; index++) {
+        doc = s_doc (bad [index]);
+        if (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error) != -1)
+            fail_msg ("ANNOUNCE %s accepted", bad [index]);
+        s_assert_contains (error, "part");
+    }
+    //  HEARTBEAT and WITHDRAW read no parts
+    doc = s_doc ("{\"component\":\"c\",\"generation\":1,\"part\":5}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_HEARTBEAT, &presence, error, sizeof error), 0);
+    assert_int_equal (presence.parts, 0);
+}
+
 // ---------------------------------------------------------------------------
 //  Packer
 
@@ -1714,6 +1756,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_check_content, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_check_tool, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_decode_presence, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_presence_parts, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_packer, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_packer_map, s_setup, s_teardown),
     };

@@ -10,7 +10,8 @@
     RESULT, and malformed messages change nothing. Tools are added and
     removed through the actor pipe; a steady stream of adds at run time is
     announced once every 250 ms, not at every add, and still while it
-    lasts; a held provider nobody starts starts by itself.
+    lasts; a set over the broker's message limit is announced in parts; a
+    held provider nobody starts starts by itself.
 
     Every wait has a timeout, so a broken provider fails instead of hanging.
     =========================================================================
@@ -194,6 +195,8 @@ s_head (zframe_t *routing_id, const char *command)
 
 //  Whether s_broker_start's provider runs its handlers inline.
 static bool s_inline_handlers = false;
+//  The maxMessageBytes its WELCOME states, 0 for none.
+static int s_max_message_bytes = 0;
 
 static void
 s_broker_start (s_broker_t *self, size_t workers, size_t queue_limit)
@@ -241,7 +244,11 @@ s_broker_start (s_broker_t *self, size_t workers, size_t queue_limit)
     zmsg_destroy (&msg);
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    msgpack_pack_map (&packer.pk, 4);
+    msgpack_pack_map (&packer.pk, s_max_message_bytes? 5: 4);
+    if (s_max_message_bytes) {
+        dsh_pack_cstr (&packer.pk, "maxMessageBytes");
+        msgpack_pack_uint32 (&packer.pk, (uint32_t) s_max_message_bytes);
+    }
     dsh_packer_kv_str (&packer, "announce", announce);
     dsh_packer_kv_str (&packer, "work", work);
     dsh_pack_cstr (&packer.pk, "heartbeatMs");
@@ -645,6 +652,98 @@ test_announce_concurrency (void **state)
     s_broker_stop (&broker);
 }
 
+//  A tool set within the WELCOME's maxMessageBytes goes in one ANNOUNCE;
+//  one over it in the fewest parts that each fit (256 bytes to spare), the
+//  tools in order, at one generation, each part as full as it can be; a
+//  tool too large for a message of its own is left out
+static void
+test_announce_in_parts (void **state)
+{
+    (void) state;
+    s_max_message_bytes = 4096;
+    s_broker_t broker;
+    s_broker_start (&broker, 1, 16);
+    zmsg_t *announce = s_announce_on_sync (&broker);
+    assert_int_equal (s_announced_tools (&announce, NULL), 4);
+    char description [301];
+    memset (description, 'd', 300);
+    description [300] = 0;
+    for (int index = 0; index < 40; index++) {
+        char *entry = zsys_sprintf ("{\"name\": \"many_%02d\", \"description\": \"%s\", "
+                                    "\"parameters\": {\"type\": \"object\"}}", index, description);
+        assert_int_equal (dsh_provider_add_raw (broker.provider, entry, s_echo, NULL), 0);
+        zstr_free (&entry);
+        if (index == 20) {
+            char *big = (char *) zmalloc (5000);
+            memset (big, 'x', 4999);
+            entry = zsys_sprintf ("{\"name\": \"too_big\", \"description\": \"%s\", "
+                                  "\"parameters\": {\"type\": \"object\"}}", big);
+            assert_int_equal (dsh_provider_add_raw (broker.provider, entry, s_echo, NULL), 0);
+            zstr_free (&entry);
+            free (big);
+        }
+    }
+    //  The announcements until one whole set in parts came
+    char names [2048] = "";
+    size_t bodies [64], entry_sizes [64], parts = 0, next_part = 0;
+    uint64_t generation = 0;
+    int64_t give_up = zclock_mono () + WAIT_MS;
+    while (zclock_mono () < give_up && (parts == 0 || next_part < parts)) {
+        announce = s_next_announce (&broker, WAIT_MS);
+        assert_non_null (announce);
+        zframe_t *body = zmsg_last (announce);
+        char error [256];
+        dsh_doc_t *doc = dsh_doc_new (zframe_data (body), zframe_size (body), error, sizeof (error));
+        assert_non_null (doc);
+        dsh_presence_t presence;
+        assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof (error)), 0);
+        assert_true (zframe_size (body) <= 4096 - 256);
+        if (presence.parts && presence.part == 0) {
+            parts = (size_t) presence.parts;
+            assert_true (parts < 64);
+            next_part = 0;
+            generation = presence.generation;
+            *names = 0;
+        }
+        if (presence.parts && presence.part == next_part && presence.generation == generation) {
+            bodies [next_part] = zframe_size (body);
+            const msgpack_object_array *tools = &presence.tools->via.array;
+            assert_true (tools->size > 0);
+            msgpack_sbuffer first;
+            msgpack_sbuffer_init (&first);
+            msgpack_packer pk;
+            msgpack_packer_init (&pk, &first, msgpack_sbuffer_write);
+            msgpack_pack_object (&pk, tools->ptr [0]);
+            entry_sizes [next_part] = first.size;
+            msgpack_sbuffer_destroy (&first);
+            for (uint32_t index = 0; index < tools->size; index++) {
+                const msgpack_object *name = dsh_map_get (&tools->ptr [index], "name");
+                size_t used = strlen (names);
+                snprintf (names + used, sizeof (names) - used, "%.*s ", (int) name->via.str.size,
+                          name->via.str.ptr);
+            }
+            next_part++;
+        }
+        dsh_doc_destroy (&doc);
+        zmsg_destroy (&announce);
+    }
+    assert_true (parts >= 3);
+    assert_int_equal (next_part, parts);
+    //  Every tool but the one too large, in order
+    char expected [2048] = "echo progress hold defer ";
+    for (int index = 0; index < 40; index++) {
+        size_t used = strlen (expected);
+        snprintf (expected + used, sizeof (expected) - used, "many_%02d ", index);
+    }
+    assert_string_equal (names, expected);
+    //  No part could have taken the next one's first tool (the room for
+    //  the largest part and parts, and tools' array header, aside)
+    for (size_t part = 0; part + 1 < parts; part++)
+        assert_true (bodies [part] + entry_sizes [part + 1] > 4096 - 256 - 16);
+    s_max_message_bytes = 0;
+    s_broker_stop (&broker);
+}
+
 //  Changes at run time are announced together: a steady stream of adds
 //  (one every 2 ms, never quiet for the 10 ms an ANNOUNCE waits for) is
 //  announced once every 250 ms, and still while it lasts; once it stops,
@@ -758,6 +857,7 @@ main (void)
         cmocka_unit_test (test_cancel_and_overload),
         cmocka_unit_test (test_tools),
         cmocka_unit_test (test_announce_concurrency),
+        cmocka_unit_test (test_announce_in_parts),
         cmocka_unit_test (test_changes_announced_together),
         cmocka_unit_test (test_held_starts_by_itself),
     };

@@ -11,7 +11,7 @@ import { Dealer, Publisher } from 'zeromq';
 import { CurveKeys, CurveOptions, Handshake, loadCurve } from './curve.js';
 import {
   Body, CallResult, ContentBlock, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, Outbox, PROTOCOL,
-  WORK_FROM_BROKER, brokerList, errorResult, frames, nextId, pack, parse, resolveEndpoint,
+  WORK_FROM_BROKER, announceBodies, brokerList, errorResult, frames, nextId, pack, parse, resolveEndpoint,
 } from './wire.js';
 import type { ToolEntry } from './client.js';
 
@@ -152,6 +152,18 @@ export class Component extends EventEmitter {
     return this.links.map((link) => link.handshakeFailure).find((failure) => failure !== undefined);
   }
 
+  //  A tool too large for any ANNOUNCE to a broker: told once, as refusals
+  //  are, since the broker never sees it to refuse it.
+  tooLarge(broker: string, entry: unknown, size: number, maxMessageBytes: number): void {
+    const name = String((entry as { name?: unknown })?.name);
+    const key = JSON.stringify([broker, name, 'too large']);
+    if (!this.told.has(key) && this.told.size < 1000) {
+      this.told.add(key);
+      this.log(`${this.id}: tool ${name} is ${size} bytes, more than an ANNOUNCE to the broker at ${broker} can `
+        + `carry (its messages are at most ${maxMessageBytes} bytes): it is not announced there`);
+    }
+  }
+
   presence(command: string): Body {
     const body: Body = { component: this.id, generation: this.generation };
     if (command === 'ANNOUNCE') {
@@ -275,6 +287,7 @@ export class Link {
   readonly serial = ++linkSerial;
   private front?: Dealer;
   private pub?: Publisher;
+  private pubOut?: Outbox;
   private work?: Dealer;
   private workOut?: Outbox;
   private frontHandshake?: Handshake;
@@ -285,6 +298,7 @@ export class Link {
   private heardAt = 0;
   private heartbeatMs = DEFAULT_HEARTBEAT_MS;
   private liveness = DEFAULT_LIVENESS;
+  private maxMessageBytes = MAX_MESSAGE_BYTES;
   private workHandshakes = 0;
   private running = false;
   private stopping = false;
@@ -334,9 +348,12 @@ export class Link {
     }
     this.heartbeatMs = Number(welcome.heartbeatMs) || DEFAULT_HEARTBEAT_MS;
     this.liveness = Number(welcome.liveness) || DEFAULT_LIVENESS;
+    const maxMessageBytes = Number(welcome.maxMessageBytes);
+    this.maxMessageBytes = Number.isInteger(maxMessageBytes) && maxMessageBytes > 0 && maxMessageBytes <= 2 ** 31 - 1
+      ? maxMessageBytes : MAX_MESSAGE_BYTES;
     const zmtp = {
       linger: 1000,
-      maxMessageSize: Number(welcome.maxMessageBytes) || MAX_MESSAGE_BYTES,
+      maxMessageSize: this.maxMessageBytes,
       //  No ZMTP heartbeats: HEARTBEAT and the broker's answers on WORK
       //  are the liveness (PROTOCOL.md, Liveness: connections)
       tcpKeepalive: 1,
@@ -351,6 +368,7 @@ export class Link {
     pub.connect(resolveEndpoint(String(welcome.announce), this.frontEndpoint));
     const work = new Dealer({ ...zmtp, routingId: `${this.owner.id} ${randomUUID()}` });
     this.pub = pub;
+    this.pubOut = new Outbox(pub);
     this.work = work;
     this.workOut = new Outbox(work);
     this.workHandshakes = 0;
@@ -392,10 +410,18 @@ export class Link {
     this.send(frames('HELLO', { component: this.owner.id, generation: this.owner.presence('HELLO').generation }));
   }
 
+  //  HEARTBEAT, WITHDRAW, or the tool set: in one ANNOUNCE if it fits in the
+  //  broker's messages, else in parts, back to back (PROTOCOL.md, The
+  //  announce channel).
   private publish(command: string): void {
-    if (this.pub && !this.pub.closed)
-      void this.pub.send([Buffer.from(PROTOCOL), Buffer.from(command), pack(this.owner.presence(command))])
-        .catch(() => undefined);
+    if (!this.pub || this.pub.closed)
+      return;
+    const { tools, ...head } = this.owner.presence(command);
+    const bodies = command !== 'ANNOUNCE' ? [pack(head)]
+      : announceBodies(head, tools as unknown[], this.maxMessageBytes,
+        (entry, size) => this.owner.tooLarge(this.frontEndpoint, entry, size, this.maxMessageBytes));
+    for (const body of bodies)
+      this.pubOut?.send([Buffer.from(PROTOCOL), Buffer.from(command), body]);
   }
 
   //  The tool set changed: HELLO with the new generation, then ANNOUNCE
@@ -471,6 +497,6 @@ export class Link {
     for (const socket of [this.front, this.pub, this.work])
       if (socket && !socket.closed)
         socket.close();
-    this.front = this.pub = this.work = this.workOut = this.frontHandshake = this.workHandshake = undefined;
+    this.front = this.pub = this.work = this.workOut = this.pubOut = this.frontHandshake = this.workHandshake = undefined;
   }
 }

@@ -75,6 +75,68 @@ export function unpack(frame: Uint8Array): Body | null {
   return propertiesIn(value) === keysRead ? value as Body : null;
 }
 
+//  An ANNOUNCE's body stays this far under the broker's maxMessageBytes:
+//  room for what the transport adds to a frame (the C SDK's margin).
+export const ANNOUNCE_MARGIN = 256;
+const LARGEST_ARRAY_HEADER = 5;
+
+function containerHeader(count: number, fix: number, sixteen: number, thirtyTwo: number): Uint8Array {
+  if (count < 16)
+    return Uint8Array.of(fix | count);
+  const header = Buffer.alloc(count < 0x10000 ? 3 : 5);
+  header[0] = count < 0x10000 ? sixteen : thirtyTwo;
+  if (count < 0x10000)
+    header.writeUInt16BE(count, 1);
+  else
+    header.writeUInt32BE(count, 1);
+  return header;
+}
+
+//  An ANNOUNCE body: head's fields, part and parts if given, and the
+//  already packed entries as tools.
+function announceBody(head: Body, packed: Uint8Array[], part?: number, parts?: number): Uint8Array {
+  const fields: Body = parts === undefined ? { ...head } : { ...head, part, parts };
+  const chunks: Uint8Array[] = [containerHeader(Object.keys(fields).length + 1, 0x80, 0xde, 0xdf)];
+  for (const [key, value] of Object.entries(fields))
+    chunks.push(pack(key), pack(value));
+  chunks.push(pack('tools'), containerHeader(packed.length, 0x90, 0xdc, 0xdd), ...packed);
+  return Buffer.concat(chunks);
+}
+
+//  The ANNOUNCE bodies of a tool set (PROTOCOL.md, The announce channel):
+//  one, head's fields and every entry, when it fits in maxMessageBytes (less
+//  ANNOUNCE_MARGIN); else the fewest parts that each fit, the entries in
+//  order, each with part and parts. An entry too large for a message of its
+//  own is left out (the broker could not take it), and tooLarge is told.
+export function announceBodies(head: Body, entries: unknown[], maxMessageBytes: number,
+  tooLarge?: (entry: unknown, size: number) => void): Uint8Array[] {
+  const limit = maxMessageBytes - ANNOUNCE_MARGIN;
+  const packed = entries.map((entry) => pack(entry));
+  const entryBytes = packed.reduce((sum, data) => sum + data.length, 0);
+  if (announceBody(head, []).length - 1 + LARGEST_ARRAY_HEADER + entryBytes <= limit)
+    return [announceBody(head, packed)];
+  const room = limit - (announceBody(head, [], 2 ** 32 - 1, 2 ** 32 - 1).length - 1 + LARGEST_ARRAY_HEADER);
+  const slices: Uint8Array[][] = [];
+  let used = 0;
+  packed.forEach((data, index) => {
+    if (data.length > room) {
+      tooLarge?.(entries[index], data.length);
+      return;
+    }
+    //  Each slice as long as a message takes: no fewer parts can hold the
+    //  entries in order
+    if (slices.length === 0 || used + data.length > room) {
+      slices.push([]);
+      used = 0;
+    }
+    slices[slices.length - 1].push(data);
+    used += data.length;
+  });
+  if (slices.length <= 1)
+    return [announceBody(head, slices[0] ?? [])];
+  return slices.map((slice, part) => announceBody(head, slice, part, slices.length));
+}
+
 //  A ROUTER/DEALER message as a DEALER sends it: "" "DSH1" COMMAND [token] body.
 const EMPTY = new Uint8Array(0);
 const PROTOCOL_FRAME = Buffer.from(PROTOCOL);
@@ -188,6 +250,7 @@ const ERROR_NAMES: Record<string, string> = {
   CANCELLED: 'CancelledError',
   BROKER_GONE: 'BrokerGoneError',
   FORBIDDEN: 'ForbiddenError',
+  AUDIT_UNAVAILABLE: 'AuditUnavailableError',
 };
 
 //  An error result as dsh makes them: one text block, error {name, code}.

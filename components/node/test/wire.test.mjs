@@ -3,13 +3,14 @@
 //  as a malformed one is; bodies without repeats decode as before. Then a
 //  CALL that the C broker passes (its codec compares key bytes) but that
 //  Node would read otherwise ("A" and an overlong UTF-8 "A") is dropped by
-//  a Node component, which never runs the tool on it.
+//  a Node component, which never runs the tool on it. And a tool set too
+//  large for one message is split into parts (The announce channel).
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Dealer } from 'zeromq';
 import { encode } from '@msgpack/msgpack';
 import { ToolRegistry } from '../dist/index.js';
-import { parse, unpack } from '../dist/wire.js';
+import { ANNOUNCE_MARGIN, announceBodies, parse, unpack } from '../dist/wire.js';
 import { startBroker, stop, until, dshTools } from './helpers.mjs';
 
 //  A msgpack map from [key bytes, value bytes] pairs, written by hand so
@@ -127,4 +128,28 @@ test('a CALL whose arguments Node would read otherwise than the broker never rea
   assert.equal(merged.callId, 'c-merged');
   assert.equal(merged.error?.code, 'TIMEOUT', JSON.stringify(merged));
   assert.deepEqual(seen, [{ A: 1 }]);
+});
+
+test('a tool set too large for one message is split in order, each part within the limit', () => {
+  const head = { component: 'c', generation: 5, concurrency: 8 };
+  const entries = Array.from({ length: 200 }, (_, index) => ({
+    name: `t${index}`, description: 'd'.repeat(1000), parameters: { type: 'object' } }));
+  const [whole, ...none] = announceBodies(head, entries.slice(0, 10), 65536);
+  assert.equal(none.length, 0);
+  assert.deepEqual(unpack(whole), { ...head, tools: entries.slice(0, 10) });
+  const bodies = announceBodies(head, entries, 65536);
+  assert.ok(bodies.every((body) => body.length <= 65536 - ANNOUNCE_MARGIN));
+  const parts = bodies.map((body) => unpack(body));
+  assert.deepEqual(parts.map((part) => [part.part, part.parts]), [[0, 4], [1, 4], [2, 4], [3, 4]]);
+  assert.ok(parts.every((part) => part.component === 'c' && part.generation === 5 && part.concurrency === 8));
+  assert.deepEqual(parts.flatMap((part) => part.tools), entries);
+  const big = { name: 'big', description: 'x'.repeat(70000), parameters: { type: 'object' } };
+  const told = [];
+  const split = announceBodies(head, [...entries.slice(0, 3), big, ...entries.slice(3)], 65536,
+    (entry, size) => told.push([entry.name, size]));
+  assert.deepEqual(told.map(([name]) => name), ['big']);
+  assert.deepEqual(split.flatMap((body) => unpack(body).tools), entries);
+  const [alone, ...rest] = announceBodies(head, [entries[0], big], 65536, () => undefined);
+  assert.equal(rest.length, 0);
+  assert.deepEqual(unpack(alone), { ...head, tools: [entries[0]] });
 });

@@ -155,6 +155,7 @@ class _Link:
         self.pub = None
         self.heartbeat_ms = wire.DEFAULT_HEARTBEAT_MS
         self.liveness = wire.DEFAULT_LIVENESS
+        self.max_message_bytes = wire.MAX_MESSAGE_BYTES
         self.last_heard = time.monotonic()
         self.handshake = None
         self.hellos_for = 1             # the WORK handshakes a HELLO was sent after
@@ -368,6 +369,9 @@ class Component:
     async def _connect(self, link, welcome):
         link.heartbeat_ms = welcome.get("heartbeatMs") or wire.DEFAULT_HEARTBEAT_MS
         link.liveness = welcome.get("liveness") or wire.DEFAULT_LIVENESS
+        max_bytes = welcome.get("maxMessageBytes")
+        link.max_message_bytes = max_bytes if isinstance(max_bytes, int) and 0 < max_bytes <= 2**31 - 1 \
+            else wire.MAX_MESSAGE_BYTES
         link.pub = self._context.socket(zmq.PUB)
         wire.keepalive(link.pub, link.heartbeat_ms, link.liveness)
         secure(link.pub, self._cert, self._broker_cert)
@@ -422,17 +426,27 @@ class Component:
         if link.work.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             self._loop.call_soon(self._drain, link)
 
-    def _presence(self, link, command, **more):
+    def _presence(self, link, command, body=None):
+        """HEARTBEAT or WITHDRAW, or an ANNOUNCE's body (packed)."""
         if link.pub is not None:
             #  Reading ZMQ_EVENTS makes libzmq take in the broker's
             #  subscription now; a send alone may skip that (it throttles
             #  command processing), and a PUB drops what no subscription wants
             link.pub.getsockopt(zmq.EVENTS)
-            link.pub.send_multipart([wire.PROTOCOL, command.encode(),
-                                     wire.pack(dict(component=self.id, generation=self.generation, **more))])
+            if body is None:
+                body = wire.pack(dict(component=self.id, generation=self.generation))
+            link.pub.send_multipart([wire.PROTOCOL, command.encode(), body])
 
     def _announce(self, link):
-        self._presence(link, "ANNOUNCE", concurrency=self.concurrency, tools=self.entries())
+        """The tool set, in one ANNOUNCE if it fits in the broker's messages,
+        else in parts, back to back (PROTOCOL.md, The announce channel)."""
+        def too_large(entry, size):
+            log.warning("%s: tool %s is %d bytes, more than an ANNOUNCE to the broker at %s can carry (its "
+                        "messages are at most %d bytes): it is not announced there", self.id, entry.get("name"),
+                        size, link.front, link.max_message_bytes)
+        head = dict(component=self.id, generation=self.generation, concurrency=self.concurrency)
+        for body in wire.announce_bodies(head, self.entries(), link.max_message_bytes, too_large):
+            self._presence(link, "ANNOUNCE", body)
         self._ready.set()
 
     def _tools_changed(self):

@@ -35,6 +35,7 @@ ERROR_NAMES = {
     "MIDDLEWARE_FAILED": "MiddlewareError",
     "CANCELLED": "CancelledError",
     "FORBIDDEN": "ForbiddenError",
+    "AUDIT_UNAVAILABLE": "AuditUnavailableError",
     "BROKER_GONE": "BrokerGoneError",
 }
 
@@ -120,6 +121,57 @@ def dealer_message(command, body, token=None):
         frames.append(token)
     frames.append(body if isinstance(body, bytes) else pack(body))
     return frames
+
+
+#  An ANNOUNCE's body stays this far under the broker's maxMessageBytes:
+#  room for what the transport adds to a frame (the C SDK's margin)
+ANNOUNCE_MARGIN = 256
+
+
+def _announce_body(head, packed, part=None, parts=None):
+    """An ANNOUNCE body: head's fields, part and parts if given, and the
+    already packed entries as tools."""
+    fields = dict(head)
+    if parts is not None:
+        fields.update(part=part, parts=parts)
+    packer = msgpack.Packer(use_bin_type=True)
+    chunks = [packer.pack_map_header(len(fields) + 1)]
+    for key, value in fields.items():
+        chunks += [packer.pack(key), packer.pack(value)]
+    chunks += [packer.pack("tools"), packer.pack_array_header(len(packed))]
+    return b"".join(chunks + packed)
+
+
+def announce_bodies(head, entries, max_message_bytes, too_large=None):
+    """The ANNOUNCE bodies of a tool set (PROTOCOL.md, The announce channel):
+    one, head's fields and every entry, when it fits in max_message_bytes
+    (less ANNOUNCE_MARGIN); else the fewest parts that each fit, the entries
+    in order, each with part and parts. An entry too large for a message of
+    its own is left out (the broker could not take it), and too_large(entry,
+    size) is told of it."""
+    limit = max_message_bytes - ANNOUNCE_MARGIN
+    packed = [pack(entry) for entry in entries]
+    largest_array_header = 5
+    whole = len(_announce_body(head, [])) - 1 + largest_array_header + sum(map(len, packed))
+    if whole <= limit:
+        return [_announce_body(head, packed)]
+    room = limit - (len(_announce_body(head, [], 2**32 - 1, 2**32 - 1)) - 1 + largest_array_header)
+    slices, used = [], 0
+    for entry, data in zip(entries, packed):
+        if len(data) > room:
+            if too_large is not None:
+                too_large(entry, len(data))
+            continue
+        #  Each slice as long as a message takes: no fewer parts can hold
+        #  the entries in order
+        if not slices or used + len(data) > room:
+            slices.append([])
+            used = 0
+        slices[-1].append(data)
+        used += len(data)
+    if len(slices) <= 1:
+        return [_announce_body(head, slices[0] if slices else [])]
+    return [_announce_body(head, part_entries, part, len(slices)) for part, part_entries in enumerate(slices)]
 
 
 def parse_dealer(frames):
