@@ -966,8 +966,24 @@ s_query (dsh_client_t *self, const char *command, zframe_t **body_p, const char 
     dsh_reply_t *reply = NULL;
     for (size_t attempt = 0; !reply && attempt < count; attempt++) {
         zframe_t *copy = zframe_dup (body);
-        if (s_send (self, command, &copy)) {
-            snprintf (error, error_size, "cannot send to broker at %s: %s", self->endpoint, zmq_strerror (errno));
+        int rc = s_send (self, command, &copy);
+        //  No connection up yet (its handshake still runs, or failed): wait
+        //  a little for one, hearing what the socket says, and try again,
+        //  so a refusal is told as one (the broker requires CURVE, ...),
+        //  not as "cannot send"
+        while (rc && errno == EAGAIN && zclock_mono () < give_up && !dsh_client_handshake_failure (self)) {
+            int64_t pause = zclock_mono () + 50;
+            dsh_reply_t *early = s_wait_for (self, s_match_id, id, pause < give_up? pause: give_up, false);
+            if (early)
+                zlistx_add_end (self->stash, early);
+            copy = zframe_dup (body);
+            rc = s_send (self, command, &copy);
+        }
+        if (rc) {
+            if (dsh_client_handshake_failure (self))
+                dsh_client_explain_silence (self, timeout_ms, error, error_size);
+            else
+                snprintf (error, error_size, "cannot send to broker at %s: %s", self->endpoint, zmq_strerror (errno));
             break;
         }
         size_t failovers = self->failovers;

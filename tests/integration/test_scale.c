@@ -2,8 +2,10 @@
     test_scale - a broker under a storm of resynchronising watchers
 
     300 peers ask for a SNAPSHOT of 4 000 tools three times each, at once,
-    while 20 components heartbeat every 200 ms (so 600 ms without their
-    heartbeats heard would expire them). Every request gets exactly one
+    while 20 components heartbeat every 500 ms (so 1.5 s without their
+    heartbeats heard would expire them, and 1.5 s without an answer on WORK
+    would make them find the broker again: a 200 ms heartbeat left too
+    little room on a CI machine running the sanitizer suites beside). Every request gets exactly one
     reply: a peer's last request a SNAPSHOT of the whole catalog, its
     earlier ones a SNAPSHOT or, if a later one took their turn in the
     queue, an ERROR OVERLOADED; and no live component expires.
@@ -132,7 +134,7 @@ test_snapshot_storm (void **state)
 {
     (void) state;
     char endpoint [256];
-    dsh_testproc_t *broker = dsh_testkit_broker (200, NULL, endpoint, sizeof (endpoint));
+    dsh_testproc_t *broker = dsh_testkit_broker (500, NULL, endpoint, sizeof (endpoint));
     assert_non_null (broker);
     zsock_t *sub = dsh_testkit_events (endpoint, "", NULL, 10000);
     assert_non_null (sub);
@@ -202,8 +204,8 @@ test_snapshot_storm (void **state)
 
     //  Every component lived through it, and through the checks after it:
     //  no event can show an expiry that did not happen, so the test gives
-    //  one its chance, a liveness window (600 ms) and a check (200 ms)
-    zclock_sleep (1000);
+    //  one its chance, a liveness window (1.5 s) and a check (500 ms)
+    zclock_sleep (2000);
     assert_int_equal (s_count_expired (sub), 0);
     assert_int_equal (dsh_testkit_wait_tools (endpoint, "c", COMPONENTS * TOOLS, 5000), 0);
 
