@@ -1201,6 +1201,8 @@ s_reader (zsock_t *pipe, void *arg)
     zhashx_destroy (&modes);
     zpoller_destroy (&poller);
     dsh_store_destroy (&store);
+    //  Verify's hashes and libpq used OpenSSL on this thread (dsh_store.c)
+    dsh_store_thread_end ();
 }
 
 //  ---------------------------------------------------------------------

@@ -38,6 +38,7 @@
 #include "dsh_routes.h"
 #include "dsh_sock.h"
 #include "dsh_stats.h"
+#include "dsh_store.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -2700,4 +2701,6 @@ dsh_registry_actor (zsock_t *pipe, void *args)
     }
     zloop_start (self->loop);
     s_self_destroy (&self);
+    //  The catalog's digests used OpenSSL on this thread (dsh_store.c)
+    dsh_store_thread_end ();
 }

@@ -16,15 +16,35 @@
     because two brokers may open one database at once and CREATE ... IF
     NOT EXISTS is not safe against a concurrent CREATE of the same name.
 
+    The indexes: answered_ms (with call_id beside it), (agent, answered_ms)
+    and (tool, answered_ms). There is none by call_id: call ids are the
+    clients' own, random, so an index on them puts each new row in a
+    random leaf, and SQLite writes every page a transaction dirtied to its
+    log (that index doubled the bytes an append wrote, and grew with the
+    table). A query by call_id reads the answered_ms index over its time
+    window, and only the rows whose call_id matches: without a window it
+    reads that whole index (an entry per record, not the records' text).
+    Right, but not fast on a large store.
+
     SQL: one text serves both engines where it can. Parameters are written
-    $1, $2, ..., PostgreSQL's syntax; to SQLite they are named parameters,
-    bound by those names. Where the engines differ (the head's row lock, a
-    text's length in bytes) a statement has a second text for PostgreSQL.
+    $1, $2, ..., PostgreSQL's syntax; SQLite is given them as ?1, ?2, ...
+    (its numbered parameters) and they are bound by position. Where the
+    engines differ (the head's row lock, a text's length in bytes) a
+    statement has a second text for PostgreSQL, and a few statements are
+    PostgreSQL's alone (an append's, below).
     Every statement is prepared the first time it is used on a connection
     and kept until the connection goes; values are always bound. A query
     has one statement per filter shape (which of its five string filters
     are set, and the order), so that each shape is a plain WHERE its index
     can serve: 64 shapes at most, each prepared at its first use.
+
+    An append is one transaction whatever its size. SQLite inserts its rows
+    one statement each (in the process: a statement costs no round trip).
+    PostgreSQL takes two round trips (libpq's pipeline mode): BEGIN, the
+    head made if missing and locked; then the rows, each column of them
+    one array (in binary) that an INSERT unnests (one INSERT per 16 MiB of
+    records), the head moved, and COMMIT. A failure in a pipeline makes the server skip the
+    rest of it; the first failure's message is the call's reason.
 
     Rows are read one at a time (SQLite steps; PostgreSQL's single-row
     mode), so neither verify nor a query holds more than a row in memory.
@@ -46,9 +66,12 @@
 
 #include "dsh_store.h"
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -60,6 +83,10 @@
 #define S_SQLITE_BUSY_MS 5000       //  how long a writer waits for another's lock
 #define S_PG_CONNECT_TIMEOUT "10"   //  seconds, unless the location says otherwise
 #define S_PARAMS_MAX 12             //  the most values a statement binds (an insert)
+#define S_PG_INSERT_BYTES (16 << 20) //  record bytes in one INSERT of an append (about)
+#define S_PG_VALUE_MAX (1 << 30)    //  bytes: PostgreSQL keeps no longer value
+#define S_PG_INT8 20                //  the types (pg_type's oids) of an append's arrays
+#define S_PG_TEXT 25
 
 //  The prev of a chain's first record
 static const char s_chain_start [] =
@@ -81,6 +108,9 @@ typedef enum {
     S_HEAD_MOVE,
     S_HEAD_ANCHOR,
     S_INSERT,
+    S_BEGIN,
+    S_INSERT_BATCH,
+    S_COMMIT,
     S_CHAIN,
     S_PRUNE_AGE,
     S_PRUNE_LAST,
@@ -127,6 +157,14 @@ static const s_statement_t s_statements [S_QUERY] = {
     [S_INSERT] = {
         "INSERT INTO dsh_audit (" S_ROW_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         NULL },
+    //  PostgreSQL's alone: an append's pipeline. Its rows' columns but the
+    //  broker are arrays, in S_ROW_COLUMNS' order.
+    [S_BEGIN] = { NULL, "BEGIN" },
+    [S_INSERT_BATCH] = { NULL,
+        "INSERT INTO dsh_audit (" S_ROW_COLUMNS ") SELECT $1::text, * FROM unnest($2::bigint[], $3::bigint[],"
+        " $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],"
+        " $12::text[])" },
+    [S_COMMIT] = { NULL, "COMMIT" },
     [S_CHAIN] = { "SELECT " S_ROW_COLUMNS " FROM dsh_audit WHERE broker = $1 ORDER BY seq", NULL },
     [S_PRUNE_AGE] = {
         "SELECT seq FROM dsh_audit WHERE broker = $1 AND answered_ms >= $2 ORDER BY seq LIMIT 1", NULL },
@@ -157,10 +195,9 @@ static const char *s_schema [] = {
         " agent TEXT NOT NULL, tool TEXT NOT NULL, call_id TEXT NOT NULL, outcome TEXT NOT NULL,"
         " caller TEXT NOT NULL, record TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL,"
         " PRIMARY KEY (broker, seq))",
-    "CREATE INDEX IF NOT EXISTS dsh_audit_answered ON dsh_audit (answered_ms)",
+    "CREATE INDEX IF NOT EXISTS dsh_audit_answered ON dsh_audit (answered_ms, call_id)",
     "CREATE INDEX IF NOT EXISTS dsh_audit_agent ON dsh_audit (agent, answered_ms)",
     "CREATE INDEX IF NOT EXISTS dsh_audit_tool ON dsh_audit (tool, answered_ms)",
-    "CREATE INDEX IF NOT EXISTS dsh_audit_call ON dsh_audit (call_id)",
     "CREATE TABLE IF NOT EXISTS dsh_audit_head ("
         "broker TEXT NOT NULL PRIMARY KEY, seq BIGINT NOT NULL, hash TEXT NOT NULL,"
         " anchor_seq BIGINT NOT NULL, anchor_hash TEXT NOT NULL)",
@@ -171,11 +208,14 @@ static const char *s_schema [] = {
 //  The columns a query may select on, in the order of a shape's bits
 static const char *s_filter_columns [] = { "broker", "agent", "tool", "outcome", "call_id" };
 
-//  A value to bind: an integer, or a string (NULL: SQL NULL)
+//  A value to bind: an integer, a string (NULL: SQL NULL), or (on
+//  PostgreSQL) bytes in the binary format of the parameter's type
 typedef struct {
     const char *text;
     int64_t integer;
     bool is_integer;
+    const void *bytes;
+    size_t size;
 } s_value_t;
 
 //  A place in a chain: a record's seq and hash (or the anchor's)
@@ -196,6 +236,7 @@ struct _dsh_store_t {
     bool prepared [S_SLOTS];        //  PostgreSQL: on this connection
     PGresult *result;               //  PostgreSQL: the row s_next read
     int running;                    //  the slot whose rows are being read, or -1
+    EVP_MD_CTX *digest;             //  for the hashes of an append's rows
     int64_t changes;                //  rows the last statement changed
     char reason [512];              //  why the last call failed
 };
@@ -210,6 +251,12 @@ static s_value_t
 s_param_int (int64_t integer)
 {
     return (s_value_t) { .integer = integer, .is_integer = true };
+}
+
+static s_value_t
+s_param_bytes (zchunk_t *chunk)
+{
+    return (s_value_t) { .bytes = zchunk_data (chunk), .size = zchunk_size (chunk) };
 }
 
 static bool
@@ -323,6 +370,17 @@ s_query_sql (int shape, char *buffer, size_t size)
     return buffer;
 }
 
+//  sql as SQLite is given it: $1, $2, ... written ?1, ?2, ...
+static const char *
+s_sqlite_numbered (const char *sql, char *buffer, size_t size)
+{
+    size_t length = strlen (sql);
+    assert (length < size);
+    for (size_t index = 0; index <= length; index++)
+        buffer [index] = sql [index] == '$' && isdigit ((unsigned char) sql [index + 1])? '?': sql [index];
+    return buffer;
+}
+
 //  Prepares slot's statement on this connection, if it is not yet
 static int
 s_prepare (dsh_store_t *self, int slot)
@@ -338,9 +396,13 @@ s_prepare (dsh_store_t *self, int slot)
         sql = s_statements [slot].postgresql;
     else
         sql = s_statements [slot].sql;
-    if (self->engine == S_SQLITE)
+    assert (sql);
+    if (self->engine == S_SQLITE) {
+        char numbered [1024];
+        sql = s_sqlite_numbered (sql, numbered, sizeof (numbered));
         return sqlite3_prepare_v3 (self->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &self->statements [slot], NULL)
             == SQLITE_OK? 0: s_sqlite_failed (self);
+    }
     char name [16];
     snprintf (name, sizeof (name), "dsh_%d", slot);
     PGresult *result = PQprepare (self->conn, name, sql, 0, NULL);
@@ -348,6 +410,37 @@ s_prepare (dsh_store_t *self, int slot)
     PQclear (result);
     self->prepared [slot] = rc == 0;
     return rc;
+}
+
+//  PostgreSQL: sends slot's statement (prepared) with values bound to $1,
+//  $2, ...; libpq copies them out before it returns
+static int
+s_pg_send (dsh_store_t *self, int slot, const s_value_t *values, size_t count)
+{
+    assert (count <= S_PARAMS_MAX);
+    char numbers [S_PARAMS_MAX][24];
+    const char *texts [S_PARAMS_MAX];
+    int sizes [S_PARAMS_MAX];
+    int formats [S_PARAMS_MAX];
+    for (size_t index = 0; index < count; index++) {
+        texts [index] = values [index].text;
+        sizes [index] = 0;
+        formats [index] = 0;
+        if (values [index].is_integer) {
+            snprintf (numbers [index], sizeof (numbers [index]), "%" PRId64, values [index].integer);
+            texts [index] = numbers [index];
+        }
+        else
+        if (values [index].bytes) {
+            assert (values [index].size <= INT_MAX);
+            texts [index] = (const char *) values [index].bytes;
+            sizes [index] = (int) values [index].size;
+            formats [index] = 1;
+        }
+    }
+    char name [16];
+    snprintf (name, sizeof (name), "dsh_%d", slot);
+    return PQsendQueryPrepared (self->conn, name, (int) count, texts, sizes, formats, 0)? 0: s_pg_failed (self, NULL);
 }
 
 //  Starts slot's statement with values bound to $1, $2, ...; read its
@@ -363,9 +456,8 @@ s_run (dsh_store_t *self, int slot, const s_value_t *values, size_t count)
         sqlite3_stmt *statement = self->statements [slot];
         assert (sqlite3_bind_parameter_count (statement) == (int) count);
         for (size_t index = 0; index < count; index++) {
-            char name [8];
-            snprintf (name, sizeof (name), "$%zu", index + 1);
-            int position = sqlite3_bind_parameter_index (statement, name);
+            int position = (int) index + 1;
+            assert (!values [index].bytes);
             int rc = values [index].is_integer? sqlite3_bind_int64 (statement, position, values [index].integer)
                    : values [index].text? sqlite3_bind_text (statement, position, values [index].text, -1,
                                                              SQLITE_STATIC)
@@ -378,20 +470,8 @@ s_run (dsh_store_t *self, int slot, const s_value_t *values, size_t count)
         self->running = slot;
         return 0;
     }
-    //  libpq copies the values out before PQsendQueryPrepared returns
-    char numbers [S_PARAMS_MAX][24];
-    const char *texts [S_PARAMS_MAX];
-    for (size_t index = 0; index < count; index++) {
-        texts [index] = values [index].text;
-        if (values [index].is_integer) {
-            snprintf (numbers [index], sizeof (numbers [index]), "%" PRId64, values [index].integer);
-            texts [index] = numbers [index];
-        }
-    }
-    char name [16];
-    snprintf (name, sizeof (name), "dsh_%d", slot);
-    if (!PQsendQueryPrepared (self->conn, name, (int) count, texts, NULL, NULL, 0))
-        return s_pg_failed (self, NULL);
+    if (s_pg_send (self, slot, values, count))
+        return -1;
     PQsetSingleRowMode (self->conn);
     self->running = slot;
     return 0;
@@ -788,6 +868,8 @@ dsh_store_new (const char *location, char *error, size_t error_size)
     dsh_store_t *self = (dsh_store_t *) zmalloc (sizeof (dsh_store_t));
     assert (self);
     self->running = -1;
+    self->digest = EVP_MD_CTX_new ();
+    assert (self->digest);
     self->location = strdup (location);
     if (s_starts (location, "postgresql://") || s_starts (location, "postgres://")) {
         self->engine = S_POSTGRESQL;
@@ -817,6 +899,7 @@ dsh_store_destroy (dsh_store_t **self_p)
             s_sqlite_close (self);
         else
             PQfinish (self->conn);
+        EVP_MD_CTX_free (self->digest);
         zstr_free (&self->location);
         zstr_free (&self->display);
         zstr_free (&self->path);
@@ -870,15 +953,13 @@ s_hex_digest (const unsigned char *digest, char *hex)
     hex [64] = 0;
 }
 
-void
-dsh_store_hash (const char *prev, const char *broker, uint64_t seq, const char *record, char *hash)
+//  The hash rule, in context (begun again here: one context serves many)
+static void
+s_hash (EVP_MD_CTX *context, const char *prev, const char *broker, uint64_t seq, const char *record, char *hash)
 {
-    assert (prev && broker && record && hash);
     char seq_text [24];
     snprintf (seq_text, sizeof (seq_text), "%" PRIu64, seq);
     const char *parts [] = { prev, "\n", broker, "\n", seq_text, "\n", record };
-    EVP_MD_CTX *context = EVP_MD_CTX_new ();
-    assert (context);
     int rc = EVP_DigestInit_ex (context, s_sha256 (), NULL);
     for (size_t index = 0; index < S_LENGTH (parts) && rc == 1; index++)
         rc = EVP_DigestUpdate (context, parts [index], strlen (parts [index]));
@@ -886,9 +967,29 @@ dsh_store_hash (const char *prev, const char *broker, uint64_t seq, const char *
     unsigned int size = 0;
     if (rc == 1)
         rc = EVP_DigestFinal_ex (context, digest, &size);
-    EVP_MD_CTX_free (context);
     assert (rc == 1 && size == 32);
     s_hex_digest (digest, hash);
+}
+
+void
+dsh_store_hash (const char *prev, const char *broker, uint64_t seq, const char *record, char *hash)
+{
+    assert (prev && broker && record && hash);
+    EVP_MD_CTX *context = EVP_MD_CTX_new ();
+    assert (context);
+    s_hash (context, prev, broker, seq, record, hash);
+    EVP_MD_CTX_free (context);
+}
+
+//  An actor's thread outlives zactor_destroy: its TLS destructors, which
+//  free OpenSSL's state of the thread (the error queue that the first
+//  fetch makes while OpenSSL loads its config), can run after main has
+//  returned and OpenSSL's atexit cleanup has deleted their key, and the
+//  state leaks (LeakSanitizer: 904 bytes from CRYPTO_zalloc, exit 1)
+void
+dsh_store_thread_end (void)
+{
+    OPENSSL_thread_stop ();
 }
 
 void
@@ -908,43 +1009,248 @@ dsh_store_sha256 (const void *data, size_t size, char *hex)
 //  -------------------------------------------------------------------------
 //  Append
 
+//  Gives each row its place after last: the next seq, the previous
+//  record's hash as prev, its own hash by the rule; last becomes the last
+//  row's place
+static void
+s_chain_rows (dsh_store_t *self, const char *broker, dsh_store_row_t *rows, size_t count, s_link_t *last)
+{
+    for (size_t index = 0; index < count; index++) {
+        dsh_store_row_t *row = &rows [index];
+        assert (row->record);
+        row->seq = last->seq + 1;
+        memcpy (row->prev, last->hash, sizeof (row->prev));
+        s_hash (self->digest, row->prev, broker, row->seq, row->record, row->hash);
+        last->seq = row->seq;
+        memcpy (last->hash, row->hash, sizeof (last->hash));
+    }
+}
+
+//  The chain's head into last, from the row S_HEAD_LOCK found (found: 1,
+//  0 or -1, as s_first says)
 static int
-s_append_rows (dsh_store_t *self, const char *broker, dsh_store_row_t *rows, size_t count)
+s_head_locked (dsh_store_t *self, const char *broker, int found, s_link_t *last)
+{
+    if (found < 0)
+        return -1;
+    if (found == 0)
+        return s_say (self, "the head of chain %s is missing after it was made", broker);
+    last->seq = (uint64_t) s_column_int (self, 0);
+    s_column_hash (self, 1, last->hash);
+    s_finish (self);
+    return 0;
+}
+
+//  A row's values for S_INSERT, in S_ROW_COLUMNS' order (a column left
+//  NULL is "")
+static void
+s_row_values (const char *broker, const dsh_store_row_t *row, s_value_t *values)
+{
+    size_t count = 0;
+    values [count++] = s_param_text (broker);
+    values [count++] = s_param_int ((int64_t) row->seq);
+    values [count++] = s_param_int (row->received_ms);
+    values [count++] = s_param_int (row->answered_ms);
+    values [count++] = s_param_text (row->agent? row->agent: "");
+    values [count++] = s_param_text (row->tool? row->tool: "");
+    values [count++] = s_param_text (row->call_id? row->call_id: "");
+    values [count++] = s_param_text (row->outcome? row->outcome: "");
+    values [count++] = s_param_text (row->caller? row->caller: "");
+    values [count++] = s_param_text (row->record);
+    values [count++] = s_param_text (row->prev);
+    values [count++] = s_param_text (row->hash);
+    assert (count == S_PARAMS_MAX);
+}
+
+//  SQLite, under BEGIN IMMEDIATE (the file's write lock is the chain's):
+//  the head made if missing and read, a statement per row, the head moved
+static int
+s_sqlite_append (dsh_store_t *self, const char *broker, dsh_store_row_t *rows, size_t count)
 {
     s_value_t create [] = { s_param_text (broker), s_param_text (s_chain_start) };
     if (s_do (self, S_HEAD_CREATE, create, S_LENGTH (create)))
         return -1;
     s_value_t key [] = { s_param_text (broker) };
-    int found = s_first (self, S_HEAD_LOCK, key, S_LENGTH (key));
-    if (found < 0)
+    s_link_t last;
+    if (s_head_locked (self, broker, s_first (self, S_HEAD_LOCK, key, S_LENGTH (key)), &last))
         return -1;
-    if (found == 0)
-        return s_say (self, "the head of chain %s is missing after it was made", broker);
-    s_link_t last = { .seq = (uint64_t) s_column_int (self, 0) };
-    s_column_hash (self, 1, last.hash);
-    s_finish (self);
-
+    s_chain_rows (self, broker, rows, count, &last);
     for (size_t index = 0; index < count; index++) {
-        dsh_store_row_t *row = &rows [index];
-        assert (row->record);
-        row->seq = last.seq + 1;
-        memcpy (row->prev, last.hash, sizeof (row->prev));
-        dsh_store_hash (row->prev, broker, row->seq, row->record, row->hash);
-        s_value_t values [] = {
-            s_param_text (broker), s_param_int ((int64_t) row->seq),
-            s_param_int (row->received_ms), s_param_int (row->answered_ms),
-            s_param_text (row->agent? row->agent: ""), s_param_text (row->tool? row->tool: ""),
-            s_param_text (row->call_id? row->call_id: ""), s_param_text (row->outcome? row->outcome: ""),
-            s_param_text (row->caller? row->caller: ""), s_param_text (row->record),
-            s_param_text (row->prev), s_param_text (row->hash)
-        };
+        s_value_t values [S_PARAMS_MAX];
+        s_row_values (broker, &rows [index], values);
         if (s_do (self, S_INSERT, values, S_LENGTH (values)))
             return -1;
-        last.seq = row->seq;
-        memcpy (last.hash, row->hash, sizeof (last.hash));
     }
     s_value_t head [] = { s_param_int ((int64_t) last.seq), s_param_text (last.hash), s_param_text (broker) };
     return s_do (self, S_HEAD_MOVE, head, S_LENGTH (head));
+}
+
+//  PostgreSQL: ends a pipeline (the statements sent by s_pg_send since
+//  PQenterPipelineMode; rc -1 if sending one failed) with a sync, reads
+//  every result and leaves pipeline mode. Like s_first: 1 if a statement
+//  gave a row (read it as row_slot's with s_column_*, then s_finish; only
+//  one statement may give rows), 0 if none did (or row_slot is -1), or
+//  -1 with the first failure's reason (the server skipped the statements
+//  after it, up to the sync).
+static int
+s_pg_sync (dsh_store_t *self, int row_slot, int rc)
+{
+    assert (self->running < 0 && !self->result);
+    if (!PQpipelineSync (self->conn) && rc == 0)
+        rc = s_pg_failed (self, NULL);
+    //  A NULL ends each statement's results; two in a row, nothing more is
+    //  coming (the sync was not sent)
+    bool after_null = false;
+    while (PQstatus (self->conn) == CONNECTION_OK) {
+        PGresult *result = PQgetResult (self->conn);
+        if (!result && after_null)
+            break;
+        after_null = !result;
+        if (!result)
+            continue;
+        ExecStatusType status = PQresultStatus (result);
+        if (status == PGRES_PIPELINE_SYNC) {
+            PQclear (result);
+            break;
+        }
+        if (status == PGRES_TUPLES_OK && PQntuples (result) > 0 && row_slot >= 0 && !self->result)
+            self->result = result;
+        else {
+            if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK && status != PGRES_PIPELINE_ABORTED
+            &&  rc == 0)
+                rc = s_pg_failed (self, result);
+            PQclear (result);
+        }
+    }
+    if (PQstatus (self->conn) != CONNECTION_OK && rc == 0)
+        rc = s_pg_failed (self, NULL);
+    if (!PQexitPipelineMode (self->conn) && rc == 0)
+        rc = s_pg_failed (self, NULL);
+    if (rc == 0 && self->result) {
+        self->running = row_slot;
+        return 1;
+    }
+    PQclear (self->result);
+    self->result = NULL;
+    return rc;
+}
+
+static void
+s_array_u32 (zchunk_t *array, uint32_t value)
+{
+    uint32_t big_endian = htonl (value);
+    zchunk_extend (array, &big_endian, sizeof (big_endian));
+}
+
+//  A one-dimensional array of count values, without NULLs, in
+//  PostgreSQL's binary format (array_recv's): a header, then each
+//  element's length and bytes, integers big-endian. Made for the first
+//  value, room for count like it.
+static zchunk_t *
+s_array_new (const s_value_t *first, size_t count)
+{
+    size_t element_size = first->is_integer? sizeof (int64_t): strlen (first->text);
+    zchunk_t *array = zchunk_new (NULL, 5 * sizeof (uint32_t) + count * (sizeof (uint32_t) + element_size));
+    assert (array);
+    s_array_u32 (array, 1);                 //  dimensions
+    s_array_u32 (array, 0);                 //  flags: no NULLs
+    s_array_u32 (array, first->is_integer? S_PG_INT8: S_PG_TEXT);
+    s_array_u32 (array, (uint32_t) count);
+    s_array_u32 (array, 1);                 //  the first index
+    return array;
+}
+
+static void
+s_array_add (zchunk_t *array, const s_value_t *value)
+{
+    if (value->is_integer) {
+        s_array_u32 (array, sizeof (int64_t));
+        s_array_u32 (array, (uint32_t) ((uint64_t) value->integer >> 32));
+        s_array_u32 (array, (uint32_t) value->integer);
+    }
+    else {
+        size_t size = strlen (value->text);
+        s_array_u32 (array, (uint32_t) size);
+        zchunk_extend (array, value->text, size);
+    }
+}
+
+//  PostgreSQL: sends one S_INSERT_BATCH of rows from first on, as many as
+//  come to S_PG_INSERT_BYTES of records (one at least); *end is the row
+//  after them
+static int
+s_pg_send_rows (dsh_store_t *self, const char *broker, const dsh_store_row_t *rows, size_t first, size_t count,
+                size_t *end)
+{
+    size_t bytes = 0;
+    size_t index = first;
+    for (; index < count; index++) {
+        size_t size = strlen (rows [index].record);
+        if (size >= S_PG_VALUE_MAX)
+            return s_say (self, "a record of %zu bytes is more than PostgreSQL keeps in a value", size);
+        if (index > first && bytes + size > S_PG_INSERT_BYTES)
+            break;
+        bytes += size;
+    }
+    *end = index;
+    //  An array per column but the broker's
+    zchunk_t *columns [S_PARAMS_MAX] = { NULL };
+    for (index = first; index < *end; index++) {
+        s_value_t values [S_PARAMS_MAX];
+        s_row_values (broker, &rows [index], values);
+        for (size_t column = 1; column < S_PARAMS_MAX; column++) {
+            if (!columns [column])
+                columns [column] = s_array_new (&values [column], *end - first);
+            s_array_add (columns [column], &values [column]);
+        }
+    }
+    s_value_t arrays [S_PARAMS_MAX] = { s_param_text (broker) };
+    for (size_t column = 1; column < S_PARAMS_MAX; column++)
+        arrays [column] = s_param_bytes (columns [column]);
+    int rc = s_pg_send (self, S_INSERT_BATCH, arrays, S_LENGTH (arrays));
+    for (size_t column = 1; column < S_PARAMS_MAX; column++)
+        zchunk_destroy (&columns [column]);
+    return rc;
+}
+
+//  PostgreSQL: one round trip to begin, make the head if missing and lock
+//  it (its row, FOR UPDATE, is the chain's lock); one to insert the rows,
+//  move the head and commit
+static int
+s_pg_append (dsh_store_t *self, const char *broker, dsh_store_row_t *rows, size_t count)
+{
+    //  Each prepared on a new connection first: PQprepare waits for its
+    //  answer, which pipeline mode does not allow
+    const int slots [] = { S_BEGIN, S_HEAD_CREATE, S_HEAD_LOCK, S_INSERT_BATCH, S_HEAD_MOVE, S_COMMIT };
+    for (size_t index = 0; index < S_LENGTH (slots); index++)
+        if (s_prepare (self, slots [index]))
+            return -1;
+
+    s_value_t create [] = { s_param_text (broker), s_param_text (s_chain_start) };
+    s_value_t key [] = { s_param_text (broker) };
+    if (!PQenterPipelineMode (self->conn))
+        return s_pg_failed (self, NULL);
+    int rc = s_pg_send (self, S_BEGIN, NULL, 0);
+    if (rc == 0)
+        rc = s_pg_send (self, S_HEAD_CREATE, create, S_LENGTH (create));
+    if (rc == 0)
+        rc = s_pg_send (self, S_HEAD_LOCK, key, S_LENGTH (key));
+    s_link_t last;
+    if (s_head_locked (self, broker, s_pg_sync (self, S_HEAD_LOCK, rc), &last))
+        return -1;
+    s_chain_rows (self, broker, rows, count, &last);
+
+    if (!PQenterPipelineMode (self->conn))
+        return s_pg_failed (self, NULL);
+    rc = 0;
+    for (size_t first = 0, end = 0; rc == 0 && first < count; first = end)
+        rc = s_pg_send_rows (self, broker, rows, first, count, &end);
+    s_value_t head [] = { s_param_int ((int64_t) last.seq), s_param_text (last.hash), s_param_text (broker) };
+    if (rc == 0)
+        rc = s_pg_send (self, S_HEAD_MOVE, head, S_LENGTH (head));
+    if (rc == 0)
+        rc = s_pg_send (self, S_COMMIT, NULL, 0);
+    return s_pg_sync (self, -1, rc);
 }
 
 int
@@ -957,12 +1263,16 @@ dsh_store_append (dsh_store_t *self, const char *broker, dsh_store_row_t *rows, 
     if (count == 0)
         return 0;
     int rc = s_ready (self);
-    if (rc == 0)
+    if (rc == 0 && self->engine == S_SQLITE) {
         rc = s_begin (self, true);
+        if (rc == 0)
+            rc = s_sqlite_append (self, broker, rows, count);
+        if (rc == 0)
+            rc = s_commit (self);
+    }
+    else
     if (rc == 0)
-        rc = s_append_rows (self, broker, rows, count);
-    if (rc == 0)
-        rc = s_commit (self);
+        rc = s_pg_append (self, broker, rows, count);
     if (rc) {
         s_rollback (self);
         //  Nothing was written: no row has a place

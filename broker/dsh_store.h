@@ -166,6 +166,12 @@ void
 void
     dsh_store_hash (const char *prev, const char *broker, uint64_t seq, const char *record, char *hash);
 
+//  Release the calling thread's state in the libraries behind the digests
+//  and the store (OpenSSL's). A thread nobody joins (a czmq actor) calls it
+//  last: left to the thread's exit, the release races the process's exit.
+void
+    dsh_store_thread_end (void);
+
 #ifdef __cplusplus
 }
 #endif

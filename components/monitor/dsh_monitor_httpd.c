@@ -547,6 +547,17 @@ dsh_monitor_httpd_destroy (dsh_monitor_httpd_t **self_p)
             s_question_set_answer (question, MHD_HTTP_SERVICE_UNAVAILABLE, "text/plain; charset=utf-8", stopping,
                                    strlen (stopping));
         pthread_mutex_unlock (&self->lock);
+        //  Resumed connections are served by MHD's thread: give it a moment
+        //  to send those answers (each leaves the list when it completes)
+        //  before stopping it closes them unanswered
+        for (int waited = 0; waited < 1000; waited += 5) {
+            pthread_mutex_lock (&self->lock);
+            size_t open = zlistx_size (self->questions);
+            pthread_mutex_unlock (&self->lock);
+            if (!open)
+                break;
+            zclock_sleep (5);
+        }
         dsh_http_server_destroy (&self->server);
         zlistx_destroy (&self->streams);
         //  MHD completed every request it had; these it never had

@@ -362,6 +362,37 @@ test_append (void **state)
     dsh_store_destroy (&store);
 }
 
+//  An append that fails writes nothing and says the engine's reason; the
+//  chain goes on from where it was
+static void
+test_append_refused (void **state)
+{
+    (void) state;
+    dsh_store_t *store = s_open ();
+    s_append (store, "r", 2, &s_plain);
+    //  A row where the next append's second goes, behind the store's back
+    s_sql ("INSERT INTO dsh_audit (broker, seq, received_ms, answered_ms, agent, tool, call_id, outcome, caller,"
+           " record, prev, hash) VALUES ('r', 4, 0, 0, '', '', '', '', '', '{}', '', '')");
+    uint64_t seqs [3];
+    char error [256] = "";
+    assert_int_equal (s_try_append (store, "r", 3, &s_plain, seqs, NULL, error, sizeof (error)), -1);
+    print_message ("test_store: append onto a taken place: %s\n", error);
+    assert_non_null (strstr (error, s_uri? "postgresql: duplicate key value violates unique constraint"
+                                         : "UNIQUE constraint failed"));
+    for (size_t index = 0; index < 3; index++)
+        assert_int_equal (seqs [index], 0);
+    s_sql ("DELETE FROM dsh_audit WHERE broker = 'r' AND seq = 4");
+    s_holds (store, "r", 2, 0);
+    assert_int_equal (s_try_append (store, "r", 3, &s_plain, seqs, NULL, error, sizeof (error)), 0);
+    assert_int_equal (seqs [0], 3);
+    s_holds (store, "r", 5, 0);
+
+    //  More record bytes than one of PostgreSQL's INSERTs takes (16 MiB)
+    s_append (store, "big", 20, &(s_batch_t) { "alice", "read", "ok", 1000, 1 << 20 });
+    s_holds (store, "big", 20, 0);
+    dsh_store_destroy (&store);
+}
+
 static void
 test_query (void **state)
 {
@@ -973,6 +1004,7 @@ main (int argc, char *argv [])
     const struct CMUnitTest shared [] = {
         cmocka_unit_test (test_hash_rule),
         cmocka_unit_test_setup_teardown (test_append, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_append_refused, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_query, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_verify_holds, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_tamper_record, s_setup, s_teardown),
