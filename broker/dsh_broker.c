@@ -316,6 +316,9 @@ main (int argc, char *argv [])
             zclock_sleep (100);
         s_notify ("STOPPING=1");
         printf ("dsh-broker: stopping\n");
+        //  Said now, not at exit: the stop may take seconds (the audit
+        //  writes what is queued), and stdout is often a pipe
+        fflush (stdout);
     }
     zactor_destroy (&beacon);
     zstr_free (&front);

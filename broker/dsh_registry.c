@@ -2635,6 +2635,29 @@ s_expire_calls (zloop_t *loop, int timer_id, void *arg)
 //  ---------------------------------------------------------------------
 //  Pipe
 
+//  The broker stops: every call still open is answered now, so its caller
+//  hears at once (not at its SDK's liveness window) and its record is
+//  written. A call a component holds may still run there: TOOL_GONE, whose
+//  outcome is unknown. The replies get a second to leave.
+static void
+s_answer_open_calls (self_t *self)
+{
+    if (!self->inflight || !dsh_inflight_size (self->inflight))
+        return;
+    dsh_chain_settle (self->chain);
+    zlistx_t *open = dsh_inflight_due (self->inflight, INT64_MAX);
+    for (dsh_record_t *record = zlistx_first (open); record; record = zlistx_next (open)) {
+        char text [DSH_NAME_MAX + DSH_ID_MAX + 160];
+        snprintf (text, sizeof (text), "Error: the broker stopped with the call to tool \"%s\" %s", record->tool,
+                  record->where == DSH_AT_COMPONENT? "at its component (it may have run there)": "not yet sent");
+        s_release (self, record, "cancelled");
+        dsh_inflight_answer_error (self->inflight, &record, DSH_E_TOOL_GONE, text);
+    }
+    zlistx_destroy (&open);
+    if (self->front)
+        zsock_set_linger (self->front, 1000);
+}
+
 static int
 s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
 {
@@ -2645,8 +2668,10 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
         return -1;
     char *command = zmsg_popstr (request);
     int rc = 0;
-    if (!command || streq (command, "$TERM"))
+    if (!command || streq (command, "$TERM")) {
+        s_answer_open_calls (self);
         rc = -1;
+    }
     else
     if (streq (command, "ENDPOINTS")) {
         if (self->error)

@@ -35,6 +35,8 @@
 #define EXIT_INTERRUPTED    130         //  call: Ctrl-C and no answer to the cancel
 
 #define QUERY_TIMEOUT_MS    5000
+#define AUDIT_TIMEOUT_MS    30000       //  audit: the store is read per query
+#define AUDIT_VERIFY_TIMEOUT_MS 600000  //  audit verify: the whole chain is read
 #define WATCH_POLL_MS       250         //  how often watch looks at SIGINT
 //  The broker gives up on a silent stage after 5 s and says so: wait longer
 #define CONTROL_TIMEOUT_MS  7000
@@ -141,7 +143,8 @@ static const command_t s_commands [] = {
       "(2026-12-01 or 2026-12-01T10:00:00, UTC) or an age (90s, 15m, 2h, 7d); --follow keeps\n"
       "printing new ones. With a broker list, every broker's records, merged by time.\n"
       "audit verify: recompute every chain's hashes; exit 1 naming the first record that does\n"
-      "not match. Needs an admin or auditor key under CURVE",
+      "not match. Needs an admin or auditor key under CURVE. Waits up to 30 s for an answer (verify:\n"
+      "10 min; --timeout-ms sets it)",
       "agent tool outcome since until call limit follow json", 0, 1, s_audit },
     { "mode", "mode AGENT plan|normal [--stage NAME]",
       "put an agent into plan mode or take it out (stage default \"plan\")", "stage", 2, 2, s_mode },
@@ -1930,7 +1933,10 @@ s_audit_at (options_t *options, const char *endpoint, json_t *query, int *exit_c
         return NULL;
     }
     char error [512];
-    int timeout_ms = options->timeout_ms? options->timeout_ms: QUERY_TIMEOUT_MS;
+    //  The broker reads its store on a thread of its own and stays live
+    //  meanwhile: a verify of a long chain takes seconds per 100 000 records
+    bool verify = json_is_true (json_object_get (query, "verify"));
+    int timeout_ms = options->timeout_ms? options->timeout_ms: verify? AUDIT_VERIFY_TIMEOUT_MS: AUDIT_TIMEOUT_MS;
     dsh_reply_t *reply = dsh_client_query (client, DSH_AUDIT, query, timeout_ms, error, sizeof (error));
     dsh_client_destroy (&client);
     if (!reply) {

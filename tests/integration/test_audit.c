@@ -364,6 +364,47 @@ test_retention_keeps_anchor (void **state)
     s_stop (&self);
 }
 
+//  A broker that stops answers every call still open, TOOL_GONE, and
+//  records it: no call it took goes unanswered or unrecorded
+static void
+test_stop_answers_open_calls (void **state)
+{
+    (void) state;
+    fixture_t *self = s_start ("stop", "");
+    dsh_client_t *client = dsh_client_new (self->endpoint);
+    assert_non_null (client);
+    const char *call_id = dsh_testkit_send_json (client, NULL, "sleep_ms", "{\"ms\": 5000}", 20000);
+    assert_non_null (call_id);
+    char *sent = strdup (call_id);
+    assert_int_equal (dsh_testkit_wait_in_flight (self->endpoint, "demo", 1, 5000), 0);
+    dsh_testproc_signal (self->broker, SIGTERM);
+    dsh_reply_t *reply = NULL;
+    for (int64_t give_up = zclock_mono () + 5000; !reply && zclock_mono () < give_up; )
+        reply = dsh_client_recv (client, 500);
+    assert_non_null (reply);
+    json_t *body = dsh_reply_json (reply);
+    assert_string_equal (json_string_value (json_object_get (json_object_get (body, "error"), "code")),
+                         DSH_E_TOOL_GONE);
+    char *text = json_dumps (body, 0);
+    assert_non_null (strstr (text, "broker stopped"));
+    free (text);
+    json_decref (body);
+    dsh_reply_destroy (&reply);
+    dsh_client_destroy (&client);
+    assert_int_equal (dsh_testproc_wait (self->broker, 10000), 0);
+    dsh_testproc_destroy (&self->broker);
+    //  The next run of the same broker has its record
+    self->broker = dsh_testkit_broker_config (200, self->config, self->endpoint, sizeof (self->endpoint));
+    assert_non_null (self->broker);
+    const char *by_call [] = { "--call", sent, NULL };
+    json_t *records = s_audit (self, 1, by_call);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (records, 0), "outcome")),
+                         DSH_E_TOOL_GONE);
+    json_decref (records);
+    zstr_free (&sent);
+    s_stop (&self);
+}
+
 static int
 s_setup (void **state)
 {
@@ -389,6 +430,7 @@ main (void)
         cmocka_unit_test (test_argument_policy),
         cmocka_unit_test (test_modes_survive_restart),
         cmocka_unit_test (test_retention_keeps_anchor),
+        cmocka_unit_test (test_stop_answers_open_calls),
     };
     return cmocka_run_group_tests (tests, s_setup, s_teardown);
 }
