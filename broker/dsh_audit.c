@@ -513,22 +513,23 @@ s_record_arguments (dsh_audit_t *self, s_text_t *record, dsh_audit_trail_t *trai
         if (length > self->config.arguments_max_bytes)
             kept = "digest (over the size limit)";
         else {
-            msgpack_unpacked unpacked;
-            msgpack_unpacked_init (&unpacked);
-            size_t offset = 0;
-            if (msgpack_unpack_next (&unpacked, (const char *) data + start, length, &offset)
-                == MSGPACK_UNPACK_SUCCESS) {
-                json_t *view = dsh_json_view (&unpacked.data);
-                char *json = view? json_dumps (view, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY): NULL;
-                if (json) {
-                    s_field_key (record, "arguments");
-                    s_text_cstr (record, json);
-                    kept = "full";
-                }
-                free (json);
-                json_decref (view);
+            //  The one strict decode the broker makes of any message: a body
+            //  it refused for a repeated key is kept as its digest, never as
+            //  one of its two readings
+            char reason [128];
+            dsh_doc_t *doc = dsh_doc_new (data + start, length, reason, sizeof (reason));
+            json_t *view = doc? dsh_json_view (dsh_doc_root (doc)): NULL;
+            char *json = view? json_dumps (view, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY): NULL;
+            if (json) {
+                s_field_key (record, "arguments");
+                s_text_cstr (record, json);
+                kept = "full";
             }
-            msgpack_unpacked_destroy (&unpacked);
+            else
+                kept = "digest (unreadable)";
+            free (json);
+            json_decref (view);
+            dsh_doc_destroy (&doc);
         }
     }
     s_field_str (record, "argumentsKept", kept);

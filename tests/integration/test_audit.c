@@ -201,16 +201,42 @@ test_every_answer_one_record (void **state)
     zmsg_t *reply = zmsg_recv (dealer);
     assert_non_null (reply);
     zmsg_destroy (&reply);
+    //  One whose arguments repeat a key: refused, and recorded without
+    //  either of its two readings
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    msgpack_pack_map (&pk, 3);
+    dsh_pack_cstr (&pk, "callId");
+    dsh_pack_cstr (&pk, "raw-2");
+    dsh_pack_cstr (&pk, "name");
+    dsh_pack_cstr (&pk, "echo");
+    dsh_pack_cstr (&pk, "arguments");
+    msgpack_pack_map (&pk, 2);
+    dsh_pack_cstr (&pk, "message");
+    dsh_pack_cstr (&pk, "checked");
+    dsh_pack_cstr (&pk, "message");
+    dsh_pack_cstr (&pk, "used");
+    msg = zmsg_new ();
+    zmsg_addstr (msg, "");
+    zmsg_addstr (msg, DSH_PROTOCOL);
+    zmsg_addstr (msg, DSH_CALL);
+    zmsg_addmem (msg, sbuf.data, sbuf.size);
+    msgpack_sbuffer_destroy (&sbuf);
+    assert_int_equal (zmsg_send (&msg, dealer), 0);
+    reply = zmsg_recv (dealer);
+    assert_non_null (reply);
+    zmsg_destroy (&reply);
     zsock_destroy (&dealer);
 
-    json_t *records = s_audit (self, 26, NULL);
+    json_t *records = s_audit (self, 27, NULL);
     assert_int_equal (s_count (records, "outcome", "ok"), 20);
     assert_int_equal (s_count (records, "outcome", DSH_E_UNKNOWN_TOOL), 1);
     assert_int_equal (s_count (records, "outcome", DSH_E_INVALID_ARGS), 1);
     assert_int_equal (s_count (records, "outcome", DSH_E_TOOL_FAILED), 1);
     assert_int_equal (s_count (records, "outcome", DSH_E_TIMEOUT), 1);
     assert_int_equal (s_count (records, "outcome", DSH_E_DENIED), 1);
-    assert_int_equal (s_count (records, "outcome", DSH_E_BAD_REQUEST), 1);
+    assert_int_equal (s_count (records, "outcome", DSH_E_BAD_REQUEST), 2);
     //  Each once: no callId twice
     zhashx_t *ids = zhashx_new ();
     size_t index;
@@ -251,6 +277,11 @@ test_every_answer_one_record (void **state)
     assert_null (json_object_get (denied, "component"));
     json_t *refused = s_find (records, "callId", "raw-1");
     assert_string_equal (json_string_value (json_object_get (refused, "outcome")), DSH_E_BAD_REQUEST);
+    json_t *twice = s_find (records, "callId", "raw-2");
+    assert_string_equal (json_string_value (json_object_get (twice, "outcome")), DSH_E_BAD_REQUEST);
+    assert_null (json_object_get (twice, "arguments"));
+    assert_string_equal (json_string_value (json_object_get (twice, "argumentsKept")), "digest (unreadable)");
+    assert_int_equal (strlen (json_string_value (json_object_get (twice, "argumentsSha256"))), 64);
     json_decref (records);
 
     //  Filters
@@ -267,7 +298,7 @@ test_every_answer_one_record (void **state)
     const char *verify [] = { "audit", "verify", NULL };
     char *output = NULL;
     assert_int_equal (dsh_testkit_cli_merged (self->endpoint, verify, 10000, &output), 0);
-    assert_non_null (strstr (output, "\"checked\": 26"));
+    assert_non_null (strstr (output, "\"checked\": 27"));
     zstr_free (&output);
     s_sql (self->store, "UPDATE dsh_audit SET record = replace (record, '\"hi\"', '\"ho\"') WHERE seq = 3");
     assert_int_equal (dsh_testkit_cli_merged (self->endpoint, verify, 10000, &output), 1);
