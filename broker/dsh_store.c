@@ -201,8 +201,10 @@ static const char *s_schema [] = {
     "CREATE TABLE IF NOT EXISTS dsh_audit_head ("
         "broker TEXT NOT NULL PRIMARY KEY, seq BIGINT NOT NULL, hash TEXT NOT NULL,"
         " anchor_seq BIGINT NOT NULL, anchor_hash TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS dsh_modes ("
-        "agent TEXT NOT NULL PRIMARY KEY, mode TEXT NOT NULL, set_by TEXT, set_ms BIGINT)",
+    //  (Parenthesized: clang takes two literals side by side in an array
+    //  for a missing comma)
+    ("CREATE TABLE IF NOT EXISTS dsh_modes ("
+        "agent TEXT NOT NULL PRIMARY KEY, mode TEXT NOT NULL, set_by TEXT, set_ms BIGINT)"),
 };
 
 //  The columns a query may select on, in the order of a shape's bits
