@@ -1251,6 +1251,7 @@ dsh_audit_new (const dsh_audit_config_t *config)
         zclock_sleep (5);
     self->reader = zactor_new (s_reader, self);
     assert (self->reader);
+    zsock_set_sndtimeo (zactor_sock (self->reader), 0);
     return self;
 }
 
@@ -1260,6 +1261,9 @@ dsh_audit_destroy (dsh_audit_t **self_p, int timeout_ms)
     assert (self_p);
     if (*self_p) {
         dsh_audit_t *self = *self_p;
+        //  $TERM must get through, behind any queries still queued
+        if (self->reader)
+            zsock_set_sndtimeo (zactor_sock (self->reader), -1);
         zactor_destroy (&self->reader);
         pthread_mutex_lock (&self->lock);
         self->stopping = true;
@@ -1355,7 +1359,7 @@ dsh_audit_submit (dsh_audit_t *self, dsh_audit_trail_t **trail_p, zmq_msg_t *bod
     pthread_mutex_unlock (&self->lock);
 }
 
-void
+int
 dsh_audit_query (dsh_audit_t *self, zmsg_t **envelope_p, zframe_t **body_p)
 {
     assert (self);
@@ -1367,7 +1371,11 @@ dsh_audit_query (dsh_audit_t *self, zmsg_t **envelope_p, zframe_t **body_p)
     while ((frame = zmsg_pop (*envelope_p)))
         zmsg_append (msg, &frame);
     zmsg_destroy (envelope_p);
-    zmsg_send (&msg, zactor_sock (self->reader));
+    //  The pipe's send times out at once: a reader busy with a long verify
+    //  and a pile of queries behind it must not stop the broker's loop
+    int rc = zmsg_send (&msg, zactor_sock (self->reader));
+    zmsg_destroy (&msg);
+    return rc;
 }
 
 void

@@ -123,10 +123,11 @@ void
 void
     dsh_audit_submit (dsh_audit_t *self, dsh_audit_trail_t **trail_p, zmq_msg_t *body);
 
-//  An AUDIT request (its decoded root, already checked by the registry)
-//  with the envelope to answer along (taken). The reply comes back on
-//  dsh_audit_socket as [envelope...] "" "DSH1" "AUDIT" body.
-void
+//  An AUDIT request (its body, already checked by the registry) with the
+//  envelope to answer along (both taken). The reply comes back on
+//  dsh_audit_socket as REPLY|ERROR body envelope... Returns 0, or -1 if
+//  the reader has too many queries waiting (never blocks).
+int
     dsh_audit_query (dsh_audit_t *self, zmsg_t **envelope_p, zframe_t **body_p);
 
 //  Store agent's mode (NULL: cleared), set by whom.

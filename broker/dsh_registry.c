@@ -1368,7 +1368,9 @@ s_handle_audit (self_t *self, s_request_t *request)
     }
     zframe_t *body = zframe_new (zmq_msg_data (request->body), zmq_msg_size (request->body));
     zmsg_t *envelope = s_route_zmsg (request->parts);
-    dsh_audit_query (self->audit, &envelope, &body);
+    if (dsh_audit_query (self->audit, &envelope, &body))
+        s_request_error (self, request, DSH_E_OVERLOADED, "the audit's reader has too many queries waiting: "
+                         "try again shortly");
 }
 
 //  A stage is handed the control command the broker authorised, packed
