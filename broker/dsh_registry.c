@@ -980,24 +980,15 @@ s_trail (self_t *self, s_request_t *request, const char *claimed_agent)
 //  call (tool not NULL, "" if unreadable) is recorded with it, a cancel
 //  is not.
 static void
-s_refuse_call (self_t *self, s_request_t *request, const char *call_id, const char *code, const char *text)
+s_refuse_call (self_t *self, s_request_t *request, const char *call_id, const char *tool, const char *agent,
+               const char *code, const char *text)
 {
     zframe_t *frame = dsh_proto_error_result (call_id, code, text);
     zmq_msg_t body;
     dsh_sock_part_frame (&body, &frame);
-    s_send_route (self, request->parts->part, request->parts->envelope, false, DSH_RESULT, &body);
-}
-
-static void
-s_refuse_recorded (self_t *self, s_request_t *request, const char *call_id, const char *tool, const char *agent,
-                   const char *code, const char *text)
-{
-    zframe_t *frame = dsh_proto_error_result (call_id, code, text);
-    zmq_msg_t body;
-    dsh_sock_part_frame (&body, &frame);
-    dsh_audit_trail_t *trail = s_trail (self, request, agent);
+    dsh_audit_trail_t *trail = tool? s_trail (self, request, agent): NULL;
     if (trail) {
-        dsh_audit_trail_call (trail, call_id, tool? tool: "");
+        dsh_audit_trail_call (trail, call_id, tool);
         dsh_audit_submit (self->audit, &trail, &body);
     }
     s_send_route (self, request->parts->part, request->parts->envelope, false, DSH_RESULT, &body);
@@ -1094,7 +1085,7 @@ s_handle_call (self_t *self, s_request_t *request)
         self->bad_messages++;
         dsh_stats_refused (self->stats, DSH_E_BAD_REQUEST);
         if (head.call_id)
-            s_refuse_recorded (self, request, head.call_id, head.name, head.agent, DSH_E_BAD_REQUEST, error);
+            s_refuse_call (self, request, head.call_id, head.name? head.name: "", head.agent, DSH_E_BAD_REQUEST, error);
         else
             s_request_error (self, request, DSH_E_BAD_REQUEST, error);
         return;
@@ -1104,20 +1095,20 @@ s_handle_call (self_t *self, s_request_t *request)
         snprintf (error, sizeof (error), "the envelope has %zu frames, more than %d",
                   request->parts->envelope, DSH_ROUTE_MAX);
         dsh_stats_refused (self->stats, DSH_E_BAD_REQUEST);
-        s_refuse_recorded (self, request, head.call_id, head.name, head.agent, DSH_E_BAD_REQUEST, error);
+        s_refuse_call (self, request, head.call_id, head.name, head.agent, DSH_E_BAD_REQUEST, error);
         return;
     }
     char forbidden [DSH_ID_MAX * 2 + 256];
     zframe_t *stamped = NULL;
     if (s_front_forbidden (self, request, DSH_CALL, forbidden, sizeof (forbidden))) {
         dsh_stats_refused (self->stats, DSH_E_FORBIDDEN);
-        s_refuse_recorded (self, request, head.call_id, head.name, head.agent, DSH_E_FORBIDDEN, forbidden);
+        s_refuse_call (self, request, head.call_id, head.name, head.agent, DSH_E_FORBIDDEN, forbidden);
         return;
     }
     if (s_call_agent (self, request, &head, &stamped, forbidden, sizeof (forbidden))) {
         const char *code = strncmp (forbidden, "Error:", 6)? DSH_E_BAD_REQUEST: DSH_E_FORBIDDEN;
         dsh_stats_refused (self->stats, code);
-        s_refuse_recorded (self, request, head.call_id, head.name, head.agent, code, forbidden);
+        s_refuse_call (self, request, head.call_id, head.name, head.agent, code, forbidden);
         return;
     }
     //  A required audit that cannot record runs nothing
@@ -1125,7 +1116,7 @@ s_handle_call (self_t *self, s_request_t *request)
         zframe_destroy (&stamped);
         dsh_audit_refused (self->audit);
         dsh_stats_refused (self->stats, DSH_E_AUDIT_UNAVAILABLE);
-        s_refuse_call (self, request, head.call_id, DSH_E_AUDIT_UNAVAILABLE, forbidden);
+        s_refuse_call (self, request, head.call_id, NULL, NULL, DSH_E_AUDIT_UNAVAILABLE, forbidden);
         return;
     }
     if (dsh_inflight_size (self->inflight) >= self->max_in_flight) {
@@ -1134,7 +1125,7 @@ s_handle_call (self_t *self, s_request_t *request)
         snprintf (text, sizeof (text), "Error: the broker is overloaded (%zu calls in flight)",
                   dsh_inflight_size (self->inflight));
         dsh_stats_refused (self->stats, DSH_E_OVERLOADED);
-        s_refuse_recorded (self, request, head.call_id, head.name, head.agent, DSH_E_OVERLOADED, text);
+        s_refuse_call (self, request, head.call_id, head.name, head.agent, DSH_E_OVERLOADED, text);
         return;
     }
     uint64_t timeout_ms = head.timeout_ms? head.timeout_ms: (uint64_t) self->call_timeout_ms;
@@ -1188,7 +1179,7 @@ s_handle_cancel (self_t *self, s_request_t *request)
     char forbidden [256];
     if (s_front_forbidden (self, request, DSH_CANCEL, forbidden, sizeof (forbidden))) {
         //  As a refused CALL is: a RESULT under its callId
-        s_refuse_call (self, request, call_id, DSH_E_FORBIDDEN, forbidden);
+        s_refuse_call (self, request, call_id, NULL, NULL, DSH_E_FORBIDDEN, forbidden);
         return;
     }
     dsh_chain_settle (self->chain);
@@ -1205,7 +1196,7 @@ s_handle_cancel (self_t *self, s_request_t *request)
             s_refill (self, component);
     }
     else
-        s_refuse_call (self, request, call_id, DSH_E_CANCELLED, "Error: the call was cancelled");
+        s_refuse_call (self, request, call_id, NULL, NULL, DSH_E_CANCELLED, "Error: the call was cancelled");
 }
 
 //  heartbeatMs and liveness, as WELCOME, PONG and STATS give them.
@@ -1808,7 +1799,7 @@ s_front_refuse_body (self_t *self, s_request_t *request, const char *message)
     self->bad_messages++;
     if (is_call) {
         dsh_stats_refused (self->stats, DSH_E_BAD_REQUEST);
-        s_refuse_recorded (self, request, id, "", NULL, DSH_E_BAD_REQUEST, message);
+        s_refuse_call (self, request, id, "", NULL, DSH_E_BAD_REQUEST, message);
         return;
     }
     msgpack_object id_object = { .type = MSGPACK_OBJECT_STR };
