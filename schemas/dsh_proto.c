@@ -890,6 +890,7 @@ dsh_proto_error_name (const char *code)
         { DSH_E_CANCELLED,    "CancelledError" },
         { DSH_E_FORBIDDEN,    "ForbiddenError" },
         { DSH_E_AUDIT_UNAVAILABLE, "AuditUnavailableError" },
+        { DSH_E_QUARANTINED, "QuarantinedToolError" },
         { DSH_E_BROKER_GONE,  "BrokerGoneError" },
     };
     for (size_t index = 0; index < sizeof (names) / sizeof (names [0]); index++)
@@ -1045,6 +1046,13 @@ dsh_proto_check_tool (const msgpack_object *tool, char *error, size_t error_size
                                name_size, name_text, hints [index]);
         }
     }
+    //  The quarantine marks are the broker's word on an entry (PROTOCOL.md,
+    //  "Pins"): a component that sent them could hide or fake a quarantine
+    static const char *marks [] = { "quarantined", "digest", "pinnedDigest", "quarantineReason" };
+    for (size_t index = 0; index < sizeof (marks) / sizeof (marks [0]); index++)
+        if (dsh_map_get (tool, marks [index]))
+            return s_fail (error, error_size, "tool \"%.*s\": \"%s\" is set by the broker only",
+                           name_size, name_text, marks [index]);
     static const char *flags [] = { "strict", "concurrencySafe" };
     for (size_t index = 0; index < sizeof (flags) / sizeof (flags [0]); index++) {
         const msgpack_object *flag = dsh_map_get (tool, flags [index]);

@@ -49,6 +49,7 @@ extern "C" {
 #define DSH_STATS               "STATS"
 #define DSH_CONTROL             "CONTROL"
 #define DSH_AUDIT               "AUDIT"
+#define DSH_PINS                "PINS"
 
 //  Commands on the announce channel (component PUB -> registry SUB)
 #define DSH_ANNOUNCE            "ANNOUNCE"
@@ -68,6 +69,10 @@ extern "C" {
 #define DSH_EV_JOINED           "component.joined"
 #define DSH_EV_LEFT             "component.left"
 #define DSH_EV_REFUSED          "component.refused"
+#define DSH_EV_CHANGED          "tool.changed"      //  a definition differs from its pin: quarantined
+#define DSH_EV_ACCEPTED         "tool.accepted"     //  an admin pinned the offered definition
+#define DSH_EV_REJECTED         "tool.rejected"     //  an admin rejected it: it stays quarantined
+#define DSH_EV_FORGOTTEN        "tool.forgotten"    //  an admin deleted the pin
 
 //  Error codes carried in error.code of a RESULT, or code of an ERROR
 #define DSH_E_BAD_REQUEST       "BAD_REQUEST"
@@ -83,6 +88,7 @@ extern "C" {
 #define DSH_E_CANCELLED         "CANCELLED"
 #define DSH_E_FORBIDDEN         "FORBIDDEN"
 #define DSH_E_AUDIT_UNAVAILABLE "AUDIT_UNAVAILABLE"
+#define DSH_E_QUARANTINED       "QUARANTINED"
 #define DSH_E_BROKER_GONE       "BROKER_GONE"     //  made by the client SDK, never sent
 
 //  Limits on untrusted input
