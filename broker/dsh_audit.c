@@ -85,6 +85,7 @@ struct _dsh_audit_trail_t {
     char approval_request [DSH_ID_MAX + 1];
     char approver [DSH_NAME_MAX + 1];
     char approval_decision [32];
+    char approval_grant [DSH_ID_MAX + 1];   //  the grant that allowed the call, or made, or ""
     int64_t approval_ms;
     //  A writer's own: a record saying records were lost
     uint64_t lost;
@@ -119,11 +120,22 @@ struct _dsh_audit_t {
     char kind [16];
 };
 
+//  A change to the durable state: an agent's mode, a pin, a grant kept or
+//  revoked
+typedef enum {
+    S_STATE_MODE,
+    S_STATE_PIN,
+    S_STATE_GRANT,
+    S_STATE_REVOKE
+} s_state_kind_t;
+
 typedef struct {
-    char *agent;
-    char *mode;
-    char *set_by;
-    int64_t set_ms;
+    s_state_kind_t kind;
+    char *agent;                //  mode: the agent; grant, revoke: the grant's id
+    char *mode;                 //  mode: the mode; grant: the stage
+    char *set_by;               //  mode: who; grant: the grant's JSON text
+    int64_t set_ms;             //  mode: when; grant: when it expires; revoke: when
+    dsh_pin_op_t *pin;          //  pin: the change
 } s_mode_t;
 
 static void
@@ -133,9 +145,25 @@ s_mode_destroy (s_mode_t **self_p)
         zstr_free (&(*self_p)->agent);
         zstr_free (&(*self_p)->mode);
         zstr_free (&(*self_p)->set_by);
+        dsh_pin_op_destroy (&(*self_p)->pin);
         free (*self_p);
         *self_p = NULL;
     }
+}
+
+//  Write one state change. Returns 0, or -1 with a reason.
+static int
+s_state_write (dsh_store_t *store, s_mode_t *change, char *error, size_t error_size)
+{
+    if (change->kind == S_STATE_PIN)
+        return dsh_store_pin_write (store, change->pin, error, error_size);
+    if (change->kind == S_STATE_GRANT)
+        return dsh_store_grant_put (store, change->agent, change->mode, change->set_by, change->set_ms,
+                                    error, error_size);
+    if (change->kind == S_STATE_REVOKE)
+        return dsh_store_grant_revoke (store, change->agent, change->set_ms, error, error_size);
+    return dsh_store_mode_set (store, change->agent, change->mode, change->set_by, change->set_ms,
+                               error, error_size);
 }
 
 static char *
@@ -166,6 +194,7 @@ dsh_audit_trail_new (dsh_audit_t *self, zmq_msg_t *body)
     trail->dispatched = trail->has_request = trail->has_ran = trail->has_result = false;
     trail->decisions = trail->decisions_tail = NULL;
     trail->approval_request [0] = trail->approver [0] = trail->approval_decision [0] = 0;
+    trail->approval_grant [0] = 0;
     trail->approval_ms = 0;
     trail->lost = 0;
     trail->received_ms = zclock_time ();
@@ -256,11 +285,12 @@ dsh_audit_trail_stage (dsh_audit_trail_t *self, const char *stage, const char *k
 
 void
 dsh_audit_trail_approval (dsh_audit_trail_t *self, const char *request, const char *approver,
-                          const char *decision, int64_t at_ms)
+                          const char *decision, int64_t at_ms, const char *grant)
 {
     if (!self)
         return;
     S_SET (self->approval_request, request);
+    S_SET (self->approval_grant, grant);
     S_SET (self->approver, approver);
     S_SET (self->approval_decision, decision? decision: "?");
     self->approval_ms = at_ms;
@@ -656,7 +686,10 @@ s_record (dsh_audit_t *self, dsh_audit_trail_t *trail, dsh_store_row_t *row, cha
         if (*trail->approval_decision) {
             s_field_key (&record, "approval");
             s_text_open (&record);
-            s_field_str (&record, "request", trail->approval_request);
+            if (*trail->approval_request)
+                s_field_str (&record, "request", trail->approval_request);
+            if (*trail->approval_grant)
+                s_field_str (&record, "grant", trail->approval_grant);
             if (*trail->approver)
                 s_field_str (&record, "approver", trail->approver);
             s_field_str (&record, "decision", trail->approval_decision);
@@ -855,8 +888,11 @@ s_writer (void *arg)
         while (store && !failed && zlistx_size (modes_pending)) {
             s_mode_t *mode = (s_mode_t *) zlistx_first (modes_pending);
             char error [512];
-            if (dsh_store_mode_set (store, mode->agent, mode->mode, mode->set_by, mode->set_ms, error, sizeof (error))) {
-                dsh_log_warning ("dsh-broker: audit store: could not keep agent %s's mode: %s", mode->agent, error);
+            if (s_state_write (store, mode, error, sizeof (error))) {
+                dsh_log_warning ("dsh-broker: audit store: could not keep %s %s: %s",
+                                 mode->kind == S_STATE_MODE? "the mode of agent":
+                                 mode->kind == S_STATE_PIN? "the pin of tool": "grant",
+                                 mode->kind == S_STATE_PIN? mode->pin->pin->name: mode->agent, error);
                 failed = true;
             }
             else
@@ -1126,6 +1162,78 @@ s_modes_frame (zhashx_t *modes)
     return frame;
 }
 
+//  The stored pins as a packed array, or NULL with a reason.
+static zframe_t *
+s_pins_frame (dsh_store_t *store, char *error, size_t error_size)
+{
+    zlistx_t *pins = dsh_store_pins (store, error, error_size);
+    if (!pins)
+        return NULL;
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_array (&packer.pk, (uint32_t) zlistx_size (pins));
+    for (dsh_pin_t *pin = (dsh_pin_t *) zlistx_first (pins); pin; pin = (dsh_pin_t *) zlistx_next (pins)) {
+        dsh_packer_map_begin (&packer);
+        dsh_packer_kv_str (&packer, "name", pin->name);
+        dsh_packer_kv_str (&packer, "digest", pin->digest);
+        dsh_packer_kv_str (&packer, "definition", pin->definition);
+        dsh_packer_kv_str (&packer, "component", pin->component);
+        dsh_packer_kv_str (&packer, "key", pin->key);
+        dsh_pack_cstr (&packer.pk, "firstMs");
+        msgpack_pack_int64 (&packer.pk, pin->first_ms);
+        dsh_packer_kv_str (&packer, "acceptedBy", pin->accepted_by);
+        dsh_pack_cstr (&packer.pk, "acceptedMs");
+        msgpack_pack_int64 (&packer.pk, pin->accepted_ms);
+        dsh_packer_kv_str (&packer, "rejected", pin->rejected);
+        dsh_packer_map_end (&packer);
+    }
+    zlistx_destroy (&pins);
+    zframe_t *frame = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    return frame;
+}
+
+//  The live grants as a packed array of maps, or NULL with a reason.
+static zframe_t *
+s_grants_frame (dsh_store_t *store, char *error, size_t error_size)
+{
+    zlistx_t *grants = dsh_store_grants (store, zclock_time (), error, error_size);
+    if (!grants)
+        return NULL;
+    json_t *array = json_array ();
+    for (const char *text = (const char *) zlistx_first (grants); text; text = (const char *) zlistx_next (grants)) {
+        json_t *grant = json_loads (text, 0, NULL);
+        if (json_is_object (grant))
+            json_array_append (array, grant);
+        json_decref (grant);
+    }
+    zlistx_destroy (&grants);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_json_to_msgpack (&packer.pk, array);
+    json_decref (array);
+    zframe_t *frame = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    return frame;
+}
+
+//  Send frame as command if it differs from *last (which it replaces).
+static void
+s_send_changed (zsock_t *pipe, const char *command, zframe_t **frame_p, zframe_t **last_p)
+{
+    if (*last_p && zframe_eq (*frame_p, *last_p)) {
+        zframe_destroy (frame_p);
+        return;
+    }
+    zframe_destroy (last_p);
+    *last_p = *frame_p;
+    *frame_p = NULL;
+    zmsg_t *message = zmsg_new ();
+    zmsg_addstr (message, command);
+    zmsg_append (message, &(zframe_t *) { zframe_dup (*last_p) });
+    zmsg_send (&message, pipe);
+}
+
 static void
 s_reader (zsock_t *pipe, void *arg)
 {
@@ -1134,6 +1242,9 @@ s_reader (zsock_t *pipe, void *arg)
     int64_t last_log_ms = -S_LOG_EVERY_MS;
     dsh_store_t *store = s_open (self, &last_log_ms);
     zhashx_t *modes = NULL;             //  the last sent
+    zframe_t *pins = NULL;              //  the last sent
+    zframe_t *grants = NULL;            //  the last sent
+    int64_t next_prune = 0;
     int64_t next_poll = 0;
     zpoller_t *poller = zpoller_new (pipe, NULL);
     while (true) {
@@ -1196,9 +1307,22 @@ s_reader (zsock_t *pipe, void *arg)
                 }
                 else
                     zhashx_destroy (&now);
+                zframe_t *frame = s_pins_frame (store, error, sizeof (error));
+                if (frame)
+                    s_send_changed (pipe, "PINS", &frame, &pins);
+                frame = s_grants_frame (store, error, sizeof (error));
+                if (frame)
+                    s_send_changed (pipe, "GRANTS", &frame, &grants);
+                if (zclock_mono () >= next_prune) {
+                    //  Grants a day past their end are history
+                    dsh_store_grants_prune (store, zclock_time () - 24 * 3600 * 1000, error, sizeof (error));
+                    next_prune = zclock_mono () + 600 * 1000;
+                }
             }
         }
     }
+    zframe_destroy (&pins);
+    zframe_destroy (&grants);
     zhashx_destroy (&modes);
     zpoller_destroy (&poller);
     dsh_store_destroy (&store);
@@ -1213,7 +1337,7 @@ dsh_audit_t *
 dsh_audit_new (const dsh_audit_config_t *config)
 {
     assert (config);
-    if (config->policy == DSH_AUDIT_OFF)
+    if (config->policy == DSH_AUDIT_OFF && !config->state)
         return NULL;
     assert (config->store && config->broker);
     dsh_audit_t *self = (dsh_audit_t *) zmalloc (sizeof (dsh_audit_t));
@@ -1287,6 +1411,12 @@ dsh_audit_destroy (dsh_audit_t **self_p, int timeout_ms)
         free (self);
         *self_p = NULL;
     }
+}
+
+bool
+dsh_audit_records (dsh_audit_t *self)
+{
+    return self && self->config.policy != DSH_AUDIT_OFF;
 }
 
 bool
@@ -1376,6 +1506,58 @@ dsh_audit_query (dsh_audit_t *self, zmsg_t **envelope_p, zframe_t **body_p)
     int rc = zmsg_send (&msg, zactor_sock (self->reader));
     zmsg_destroy (&msg);
     return rc;
+}
+
+static void
+s_state_push (dsh_audit_t *self, s_mode_t *change)
+{
+    pthread_mutex_lock (&self->lock);
+    zlistx_add_end (self->modes, change);
+    pthread_cond_signal (&self->wake);
+    pthread_mutex_unlock (&self->lock);
+}
+
+void
+dsh_audit_pins_write (dsh_audit_t *self, zlistx_t **ops_p)
+{
+    assert (ops_p);
+    dsh_pin_op_t *op;
+    while (self && *ops_p && (op = (dsh_pin_op_t *) zlistx_detach (*ops_p, NULL))) {
+        s_mode_t *change = (s_mode_t *) zmalloc (sizeof (s_mode_t));
+        assert (change);
+        change->kind = S_STATE_PIN;
+        change->pin = op;
+        s_state_push (self, change);
+    }
+    zlistx_destroy (ops_p);
+}
+
+void
+dsh_audit_grant_keep (dsh_audit_t *self, const char *id, const char *stage, const char *grant, int64_t expires_ms)
+{
+    if (!self || !id || !stage || !grant)
+        return;
+    s_mode_t *change = (s_mode_t *) zmalloc (sizeof (s_mode_t));
+    assert (change);
+    change->kind = S_STATE_GRANT;
+    change->agent = strdup (id);
+    change->mode = strdup (stage);
+    change->set_by = strdup (grant);
+    change->set_ms = expires_ms;
+    s_state_push (self, change);
+}
+
+void
+dsh_audit_grant_revoke (dsh_audit_t *self, const char *id)
+{
+    if (!self || !id)
+        return;
+    s_mode_t *change = (s_mode_t *) zmalloc (sizeof (s_mode_t));
+    assert (change);
+    change->kind = S_STATE_REVOKE;
+    change->agent = strdup (id);
+    change->set_ms = zclock_time ();
+    s_state_push (self, change);
 }
 
 void

@@ -57,14 +57,16 @@ typedef struct {
     size_t queue_bytes;             //  records waiting, at most
     int retain_days;                //  0: forever
     uint64_t max_bytes;             //  the chain's record bytes, at most (0: no bound)
-    int modes_poll_ms;              //  how often the shared modes are read
+    int modes_poll_ms;              //  how often the shared state (modes, pins, grants) is read
+    bool state;                     //  keep the durable state even when policy is off
 } dsh_audit_config_t;
 
 typedef struct _dsh_audit_t dsh_audit_t;
 typedef struct _dsh_audit_trail_t dsh_audit_trail_t;
 
 //  Start the writer and the reader on config (copied). Returns NULL only
-//  when policy is off. A store that cannot be opened now is logged and
+//  when policy is off and no durable state is kept (config->state); with
+//  policy off and state kept, no call is recorded (no trail is made). A store that cannot be opened now is logged and
 //  tried again; until then a required audit admits no call.
 dsh_audit_t *
     dsh_audit_new (const dsh_audit_config_t *config);
@@ -107,7 +109,7 @@ void
 //  An approval: its request id, the approver, the decision, when.
 void
     dsh_audit_trail_approval (dsh_audit_trail_t *self, const char *request, const char *approver,
-                              const char *decision, int64_t at_ms);
+                              const char *decision, int64_t at_ms, const char *grant);
 
 //  Where the call went: the component, its host, how many providers the
 //  tool had, the digest of the tool's entry (NULL if none), and the body
@@ -134,9 +136,29 @@ int
 void
     dsh_audit_mode_set (dsh_audit_t *self, const char *agent, const char *mode, const char *set_by);
 
-//  The socket the reader answers on: query replies (as above), and
-//  "MODES" frames with a packed map agent -> mode whenever the stored
-//  modes differ from the last ones sent (the first time at start).
+//  Write pin changes (dsh_pins_take_ops; the list is taken).
+void
+    dsh_audit_pins_write (dsh_audit_t *self, zlistx_t **ops_p);
+
+//  Keep a grant (its JSON text) made by stage until expires_ms (wall
+//  clock), and revoke one.
+void
+    dsh_audit_grant_keep (dsh_audit_t *self, const char *id, const char *stage, const char *grant,
+                          int64_t expires_ms);
+
+void
+    dsh_audit_grant_revoke (dsh_audit_t *self, const char *id);
+
+//  True if calls are recorded (policy is not off).
+bool
+    dsh_audit_records (dsh_audit_t *self);
+
+//  The socket the reader answers on: query replies (as above), and, when
+//  what is stored differs from what was last sent (the first time at
+//  start): "MODES" frames with a packed map agent -> mode; "PINS" with a
+//  packed array of pins {name, digest, definition, component, key,
+//  firstMs, acceptedBy, acceptedMs, rejected}; "GRANTS" with a packed
+//  array of the live grants (maps, as their stages made them).
 zsock_t *
     dsh_audit_socket (dsh_audit_t *self);
 

@@ -68,6 +68,10 @@ s_usage (FILE *out)
         "                           while the store fails); best-effort: records are dropped and\n"
         "                           counted instead; off: none (default required; the config's\n"
         "                           audit section sets arguments, digest_tools, retain_days, ...)\n"
+        "      --pins POLICY        pinned tool definitions (PROTOCOL.md, Pins): tofu: a name's first\n"
+        "                           definition is pinned, a changed one is quarantined until an admin\n"
+        "                           accepts it (dsh pins accept NAME); strict: only definitions an\n"
+        "                           admin accepted are callable; off (default tofu; kept in the store)\n"
         "      --no-stats           keep no call statistics (STATS answers enabled: false;\n"
         "                           config key stats = false; default on)\n"
         "  -v, --verbose            log every event and refusal (default off)\n"
@@ -109,6 +113,7 @@ s_flag_key (const char *flag)
         { "--max-announce-parts-bytes", "max_announce_parts_bytes" },
         { "--events-queue-bytes", "events_queue_bytes" }, { "--io-threads", "io_threads" },
         { "--name", "name" }, { "--state-dir", "state_dir" }, { "--store", "store" }, { "--audit", "audit" },
+        { "--pins", "pins" },
     };
     for (size_t index = 0; index < sizeof (flags) / sizeof (flags [0]); index++)
         if (streq (flag, flags [index][0]))

@@ -12,6 +12,7 @@
 
 #include "dsh_catalog.h"
 #include "dsh_store.h"
+#include "dsh_pins.h"
 
 //  A component's window (calls sent to it and not yet answered, at most)
 //  is its workers (ANNOUNCE's concurrency) plus the calls it answers in
@@ -37,6 +38,11 @@ typedef struct {
     void *handle;               //  in self->tool_order
     bool idempotent;            //  annotations.idempotentHint, read once
     char digest [65];           //  SHA-256 of entry, hex; "" until asked for
+    //  Pins: the verdict on the entry's definition (dsh_pins)
+    const char *quarantine;     //  why it is quarantined (static text), or NULL
+    char definition [DSH_DIGEST_SIZE + 1];  //  the entry's definition digest
+    char pinned [DSH_DIGEST_SIZE + 1];      //  its pin's, or ""
+    zchunk_t *served;           //  the entry with the quarantine marks, or NULL: entry
 } s_tool_t;
 
 typedef struct {
@@ -64,6 +70,9 @@ struct _dsh_catalog_t {
     uint64_t version;               //  changes with anything a SNAPSHOT shows
     size_t max_tool_bytes;      //  largest canonical entry taken
     size_t max_tools;           //  tools one component may provide
+    dsh_pins_t *pins;           //  borrowed; NULL: nothing is judged
+    dsh_catalog_key_fn *key_fn; //  a component's CURVE key, for a new pin
+    void *key_arg;
 };
 
 static void
@@ -74,6 +83,7 @@ s_tool_destroy (s_tool_t **self_p)
         zstr_free (&self->name);
         zchunk_destroy (&self->entry);
         zchunk_destroy (&self->canonical);
+        zchunk_destroy (&self->served);
         zlistx_destroy (&self->providers);
         free (self);
         *self_p = NULL;
@@ -110,6 +120,10 @@ dsh_event_destroy (dsh_event_t **self_p)
         zstr_free (&self->component);
         zstr_free (&self->name);
         zstr_free (&self->reason);
+        zstr_free (&self->digest);
+        zstr_free (&self->pinned);
+        zstr_free (&self->diff);
+        zstr_free (&self->by);
         zchunk_destroy (&self->tool);
         zlistx_destroy (&self->tools);
         free (self);
@@ -137,7 +151,9 @@ dsh_event_encode (dsh_event_t *self, uint64_t epoch)
     dsh_packer_t packer;
     dsh_packer_init (&packer);
     msgpack_pack_map (&packer.pk, 4 + (self->name != NULL) + (self->tool != NULL)
-                                    + (self->tools != NULL) + (self->reason != NULL));
+                                    + (self->tools != NULL) + (self->reason != NULL)
+                                    + (self->digest != NULL) + (self->pinned != NULL)
+                                    + (self->diff != NULL) + (self->by != NULL));
     dsh_pack_cstr (&packer.pk, "seq");
     msgpack_pack_uint64 (&packer.pk, self->seq);
     dsh_pack_cstr (&packer.pk, "epoch");
@@ -158,6 +174,14 @@ dsh_event_encode (dsh_event_t *self, uint64_t epoch)
     }
     if (self->reason)
         dsh_packer_kv_str (&packer, "reason", self->reason);
+    if (self->digest)
+        dsh_packer_kv_str (&packer, "digest", self->digest);
+    if (self->pinned)
+        dsh_packer_kv_str (&packer, "pinnedDigest", self->pinned);
+    if (self->diff)
+        dsh_packer_kv_str (&packer, "diff", self->diff);
+    if (self->by)
+        dsh_packer_kv_str (&packer, "by", self->by);
     zframe_t *frame = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
     return frame;
@@ -304,6 +328,105 @@ s_same_bytes (zchunk_t *left, zchunk_t *right)
         && memcmp (zchunk_data (left), zchunk_data (right), zchunk_size (left)) == 0;
 }
 
+//  The entry as served: with the quarantine marks when it is quarantined.
+static zchunk_t *
+s_served (s_tool_t *tool)
+{
+    return tool->served? tool->served: tool->entry;
+}
+
+//  The entry with the quarantine marks added (PROTOCOL.md, "Pins"): its
+//  map header grows, its bytes follow as they are, then the marks.
+static zchunk_t *
+s_marked (s_tool_t *tool)
+{
+    const byte *data = zchunk_data (tool->entry);
+    size_t size = zchunk_size (tool->entry);
+    uint32_t count;
+    size_t header;
+    if (size && (data [0] & 0xf0) == 0x80) {
+        count = data [0] & 0x0f;
+        header = 1;
+    }
+    else
+    if (size >= 3 && data [0] == 0xde) {
+        count = ((uint32_t) data [1] << 8) | data [2];
+        header = 3;
+    }
+    else {
+        assert (size >= 5 && data [0] == 0xdf);
+        count = ((uint32_t) data [1] << 24) | ((uint32_t) data [2] << 16) | ((uint32_t) data [3] << 8) | data [4];
+        header = 5;
+    }
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, count + 3 + (*tool->pinned != 0));
+    msgpack_sbuffer_write (&packer.sbuf, (const char *) data + header, size - header);
+    dsh_pack_cstr (&packer.pk, "quarantined");
+    msgpack_pack_true (&packer.pk);
+    dsh_packer_kv_str (&packer, "digest", tool->definition);
+    if (*tool->pinned)
+        dsh_packer_kv_str (&packer, "pinnedDigest", tool->pinned);
+    dsh_packer_kv_str (&packer, "quarantineReason", tool->quarantine);
+    zchunk_t *marked = zchunk_new (packer.sbuf.data, packer.sbuf.size);
+    dsh_packer_release (&packer);
+    return marked;
+}
+
+//  Judge the tool's entry against its pin (component offered it). Returns
+//  true if what is served changed (quarantined or released, or another
+//  pin or reason).
+static bool
+s_judge (dsh_catalog_t *self, s_tool_t *tool, const char *component)
+{
+    const char *was = tool->quarantine;
+    char was_pinned [DSH_DIGEST_SIZE + 1];
+    snprintf (was_pinned, sizeof (was_pinned), "%s", tool->pinned);
+    dsh_pins_verdict_t verdict;
+    memset (&verdict, 0, sizeof (verdict));
+    if (self->pins) {
+        char error [64];
+        dsh_doc_t *doc = dsh_doc_new (zchunk_data (tool->entry), zchunk_size (tool->entry), error, sizeof (error));
+        const char *key = self->key_fn && component? self->key_fn (self->key_arg, component): NULL;
+        if (!doc || dsh_pins_judge (self->pins, tool->name, dsh_doc_root (doc), component, key,
+                                    zclock_mono (), &verdict)) {
+            //  An entry the catalog took is a readable map: never here
+            verdict.quarantined = true;
+            verdict.reason = DSH_PINS_UNREAD;
+        }
+        dsh_doc_destroy (&doc);
+    }
+    tool->quarantine = verdict.quarantined? verdict.reason: NULL;
+    snprintf (tool->definition, sizeof (tool->definition), "%s", verdict.digest);
+    snprintf (tool->pinned, sizeof (tool->pinned), "%s", tool->quarantine? verdict.pinned: "");
+    zchunk_destroy (&tool->served);
+    if (tool->quarantine)
+        tool->served = s_marked (tool);
+    return was != tool->quarantine || !streq (was_pinned, tool->pinned);
+}
+
+//  The event that says a definition is quarantined, with a diff from its
+//  pin: after the event that carries the marked entry.
+static void
+s_quarantine_event (dsh_catalog_t *self, s_tool_t *tool, const char *component, zlistx_t *events)
+{
+    dsh_event_t *event = s_event_new (self, DSH_EV_CHANGED, component, tool->name);
+    event->reason = strdup (tool->quarantine);
+    event->digest = strdup (tool->definition);
+    if (*tool->pinned)
+        event->pinned = strdup (tool->pinned);
+    const dsh_pin_t *pin = self->pins? dsh_pins_lookup (self->pins, tool->name): NULL;
+    json_t *pinned = pin && *pin->digest? json_loads (pin->definition, JSON_DECODE_ANY, NULL): NULL;
+    char error [64];
+    dsh_doc_t *doc = dsh_doc_new (zchunk_data (tool->entry), zchunk_size (tool->entry), error, sizeof (error));
+    json_t *offered = doc? dsh_pins_definition_json (dsh_doc_root (doc)): NULL;
+    event->diff = dsh_pins_diff (pinned, offered, 16384);
+    json_decref (offered);
+    json_decref (pinned);
+    dsh_doc_destroy (&doc);
+    zlistx_add_end (events, event);
+}
+
 //  Applies one validated entry for a component; returns true if the
 //  component now provides it. Takes the offer's chunks that it keeps.
 static bool
@@ -324,9 +447,12 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, s_of
         zlistx_add_end (tool->providers, (void *) component);
         tool->handle = zlistx_add_end (self->tool_order, tool);
         zhashx_insert (self->tools, name, tool);
+        s_judge (self, tool, component);
         dsh_event_t *event = s_event_new (self, DSH_EV_REGISTERED, component, name);
-        event->tool = zchunk_dup (tool->entry);
+        event->tool = zchunk_dup (s_served (tool));
         zlistx_add_end (events, event);
+        if (tool->quarantine)
+            s_quarantine_event (self, tool, component, events);
         return true;
     }
     if (s_same_bytes (tool->canonical, offer->canonical)) {
@@ -343,9 +469,12 @@ s_apply_tool (dsh_catalog_t *self, const char *component, const char *name, s_of
         offer->entry = offer->canonical = NULL;
         tool->idempotent = s_reads_idempotent (tool->entry);
         tool->digest [0] = 0;
+        s_judge (self, tool, component);
         dsh_event_t *event = s_event_new (self, DSH_EV_UPDATED, component, name);
-        event->tool = zchunk_dup (tool->entry);
+        event->tool = zchunk_dup (s_served (tool));
         zlistx_add_end (events, event);
+        if (tool->quarantine)
+            s_quarantine_event (self, tool, component, events);
         return true;
     }
     char reason [256 + DSH_NAME_MAX + DSH_ID_MAX];
@@ -579,7 +708,76 @@ dsh_catalog_tool (dsh_catalog_t *self, const char *name)
 {
     assert (self);
     s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
-    return tool? tool->entry: NULL;
+    return tool? s_served (tool): NULL;
+}
+
+void
+dsh_catalog_set_pins (dsh_catalog_t *self, dsh_pins_t *pins, dsh_catalog_key_fn *key_fn, void *key_arg)
+{
+    assert (self);
+    self->pins = pins;
+    self->key_fn = key_fn;
+    self->key_arg = key_arg;
+}
+
+const char *
+dsh_catalog_quarantine (dsh_catalog_t *self, const char *name, const char **digest, const char **pinned)
+{
+    assert (self);
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    if (!tool || !tool->quarantine)
+        return NULL;
+    if (digest)
+        *digest = tool->definition;
+    if (pinned)
+        *pinned = tool->pinned;
+    return tool->quarantine;
+}
+
+void
+dsh_catalog_rejudge (dsh_catalog_t *self, const char *name, zlistx_t *events)
+{
+    assert (self);
+    assert (events);
+    for (s_tool_t *tool = zlistx_first (self->tool_order); tool; tool = zlistx_next (self->tool_order)) {
+        if (name && !streq (name, tool->name))
+            continue;
+        const char *component = (const char *) zlistx_first (tool->providers);
+        if (!s_judge (self, tool, component))
+            continue;
+        self->version++;
+        dsh_event_t *event = s_event_new (self, DSH_EV_UPDATED, component, tool->name);
+        event->tool = zchunk_dup (s_served (tool));
+        zlistx_add_end (events, event);
+        if (tool->quarantine)
+            s_quarantine_event (self, tool, component, events);
+    }
+}
+
+zlistx_t *
+dsh_catalog_quarantined (dsh_catalog_t *self)
+{
+    assert (self);
+    zlistx_t *names = s_string_list ();
+    for (s_tool_t *tool = zlistx_first (self->tool_order); tool; tool = zlistx_next (self->tool_order))
+        if (tool->quarantine)
+            zlistx_add_end (names, tool->name);
+    return names;
+}
+
+const char *
+dsh_catalog_owner (dsh_catalog_t *self, const char *name)
+{
+    assert (self);
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    return tool? (const char *) zlistx_first (tool->providers): NULL;
+}
+
+dsh_event_t *
+dsh_catalog_event (dsh_catalog_t *self, const char *kind, const char *name)
+{
+    assert (self);
+    return s_event_new (self, kind, "", name);
 }
 
 const char *
@@ -736,7 +934,7 @@ dsh_catalog_pack_tools (dsh_catalog_t *self, msgpack_packer *pk)
     assert (self);
     msgpack_pack_array (pk, zlistx_size (self->tool_order));
     for (s_tool_t *tool = zlistx_first (self->tool_order); tool; tool = zlistx_next (self->tool_order))
-        msgpack_sbuffer_write (pk->data, (const char *) zchunk_data (tool->entry), zchunk_size (tool->entry));
+        msgpack_sbuffer_write (pk->data, (const char *) zchunk_data (s_served (tool)), zchunk_size (s_served (tool)));
 }
 
 static void
@@ -756,7 +954,7 @@ dsh_catalog_pack_snapshot (dsh_catalog_t *self, msgpack_packer *pk)
     for (s_tool_t *tool = zlistx_first (self->tool_order); tool; tool = zlistx_next (self->tool_order)) {
         msgpack_pack_map (pk, 2);
         dsh_pack_cstr (pk, "tool");
-        msgpack_sbuffer_write (pk->data, (const char *) zchunk_data (tool->entry), zchunk_size (tool->entry));
+        msgpack_sbuffer_write (pk->data, (const char *) zchunk_data (s_served (tool)), zchunk_size (s_served (tool)));
         dsh_pack_cstr (pk, "providers");
         s_pack_names (pk, tool->providers);
     }

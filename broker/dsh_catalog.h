@@ -26,6 +26,7 @@
 #define DSH_CATALOG_H_INCLUDED
 
 #include "dsh_proto.h"
+#include "dsh_pins.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,7 +43,13 @@ typedef struct {
     zchunk_t *tool;             //  registered, updated: the entry, as announced
     zlistx_t *tools;            //  component events: names of its tools
     char *reason;               //  component.left: "withdrawn" or "expired";
-                                //  component.refused: why
+                                //  component.refused: why; tool.changed: why
+                                //  it is quarantined
+    char *digest;               //  tool.changed, .accepted, .rejected: the
+                                //  offered definition's digest
+    char *pinned;               //  tool.changed: the pin's digest, if any
+    char *diff;                 //  tool.changed: pinned -> offered, readable
+    char *by;                   //  tool.accepted, .rejected, .forgotten: who
 } dsh_event_t;
 
 //  One announced tool the catalog would not take, and why.
@@ -187,6 +194,47 @@ void
 //  unknown: nothing to hold a call for).
 bool
     dsh_catalog_has_room (dsh_catalog_t *self, const char *component);
+
+//  --- Pins (dsh_pins): tools whose definition is held back -------------
+
+//  A component's CURVE key (for the pin of a definition it offered first),
+//  or NULL.
+typedef const char *(dsh_catalog_key_fn) (void *arg, const char *component);
+
+//  Judge every definition registered from now on against pins (borrowed;
+//  NULL: none is judged). A quarantined tool stays listed, its entry served
+//  with the marks quarantined, digest, pinnedDigest?, quarantineReason
+//  (every pack, dsh_catalog_tool, the events); its registered or updated
+//  event is followed by tool.changed.
+void
+    dsh_catalog_set_pins (dsh_catalog_t *self, dsh_pins_t *pins, dsh_catalog_key_fn *key_fn, void *key_arg);
+
+//  Why the tool is quarantined (static text), or NULL if it is not (or is
+//  not registered); *digest and *pinned (may be NULL) point at its offered
+//  and pinned definition digests.
+const char *
+    dsh_catalog_quarantine (dsh_catalog_t *self, const char *name, const char **digest, const char **pinned);
+
+//  Judge the tool name (NULL: every tool) again, after the pins changed:
+//  each whose verdict changed gets tool.updated with its entry as now
+//  served, and tool.changed if it is quarantined.
+void
+    dsh_catalog_rejudge (dsh_catalog_t *self, const char *name, zlistx_t *events);
+
+//  The names of the quarantined tools, in registration order (a new list;
+//  caller destroys).
+zlistx_t *
+    dsh_catalog_quarantined (dsh_catalog_t *self);
+
+//  The first provider of tool name (the one its entry is served as), or
+//  NULL.
+const char *
+    dsh_catalog_owner (dsh_catalog_t *self, const char *name);
+
+//  A new event of kind about tool name, numbered as every change (caller
+//  fills and publishes it).
+dsh_event_t *
+    dsh_catalog_event (dsh_catalog_t *self, const char *kind, const char *name);
 
 //  Pack the tool entries in registration order as an array.
 void

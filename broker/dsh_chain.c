@@ -21,6 +21,7 @@
 */
 
 #include "dsh_chain.h"
+#include "dsh_digest.h"
 #include "dsh_curve.h"
 #include "dsh_log.h"
 #include "dsh_proto.h"
@@ -88,6 +89,7 @@ struct _dsh_chain_t {
     uint64_t next_control;
     zloop_t *loop;
     char *broker;
+    char version [17];          //  the configuration's version (dsh_chain_version)
 };
 
 static void
@@ -507,11 +509,19 @@ s_inline_note (void *arg, uint64_t token, const char *note)
         return;
     json_t *json = json_loads (note, 0, NULL);
     json_t *approval = json_object_get (json, "approval");
-    if (json_is_object (approval))
+    if (json_is_object (approval)) {
+        //  grant: the id of the grant that let the call through, or the
+        //  grant this decision made
+        json_t *grant = json_object_get (approval, "grant");
+        const char *grant_id = json_is_object (grant)? json_string_value (json_object_get (grant, "id")):
+                               json_string_value (grant);
         dsh_audit_trail_approval (record->trail, json_string_value (json_object_get (approval, "request")),
                                   json_string_value (json_object_get (approval, "approver")),
                                   json_string_value (json_object_get (approval, "decision")),
-                                  (int64_t) json_integer_value (json_object_get (approval, "atMs")));
+                                  (int64_t) json_integer_value (json_object_get (approval, "atMs")), grant_id);
+    }
+    if (json && slot->chain->host.note)
+        slot->chain->host.note (slot->chain->host.arg, slot->name, json);
     json_decref (json);
 }
 
@@ -951,7 +961,7 @@ s_slot_new (dsh_chain_t *self, zconfig_t *section, const dsh_stage_kind_t *kinds
         s_slot_bind (slot, section, broker, error, error_size);
     else
     if (!*error) {
-        dsh_stage_context_t context = { slot->name, broker };
+        dsh_stage_context_t context = { slot->name, broker, self->version };
         dsh_stage_callbacks_t callbacks;
         memset (&callbacks, 0, sizeof (callbacks));
         void *arg = NULL;
@@ -987,6 +997,13 @@ dsh_chain_new (zconfig_t *config, const dsh_stage_kind_t *kinds, const char *bro
     self->controls = zhashx_new ();
     zhashx_set_destructor (self->controls, (zhashx_destructor_fn *) s_control_destroy);
     *error = 0;
+    //  The version grants are bound to: any change to the chain's settings
+    //  (a stage, a rule, an order) makes another
+    char *text = config? zconfig_str_save (config): NULL;
+    char digest [DSH_DIGEST_SIZE + 1];
+    dsh_digest_bytes (text? text: "", text? strlen (text): 0, digest);
+    zstr_free (&text);
+    snprintf (self->version, sizeof (self->version), "%.16s", digest);
     size_t stages = 0;
     for (zconfig_t *section = config? zconfig_child (config): NULL; section; section = zconfig_next (section))
         stages++;
@@ -1004,6 +1021,13 @@ dsh_chain_new (zconfig_t *config, const dsh_stage_kind_t *kinds, const char *bro
     if (*error)
         dsh_chain_destroy (&self);
     return self;
+}
+
+const char *
+dsh_chain_version (dsh_chain_t *self)
+{
+    assert (self);
+    return self->version;
 }
 
 void

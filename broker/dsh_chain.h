@@ -43,6 +43,10 @@ typedef struct {
     //  A reply to a control command: send it to the caller along envelope.
     void (*control_reply) (void *arg, zmsg_t **envelope_p, zframe_t **body_p);
     void *arg;
+    //  Optional: a built-in stage named stage said note (JSON, borrowed)
+    //  about a call, after the call's audit trail took it: the host keeps
+    //  what outlives the call (a grant an approver gave).
+    void (*note) (void *arg, const char *stage, json_t *note);
 } dsh_chain_host_t;
 
 //  A chain from the "chain" section of the broker's config (NULL: an empty
@@ -104,6 +108,11 @@ void
 //  passed, answered, failed}.
 void
     dsh_chain_pack (dsh_chain_t *self, msgpack_packer *pk);
+
+//  The chain's configuration version: the first 16 hex digits of the
+//  SHA-256 of its config section as ZPL text. Grants are bound to it.
+const char *
+    dsh_chain_version (dsh_chain_t *self);
 
 //  The kind of the stage name, or NULL if there is none.
 const char *

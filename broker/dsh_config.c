@@ -8,6 +8,7 @@
 #include "dsh_curve.h"
 #include "dsh_proto.h"
 #include "dsh_audit.h"
+#include "dsh_pins.h"
 
 #include <sys/stat.h>
 
@@ -41,6 +42,7 @@ dsh_config_new (void)
     self->audit_arguments_max_bytes = 1024;
     self->audit_queue_bytes = 64 * 1024 * 1024;
     self->audit_retain_days = 90;
+    self->pins = DSH_PINS_TOFU;
     return self;
 }
 
@@ -207,6 +209,15 @@ dsh_config_set (dsh_config_t *self, const char *key, const char *value, char *er
         snprintf (error, error_size, "%s: \"%s\" is not required, best-effort or off", key, value);
         return -1;
     }
+    if (streq (key, "pins") || streq (key, "pins/policy")) {
+        dsh_pins_policy_t policy;
+        if (dsh_pins_policy_parse (value, &policy)) {
+            snprintf (error, error_size, "%s: \"%s\" is not off, tofu or strict", key, value);
+            return -1;
+        }
+        self->pins = (int) policy;
+        return 0;
+    }
     if (streq (key, "audit/arguments")) {
         const char *names [] = { "full", "digest", "none" };
         for (int index = 0; index < 3; index++)
@@ -288,18 +299,19 @@ dsh_config_load (dsh_config_t *self, const char *path, char *error, size_t error
             }
             continue;
         }
-        if (streq (zconfig_name (section), "audit")) {
-            //  audit = POLICY, and its keys under it
+        if (streq (zconfig_name (section), "audit") || streq (zconfig_name (section), "pins")) {
+            //  audit = POLICY, and its keys under it; pins the same
+            const char *prefix = zconfig_name (section);
             char reason [512];
             if (zconfig_value (section) && *zconfig_value (section)
-            &&  dsh_config_set (self, "audit", zconfig_value (section), reason, sizeof (reason))) {
+            &&  dsh_config_set (self, prefix, zconfig_value (section), reason, sizeof (reason))) {
                 snprintf (error, error_size, "%s: %s", path, reason);
                 rc = -1;
                 break;
             }
             for (zconfig_t *item = zconfig_child (section); item && rc == 0; item = zconfig_next (item)) {
                 char key [300];
-                snprintf (key, sizeof (key), "audit/%.200s", zconfig_name (item));
+                snprintf (key, sizeof (key), "%s/%.200s", prefix, zconfig_name (item));
                 if (dsh_config_set (self, key, zconfig_value (item), reason, sizeof (reason))) {
                     snprintf (error, error_size, "%s: %s", path, reason);
                     rc = -1;
@@ -376,14 +388,14 @@ dsh_config_state (dsh_config_t *self, const char *front, char *error, size_t err
         gethostname (host, sizeof (host) - 1);
         self->name = zsys_sprintf ("%s:%s", host, place);
     }
-    if (self->audit == DSH_AUDIT_OFF || self->store)
+    if ((self->audit == DSH_AUDIT_OFF && self->pins == DSH_PINS_OFF) || self->store)
         return 0;
     if (!self->state_dir)
         self->state_dir = dsh_config_default_state_dir ();
     if (zsys_dir_create ("%s", self->state_dir) || zsys_file_mode (self->state_dir) == -1
     ||  !S_ISDIR ((mode_t) zsys_file_mode (self->state_dir))) {
         snprintf (error, error_size, "state_dir: cannot make the directory \"%s\" (%s); set --state-dir, or "
-                  "store, or --audit off", self->state_dir, strerror (errno));
+                  "store, or --audit off and --pins off", self->state_dir, strerror (errno));
         return -1;
     }
     self->store = zsys_sprintf ("%s/broker-%s.db", self->state_dir, place);

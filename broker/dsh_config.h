@@ -61,6 +61,7 @@ typedef struct {
     int audit_queue_bytes;      //  audit/queue_bytes: records waiting for the store, at most
     int audit_retain_days;      //  audit/retain_days: 0 keeps them
     int audit_max_bytes;        //  audit/max_bytes: the chain's record bytes, at most (0: no bound)
+    int pins;                   //  pins (dsh_pins_policy_t): off, tofu, strict; default tofu
     zcert_t *cert;              //  the keypair, loaded by dsh_config_secure
     zconfig_t *chain;           //  the "chain" section of the file, or NULL
     const dsh_stage_kind_t *stage_kinds;    //  built-in stage kinds the host offers, or NULL

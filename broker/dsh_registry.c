@@ -32,6 +32,7 @@
 #include "dsh_heap.h"
 #include "dsh_fairq.h"
 #include "dsh_inflight.h"
+#include "dsh_json.h"
 #include "dsh_log.h"
 #include "dsh_parts.h"
 #include "dsh_proto.h"
@@ -109,6 +110,7 @@ typedef struct {
     uint64_t snapshots_queued;  //  requests that had to wait their turn
     int64_t expired_at;         //  when the expiry check last ran
     zhashx_t *modes_set;        //  agent -> when `dsh mode` set it here (int64_t *, zclock_mono)
+    dsh_pins_t *pins;           //  pinned tool definitions, or NULL (pins = off)
 } self_t;
 
 //  A SNAPSHOT request waiting its turn.
@@ -142,6 +144,7 @@ typedef struct {
 } s_request_t;
 
 static void s_chain_dispatch (void *arg, dsh_record_t *record, zframe_t **body_p);
+static void s_chain_note (void *arg, const char *stage, json_t *note);
 static void s_chain_control_reply (void *arg, zmsg_t **envelope_p, zframe_t **body_p);
 static int s_reply_route (void *arg, zmq_msg_t *route, size_t route_size, zmq_msg_t *body);
 static size_t s_tool_replicas (void *arg, const char *tool);
@@ -219,6 +222,35 @@ s_bind (self_t *self, int type, const char *endpoint, int index, int queue_limit
     }
     self->endpoints [index] = strdup (zsock_endpoint (sock));
     return sock;
+}
+
+static dsh_route_t *s_route (self_t *self, const char *component);
+
+//  The CURVE key a component's WORK connection has, for the pin of a
+//  definition it offers first; NULL on plain connections.
+static const char *
+s_component_key (void *arg, const char *component)
+{
+    dsh_route_t *route = s_route ((self_t *) arg, component);
+    return route? route->key: NULL;
+}
+
+//  The stored pins, read once before any component is heard, so that a
+//  definition changed while the broker was down is judged against them.
+//  A store that cannot be read now leaves the set unloaded: every
+//  definition is quarantined until the audit's reader reads it (PINS).
+static void
+s_pins_read (dsh_pins_t *pins, const char *location)
+{
+    char error [512] = "";
+    dsh_store_t *store = dsh_store_new (location, error, sizeof (error));
+    zlistx_t *stored = store? dsh_store_pins (store, error, sizeof (error)): NULL;
+    if (stored)
+        dsh_pins_load (pins, &stored, zclock_mono ());
+    else
+        dsh_log_warning ("dsh-broker: pins: cannot read the stored pins now (%s): every tool is quarantined "
+                         "until they are read", error);
+    dsh_store_destroy (&store);
 }
 
 static self_t *
@@ -318,7 +350,7 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
             self->error = zsys_sprintf ("cannot monitor the work socket: %s", zmq_strerror (zmq_errno ()));
     }
     if (self->events && !self->error) {
-        dsh_chain_host_t host = { s_chain_dispatch, s_chain_control_reply, self };
+        dsh_chain_host_t host = { s_chain_dispatch, s_chain_control_reply, self, s_chain_note };
         char error [512];
         self->chain = dsh_chain_new (config->chain, config->stage_kinds, self->endpoints [0],
                                      self->inflight, &host, error, sizeof (error));
@@ -337,11 +369,17 @@ s_self_new (zsock_t *pipe, dsh_config_t *config)
                 .arguments_max_bytes = (size_t) config->audit_arguments_max_bytes,
                 .digest_tools = config->audit_digest_tools, .queue_bytes = (size_t) config->audit_queue_bytes,
                 .retain_days = config->audit_retain_days, .max_bytes = (uint64_t) config->audit_max_bytes,
+                .state = config->pins != DSH_PINS_OFF,
             };
             self->audit = dsh_audit_new (&audit);
             if (self->audit) {
                 self->store = strdup (config->store);
                 dsh_inflight_set_audit (self->inflight, self->audit);
+            }
+            if (config->pins != DSH_PINS_OFF) {
+                self->pins = dsh_pins_new ((dsh_pins_policy_t) config->pins);
+                s_pins_read (self->pins, config->store);
+                dsh_catalog_set_pins (self->catalog, self->pins, s_component_key, self);
             }
         }
     }
@@ -372,6 +410,7 @@ s_self_destroy (self_t **self_p)
         zsock_destroy (&self->work);
         zsock_destroy (&self->events);
         dsh_catalog_destroy (&self->catalog);
+        dsh_pins_destroy (&self->pins);
         dsh_parts_destroy (&self->parts);
         zhashx_destroy (&self->snapshot_waiting);
         zlistx_destroy (&self->snapshot_queue);
@@ -588,6 +627,11 @@ s_publish (self_t *self, zlistx_t *events)
     for (char *component = zlistx_first (resync); component; component = zlistx_next (resync))
         s_send_sync (self, component);
     zlistx_destroy (&resync);
+    //  What the change pinned (a first sight under tofu) goes to the store
+    if (self->pins) {
+        zlistx_t *ops = dsh_pins_take_ops (self->pins);
+        dsh_audit_pins_write (self->audit, &ops);
+    }
     for (dsh_event_t *event = zlistx_first (events); event; event = zlistx_next (events)) {
         zmsg_t *msg = zmsg_new ();
         zmsg_addstr (msg, event->kind);
@@ -831,12 +875,67 @@ s_dispatch (self_t *self, dsh_record_t *record, zmq_msg_t *body)
 }
 
 //  The chain host: a call leaves the bottom of the chain.
+//  Why a call to a quarantined tool is refused, and how to release it.
+static void
+s_quarantine_text (const char *tool, const char *reason, const char *offered, const char *pinned,
+                   char *text, size_t size)
+{
+    if (streq (reason, DSH_PINS_CHANGED))
+        snprintf (text, size, "Error: tool \"%s\" is quarantined: its definition changed since it was pinned "
+                  "(pinned %.12s, now %.12s); review it with `dsh pins show %s`, release it with "
+                  "`dsh pins accept %s`", tool, pinned, offered, tool, tool);
+    else
+    if (streq (reason, DSH_PINS_UNACCEPTED))
+        snprintf (text, size, "Error: tool \"%s\" is quarantined: pins are strict and its definition %.12s "
+                  "has not been accepted; review it with `dsh pins show %s`, accept it with `dsh pins accept %s`",
+                  tool, offered, tool, tool);
+    else
+    if (streq (reason, DSH_PINS_REJECTED))
+        snprintf (text, size, "Error: tool \"%s\" is quarantined: its definition %.12s was rejected by an admin "
+                  "(`dsh pins show %s`)", tool, offered, tool);
+    else
+        snprintf (text, size, "Error: tool \"%s\" is quarantined: the broker could not read its pins yet, so it "
+                  "cannot tell whether the definition changed (the broker's log says why)", tool);
+}
+
+//  Writes why tool may not run now into text and returns true, or
+//  returns false: its definition is quarantined (pins).
+static bool
+s_quarantined (self_t *self, const char *tool, char *text, size_t size)
+{
+    const char *offered = NULL, *pinned = NULL;
+    const char *reason = self->pins? dsh_catalog_quarantine (self->catalog, tool, &offered, &pinned): NULL;
+    if (reason)
+        s_quarantine_text (tool, reason, offered, pinned, text, size);
+    return reason != NULL;
+}
+
+//  The chain host: a call leaves the bottom of the chain. What the stages
+//  judged is what runs: a tool quarantined meanwhile, or whose entry
+//  changed since the call entered the chain, is not called.
 static void
 s_chain_dispatch (void *arg, dsh_record_t *record, zframe_t **body_p)
 {
+    self_t *self = (self_t *) arg;
+    char text [DSH_NAME_MAX * 3 + 512];
+    zchunk_t *now = dsh_catalog_tool (self->catalog, record->tool);
+    if (now && s_quarantined (self, record->tool, text, sizeof (text))) {
+        zframe_destroy (body_p);
+        s_answer_error (self, &record, DSH_E_QUARANTINED, text);
+        return;
+    }
+    if (now && record->entry && zframe_size (record->entry)
+    &&  !(zchunk_size (now) == zframe_size (record->entry)
+          && memcmp (zchunk_data (now), zframe_data (record->entry), zchunk_size (now)) == 0)) {
+        zframe_destroy (body_p);
+        snprintf (text, sizeof (text), "Error: tool \"%s\" changed while the call was in the chain: what its "
+                  "stages judged is not what would run; call it again", record->tool);
+        s_answer_error (self, &record, DSH_E_DENIED, text);
+        return;
+    }
     zmq_msg_t body;
     dsh_sock_part_frame (&body, body_p);
-    s_dispatch ((self_t *) arg, record, &body);
+    s_dispatch (self, record, &body);
 }
 
 static void
@@ -967,7 +1066,7 @@ s_request_error (self_t *self, s_request_t *request, const char *code, const cha
 static dsh_audit_trail_t *
 s_trail (self_t *self, s_request_t *request, const char *claimed_agent)
 {
-    if (!self->audit)
+    if (!dsh_audit_records (self->audit))
         return NULL;
     dsh_audit_trail_t *trail = dsh_audit_trail_new (self->audit, request->body);
     dsh_identity_t *peer = &request->peer;
@@ -1005,6 +1104,7 @@ static const struct {
     { "approve", DSH_ROLE_APPROVER }, { "deny", DSH_ROLE_APPROVER },
     { "pending", DSH_ROLE_APPROVER }, { "approvals", DSH_ROLE_APPROVER },
     { "allowed", DSH_ROLE_AGENT }, { "modes", DSH_ROLE_AGENT },
+    { "grants", DSH_ROLE_APPROVER }, { "revoke", DSH_ROLE_APPROVER },
 };
 
 //  The role a request needs beyond being in the allow-list, or NULL.
@@ -1015,6 +1115,12 @@ s_front_role (s_request_t *request, const char *command)
         return DSH_ROLE_AGENT;
     if (streq (command, DSH_AUDIT))
         return DSH_ROLE_AUDITOR;
+    if (streq (command, DSH_PINS)) {
+        //  Reading the pins is an auditor's or an approver's (s_front_forbidden);
+        //  changing them an admin's
+        const msgpack_object *op = dsh_map_get (request->root, "op");
+        return !op || dsh_str_eq (op, "list") || dsh_str_eq (op, "show")? DSH_ROLE_AUDITOR: DSH_ROLE_ADMIN;
+    }
     if (streq (command, DSH_HELLO) && dsh_map_get (request->root, "stage"))
         return DSH_ROLE_STAGE;
     if (streq (command, DSH_CONTROL)) {
@@ -1035,6 +1141,8 @@ s_front_forbidden (self_t *self, s_request_t *request, const char *command, char
     const char *role = self->curve? s_front_role (request, command): NULL;
     if (!role || dsh_identity_is (&request->peer, role))
         return false;
+    if (streq (command, DSH_PINS) && streq (role, DSH_ROLE_AUDITOR) && dsh_identity_is (&request->peer, DSH_ROLE_APPROVER))
+        return false;           //  an approver is shown whether what it approves is pinned
     self->forbidden++;
     snprintf (text, text_size, "Error: key %.8s... (role %s) may not send %s%s: it needs a%s %s key",
               request->peer.key? request->peer.key: "?", request->peer.role? request->peer.role: "none",
@@ -1098,7 +1206,7 @@ s_handle_call (self_t *self, s_request_t *request)
         s_refuse_call (self, request, head.call_id, head.name, head.agent, DSH_E_BAD_REQUEST, error);
         return;
     }
-    char forbidden [DSH_ID_MAX * 2 + 256];
+    char forbidden [DSH_ID_MAX * 2 + DSH_NAME_MAX * 3 + 512];
     zframe_t *stamped = NULL;
     if (s_front_forbidden (self, request, DSH_CALL, forbidden, sizeof (forbidden))) {
         dsh_stats_refused (self->stats, DSH_E_FORBIDDEN);
@@ -1109,6 +1217,13 @@ s_handle_call (self_t *self, s_request_t *request)
         const char *code = strncmp (forbidden, "Error:", 6)? DSH_E_BAD_REQUEST: DSH_E_FORBIDDEN;
         dsh_stats_refused (self->stats, code);
         s_refuse_call (self, request, head.call_id, head.name, head.agent, code, forbidden);
+        return;
+    }
+    //  A changed definition is not offered to agents, nor run (pins)
+    if (s_quarantined (self, head.name, forbidden, sizeof (forbidden))) {
+        zframe_destroy (&stamped);
+        dsh_stats_refused (self->stats, DSH_E_QUARANTINED);
+        s_refuse_call (self, request, head.call_id, head.name, head.agent, DSH_E_QUARANTINED, forbidden);
         return;
     }
     //  A required audit that cannot record runs nothing
@@ -1270,6 +1385,118 @@ s_keep_mode (self_t *self, const msgpack_object *stage, const msgpack_object *co
     zhashx_update (self->modes_set, agent_id, zsys_sprintf ("%" PRId64, zclock_mono ()));
 }
 
+//  A grant revoked on a permission stage is revoked in the store as well:
+//  no broker on the store lets it through again.
+static void
+s_keep_revoke (self_t *self, const msgpack_object *stage, const msgpack_object *command, const msgpack_object *args)
+{
+    if (!self->audit || !dsh_str_eq (command, "revoke") || stage->via.str.size > DSH_NAME_MAX)
+        return;
+    char name [DSH_NAME_MAX + 1];
+    memcpy (name, stage->via.str.ptr, stage->via.str.size);
+    name [stage->via.str.size] = 0;
+    const char *kind = dsh_chain_kind (self->chain, name);
+    const msgpack_object *id = dsh_map_get (args, "id");
+    if (!kind || !streq (kind, "permission") || !id || id->type != MSGPACK_OBJECT_STR || id->via.str.size > 64)
+        return;
+    char grant [65];
+    memcpy (grant, id->via.str.ptr, id->via.str.size);
+    grant [id->via.str.size] = 0;
+    dsh_audit_grant_revoke (self->audit, grant);
+}
+
+//  A built-in stage's note on a call: a grant an approver gave is kept in
+//  the store, so it outlives this broker and reaches the others on it.
+static void
+s_chain_note (void *arg, const char *stage, json_t *note)
+{
+    self_t *self = (self_t *) arg;
+    json_t *grant = json_object_get (json_object_get (note, "approval"), "grant");
+    const char *id = json_string_value (json_object_get (grant, "id"));
+    json_int_t expires = json_integer_value (json_object_get (grant, "expiresMs"));
+    if (!self->audit || !json_is_object (grant) || !id || expires <= 0)
+        return;
+    char *text = json_dumps (grant, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (text)
+        dsh_audit_grant_keep (self->audit, id, stage, text, (int64_t) expires);
+    free (text);
+}
+
+//  The stored grants (a packed array of grant maps), handed to every
+//  permission stage: at start, and when another broker on the store made
+//  or revoked one.
+static void
+s_apply_grants (self_t *self, zframe_t *frame)
+{
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_packer_map_begin (&packer);
+    dsh_packer_kv_str (&packer, "command", "grants.load");
+    dsh_pack_cstr (&packer.pk, "args");
+    dsh_packer_map_begin (&packer);
+    dsh_pack_cstr (&packer.pk, "grants");
+    dsh_packer_raw (&packer, zframe_data (frame), zframe_size (frame));
+    dsh_packer_map_end (&packer);
+    dsh_packer_map_end (&packer);
+    zframe_t *command = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    dsh_chain_apply (self->chain, "permission", command);
+    zframe_destroy (&command);
+}
+
+//  The stored pins (a packed array of pins), loaded, and every tool
+//  judged again: what another broker on the store pinned, accepted or
+//  forgot holds here too.
+static void
+s_apply_pins (self_t *self, zframe_t *frame)
+{
+    if (!self->pins)
+        return;
+    char reason [128];
+    dsh_doc_t *doc = dsh_proto_decode_body (frame, reason, sizeof (reason));
+    const msgpack_object *root = doc? dsh_doc_root (doc): NULL;
+    if (!root || root->type != MSGPACK_OBJECT_ARRAY) {
+        dsh_doc_destroy (&doc);
+        return;
+    }
+    zlistx_t *pins = zlistx_new ();
+    zlistx_set_destructor (pins, (zlistx_destructor_fn *) dsh_pin_destroy);
+    for (uint32_t index = 0; index < root->via.array.size; index++) {
+        const msgpack_object *item = &root->via.array.ptr [index];
+        //  Strings copied in the document's zone, freed with it
+        const char *name = dsh_doc_strdup (doc, dsh_map_get (item, "name"));
+        if (!name)
+            continue;
+        dsh_pin_t *pin = dsh_pin_new (name);
+        const char *text = dsh_doc_strdup (doc, dsh_map_get (item, "digest"));
+        snprintf (pin->digest, sizeof (pin->digest), "%s", text? text: "");
+        text = dsh_doc_strdup (doc, dsh_map_get (item, "rejected"));
+        snprintf (pin->rejected, sizeof (pin->rejected), "%s", text? text: "");
+        char **fields [] = { &pin->definition, &pin->component, &pin->key, &pin->accepted_by };
+        const char *keys [] = { "definition", "component", "key", "acceptedBy" };
+        for (size_t field = 0; field < 4; field++) {
+            const char *value = dsh_doc_strdup (doc, dsh_map_get (item, keys [field]));
+            if (value) {
+                zstr_free (fields [field]);
+                *fields [field] = strdup (value);
+            }
+        }
+        const msgpack_object *first = dsh_map_get (item, "firstMs");
+        const msgpack_object *accepted = dsh_map_get (item, "acceptedMs");
+        pin->first_ms = first && first->type == MSGPACK_OBJECT_POSITIVE_INTEGER? (int64_t) first->via.u64: 0;
+        pin->accepted_ms = accepted && accepted->type == MSGPACK_OBJECT_POSITIVE_INTEGER?
+                           (int64_t) accepted->via.u64: 0;
+        zlistx_add_end (pins, pin);
+    }
+    dsh_doc_destroy (&doc);
+    dsh_pins_load (self->pins, &pins, zclock_mono ());
+    zlistx_t *events = zlistx_new ();
+    zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
+    dsh_catalog_rejudge (self->catalog, NULL, events);
+    s_publish (self, events);
+    zlistx_destroy (&events);
+}
+
 //  The stored modes (a packed map agent -> mode), applied to the plan
 //  stages: at start, and when another broker on the store changed one. A
 //  mode set here in the last few seconds stands until the store has it.
@@ -1311,6 +1538,12 @@ s_audit_recv (zloop_t *loop, zsock_t *reader, void *arg)
     if (command && body && streq (command, "MODES"))
         s_apply_modes (self, body);
     else
+    if (command && body && streq (command, "PINS"))
+        s_apply_pins (self, body);
+    else
+    if (command && body && streq (command, "GRANTS"))
+        s_apply_grants (self, body);
+    else
     if (command && body && (streq (command, "REPLY") || streq (command, "ERROR"))) {
         //  What is left is the envelope
         zmsg_t *envelope = msg;
@@ -1328,7 +1561,7 @@ s_audit_recv (zloop_t *loop, zsock_t *reader, void *arg)
 static void
 s_handle_audit (self_t *self, s_request_t *request)
 {
-    if (!self->audit) {
+    if (!dsh_audit_records (self->audit)) {
         s_request_error (self, request, DSH_E_AUDIT_UNAVAILABLE, "this broker keeps no audit (audit = off)");
         return;
     }
@@ -1402,6 +1635,7 @@ s_handle_control (self_t *self, s_request_t *request)
     dsh_chain_control (self->chain, &envelope, &body);
     zmsg_destroy (&envelope);
     s_keep_mode (self, stage, command, args, caller);
+    s_keep_revoke (self, stage, command, args);
 }
 
 static void
@@ -1465,6 +1699,7 @@ s_handle_chain (self_t *self, s_request_t *request)
     s_reply_begin (&packer, request);
     dsh_pack_cstr (&packer.pk, "stages");
     dsh_chain_pack (self->chain, &packer.pk);
+    dsh_packer_kv_str (&packer, "version", dsh_chain_version (self->chain));
     s_reply_packed (self, request, DSH_CHAIN, &packer);
 }
 
@@ -1675,6 +1910,223 @@ s_handle_get (self_t *self, s_request_t *request)
     }
 }
 
+//  A JSON value (borrowed) packed as msgpack; a JSON text (the pin's
+//  definition) the same, or nil if it does not parse.
+static void
+s_pack_json_text (dsh_packer_t *packer, const char *text)
+{
+    json_t *json = text? json_loads (text, JSON_DECODE_ANY, NULL): NULL;
+    if (!json || dsh_json_to_msgpack (&packer->pk, json))
+        msgpack_pack_nil (&packer->pk);
+    json_decref (json);
+}
+
+//  One pin as PINS shows it: {name, state, digest?, offeredDigest?,
+//  reason?, component?, key?, firstMs?, acceptedBy?, acceptedMs?,
+//  rejected?, registered}; full adds definition, and offered and diff when
+//  the tool is quarantined.
+static void
+s_pack_pin (self_t *self, dsh_packer_t *packer, const char *name, bool full)
+{
+    const dsh_pin_t *pin = dsh_pins_lookup (self->pins, name);
+    const char *offered = NULL, *pinned = NULL;
+    const char *reason = dsh_catalog_quarantine (self->catalog, name, &offered, &pinned);
+    zchunk_t *entry = dsh_catalog_tool (self->catalog, name);
+    dsh_packer_map_begin (packer);
+    dsh_packer_kv_str (packer, "name", name);
+    dsh_packer_kv_str (packer, "state", reason? "quarantined": pin && *pin->digest? "pinned": "unpinned");
+    if (pin && *pin->digest)
+        dsh_packer_kv_str (packer, "digest", pin->digest);
+    if (reason) {
+        dsh_packer_kv_str (packer, "offeredDigest", offered);
+        dsh_packer_kv_str (packer, "reason", reason);
+    }
+    if (pin && *pin->digest) {
+        dsh_packer_kv_str (packer, "component", pin->component);
+        if (*pin->key)
+            dsh_packer_kv_str (packer, "key", pin->key);
+        dsh_pack_cstr (&packer->pk, "firstMs");
+        msgpack_pack_int64 (&packer->pk, pin->first_ms);
+    }
+    if (pin && *pin->accepted_by) {
+        dsh_packer_kv_str (packer, "acceptedBy", pin->accepted_by);
+        dsh_pack_cstr (&packer->pk, "acceptedMs");
+        msgpack_pack_int64 (&packer->pk, pin->accepted_ms);
+    }
+    if (pin && *pin->rejected)
+        dsh_packer_kv_str (packer, "rejected", pin->rejected);
+    dsh_pack_cstr (&packer->pk, "registered");
+    if (entry)
+        msgpack_pack_true (&packer->pk);
+    else
+        msgpack_pack_false (&packer->pk);
+    if (full) {
+        json_t *definition = pin && *pin->digest? json_loads (pin->definition, JSON_DECODE_ANY, NULL): NULL;
+        if (definition) {
+            dsh_pack_cstr (&packer->pk, "definition");
+            s_pack_json_text (packer, pin->definition);
+        }
+        char error [64];
+        dsh_doc_t *doc = reason && entry? dsh_doc_new (zchunk_data (entry), zchunk_size (entry), error, sizeof (error)):
+                         NULL;
+        json_t *offered_json = doc? dsh_pins_definition_json (dsh_doc_root (doc)): NULL;
+        if (offered_json) {
+            dsh_pack_cstr (&packer->pk, "offered");
+            if (dsh_json_to_msgpack (&packer->pk, offered_json))
+                msgpack_pack_nil (&packer->pk);
+            char *diff = dsh_pins_diff (definition, offered_json, 65536);
+            dsh_packer_kv_str (packer, "diff", diff);
+            free (diff);
+        }
+        json_decref (offered_json);
+        json_decref (definition);
+        dsh_doc_destroy (&doc);
+    }
+    dsh_packer_map_end (packer);
+}
+
+//  PINS {id?, op?, name?, digest?}: the pinned definitions and the
+//  quarantined tools, and an admin's decisions on them (PROTOCOL.md,
+//  "Pins"). op is list (the default), show, accept, reject or forget.
+static void
+s_handle_pins (self_t *self, s_request_t *request)
+{
+    const msgpack_object *op = dsh_map_get (request->root, "op");
+    const msgpack_object *digest_obj = dsh_map_get (request->root, "digest");
+    const char *verbs [] = { "list", "show", "accept", "reject", "forget" };
+    const char *verb = op? NULL: "list";
+    for (size_t index = 0; op && index < sizeof (verbs) / sizeof (verbs [0]); index++)
+        if (dsh_str_eq (op, verbs [index]))
+            verb = verbs [index];
+    //  In the request's document, freed with it
+    const char *name = dsh_doc_strdup (request->doc, dsh_map_get (request->root, "name"));
+    const char *digest = dsh_doc_strdup (request->doc, digest_obj);
+    char message [DSH_NAME_MAX * 2 + 256] = "";
+    if (!verb)
+        snprintf (message, sizeof (message), "PINS op must be list, show, accept, reject or forget");
+    else
+    if (!streq (verb, "list") && !(name && dsh_proto_valid_name (name, strlen (name))))
+        snprintf (message, sizeof (message), "PINS %s needs \"name\": a valid tool name", verb);
+    else
+    if (digest_obj && (!digest || strlen (digest) != DSH_DIGEST_SIZE))
+        snprintf (message, sizeof (message), "PINS \"digest\" must be a definition digest (64 hex digits)");
+    else
+    if (!self->pins && !streq (verb, "list"))
+        snprintf (message, sizeof (message), "pins are off on this broker (pins = off): nothing is pinned");
+    if (*message) {
+        self->bad_messages++;
+        s_request_error (self, request, DSH_E_BAD_REQUEST, message);
+        return;
+    }
+    char caller [128];
+    s_caller_id (request, caller, sizeof (caller));
+    zlistx_t *events = zlistx_new ();
+    zlistx_set_destructor (events, (zlistx_destructor_fn *) dsh_event_destroy);
+    const char *offered = NULL, *pinned = NULL;
+    const char *reason = self->pins && name? dsh_catalog_quarantine (self->catalog, name, &offered, &pinned): NULL;
+    zchunk_t *entry = name? dsh_catalog_tool (self->catalog, name): NULL;
+    const char *kind = NULL;
+    char current [DSH_DIGEST_SIZE + 1] = "";
+    if (entry) {
+        char error [64];
+        dsh_doc_t *doc = dsh_doc_new (zchunk_data (entry), zchunk_size (entry), error, sizeof (error));
+        if (doc && dsh_digest_definition (dsh_doc_root (doc), current))
+            *current = 0;
+        dsh_doc_destroy (&doc);
+    }
+    if (streq (verb, "show") && !dsh_pins_lookup (self->pins, name) && !reason)
+        snprintf (message, sizeof (message), "no pin and no quarantined tool named \"%s\"", name);
+    else
+    if (streq (verb, "accept")) {
+        char error [64];
+        dsh_doc_t *doc = entry? dsh_doc_new (zchunk_data (entry), zchunk_size (entry), error, sizeof (error)): NULL;
+        const char *owner = dsh_catalog_owner (self->catalog, name);
+        if (!doc)
+            snprintf (message, sizeof (message), "tool \"%s\" is not registered: there is no definition to accept",
+                      name);
+        else
+        if (digest && !streq (digest, current))
+            snprintf (message, sizeof (message), "the offered definition of \"%s\" is now %.12s, not %.12s: "
+                      "show it again before accepting it", name, current, digest);
+        else
+        if (dsh_pins_accept (self->pins, name, dsh_doc_root (doc), owner, s_component_key (self, owner ), caller,
+                             zclock_mono ()))
+            snprintf (message, sizeof (message), "the definition of \"%s\" cannot be pinned", name);
+        else
+            kind = DSH_EV_ACCEPTED;
+        dsh_doc_destroy (&doc);
+    }
+    else
+    if (streq (verb, "reject")) {
+        if (!reason)
+            snprintf (message, sizeof (message), "tool \"%s\" is not quarantined: there is nothing to reject", name);
+        else
+        if (digest && !streq (digest, offered))
+            snprintf (message, sizeof (message), "the offered definition of \"%s\" is now %.12s, not %.12s: "
+                      "show it again before rejecting it", name, offered, digest);
+        else {
+            snprintf (current, sizeof (current), "%s", offered);
+            dsh_pins_reject (self->pins, name, current, caller, zclock_mono ());
+            kind = DSH_EV_REJECTED;
+        }
+    }
+    else
+    if (streq (verb, "forget")) {
+        if (dsh_pins_forget (self->pins, name, zclock_mono ()))
+            snprintf (message, sizeof (message), "no pin for \"%s\": there is nothing to forget", name);
+        else
+            kind = DSH_EV_FORGOTTEN;
+    }
+    if (*message) {
+        s_request_error (self, request, DSH_E_BAD_REQUEST, message);
+        zlistx_destroy (&events);
+        return;
+    }
+    if (kind) {
+        //  The decision, then what it changes (a release is a tool.updated)
+        dsh_event_t *event = dsh_catalog_event (self->catalog, kind, name);
+        if (*current && !streq (kind, DSH_EV_FORGOTTEN))
+            event->digest = strdup (current);
+        event->by = strdup (caller);
+        zlistx_add_end (events, event);
+        dsh_catalog_rejudge (self->catalog, name, events);
+        dsh_log_info ("dsh-broker: pins: %s %s tool \"%s\" (%.12s)", caller,
+                      streq (kind, DSH_EV_ACCEPTED)? "accepted": streq (kind, DSH_EV_REJECTED)? "rejected": "forgot",
+                      name, *current? current: "-");
+    }
+    dsh_packer_t packer;
+    s_reply_begin (&packer, request);
+    dsh_packer_kv_str (&packer, "policy", dsh_pins_policy_name (self->pins? dsh_pins_policy (self->pins): DSH_PINS_OFF));
+    if (streq (verb, "list")) {
+        dsh_pack_cstr (&packer.pk, "pins");
+        zlistx_t *names = self->pins? dsh_pins_names (self->pins): zlistx_new ();
+        zlistx_t *quarantined = dsh_catalog_quarantined (self->catalog);
+        for (const char *other = (const char *) zlistx_first (quarantined); other;
+             other = (const char *) zlistx_next (quarantined))
+            if (!self->pins || !dsh_pins_lookup (self->pins, other))
+                zlistx_add_end (names, strdup (other));
+        zlistx_set_destructor (names, (zlistx_destructor_fn *) zstr_free);
+        zlistx_set_comparator (names, (zlistx_comparator_fn *) strcmp);
+        zlistx_sort (names);
+        msgpack_pack_array (&packer.pk, (uint32_t) zlistx_size (names));
+        for (const char *each = (const char *) zlistx_first (names); each; each = (const char *) zlistx_next (names))
+            s_pack_pin (self, &packer, each, false);
+        zlistx_destroy (&quarantined);
+        zlistx_destroy (&names);
+    }
+    else {
+        dsh_pack_cstr (&packer.pk, "ok");
+        msgpack_pack_true (&packer.pk);
+        if (dsh_pins_lookup (self->pins, name) || dsh_catalog_quarantine (self->catalog, name, NULL, NULL)) {
+            dsh_pack_cstr (&packer.pk, "pin");
+            s_pack_pin (self, &packer, name, true);
+        }
+    }
+    s_reply_packed (self, request, DSH_PINS, &packer);
+    s_publish (self, events);
+    zlistx_destroy (&events);
+}
+
 //  The statistics (PROTOCOL.md, "STATS"): the table's, and what the
 //  catalog and the in-flight table know now.
 static void
@@ -1693,7 +2145,7 @@ s_handle_stats (self_t *self, s_request_t *request)
     //  What a component's heartbeatAgeMs is read against
     s_pack_liveness (self, pk);
     dsh_pack_cstr (pk, "audit");
-    if (self->audit) {
+    if (dsh_audit_records (self->audit)) {
         dsh_audit_counts_t counts;
         dsh_audit_counts (self->audit, &counts);
         dsh_packer_map_begin (&packer);
@@ -1762,6 +2214,7 @@ static const struct {
     { DSH_STATS, s_handle_stats },
     { DSH_CONTROL, s_handle_control },
     { DSH_AUDIT, s_handle_audit },
+    { DSH_PINS, s_handle_pins },
 };
 
 static s_front_fn *

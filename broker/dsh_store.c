@@ -121,6 +121,14 @@ typedef enum {
     S_MODE_UPSERT,
     S_MODE_DELETE,
     S_MODES,
+    S_PIN_FIRST,
+    S_PIN_REPLACE,
+    S_PIN_DELETE,
+    S_PINS,
+    S_GRANT_PUT,
+    S_GRANT_REVOKE,
+    S_GRANTS,
+    S_GRANT_PRUNE,
     S_QUERY
 } s_slot_t;
 
@@ -134,6 +142,10 @@ typedef enum {
 //  them (s_row_read) and insert writes them
 #define S_ROW_COLUMNS \
     "broker, seq, received_ms, answered_ms, agent, tool, call_id, outcome, caller, record, prev, hash"
+
+//  A pin's columns, in dsh_pin_t's order
+#define S_PIN_COLUMNS \
+    "name, digest, definition, component, key, first_ms, accepted_by, accepted_ms, rejected"
 
 typedef struct {
     const char *sql;                //  for both engines
@@ -185,6 +197,29 @@ static const s_statement_t s_statements [S_QUERY] = {
         " set_ms = excluded.set_ms", NULL },
     [S_MODE_DELETE] = { "DELETE FROM dsh_modes WHERE agent = $1", NULL },
     [S_MODES] = { "SELECT agent, mode FROM dsh_modes", NULL },
+    //  The first definition seen wins: two brokers that pin a name at once
+    //  keep one pin, and each reads it back at its next poll. A row that
+    //  holds only a rejection (no digest yet) takes a first pin.
+    [S_PIN_FIRST] = {
+        "INSERT INTO dsh_pins (" S_PIN_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        " ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, definition = excluded.definition,"
+        " component = excluded.component, key = excluded.key, first_ms = excluded.first_ms"
+        " WHERE dsh_pins.digest = ''", NULL },
+    [S_PIN_REPLACE] = {
+        "INSERT INTO dsh_pins (" S_PIN_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+        " ON CONFLICT (name) DO UPDATE SET digest = excluded.digest, definition = excluded.definition,"
+        " component = excluded.component, key = excluded.key, first_ms = excluded.first_ms,"
+        " accepted_by = excluded.accepted_by, accepted_ms = excluded.accepted_ms, rejected = excluded.rejected",
+        NULL },
+    [S_PIN_DELETE] = { "DELETE FROM dsh_pins WHERE name = $1", NULL },
+    [S_PINS] = { "SELECT " S_PIN_COLUMNS " FROM dsh_pins ORDER BY name", NULL },
+    [S_GRANT_PUT] = {
+        "INSERT INTO dsh_grants (id, stage, grant_json, expires_ms) VALUES ($1, $2, $3, $4)"
+        " ON CONFLICT (id) DO NOTHING", NULL },
+    [S_GRANT_REVOKE] = { "UPDATE dsh_grants SET revoked_ms = $2 WHERE id = $1", NULL },
+    [S_GRANTS] = {
+        "SELECT grant_json FROM dsh_grants WHERE expires_ms > $1 AND revoked_ms IS NULL ORDER BY id", NULL },
+    [S_GRANT_PRUNE] = { "DELETE FROM dsh_grants WHERE expires_ms < $1", NULL },
 };
 
 //  The tables, created if missing (the version row is S_SCHEMA_INIT's)
@@ -205,6 +240,13 @@ static const char *s_schema [] = {
     //  for a missing comma)
     ("CREATE TABLE IF NOT EXISTS dsh_modes ("
         "agent TEXT NOT NULL PRIMARY KEY, mode TEXT NOT NULL, set_by TEXT, set_ms BIGINT)"),
+    ("CREATE TABLE IF NOT EXISTS dsh_pins ("
+        "name TEXT NOT NULL PRIMARY KEY, digest TEXT NOT NULL, definition TEXT NOT NULL, component TEXT NOT NULL,"
+        " key TEXT NOT NULL, first_ms BIGINT NOT NULL, accepted_by TEXT NOT NULL, accepted_ms BIGINT NOT NULL,"
+        " rejected TEXT NOT NULL)"),
+    ("CREATE TABLE IF NOT EXISTS dsh_grants ("
+        "id TEXT NOT NULL PRIMARY KEY, stage TEXT NOT NULL, grant_json TEXT NOT NULL, expires_ms BIGINT NOT NULL,"
+        " revoked_ms BIGINT)"),
 };
 
 //  The columns a query may select on, in the order of a shape's bits
@@ -1677,4 +1719,124 @@ dsh_store_modes (dsh_store_t *self, char *error, size_t error_size)
         s_result (self, rc, error, error_size);
     }
     return modes;
+}
+
+//  -------------------------------------------------------------------------
+//  Pins and grants
+
+int
+dsh_store_pin_write (dsh_store_t *self, const dsh_pin_op_t *op, char *error, size_t error_size)
+{
+    assert (self);
+    assert (op && op->pin);
+    const dsh_pin_t *pin = op->pin;
+    int rc = s_ready (self);
+    if (rc == 0 && op->kind == DSH_PIN_FORGET) {
+        s_value_t key [] = { s_param_text (pin->name) };
+        rc = s_do (self, S_PIN_DELETE, key, S_LENGTH (key));
+    }
+    else
+    if (rc == 0) {
+        s_value_t values [] = { s_param_text (pin->name), s_param_text (pin->digest), s_param_text (pin->definition),
+                                s_param_text (pin->component), s_param_text (pin->key), s_param_int (pin->first_ms),
+                                s_param_text (pin->accepted_by), s_param_int (pin->accepted_ms),
+                                s_param_text (pin->rejected) };
+        rc = s_do (self, op->kind == DSH_PIN_FIRST? S_PIN_FIRST: S_PIN_REPLACE, values, S_LENGTH (values));
+    }
+    return s_result (self, rc, error, error_size);
+}
+
+zlistx_t *
+dsh_store_pins (dsh_store_t *self, char *error, size_t error_size)
+{
+    assert (self);
+    zlistx_t *pins = zlistx_new ();
+    zlistx_set_destructor (pins, (zlistx_destructor_fn *) dsh_pin_destroy);
+    int rc = s_ready (self);
+    if (rc == 0)
+        rc = s_run (self, S_PINS, NULL, 0);
+    while (rc == 0 && (rc = s_next (self)) == 1) {
+        dsh_pin_t *pin = dsh_pin_new (s_column_text (self, 0));
+        snprintf (pin->digest, sizeof (pin->digest), "%s", s_column_text (self, 1));
+        zstr_free (&pin->definition);
+        pin->definition = strdup (s_column_text (self, 2));
+        zstr_free (&pin->component);
+        pin->component = strdup (s_column_text (self, 3));
+        zstr_free (&pin->key);
+        pin->key = strdup (s_column_text (self, 4));
+        pin->first_ms = s_column_int (self, 5);
+        zstr_free (&pin->accepted_by);
+        pin->accepted_by = strdup (s_column_text (self, 6));
+        pin->accepted_ms = s_column_int (self, 7);
+        snprintf (pin->rejected, sizeof (pin->rejected), "%s", s_column_text (self, 8));
+        zlistx_add_end (pins, pin);
+        rc = 0;
+    }
+    s_finish (self);
+    if (rc) {
+        zlistx_destroy (&pins);
+        s_result (self, rc, error, error_size);
+    }
+    return pins;
+}
+
+int
+dsh_store_grant_put (dsh_store_t *self, const char *id, const char *stage, const char *grant, int64_t expires_ms,
+                     char *error, size_t error_size)
+{
+    assert (self);
+    int rc = s_ready (self);
+    if (rc == 0) {
+        s_value_t values [] = { s_param_text (id), s_param_text (stage), s_param_text (grant),
+                                s_param_int (expires_ms) };
+        rc = s_do (self, S_GRANT_PUT, values, S_LENGTH (values));
+    }
+    return s_result (self, rc, error, error_size);
+}
+
+int
+dsh_store_grant_revoke (dsh_store_t *self, const char *id, int64_t revoked_ms, char *error, size_t error_size)
+{
+    assert (self);
+    int rc = s_ready (self);
+    if (rc == 0) {
+        s_value_t values [] = { s_param_text (id), s_param_int (revoked_ms) };
+        rc = s_do (self, S_GRANT_REVOKE, values, S_LENGTH (values));
+    }
+    return s_result (self, rc, error, error_size);
+}
+
+zlistx_t *
+dsh_store_grants (dsh_store_t *self, int64_t now_ms, char *error, size_t error_size)
+{
+    assert (self);
+    zlistx_t *grants = zlistx_new ();
+    zlistx_set_destructor (grants, (zlistx_destructor_fn *) zstr_free);
+    int rc = s_ready (self);
+    if (rc == 0) {
+        s_value_t now [] = { s_param_int (now_ms) };
+        rc = s_run (self, S_GRANTS, now, S_LENGTH (now));
+    }
+    while (rc == 0 && (rc = s_next (self)) == 1) {
+        zlistx_add_end (grants, strdup (s_column_text (self, 0)));
+        rc = 0;
+    }
+    s_finish (self);
+    if (rc) {
+        zlistx_destroy (&grants);
+        s_result (self, rc, error, error_size);
+    }
+    return grants;
+}
+
+int
+dsh_store_grants_prune (dsh_store_t *self, int64_t before_ms, char *error, size_t error_size)
+{
+    assert (self);
+    int rc = s_ready (self);
+    if (rc == 0) {
+        s_value_t before [] = { s_param_int (before_ms) };
+        rc = s_do (self, S_GRANT_PRUNE, before, S_LENGTH (before));
+    }
+    return s_result (self, rc, error, error_size);
 }

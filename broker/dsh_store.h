@@ -34,6 +34,8 @@
 
 #include <czmq.h>
 
+#include "dsh_pins.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -157,6 +159,37 @@ int
 //  NULL with a reason if it cannot be read.
 zhashx_t *
     dsh_store_modes (dsh_store_t *self, char *error, size_t error_size);
+
+//  Write a pin change (dsh_pins): FIRST inserts unless the name has a pin
+//  with a digest (the first writer wins), REPLACE inserts or replaces,
+//  FORGET deletes. Returns 0, or -1 with a reason.
+int
+    dsh_store_pin_write (dsh_store_t *self, const dsh_pin_op_t *op, char *error, size_t error_size);
+
+//  Every pin, by name, as a new list of dsh_pin_t *. NULL with a reason if
+//  they cannot be read.
+zlistx_t *
+    dsh_store_pins (dsh_store_t *self, char *error, size_t error_size);
+
+//  Keep a grant (its JSON text; a permission stage's, PROTOCOL.md
+//  "Grants") until expires_ms (wall clock). An id kept already is left as
+//  it is. Returns 0, or -1 with a reason.
+int
+    dsh_store_grant_put (dsh_store_t *self, const char *id, const char *stage, const char *grant,
+                         int64_t expires_ms, char *error, size_t error_size);
+
+//  Mark a grant revoked. Returns 0, or -1 with a reason.
+int
+    dsh_store_grant_revoke (dsh_store_t *self, const char *id, int64_t revoked_ms, char *error, size_t error_size);
+
+//  The JSON texts of the grants neither expired at now_ms nor revoked, by
+//  id, as a new list of char *. NULL with a reason if they cannot be read.
+zlistx_t *
+    dsh_store_grants (dsh_store_t *self, int64_t now_ms, char *error, size_t error_size);
+
+//  Delete the grants expired before before_ms. Returns 0, or -1.
+int
+    dsh_store_grants_prune (dsh_store_t *self, int64_t before_ms, char *error, size_t error_size);
 
 //  The SHA-256 of size bytes as 64 hex digits and a NUL, into hex.
 void

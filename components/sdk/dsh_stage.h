@@ -90,6 +90,10 @@ typedef struct {
 typedef struct {
     const char *name;           //  the stage's name in the chain
     const char *broker;         //  the broker's front endpoint
+    //  The chain's configuration version (CHAIN's version: 16 hex of the
+    //  chain section's digest), NULL or "" if unknown; what the permission
+    //  stage binds its grants to, so that a changed chain ends them
+    const char *chain_version;
 } dsh_stage_context_t;
 
 //  A kind of built-in stage: fills in callbacks and *arg from the stage's

@@ -200,7 +200,7 @@ s_fixture (const char *stages)
     assert_non_null (config);
     fixture->loop = zloop_new ();
     fixture->inflight = dsh_inflight_new (s_reply, NULL);
-    dsh_chain_host_t host = { s_dispatch, s_control_reply, NULL };
+    dsh_chain_host_t host = { s_dispatch, s_control_reply, NULL, NULL };
     char error [256] = "";
     fixture->chain = dsh_chain_new (zconfig_locate (config, "chain"), s_kinds, "tcp://127.0.0.1:7570",
                                     fixture->inflight, &host, error, sizeof (error));

@@ -460,7 +460,7 @@ s_hub_start (hub_t *hub, const char *hooks)
     dsh_stage_callbacks_t callbacks;
     void *arg = NULL;
     char error [256] = "";
-    dsh_middleware_context_t context = { "hooks", NULL };
+    dsh_middleware_context_t context = { "hooks", NULL, NULL };
     int rc = dsh_hooks_setup (zconfig_locate (settings, "stage"), &context, &callbacks, &arg, error, sizeof error);
     if (rc)
         fprintf (stderr, "setup: %s\n", error);
