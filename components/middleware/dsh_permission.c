@@ -14,15 +14,27 @@
     drops one silent for 3 s (a host that vanished closes no connection),
     and drops one that says GOODBYE. When the last approver goes, every
     open ask is closed: nobody is left to answer it.
+
+    A grant is plain data too (dsh_permission_grant_t, with a pure
+    applies), so its binding is tested without a stage. The stage keeps
+    the live grants by id, with wall-clock expiry (a grant outlives a
+    broker restart in the broker's store): expired ones are dropped when
+    looked at and on the probe timer. Decisions come as msgpack (DECIDE)
+    or JSON (the control commands); each is read into one s_decision_t
+    and checked once, by s_decision_check, so both say the same things.
+    To merge a grants.load the stage remembers for a few seconds which
+    grants it made and which it revoked.
     =========================================================================
 */
 
 #include <errno.h>
 #include <fnmatch.h>
+#include <inttypes.h>
 #include <stddef.h>
 
 #include "dsh_permission.h"
 #include "dsh_curve.h"
+#include "dsh_digest.h"
 #include "dsh_doc.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
@@ -31,6 +43,12 @@
 #include "dsh_toolhints.h"
 
 #define APPROVAL_TIMEOUT_DEFAULT_MS 120000
+#define GRANT_MINUTES_DEFAULT       15
+#define GRANT_MAX_MINUTES_DEFAULT   1440
+#define GRANT_MINUTES_LIMIT         (366 * 24 * 60)     //  a year: the most either setting may say
+#define GRANT_MADE_KEPT_MS          5000        //  grants.load keeps the stage's newer grants
+#define GRANT_REVOKED_KEPT_MS       10000       //  and drops the ones it revoked lately
+#define DECIDE_BY_MAX               128
 #define APPROVER_PROBE_MS           500         //  HEARTBEAT to approvers, and expiry
 #define APPROVER_EXPIRY_MS          3000        //  approvers say APPROVER every 1 s
 #define APPROVALS_MAX_MESSAGE       (64 * 1024)
@@ -79,6 +97,9 @@ struct _dsh_permission_policy_t {
     dsh_permission_action_t fallback;
     char *approvals;
     int approval_timeout_ms;
+    bool grants;
+    int grant_minutes;
+    int grant_max_minutes;
 };
 
 static void
@@ -170,8 +191,12 @@ dsh_permission_policy_new (zconfig_t *settings, char *error, size_t error_size)
     self->fallback = DSH_PERMISSION_ALLOW;
     self->approvals = strdup ("tcp://127.0.0.1:*");
     self->approval_timeout_ms = APPROVAL_TIMEOUT_DEFAULT_MS;
+    self->grants = true;
+    self->grant_minutes = GRANT_MINUTES_DEFAULT;
+    self->grant_max_minutes = GRANT_MAX_MINUTES_DEFAULT;
 
     int rc = 0;
+    bool have_grant_minutes = false;
     zconfig_t *item = settings? zconfig_child (settings): NULL;
     for (; item && rc == 0; item = zconfig_next (item)) {
         const char *key = zconfig_name (item);
@@ -207,10 +232,39 @@ dsh_permission_policy_new (zconfig_t *settings, char *error, size_t error_size)
             rc = dsh_settings_int (key, value, 1, 24 * 3600 * 1000, &self->approval_timeout_ms,
                                    error, error_size);
         else
+        if (streq (key, "grants")) {
+            if (streq (value, "true") || streq (value, "false"))
+                self->grants = streq (value, "true");
+            else {
+                snprintf (error, error_size, "grants: \"%s\" is not true or false", value);
+                rc = -1;
+            }
+        }
+        else
+        if (streq (key, "grant_minutes")) {
+            rc = dsh_settings_int (key, value, 1, GRANT_MINUTES_LIMIT, &self->grant_minutes, error, error_size);
+            have_grant_minutes = true;
+        }
+        else
+        if (streq (key, "grant_max_minutes"))
+            rc = dsh_settings_int (key, value, 1, GRANT_MINUTES_LIMIT, &self->grant_max_minutes,
+                                   error, error_size);
+        else
         if (!dsh_settings_chain_key (key)) {
             snprintf (error, error_size, "unknown setting \"%s\"", key);
             rc = -1;
         }
+    }
+    //  A default length longer than the limit set is cut to it; one set
+    //  longer than the limit is a contradiction
+    if (rc == 0 && self->grant_minutes > self->grant_max_minutes) {
+        if (have_grant_minutes) {
+            snprintf (error, error_size, "grant_minutes: %d is more than grant_max_minutes (%d)",
+                      self->grant_minutes, self->grant_max_minutes);
+            rc = -1;
+        }
+        else
+            self->grant_minutes = self->grant_max_minutes;
     }
     if (rc)
         dsh_permission_policy_destroy (&self);
@@ -285,6 +339,27 @@ dsh_permission_policy_approval_timeout_ms (dsh_permission_policy_t *self)
     return self->approval_timeout_ms;
 }
 
+bool
+dsh_permission_policy_grants (dsh_permission_policy_t *self)
+{
+    assert (self);
+    return self->grants;
+}
+
+int
+dsh_permission_policy_grant_minutes (dsh_permission_policy_t *self)
+{
+    assert (self);
+    return self->grant_minutes;
+}
+
+int
+dsh_permission_policy_grant_max_minutes (dsh_permission_policy_t *self)
+{
+    assert (self);
+    return self->grant_max_minutes;
+}
+
 int
 dsh_permission_action_parse (const char *text, dsh_permission_action_t *action)
 {
@@ -346,6 +421,237 @@ dsh_permission_ask_closes_at (int64_t now, int64_t deadline, int timeout_ms, boo
     return closes_at;
 }
 
+//  --- Grants --------------------------------------------------------------
+
+struct _dsh_permission_grant_t {
+    char id [DSH_PERMISSION_GRANT_ID_SIZE + 1];
+    char *stage;
+    char *agent;
+    char *tool;
+    char definition_digest [DSH_DIGEST_SIZE + 1];
+    char arguments_digest [DSH_DIGEST_SIZE + 1];    //  "" for scope tool
+    char *chain_version;
+    dsh_permission_scope_t scope;
+    int64_t created_ms;
+    int64_t expires_ms;
+    char *by;
+};
+
+int
+dsh_permission_scope_parse (const char *text, dsh_permission_scope_t *scope)
+{
+    assert (scope);
+    if (!text)
+        return -1;
+    if (streq (text, "once"))
+        *scope = DSH_PERMISSION_SCOPE_ONCE;
+    else
+    if (streq (text, "tool"))
+        *scope = DSH_PERMISSION_SCOPE_TOOL;
+    else
+    if (streq (text, "arguments"))
+        *scope = DSH_PERMISSION_SCOPE_ARGUMENTS;
+    else
+        return -1;
+    return 0;
+}
+
+const char *
+dsh_permission_scope_name (dsh_permission_scope_t scope)
+{
+    switch (scope) {
+        case DSH_PERMISSION_SCOPE_ONCE:      return "once";
+        case DSH_PERMISSION_SCOPE_TOOL:      return "tool";
+        case DSH_PERMISSION_SCOPE_ARGUMENTS: return "arguments";
+    }
+    return "once";
+}
+
+//  True if text is exactly size lowercase hex digits.
+static bool
+s_is_hex (const char *text, size_t size)
+{
+    return text && strlen (text) == size && strspn (text, "0123456789abcdef") == size;
+}
+
+dsh_permission_grant_t *
+dsh_permission_grant_new (const char *id, const dsh_permission_subject_t *subject,
+                          dsh_permission_scope_t scope, int64_t created_ms, int64_t expires_ms, const char *by)
+{
+    assert (s_is_hex (id, DSH_PERMISSION_GRANT_ID_SIZE));
+    assert (subject);
+    assert (scope != DSH_PERMISSION_SCOPE_ONCE);
+    dsh_permission_grant_t *self = (dsh_permission_grant_t *) zmalloc (sizeof (dsh_permission_grant_t));
+    assert (self);
+    snprintf (self->id, sizeof (self->id), "%s", id);
+    self->stage = strdup (subject->stage);
+    self->agent = strdup (subject->agent);
+    self->tool = strdup (subject->tool);
+    snprintf (self->definition_digest, sizeof (self->definition_digest), "%s", subject->definition_digest);
+    if (scope == DSH_PERMISSION_SCOPE_ARGUMENTS)
+        snprintf (self->arguments_digest, sizeof (self->arguments_digest), "%s", subject->arguments_digest);
+    self->chain_version = strdup (subject->chain_version);
+    self->scope = scope;
+    self->created_ms = created_ms;
+    self->expires_ms = expires_ms;
+    self->by = strdup (by? by: "");
+    return self;
+}
+
+//  The str under key of a grant's JSON form, or NULL (with a reason) if it
+//  is missing or not a string; empty allows "".
+static const char *
+s_grant_str (const json_t *object, const char *key, bool empty, char *error, size_t error_size)
+{
+    const char *value = json_string_value (json_object_get (object, key));
+    if (!value || (!empty && !*value)) {
+        snprintf (error, error_size, "grant: %s must be a%s string", key, empty? "": " non-empty");
+        return NULL;
+    }
+    return value;
+}
+
+dsh_permission_grant_t *
+dsh_permission_grant_from_json (const json_t *object, char *error, size_t error_size)
+{
+    if (!json_is_object (object)) {
+        snprintf (error, error_size, "grant: must be an object");
+        return NULL;
+    }
+    const char *id = s_grant_str (object, "id", false, error, error_size);
+    const char *stage = id? s_grant_str (object, "stage", false, error, error_size): NULL;
+    const char *agent = stage? s_grant_str (object, "agent", true, error, error_size): NULL;
+    const char *tool = agent? s_grant_str (object, "tool", false, error, error_size): NULL;
+    const char *definition = tool? s_grant_str (object, "definitionDigest", false, error, error_size): NULL;
+    const char *chain_version = definition? s_grant_str (object, "chainVersion", true, error, error_size): NULL;
+    const char *by = chain_version? s_grant_str (object, "by", true, error, error_size): NULL;
+    const char *scope_name = by? s_grant_str (object, "scope", false, error, error_size): NULL;
+    if (!scope_name)
+        return NULL;
+    const json_t *arguments = json_object_get (object, "argumentsDigest");
+    const json_t *created = json_object_get (object, "createdMs");
+    const json_t *expires = json_object_get (object, "expiresMs");
+    dsh_permission_scope_t scope;
+    if (!s_is_hex (id, DSH_PERMISSION_GRANT_ID_SIZE))
+        snprintf (error, error_size, "grant: id \"%.40s\" is not %d hex digits", id, DSH_PERMISSION_GRANT_ID_SIZE);
+    else
+    if (dsh_permission_scope_parse (scope_name, &scope) || scope == DSH_PERMISSION_SCOPE_ONCE)
+        snprintf (error, error_size, "grant %s: scope \"%.40s\" is not tool or arguments", id, scope_name);
+    else
+    if (!s_is_hex (definition, DSH_DIGEST_SIZE))
+        snprintf (error, error_size, "grant %s: definitionDigest is not %d hex digits", id, DSH_DIGEST_SIZE);
+    else
+    if (scope == DSH_PERMISSION_SCOPE_ARGUMENTS && !s_is_hex (json_string_value (arguments), DSH_DIGEST_SIZE))
+        snprintf (error, error_size, "grant %s: argumentsDigest is not %d hex digits", id, DSH_DIGEST_SIZE);
+    else
+    if (scope == DSH_PERMISSION_SCOPE_TOOL && arguments && !json_is_null (arguments))
+        snprintf (error, error_size, "grant %s: argumentsDigest is for scope arguments only", id);
+    else
+    if (!json_is_integer (created) || !json_is_integer (expires)
+    ||  json_integer_value (expires) <= json_integer_value (created))
+        snprintf (error, error_size, "grant %s: createdMs and expiresMs must be whole numbers, expiresMs the later",
+                  id);
+    else {
+        dsh_permission_subject_t subject = {
+            .stage = stage, .agent = agent, .tool = tool, .definition_digest = definition,
+            .arguments_digest = scope == DSH_PERMISSION_SCOPE_ARGUMENTS? json_string_value (arguments): "",
+            .chain_version = chain_version
+        };
+        return dsh_permission_grant_new (id, &subject, scope, (int64_t) json_integer_value (created),
+                                         (int64_t) json_integer_value (expires), by);
+    }
+    return NULL;
+}
+
+dsh_permission_grant_t *
+dsh_permission_grant_dup (const dsh_permission_grant_t *self)
+{
+    assert (self);
+    dsh_permission_subject_t subject = {
+        .stage = self->stage, .agent = self->agent, .tool = self->tool,
+        .definition_digest = self->definition_digest, .arguments_digest = self->arguments_digest,
+        .chain_version = self->chain_version
+    };
+    return dsh_permission_grant_new (self->id, &subject, self->scope, self->created_ms, self->expires_ms, self->by);
+}
+
+void
+dsh_permission_grant_destroy (dsh_permission_grant_t **self_p)
+{
+    assert (self_p);
+    if (*self_p) {
+        dsh_permission_grant_t *self = *self_p;
+        zstr_free (&self->stage);
+        zstr_free (&self->agent);
+        zstr_free (&self->tool);
+        zstr_free (&self->chain_version);
+        zstr_free (&self->by);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+json_t *
+dsh_permission_grant_json (const dsh_permission_grant_t *self)
+{
+    assert (self);
+    json_t *object = json_pack ("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s}",
+                                "id", self->id, "stage", self->stage, "agent", self->agent, "tool", self->tool,
+                                "definitionDigest", self->definition_digest,
+                                "chainVersion", self->chain_version,
+                                "scope", dsh_permission_scope_name (self->scope),
+                                "createdMs", (json_int_t) self->created_ms,
+                                "expiresMs", (json_int_t) self->expires_ms, "by", self->by);
+    assert (object);
+    if (self->scope == DSH_PERMISSION_SCOPE_ARGUMENTS)
+        json_object_set_new (object, "argumentsDigest", json_string (self->arguments_digest));
+    return object;
+}
+
+bool
+dsh_permission_grant_applies (const dsh_permission_grant_t *self, const dsh_permission_subject_t *subject,
+                              int64_t now_ms)
+{
+    assert (self);
+    assert (subject);
+    return now_ms < self->expires_ms
+        && streq (self->stage, subject->stage)
+        && streq (self->agent, subject->agent)
+        && streq (self->tool, subject->tool)
+        && streq (self->definition_digest, subject->definition_digest)
+        && streq (self->chain_version, subject->chain_version)
+        && (self->scope == DSH_PERMISSION_SCOPE_TOOL
+            || streq (self->arguments_digest, subject->arguments_digest));
+}
+
+const char *
+dsh_permission_grant_id (const dsh_permission_grant_t *self)
+{
+    assert (self);
+    return self->id;
+}
+
+const char *
+dsh_permission_grant_stage (const dsh_permission_grant_t *self)
+{
+    assert (self);
+    return self->stage;
+}
+
+const char *
+dsh_permission_grant_by (const dsh_permission_grant_t *self)
+{
+    assert (self);
+    return self->by;
+}
+
+int64_t
+dsh_permission_grant_expires_ms (const dsh_permission_grant_t *self)
+{
+    assert (self);
+    return self->expires_ms;
+}
+
 //  --- The stage -----------------------------------------------------------
 
 typedef struct {
@@ -356,6 +662,11 @@ typedef struct {
     char *server_key;           //  the approvals socket's CURVE public key, or NULL
     zhashx_t *approvers;        //  identity as hex -> s_approver_t
     zhashx_t *pending;          //  request id -> s_request_t
+    char *name;                 //  the stage's name, which grants are bound to
+    char *chain_version;        //  the chain's version, "" if unknown
+    zhashx_t *grants;           //  grant id -> dsh_permission_grant_t
+    zhashx_t *made;             //  grant id -> int64_t zclock_mono it was made here
+    zhashx_t *revoked;          //  grant id -> int64_t zclock_mono it was revoked here
 } self_t;
 
 typedef struct {
@@ -368,7 +679,11 @@ typedef struct {
     char *id;
     dsh_stage_call_t *call;     //  deferred: alive until resumed
     char *tool;
-    json_t *summary;            //  {id, callId, tool, agent?, arguments}
+    char *agent;                //  "" if the call has none
+    char definition_digest [DSH_DIGEST_SIZE + 1];
+    char arguments_digest [DSH_DIGEST_SIZE + 1];
+    bool grantable;             //  grants are on, and both digests could be made
+    json_t *summary;            //  the PENDING body
     int timer_id;               //  -1 once fired
     bool by_deadline;           //  the timer is the call's deadline, not approval_timeout_ms
     void *owner;                //  the self_t, for the timer
@@ -392,6 +707,7 @@ s_request_destroy (s_request_t **self_p)
         s_request_t *self = *self_p;
         zstr_free (&self->id);
         zstr_free (&self->tool);
+        zstr_free (&self->agent);
         json_decref (self->summary);
         free (self);
         *self_p = NULL;
@@ -405,9 +721,14 @@ s_self_destroy (self_t **self_p)
         self_t *self = *self_p;
         zhashx_destroy (&self->pending);
         zhashx_destroy (&self->approvers);
+        zhashx_destroy (&self->grants);
+        zhashx_destroy (&self->made);
+        zhashx_destroy (&self->revoked);
         zsock_destroy (&self->approvals);
         zstr_free (&self->endpoint);
         zstr_free (&self->server_key);
+        zstr_free (&self->name);
+        zstr_free (&self->chain_version);
         dsh_permission_policy_destroy (&self->policy);
         free (self);
         *self_p = NULL;
@@ -477,11 +798,19 @@ s_broadcast (self_t *self, const char *command, const json_t *body)
     return reached;
 }
 
+//  Who or what decided an open ask; NULL for a decider when no one did (a
+//  deadline, no approver left, a cancel).
+typedef struct {
+    const char *approver;                   //  name, key or address, and "(by ...)"; may be NULL
+    const dsh_permission_grant_t *made;     //  the grant this decision made, or NULL
+    const dsh_permission_grant_t *covered;  //  a grant made on another ask that covers this one
+} s_decider_t;
+
 //  Finish an open ask: resume or answer its call, tell the approvers, and
 //  forget it. why says, for UNAVAILABLE, why nobody decided.
 static void
 s_request_resolve_by (self_t *self, s_request_t *request, dsh_approval_outcome_t outcome, const char *why,
-                      const char *approver);
+                      const s_decider_t *decider);
 
 static void
 s_request_resolve (self_t *self, s_request_t *request, dsh_approval_outcome_t outcome, const char *why)
@@ -489,28 +818,41 @@ s_request_resolve (self_t *self, s_request_t *request, dsh_approval_outcome_t ou
     s_request_resolve_by (self, request, outcome, why, NULL);
 }
 
-//  The same, saying who decided (an approver's name, key or address; NULL
-//  when no one did: a deadline, no approver left, a cancel).
+//  The same, saying who or what decided.
 static void
 s_request_resolve_by (self_t *self, s_request_t *request, dsh_approval_outcome_t outcome, const char *why,
-                      const char *approver)
+                      const s_decider_t *decider)
 {
+    static const s_decider_t nobody = { NULL, NULL, NULL };
+    if (!decider)
+        decider = &nobody;
     if (request->timer_id != -1)
         zloop_timer_end (dsh_stage_loop (self->stage), request->timer_id);
     request->timer_id = -1;
     dsh_stage_verdict_t verdict = DSH_STAGE_ANSWER;
-    //  The audit's record of the call says who decided, what, and when
-    json_t *note = json_pack ("{s:{s:s, s:s, s:I}}", "approval", "request", request->id,
-                              "decision", dsh_approval_outcome_name (outcome), "atMs", (json_int_t) zclock_time ());
+    const dsh_permission_grant_t *grant = decider->made? decider->made: decider->covered;
+    const char *grant_id = grant? dsh_permission_grant_id (grant): NULL;
+    //  The audit's record of the call says who decided, what, and when; a
+    //  grant made here goes whole, for the broker to store
+    const char *approver = decider->covered? dsh_permission_grant_by (decider->covered): decider->approver;
+    json_t *approval = json_pack ("{s:s, s:s, s:I}", "request", request->id,
+                                  "decision", decider->covered? "granted": dsh_approval_outcome_name (outcome),
+                                  "atMs", (json_int_t) zclock_time ());
     if (approver)
-        json_object_set_new (json_object_get (note, "approval"), "approver", json_string (approver));
-    dsh_stage_call_note (request->call, note);
+        json_object_set_new (approval, "approver", json_string (approver));
+    if (decider->made)
+        json_object_set_new (approval, "grant", dsh_permission_grant_json (decider->made));
+    else
+    if (decider->covered)
+        json_object_set_new (approval, "grant", json_string (grant_id));
+    dsh_stage_call_note (request->call, json_pack ("{s:o}", "approval", approval));
     if (outcome == DSH_APPROVAL_ALLOWED) {
         //  What a later sandbox stage reads as "a human let this call run";
         //  on every other call this stage removes the key (s_on_request)
-        dsh_stage_call_set_meta (request->call, DSH_PERMISSION_APPROVAL_META,
-                                 json_pack ("{s:s, s:s}", "stage", dsh_stage_name (self->stage),
-                                            "id", request->id));
+        json_t *stamp = json_pack ("{s:s, s:s}", "stage", self->name, "id", request->id);
+        if (decider->covered)
+            json_object_set_new (stamp, "grant", json_string (grant_id));
+        dsh_stage_call_set_meta (request->call, DSH_PERMISSION_APPROVAL_META, stamp);
         verdict = DSH_STAGE_PASS;
     }
     else
@@ -528,6 +870,8 @@ s_request_resolve_by (self_t *self, s_request_t *request, dsh_approval_outcome_t
 
     json_t *resolved = json_pack ("{s:s, s:s}", "id", request->id,
                                   "outcome", dsh_approval_outcome_name (outcome));
+    if (grant_id)
+        json_object_set_new (resolved, "grant", json_string (grant_id));
     s_broadcast (self, "RESOLVED", resolved);
     json_decref (resolved);
     zhashx_delete (self->pending, request->id);
@@ -545,17 +889,250 @@ s_close_abandoned (self_t *self)
         s_request_resolve (self, request, DSH_APPROVAL_UNAVAILABLE, "every approver went away before deciding");
 }
 
-//  Decide an open ask as an approver would. Returns the outcome, or -1 if
-//  no request has that id.
-static int
-s_decide (self_t *self, const char *id, bool allow, const char *approver)
+//  --- Grants in the stage ---------------------------------------------------
+
+static void
+s_mark_destroy (int64_t **self_p)
 {
-    s_request_t *request = id? (s_request_t *) zhashx_lookup (self->pending, id): NULL;
-    if (!request)
-        return -1;
-    dsh_approval_outcome_t outcome = allow? DSH_APPROVAL_ALLOWED: DSH_APPROVAL_REJECTED;
-    s_request_resolve_by (self, request, outcome, NULL, approver);
-    return (int) outcome;
+    free (*self_p);
+    *self_p = NULL;
+}
+
+//  Note that id was made or revoked now.
+static void
+s_mark (zhashx_t *marks, const char *id)
+{
+    int64_t *at = (int64_t *) malloc (sizeof (int64_t));
+    assert (at);
+    *at = zclock_mono ();
+    zhashx_update (marks, id, at);
+}
+
+//  True if id was marked within the last within_ms.
+static bool
+s_marked (zhashx_t *marks, const char *id, int64_t within_ms)
+{
+    int64_t *at = (int64_t *) zhashx_lookup (marks, id);
+    return at && zclock_mono () - *at <= within_ms;
+}
+
+//  Forget marks older than within_ms.
+static void
+s_marks_prune (zhashx_t *marks, int64_t within_ms)
+{
+    zlistx_t *keys = zhashx_keys (marks);
+    assert (keys);
+    for (const char *key = (const char *) zlistx_first (keys); key; key = (const char *) zlistx_next (keys))
+        if (!s_marked (marks, key, within_ms))
+            zhashx_delete (marks, key);
+    zlistx_destroy (&keys);
+}
+
+//  Drop the grants that have expired, and the marks too old to matter.
+static void
+s_grants_expire (self_t *self)
+{
+    int64_t now = zclock_time ();
+    zlistx_t *keys = zhashx_keys (self->grants);
+    assert (keys);
+    for (const char *key = (const char *) zlistx_first (keys); key; key = (const char *) zlistx_next (keys))
+        if (dsh_permission_grant_expires_ms ((dsh_permission_grant_t *) zhashx_lookup (self->grants, key)) <= now)
+            zhashx_delete (self->grants, key);
+    zlistx_destroy (&keys);
+    s_marks_prune (self->made, GRANT_MADE_KEPT_MS);
+    s_marks_prune (self->revoked, GRANT_REVOKED_KEPT_MS);
+}
+
+//  A live grant that lets subject's call through, or NULL.
+static dsh_permission_grant_t *
+s_grant_find (self_t *self, const dsh_permission_subject_t *subject)
+{
+    s_grants_expire (self);
+    int64_t now = zclock_time ();
+    for (dsh_permission_grant_t *grant = (dsh_permission_grant_t *) zhashx_first (self->grants); grant;
+         grant = (dsh_permission_grant_t *) zhashx_next (self->grants))
+        if (dsh_permission_grant_applies (grant, subject, now))
+            return grant;
+    return NULL;
+}
+
+//  The call of an open ask, as a grant sees it.
+static dsh_permission_subject_t
+s_request_subject (self_t *self, s_request_t *request)
+{
+    return (dsh_permission_subject_t) {
+        .stage = self->name, .agent = request->agent, .tool = request->tool,
+        .definition_digest = request->definition_digest, .arguments_digest = request->arguments_digest,
+        .chain_version = self->chain_version
+    };
+}
+
+//  A new grant covers the asks still open that it would let through had
+//  they come now: they go on as granted.
+static void
+s_grant_covers_open (self_t *self, const dsh_permission_grant_t *grant)
+{
+    int64_t now = zclock_time ();
+    zlistx_t *covered = zlistx_new ();
+    assert (covered);
+    for (s_request_t *request = (s_request_t *) zhashx_first (self->pending); request;
+         request = (s_request_t *) zhashx_next (self->pending)) {
+        dsh_permission_subject_t subject = s_request_subject (self, request);
+        if (request->grantable && dsh_permission_grant_applies (grant, &subject, now))
+            zlistx_add_end (covered, request);
+    }
+    s_decider_t decider = { .covered = grant };
+    for (s_request_t *request = (s_request_t *) zlistx_first (covered); request;
+         request = (s_request_t *) zlistx_next (covered))
+        s_request_resolve_by (self, request, DSH_APPROVAL_ALLOWED, NULL, &decider);
+    zlistx_destroy (&covered);
+}
+
+//  A new id of 8 hex digits: short, for humans to type, unlikely to name
+//  one of an earlier run, and not one of taken's keys.
+static char *
+s_fresh_id (zhashx_t *taken)
+{
+    while (true) {
+        zuuid_t *uuid = zuuid_new ();
+        assert (uuid);
+        char *id = zsys_sprintf ("%.8s", zuuid_str (uuid));
+        zuuid_destroy (&uuid);
+        for (char *cursor = id; *cursor; cursor++)
+            *cursor = (char) tolower ((unsigned char) *cursor);
+        if (!zhashx_lookup (taken, id))
+            return id;
+        zstr_free (&id);
+    }
+}
+
+//  --- Decisions -------------------------------------------------------------
+
+//  A decision on an open ask, as DECIDE or the approve and deny control
+//  commands give it. Strings are borrowed from the message; NULL: absent.
+typedef struct {
+    const char *id;
+    const char *outcome;        //  DECIDE's; the control commands are named for theirs
+    const char *scope;
+    bool has_minutes;
+    int64_t minutes;
+    bool has_seconds;
+    int64_t seconds;
+    const char *by;
+    const char *arguments_digest;
+    const char *definition_digest;
+} s_decision_t;
+
+//  True if text is 1 to max bytes, none of them a control character:
+//  what the audit and a terminal may show as it is.
+static bool
+s_printable (const char *text, size_t max)
+{
+    size_t size = strlen (text);
+    if (size == 0 || size > max)
+        return false;
+    for (const char *cursor = text; *cursor; cursor++)
+        if ((unsigned char) *cursor < 0x20 || *cursor == 0x7f)
+            return false;
+    return true;
+}
+
+//  Check a decision against its request and the policy: into *scope and
+//  *length_ms (of a grant) if it holds. Returns 0, or -1 with a reason
+//  (the request stays open).
+static int
+s_decision_check (self_t *self, s_request_t *request, const s_decision_t *decision, bool allow,
+                  dsh_permission_scope_t *scope, int64_t *length_ms, char *error, size_t error_size)
+{
+    int max_minutes = dsh_permission_policy_grant_max_minutes (self->policy);
+    *scope = DSH_PERMISSION_SCOPE_ONCE;
+    *length_ms = (int64_t) dsh_permission_policy_grant_minutes (self->policy) * 60000;
+    if (decision->arguments_digest && !streq (decision->arguments_digest, request->arguments_digest))
+        snprintf (error, error_size, "the request's arguments are not the ones decided on");
+    else
+    if (decision->definition_digest && !streq (decision->definition_digest, request->definition_digest))
+        snprintf (error, error_size, "the request's tool definition is not the one decided on");
+    else
+    if (decision->scope && dsh_permission_scope_parse (decision->scope, scope))
+        snprintf (error, error_size, "scope must be \"once\", \"tool\" or \"arguments\", not \"%.40s\"",
+                  decision->scope);
+    else
+    if (*scope == DSH_PERMISSION_SCOPE_ONCE && (decision->has_minutes || decision->has_seconds))
+        snprintf (error, error_size, "%s is for a grant: it needs scope \"tool\" or \"arguments\"",
+                  decision->has_minutes? "minutes": "seconds");
+    else
+    if (*scope != DSH_PERMISSION_SCOPE_ONCE && !allow)
+        snprintf (error, error_size, "a grant (scope \"%s\") needs outcome \"allow\"",
+                  dsh_permission_scope_name (*scope));
+    else
+    if (*scope != DSH_PERMISSION_SCOPE_ONCE && !dsh_permission_policy_grants (self->policy))
+        snprintf (error, error_size, "stage \"%s\" makes no grants (grants = false): decide with scope \"once\"",
+                  self->name);
+    else
+    if (*scope != DSH_PERMISSION_SCOPE_ONCE && !request->grantable)
+        snprintf (error, error_size, "request %s cannot be granted: its digests could not be made",
+                  request->id);
+    else
+    if (decision->has_minutes && decision->has_seconds)
+        snprintf (error, error_size, "give minutes or seconds, not both");
+    else
+    if (decision->has_minutes && (decision->minutes < 1 || decision->minutes > max_minutes))
+        snprintf (error, error_size, "minutes must be from 1 to %d (grant_max_minutes), not %" PRId64,
+                  max_minutes, decision->minutes);
+    else
+    if (decision->has_seconds && (decision->seconds < 1 || decision->seconds > (int64_t) max_minutes * 60))
+        snprintf (error, error_size, "seconds must be from 1 to %" PRId64 " (grant_max_minutes * 60), not %" PRId64,
+                  (int64_t) max_minutes * 60, decision->seconds);
+    else
+    if (decision->by && !s_printable (decision->by, DECIDE_BY_MAX))
+        snprintf (error, error_size, "by must be 1 to %d printable bytes", DECIDE_BY_MAX);
+    else {
+        if (decision->has_minutes)
+            *length_ms = decision->minutes * 60000;
+        else
+        if (decision->has_seconds)
+            *length_ms = decision->seconds * 1000;
+        return 0;
+    }
+    return -1;
+}
+
+//  Who decided, as the audit records it: "<who> (by <by>)"; NULL if
+//  neither is known. Caller frees.
+static char *
+s_approver_name (const char *who, const char *by)
+{
+    if (by)
+        return zsys_sprintf ("%s (by %s)", who? who: "an unknown approver", by);
+    return who? strdup (who): NULL;
+}
+
+//  Decide an open ask with a checked decision, as who; a grant's id (if it
+//  made one) into grant_id.
+static void
+s_decide (self_t *self, s_request_t *request, const s_decision_t *decision, bool allow,
+          dsh_permission_scope_t scope, int64_t length_ms, const char *who,
+          char grant_id [DSH_PERMISSION_GRANT_ID_SIZE + 1])
+{
+    char *approver = s_approver_name (who, decision->by);
+    s_decider_t decider = { .approver = approver };
+    *grant_id = 0;
+    if (scope != DSH_PERMISSION_SCOPE_ONCE) {
+        int64_t now = zclock_time ();
+        dsh_permission_subject_t subject = s_request_subject (self, request);
+        char *id = s_fresh_id (self->grants);
+        dsh_permission_grant_t *grant = dsh_permission_grant_new (id, &subject, scope, now, now + length_ms,
+                                                                  approver? approver: "");
+        zhashx_insert (self->grants, id, grant);
+        s_mark (self->made, id);
+        decider.made = grant;
+        snprintf (grant_id, DSH_PERMISSION_GRANT_ID_SIZE + 1, "%s", id);
+        zstr_free (&id);
+    }
+    s_request_resolve_by (self, request, allow? DSH_APPROVAL_ALLOWED: DSH_APPROVAL_REJECTED, NULL, &decider);
+    if (decider.made)
+        s_grant_covers_open (self, decider.made);
+    zstr_free (&approver);
 }
 
 //  Forget approvers not heard from lately: a host that vanished closes no
@@ -572,7 +1149,7 @@ s_approvers_expire (self_t *self)
 }
 
 //  Expire the silent, probe the rest (the send tells whether each is still
-//  connected), and close asks nobody is left to answer.
+//  connected), close asks nobody is left to answer, and drop expired grants.
 static int
 s_probe_timer (zloop_t *loop, int timer_id, void *arg)
 {
@@ -584,18 +1161,125 @@ s_probe_timer (zloop_t *loop, int timer_id, void *arg)
     s_broadcast (self, "HEARTBEAT", empty);
     json_decref (empty);
     s_close_abandoned (self);
+    s_grants_expire (self);
     return 0;
+}
+
+//  An ERROR to the approver at identity, naming the request its DECIDE was
+//  about (id; NULL if none).
+static void
+s_send_error_about (self_t *self, zframe_t *identity, const char *id, const char *message)
+{
+    json_t *body = json_pack ("{s:s, s:s}", "code", DSH_E_BAD_REQUEST, "message", message);
+    if (id)
+        json_object_set_new (body, "id", json_string (id));
+    s_send (self, identity, DSH_ERROR, body);
+    json_decref (body);
 }
 
 static void
 s_send_error (self_t *self, zframe_t *identity, const char *message)
 {
-    json_t *body = json_pack ("{s:s, s:s}", "code", DSH_E_BAD_REQUEST, "message", message);
-    s_send (self, identity, DSH_ERROR, body);
-    json_decref (body);
+    s_send_error_about (self, identity, NULL, message);
 }
 
-//  A DECIDE {id, outcome} from an approver.
+//  The str under key of a DECIDE body into *value (absent or nil: NULL).
+//  Returns 0, or -1 with a reason if it is there and not a str.
+static int
+s_body_str (dsh_doc_t *doc, const msgpack_object *root, const char *key, const char **value,
+            char *error, size_t error_size)
+{
+    const msgpack_object *object = dsh_map_get (root, key);
+    *value = NULL;
+    if (!object || object->type == MSGPACK_OBJECT_NIL)
+        return 0;
+    *value = dsh_doc_strdup (doc, object);
+    if (*value)
+        return 0;
+    snprintf (error, error_size, "%s must be a string", key);
+    return -1;
+}
+
+//  The whole number under key of a DECIDE body into *value; *present says
+//  if it was there (nil: absent). Returns 0, or -1 with a reason if it is
+//  there and not an integer.
+static int
+s_body_int (const msgpack_object *root, const char *key, bool *present, int64_t *value,
+            char *error, size_t error_size)
+{
+    const msgpack_object *object = dsh_map_get (root, key);
+    *present = object && object->type != MSGPACK_OBJECT_NIL;
+    if (!*present)
+        return 0;
+    if (object->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+        *value = object->via.u64 > INT64_MAX? INT64_MAX: (int64_t) object->via.u64;
+    else
+    if (object->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        *value = object->via.i64;
+    else {
+        snprintf (error, error_size, "%s must be a whole number", key);
+        return -1;
+    }
+    return 0;
+}
+
+//  A decision from a DECIDE body. Returns 0, or -1 with a reason.
+static int
+s_decision_from_body (dsh_doc_t *doc, s_decision_t *decision, char *error, size_t error_size)
+{
+    const msgpack_object *root = dsh_doc_root (doc);
+    memset (decision, 0, sizeof (*decision));
+    if (s_body_str (doc, root, "id", &decision->id, error, error_size)
+    ||  s_body_str (doc, root, "outcome", &decision->outcome, error, error_size)
+    ||  s_body_str (doc, root, "scope", &decision->scope, error, error_size)
+    ||  s_body_int (root, "minutes", &decision->has_minutes, &decision->minutes, error, error_size)
+    ||  s_body_int (root, "seconds", &decision->has_seconds, &decision->seconds, error, error_size)
+    ||  s_body_str (doc, root, "by", &decision->by, error, error_size)
+    ||  s_body_str (doc, root, "argumentsDigest", &decision->arguments_digest, error, error_size)
+    ||  s_body_str (doc, root, "definitionDigest", &decision->definition_digest, error, error_size))
+        return -1;
+    return 0;
+}
+
+//  The same from a control command's arguments (NULL: none).
+static int
+s_decision_from_json (const json_t *args, s_decision_t *decision, char *error, size_t error_size)
+{
+    static const struct {
+        const char *key;
+        size_t offset;
+    } strings [] = {
+        { "id", offsetof (s_decision_t, id) },
+        { "scope", offsetof (s_decision_t, scope) },
+        { "by", offsetof (s_decision_t, by) },
+        { "argumentsDigest", offsetof (s_decision_t, arguments_digest) },
+        { "definitionDigest", offsetof (s_decision_t, definition_digest) }
+    };
+    memset (decision, 0, sizeof (*decision));
+    for (size_t index = 0; index < sizeof (strings) / sizeof (strings [0]); index++) {
+        const json_t *value = json_object_get (args, strings [index].key);
+        if (value && !json_is_null (value) && !json_is_string (value)) {
+            snprintf (error, error_size, "%s must be a string", strings [index].key);
+            return -1;
+        }
+        *(const char **) ((char *) decision + strings [index].offset) = json_string_value (value);
+    }
+    const json_t *minutes = json_object_get (args, "minutes");
+    const json_t *seconds = json_object_get (args, "seconds");
+    if ((minutes && !json_is_null (minutes) && !json_is_integer (minutes))
+    ||  (seconds && !json_is_null (seconds) && !json_is_integer (seconds))) {
+        snprintf (error, error_size, "%s must be a whole number",
+                  minutes && !json_is_null (minutes) && !json_is_integer (minutes)? "minutes": "seconds");
+        return -1;
+    }
+    decision->has_minutes = json_is_integer (minutes);
+    decision->minutes = (int64_t) json_integer_value (minutes);
+    decision->has_seconds = json_is_integer (seconds);
+    decision->seconds = (int64_t) json_integer_value (seconds);
+    return 0;
+}
+
+//  A DECIDE from an approver (s_decision_t says what it may hold).
 static void
 s_handle_decide (self_t *self, zframe_t *identity, zmsg_t *msg)
 {
@@ -607,10 +1291,9 @@ s_handle_decide (self_t *self, zframe_t *identity, zmsg_t *msg)
         zframe_destroy (&frame);
         return;
     }
-    const msgpack_object *root = dsh_doc_root (doc);
-    char *id = dsh_doc_strdup (doc, dsh_map_get (root, "id"));
-    const msgpack_object *outcome = dsh_map_get (root, "outcome");
-    bool allow = dsh_str_eq (outcome, "allow");
+    s_decision_t decision;
+    int rc = s_decision_from_body (doc, &decision, reason, sizeof (reason));
+    bool allow = decision.outcome && streq (decision.outcome, "allow");
     //  Who decided: the key's name, else its key, else the connection (the
     //  body frame came over the wire, with the connection's metadata)
     dsh_identity_t peer;
@@ -622,17 +1305,26 @@ s_handle_decide (self_t *self, zframe_t *identity, zmsg_t *msg)
         const char *address = zframe_meta (frame, "Peer-Address");
         snprintf (who, sizeof (who), "approver at %s", address? address: "an unknown address");
     }
-    if (!id)
-        s_send_error (self, identity, "DECIDE needs a str id");
+    s_request_t *request = decision.id? (s_request_t *) zhashx_lookup (self->pending, decision.id): NULL;
+    dsh_permission_scope_t scope;
+    int64_t length_ms;
+    if (rc == 0 && !decision.id)
+        snprintf (reason, sizeof (reason), "DECIDE needs a str id");
     else
-    if (!allow && !dsh_str_eq (outcome, "deny"))
-        s_send_error (self, identity, "DECIDE outcome must be \"allow\" or \"deny\"");
+    if (rc == 0 && !allow && !(decision.outcome && streq (decision.outcome, "deny")))
+        snprintf (reason, sizeof (reason), "DECIDE outcome must be \"allow\" or \"deny\"");
     else
-    if (s_decide (self, id, allow, who) == -1) {
-        char *message = zsys_sprintf ("no pending request %s", id);
-        s_send_error (self, identity, message);
-        zstr_free (&message);
+    if (rc == 0 && !request)
+        snprintf (reason, sizeof (reason), "no pending request %s", decision.id);
+    else
+    if (rc == 0 && s_decision_check (self, request, &decision, allow, &scope, &length_ms,
+                                     reason, sizeof (reason)) == 0) {
+        char grant_id [DSH_PERMISSION_GRANT_ID_SIZE + 1];
+        s_decide (self, request, &decision, allow, scope, length_ms, who, grant_id);
+        *reason = 0;
     }
+    if (*reason)
+        s_send_error_about (self, identity, decision.id, reason);
     dsh_doc_destroy (&doc);
     zframe_destroy (&frame);
 }
@@ -732,35 +1424,22 @@ s_request_timer (zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-//  A new request id: short, for humans to type, and unlikely to name a
-//  request of an earlier run.
-static char *
-s_request_id (self_t *self)
-{
-    while (true) {
-        zuuid_t *uuid = zuuid_new ();
-        assert (uuid);
-        char *id = zsys_sprintf ("%.8s", zuuid_str (uuid));
-        zuuid_destroy (&uuid);
-        for (char *cursor = id; *cursor; cursor++)
-            *cursor = (char) tolower ((unsigned char) *cursor);
-        if (!zhashx_lookup (self->pending, id))
-            return id;
-        zstr_free (&id);
-    }
-}
-
-//  Put the call to the approvers and hold it until closes_at. Returns
-//  false, holding nothing, if no approver took the request.
+//  Put the call to the approvers and hold it until closes_at (zclock_mono).
+//  Returns false, holding nothing, if no approver took the request.
 static bool
-s_request_open (self_t *self, dsh_stage_call_t *call, int64_t closes_at, bool by_deadline)
+s_request_open (self_t *self, dsh_stage_call_t *call, const dsh_permission_subject_t *subject, bool grantable,
+                int64_t closes_at, bool by_deadline)
 {
     s_request_t *request = (s_request_t *) zmalloc (sizeof (s_request_t));
     assert (request);
     request->owner = self;
-    request->id = s_request_id (self);
+    request->id = s_fresh_id (self->pending);
     request->call = call;
-    request->tool = strdup (dsh_stage_call_name (call));
+    request->tool = strdup (subject->tool);
+    request->agent = strdup (subject->agent);
+    snprintf (request->definition_digest, sizeof (request->definition_digest), "%s", subject->definition_digest);
+    snprintf (request->arguments_digest, sizeof (request->arguments_digest), "%s", subject->arguments_digest);
+    request->grantable = grantable;
     request->timer_id = -1;
     request->by_deadline = by_deadline;
     //  Approvers are shown exactly the arguments that run, in Typed JSON
@@ -768,6 +1447,7 @@ s_request_open (self_t *self, dsh_stage_call_t *call, int64_t closes_at, bool by
     //  never a lossy copy, never null for arguments that are there
     const msgpack_object *arguments = dsh_stage_call_arguments (call);
     json_t *arguments_json = arguments? dsh_json_view (arguments): NULL;
+    int64_t now_ms = zclock_time ();
     request->summary = json_object ();
     assert (request->summary);
     json_object_set_new (request->summary, "id", json_string (request->id));
@@ -777,6 +1457,18 @@ s_request_open (self_t *self, dsh_stage_call_t *call, int64_t closes_at, bool by
     if (agent)
         json_object_set_new (request->summary, "agent", json_string (agent));
     json_object_set_new (request->summary, "arguments", arguments_json? arguments_json: json_null ());
+    //  What a decision is bound to, and what a grant made from it would be
+    json_object_set_new (request->summary, "definitionDigest", json_string (request->definition_digest));
+    json_object_set_new (request->summary, "argumentsDigest", json_string (request->arguments_digest));
+    json_object_set_new (request->summary, "chainVersion", json_string (self->chain_version));
+    json_object_set_new (request->summary, "receivedMs", json_integer ((json_int_t) now_ms));
+    json_object_set_new (request->summary, "closesMs",
+                         json_integer ((json_int_t) (now_ms + closes_at - zclock_mono ())));
+    json_object_set_new (request->summary, "grants", json_boolean (grantable));
+    json_object_set_new (request->summary, "grantMinutes",
+                         json_integer (dsh_permission_policy_grant_minutes (self->policy)));
+    json_object_set_new (request->summary, "grantMaxMinutes",
+                         json_integer (dsh_permission_policy_grant_max_minutes (self->policy)));
     if (s_broadcast (self, "PENDING", request->summary) == 0) {
         s_request_destroy (&request);
         return false;
@@ -786,6 +1478,19 @@ s_request_open (self_t *self, dsh_stage_call_t *call, int64_t closes_at, bool by
                                      s_request_timer, request);
     zhashx_insert (self->pending, request->id, request);
     return true;
+}
+
+//  A call a grant covers goes on with the grant named in its stamp, and in
+//  what the audit records of it.
+static void
+s_pass_granted (self_t *self, dsh_stage_call_t *call, const dsh_permission_grant_t *grant)
+{
+    const char *id = dsh_permission_grant_id (grant);
+    dsh_stage_call_set_meta (call, DSH_PERMISSION_APPROVAL_META,
+                             json_pack ("{s:s, s:s, s:s}", "stage", self->name, "id", id, "grant", id));
+    dsh_stage_call_note (call, json_pack ("{s:{s:s, s:s, s:s, s:I}}", "approval", "grant", id,
+                                          "approver", dsh_permission_grant_by (grant), "decision", "granted",
+                                          "atMs", (json_int_t) zclock_time ()));
 }
 
 static dsh_stage_verdict_t
@@ -812,6 +1517,22 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
         dsh_stage_call_answer_error (call, DSH_E_UNKNOWN_TOOL, "unknown tool \"%s\"", tool);
         return DSH_STAGE_ANSWER;
     }
+    //  What a grant, and an approver's decision, are bound to
+    char definition [DSH_DIGEST_SIZE + 1] = "";
+    char arguments [DSH_DIGEST_SIZE + 1] = "";
+    bool digested = dsh_digest_definition (dsh_stage_call_tool (call), definition) == 0
+                 && dsh_digest_value (dsh_stage_call_arguments (call), arguments) == 0;
+    const char *agent = dsh_stage_call_agent (call);
+    dsh_permission_subject_t subject = {
+        .stage = self->name, .agent = agent? agent: "", .tool = tool,
+        .definition_digest = definition, .arguments_digest = arguments, .chain_version = self->chain_version
+    };
+    bool grantable = digested && dsh_permission_policy_grants (self->policy);
+    dsh_permission_grant_t *grant = grantable? s_grant_find (self, &subject): NULL;
+    if (grant) {
+        s_pass_granted (self, call, grant);
+        return DSH_STAGE_PASS;
+    }
     int64_t now = zclock_mono ();
     bool by_deadline = false;
     int64_t closes_at = dsh_permission_ask_closes_at (now, dsh_stage_call_deadline (call),
@@ -824,7 +1545,8 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
         return DSH_STAGE_ANSWER;
     }
     s_approvers_expire (self);
-    if (zhashx_size (self->approvers) == 0 || !s_request_open (self, call, closes_at, by_deadline)) {
+    if (zhashx_size (self->approvers) == 0
+    ||  !s_request_open (self, call, &subject, grantable, closes_at, by_deadline)) {
         //  Sending found every approver gone: asks already open are as
         //  lost as this one
         s_close_abandoned (self);
@@ -834,60 +1556,201 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     return DSH_STAGE_DEFER;
 }
 
+//  --- Control commands ------------------------------------------------------
+
+//  approvals -> {endpoint, serverKey?}
+static json_t *
+s_control_approvals (self_t *self, const char *command, json_t *args, char **error)
+{
+    (void) command;
+    (void) args;
+    (void) error;
+    //  The socket's CURVE key comes with its address, over the caller's
+    //  authenticated link to the broker
+    json_t *data = json_pack ("{s:s}", "endpoint", self->endpoint);
+    if (self->server_key)
+        json_object_set_new (data, "serverKey", json_string (self->server_key));
+    return data;
+}
+
+//  allowed {agent, tools} -> which of these tools the agent could be let
+//  to call (allowed, or allowed once asked): for rendering its prompt
+static json_t *
+s_control_allowed (self_t *self, const char *command, json_t *args, char **error)
+{
+    (void) command;
+    const char *agent = json_string_value (json_object_get (args, "agent"));
+    json_t *tools = json_object_get (args, "tools");
+    if (!json_is_array (tools)) {
+        *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
+        return NULL;
+    }
+    json_t *allowed = json_array ();
+    for (size_t index = 0; index < json_array_size (tools); index++) {
+        //  A bare name is judged as an unknown tool: MCP's defaults
+        json_t *tool = json_array_get (tools, index);
+        const char *name = json_string_value (json_is_object (tool)? json_object_get (tool, "name"): tool);
+        dsh_toolhints_t hints = dsh_toolhints_from_json (tool);
+        if (name && dsh_permission_policy_decide (self->policy, name, &hints, agent) != DSH_PERMISSION_DENY)
+            json_array_append_new (allowed, json_string (name));
+    }
+    return allowed;
+}
+
+//  pending -> [PENDING body, ...]
+static json_t *
+s_control_pending (self_t *self, const char *command, json_t *args, char **error)
+{
+    (void) command;
+    (void) args;
+    (void) error;
+    json_t *list = json_array ();
+    for (s_request_t *request = (s_request_t *) zhashx_first (self->pending); request;
+         request = (s_request_t *) zhashx_next (self->pending))
+        json_array_append (list, request->summary);
+    return list;
+}
+
+//  approve / deny {id, scope?, minutes?, seconds?, by?, argumentsDigest?,
+//  definitionDigest?} -> {id, outcome, grant?}, the caller as approver
+static json_t *
+s_control_decide (self_t *self, const char *command, json_t *args, char **error)
+{
+    bool allow = streq (command, "approve");
+    s_decision_t decision;
+    char reason [256] = "";
+    s_request_t *request = NULL;
+    dsh_permission_scope_t scope;
+    int64_t length_ms;
+    if (s_decision_from_json (args, &decision, reason, sizeof (reason)))
+        *error = strdup (reason);
+    else
+    if (!decision.id)
+        *error = zsys_sprintf ("%s needs {\"id\": \"<request id>\"}", command);
+    else
+    if (!(request = (s_request_t *) zhashx_lookup (self->pending, decision.id)))
+        *error = zsys_sprintf ("no pending request %s", decision.id);
+    else
+    if (s_decision_check (self, request, &decision, allow, &scope, &length_ms, reason, sizeof (reason)))
+        *error = strdup (reason);
+    else {
+        char grant_id [DSH_PERMISSION_GRANT_ID_SIZE + 1];
+        s_decide (self, request, &decision, allow, scope, length_ms, dsh_stage_control_caller (self->stage),
+                  grant_id);
+        json_t *reply = json_pack ("{s:s, s:s}", "id", decision.id, "outcome",
+                                   dsh_approval_outcome_name (allow? DSH_APPROVAL_ALLOWED: DSH_APPROVAL_REJECTED));
+        if (*grant_id)
+            json_object_set_new (reply, "grant", json_string (grant_id));
+        return reply;
+    }
+    return NULL;
+}
+
+//  grants -> [grant, ...], the live ones
+static json_t *
+s_control_grants (self_t *self, const char *command, json_t *args, char **error)
+{
+    (void) command;
+    (void) args;
+    (void) error;
+    s_grants_expire (self);
+    json_t *list = json_array ();
+    for (dsh_permission_grant_t *grant = (dsh_permission_grant_t *) zhashx_first (self->grants); grant;
+         grant = (dsh_permission_grant_t *) zhashx_next (self->grants))
+        json_array_append_new (list, dsh_permission_grant_json (grant));
+    return list;
+}
+
+//  revoke {id} -> {id, revoked: true}
+static json_t *
+s_control_revoke (self_t *self, const char *command, json_t *args, char **error)
+{
+    (void) command;
+    const char *id = json_string_value (json_object_get (args, "id"));
+    if (!id) {
+        *error = strdup ("revoke needs {\"id\": \"<grant id>\"}");
+        return NULL;
+    }
+    s_grants_expire (self);
+    if (!zhashx_lookup (self->grants, id)) {
+        *error = zsys_sprintf ("no grant %s", id);
+        return NULL;
+    }
+    zhashx_delete (self->grants, id);
+    //  A grants.load on its way may still hold it
+    s_mark (self->revoked, id);
+    return json_pack ("{s:s, s:b}", "id", id, "revoked", 1);
+}
+
+//  grants.load {grants: [grant, ...]} -> {loaded, skipped}: the broker's
+//  stored set becomes the stage's
+static json_t *
+s_control_grants_load (self_t *self, const char *command, json_t *args, char **error)
+{
+    (void) command;
+    json_t *list = json_object_get (args, "grants");
+    if (!json_is_array (list)) {
+        *error = strdup ("grants.load needs {\"grants\": [<grant>, ...]}");
+        return NULL;
+    }
+    zhashx_t *loaded = zhashx_new ();
+    assert (loaded);
+    zhashx_set_destructor (loaded, (czmq_destructor *) dsh_permission_grant_destroy);
+    size_t skipped = 0;
+    for (size_t index = 0; index < json_array_size (list); index++) {
+        char reason [256] = "";
+        dsh_permission_grant_t *grant = dsh_permission_grant_from_json (json_array_get (list, index), reason,
+                                                                        sizeof (reason));
+        if (!grant) {
+            zsys_warning ("%s: grants.load: entry %zu: %s", self->name, index + 1, reason);
+            skipped++;
+        }
+        else
+        if (!streq (dsh_permission_grant_stage (grant), self->name)
+        ||  s_marked (self->revoked, dsh_permission_grant_id (grant), GRANT_REVOKED_KEPT_MS))
+            dsh_permission_grant_destroy (&grant);
+        else
+            zhashx_update (loaded, dsh_permission_grant_id (grant), grant);
+    }
+    //  The stored set may not hold yet what was granted here a moment ago:
+    //  its note is still on its way to the store
+    for (dsh_permission_grant_t *grant = (dsh_permission_grant_t *) zhashx_first (self->grants); grant;
+         grant = (dsh_permission_grant_t *) zhashx_next (self->grants)) {
+        const char *id = dsh_permission_grant_id (grant);
+        if (!zhashx_lookup (loaded, id) && s_marked (self->made, id, GRANT_MADE_KEPT_MS))
+            zhashx_insert (loaded, id, dsh_permission_grant_dup (grant));
+    }
+    zhashx_destroy (&self->grants);
+    self->grants = loaded;
+    s_grants_expire (self);
+    return json_pack ("{s:I, s:I}", "loaded", (json_int_t) zhashx_size (self->grants),
+                      "skipped", (json_int_t) skipped);
+}
+
+typedef json_t *(s_control_fn) (self_t *self, const char *command, json_t *args, char **error);
+
+static const struct {
+    const char *command;
+    s_control_fn *handler;
+} s_controls [] = {
+    { "approvals", s_control_approvals },
+    { "allowed", s_control_allowed },
+    { "pending", s_control_pending },
+    { "approve", s_control_decide },
+    { "deny", s_control_decide },
+    { "grants", s_control_grants },
+    { "revoke", s_control_revoke },
+    { "grants.load", s_control_grants_load },
+};
+
 static json_t *
 s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **error, void *arg)
 {
     self_t *self = (self_t *) arg;
     self->stage = stage;
-    if (streq (command, "approvals")) {
-        //  The socket's CURVE key comes with its address, over the
-        //  caller's authenticated link to the broker
-        json_t *data = json_pack ("{s:s}", "endpoint", self->endpoint);
-        if (self->server_key)
-            json_object_set_new (data, "serverKey", json_string (self->server_key));
-        return data;
-    }
-    if (streq (command, "allowed")) {
-        //  Which of these tools the agent could be let to call (allowed,
-        //  or allowed once asked): for rendering its prompt
-        const char *agent = json_string_value (json_object_get (args, "agent"));
-        json_t *tools = json_object_get (args, "tools");
-        if (!json_is_array (tools)) {
-            *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
-            return NULL;
-        }
-        json_t *allowed = json_array ();
-        for (size_t index = 0; index < json_array_size (tools); index++) {
-            //  A bare name is judged as an unknown tool: MCP's defaults
-            json_t *tool = json_array_get (tools, index);
-            const char *name = json_string_value (json_is_object (tool)? json_object_get (tool, "name"): tool);
-            dsh_toolhints_t hints = dsh_toolhints_from_json (tool);
-            if (name && dsh_permission_policy_decide (self->policy, name, &hints, agent) != DSH_PERMISSION_DENY)
-                json_array_append_new (allowed, json_string (name));
-        }
-        return allowed;
-    }
-    if (streq (command, "pending")) {
-        json_t *list = json_array ();
-        for (s_request_t *request = (s_request_t *) zhashx_first (self->pending); request;
-             request = (s_request_t *) zhashx_next (self->pending))
-            json_array_append (list, request->summary);
-        return list;
-    }
-    if (streq (command, "approve") || streq (command, "deny")) {
-        const char *id = json_string_value (json_object_get (args, "id"));
-        if (!id) {
-            *error = zsys_sprintf ("%s needs {\"id\": \"<request id>\"}", command);
-            return NULL;
-        }
-        int outcome = s_decide (self, id, streq (command, "approve"), dsh_stage_control_caller (self->stage));
-        if (outcome == -1) {
-            *error = zsys_sprintf ("no pending request %s", id);
-            return NULL;
-        }
-        return json_pack ("{s:s, s:s}", "id", id,
-                          "outcome", dsh_approval_outcome_name ((dsh_approval_outcome_t) outcome));
-    }
+    for (size_t index = 0; index < sizeof (s_controls) / sizeof (s_controls [0]); index++)
+        if (streq (command, s_controls [index].command))
+            return s_controls [index].handler (self, command, args, error);
     return NULL;
 }
 
@@ -922,9 +1785,10 @@ dsh_permission_setup (zconfig_t *settings, const dsh_middleware_context_t *conte
 {
     assert (callbacks);
     assert (arg);
-    (void) context;
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     assert (self);
+    self->name = strdup (context && context->name? context->name: "permission");
+    self->chain_version = strdup (context && context->chain_version? context->chain_version: "");
     self->policy = dsh_permission_policy_new (settings, error, error_size);
     if (!self->policy) {
         s_self_destroy (&self);
@@ -936,6 +1800,15 @@ dsh_permission_setup (zconfig_t *settings, const dsh_middleware_context_t *conte
     self->pending = zhashx_new ();
     assert (self->pending);
     zhashx_set_destructor (self->pending, (czmq_destructor *) s_request_destroy);
+    self->grants = zhashx_new ();
+    assert (self->grants);
+    zhashx_set_destructor (self->grants, (czmq_destructor *) dsh_permission_grant_destroy);
+    self->made = zhashx_new ();
+    assert (self->made);
+    zhashx_set_destructor (self->made, (czmq_destructor *) s_mark_destroy);
+    self->revoked = zhashx_new ();
+    assert (self->revoked);
+    zhashx_set_destructor (self->revoked, (czmq_destructor *) s_mark_destroy);
 
     //  Bound here, not in on_init, so that a taken port fails the setup
     //  with a reason; the socket moves to the stage's thread when it starts

@@ -22,6 +22,11 @@
         default = "allow"           when no rule matches
         approvals = "tcp://127.0.0.1:*"     where approvers connect
         approval_timeout_ms = 120000        how long an ask waits
+        grants = true               false: approvers decide one call at a
+                                    time, never grant
+        grant_minutes = 15          a grant's length when the decision
+                                    names none
+        grant_max_minutes = 1440    the longest grant a decision may make
 
     deny answers DENIED `tool "X" is denied by policy`. ask holds the call
     (no thread, no other call waits) and sends it to every approver present;
@@ -37,31 +42,74 @@
     id); the stage removes "approval" from every other call it passes, so
     a later stage (the sandbox) can trust it.
 
+    A request is bound to what its approver is shown: the digests
+    (dsh_digest) of the tool's definition and of the arguments, and the
+    chain's version. A decision may name them back, and is refused if they
+    differ. An allow may also grant (scope "tool": this agent may call this
+    tool with any arguments; scope "arguments": with these exact arguments)
+    for some minutes. A grant applies to a later call only if stage, agent
+    ("" if none), tool, definition digest, chain version and (scope
+    arguments) arguments digest are the same and it has not expired: a
+    changed definition or chain ends it. Grants are looked up only where
+    the policy says ask, after deny and the unknown tool; a call a grant
+    covers passes at once, with meta "approval" = {stage, id, grant} (id
+    and grant: the grant's id), and so do the asks still open that a new
+    grant covers. The stage keeps grants in memory; the broker keeps them
+    in its store (the audit note of the deciding call carries the whole
+    grant) and hands the stored set back with grants.load.
+
     Approvers (`dsh approver`) speak on a DEALER connected to the approvals
     ROUTER, frames "" "DSH1" COMMAND BODY (msgpack map):
 
         approver -> stage   APPROVER {}                 hello; heartbeat every
                                                         1 s; silent 3 s = gone
-                            DECIDE {id, outcome}        outcome "allow" | "deny"
+                            DECIDE {id, outcome, scope?, minutes?, seconds?,
+                                    by?, argumentsDigest?, definitionDigest?}
+                                                        outcome "allow" | "deny";
+                                                        scope "once" (default) |
+                                                        "tool" | "arguments";
+                                                        minutes 1..grant_max_minutes
+                                                        or seconds (not both;
+                                                        default grant_minutes);
+                                                        by: who used this approver
+                                                        (<= 128 printable bytes)
                             GOODBYE {}                  leaving: gone at once
-        stage -> approver   PENDING {id, callId, tool, agent?, arguments}
+        stage -> approver   PENDING {id, callId, tool, agent?, arguments,
+                                     definitionDigest, argumentsDigest,
+                                     chainVersion, receivedMs, closesMs,
+                                     grants, grantMinutes, grantMaxMinutes}
                                                         on ask, and every request
-                                                        still open on hello
-                            RESOLVED {id, outcome}      allowed | rejected |
-                                                        unavailable | cancelled
+                                                        still open on hello; times
+                                                        in wall ms; grants: whether
+                                                        this request may be granted
+                            RESOLVED {id, outcome, grant?}
+                                                        allowed | rejected |
+                                                        unavailable | cancelled;
+                                                        grant: the grant's id
                             HEARTBEAT {}                every 0.5 s; a probe: an
                                                         approver whose connection
                                                         is gone is dropped at once
-                            ERROR {code, message}       a DECIDE for no open
-                                                        request, a bad message
+                            ERROR {code, message, id?}  a DECIDE for no open
+                                                        request, a bad value
+                                                        (the request stays open),
+                                                        a bad message
 
     Control commands (through the broker): allowed {agent, tools: [tool
     entries or names]} -> the names the agent could be let to call (not
     denied; a bare name is judged as an unknown tool); approvals -> {endpoint};
-    pending -> [{id, callId, tool, agent?, arguments}]; approve {id} /
-    deny {id} -> {id, outcome}, decided as an approver would. A control
-    command is not a live approver: only approvers on the socket keep an
-    ask from being denied at once.
+    pending -> [PENDING bodies]; approve {id, scope?, minutes?, seconds?,
+    by?, argumentsDigest?, definitionDigest?} / deny {id} -> {id, outcome,
+    grant?}, decided as an approver would (the approver: the caller);
+    grants -> [grant, ...] (the live ones); revoke {id} -> {id, revoked:
+    true}; grants.load {grants: [grant, ...]} -> {loaded, skipped}: the
+    broker's stored set replaces the stage's, but for grants the stage made
+    in the last 5 s (kept) and ones it revoked in the last 10 s (dropped).
+    A control command is not a live approver: only approvers on the socket
+    keep an ask from being denied at once.
+
+    A grant (JSON): {id (8 hex), stage, agent, tool, definitionDigest,
+    argumentsDigest? (scope arguments), chainVersion, scope: "tool" |
+    "arguments", createdMs, expiresMs (wall ms), by: the approver}.
     =========================================================================
 */
 
@@ -133,6 +181,18 @@ const char *
 int
     dsh_permission_policy_approval_timeout_ms (dsh_permission_policy_t *self);
 
+//  Whether approvers may grant (the grants setting).
+bool
+    dsh_permission_policy_grants (dsh_permission_policy_t *self);
+
+//  A grant's length, in minutes, when the decision names none.
+int
+    dsh_permission_policy_grant_minutes (dsh_permission_policy_t *self);
+
+//  The longest grant a decision may make, in minutes.
+int
+    dsh_permission_policy_grant_max_minutes (dsh_permission_policy_t *self);
+
 //  Parse "allow", "deny" or "ask". Returns 0, or -1 for anything else.
 int
     dsh_permission_action_parse (const char *text, dsh_permission_action_t *action);
@@ -151,6 +211,86 @@ const char *
 //  which. A time <= now means there is no time left to ask.
 int64_t
     dsh_permission_ask_closes_at (int64_t now, int64_t deadline, int timeout_ms, bool *by_deadline);
+
+//  --- Grants ------------------------------------------------------------
+
+//  What a decision covers: this call only, or a grant.
+typedef enum {
+    DSH_PERMISSION_SCOPE_ONCE = 0,
+    DSH_PERMISSION_SCOPE_TOOL,          //  the agent may call the tool, any arguments
+    DSH_PERMISSION_SCOPE_ARGUMENTS      //  only with these exact arguments
+} dsh_permission_scope_t;
+
+//  Parse "once", "tool" or "arguments". Returns 0, or -1 for anything else.
+int
+    dsh_permission_scope_parse (const char *text, dsh_permission_scope_t *scope);
+
+//  "once", "tool" or "arguments".
+const char *
+    dsh_permission_scope_name (dsh_permission_scope_t scope);
+
+//  A call as a grant sees it (every string borrowed, none NULL).
+typedef struct {
+    const char *stage;
+    const char *agent;                  //  "" if the call has none
+    const char *tool;
+    const char *definition_digest;      //  of the call's TOOL entry
+    const char *arguments_digest;       //  of its arguments (dsh_digest_value)
+    const char *chain_version;          //  "" if unknown
+} dsh_permission_subject_t;
+
+typedef struct _dsh_permission_grant_t dsh_permission_grant_t;
+
+//  The length of a grant's id: hex digits.
+#define DSH_PERMISSION_GRANT_ID_SIZE 8
+
+//  A grant with id (8 hex) for subject's agent and tool (and arguments,
+//  for scope arguments), from created_ms until expires_ms (wall ms), made
+//  by approver by. scope must not be once.
+dsh_permission_grant_t *
+    dsh_permission_grant_new (const char *id, const dsh_permission_subject_t *subject,
+                              dsh_permission_scope_t scope, int64_t created_ms, int64_t expires_ms,
+                              const char *by);
+
+//  A grant from its JSON form (as the grants control command lists it, and
+//  the broker stores it). NULL with a reason if a key is missing or wrong.
+dsh_permission_grant_t *
+    dsh_permission_grant_from_json (const json_t *object, char *error, size_t error_size);
+
+//  A copy.
+dsh_permission_grant_t *
+    dsh_permission_grant_dup (const dsh_permission_grant_t *self);
+
+//  Destroy; safe twice.
+void
+    dsh_permission_grant_destroy (dsh_permission_grant_t **self_p);
+
+//  The grant's JSON form (caller owns).
+json_t *
+    dsh_permission_grant_json (const dsh_permission_grant_t *self);
+
+//  True if the grant lets subject's call through at now_ms (wall): same
+//  stage, agent, tool, definition digest, chain version, (scope arguments)
+//  arguments digest, and now_ms < its expiry.
+bool
+    dsh_permission_grant_applies (const dsh_permission_grant_t *self, const dsh_permission_subject_t *subject,
+                                  int64_t now_ms);
+
+//  The grant's id.
+const char *
+    dsh_permission_grant_id (const dsh_permission_grant_t *self);
+
+//  The name of the stage that made it.
+const char *
+    dsh_permission_grant_stage (const dsh_permission_grant_t *self);
+
+//  Who made it: the approver as its decision recorded it.
+const char *
+    dsh_permission_grant_by (const dsh_permission_grant_t *self);
+
+//  When it ends (wall ms).
+int64_t
+    dsh_permission_grant_expires_ms (const dsh_permission_grant_t *self);
 
 //  Set up a permission stage (see dsh_middleware_setup).
 int

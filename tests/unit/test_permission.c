@@ -1,8 +1,11 @@
 /*  =========================================================================
     test_permission - dsh_permission: rules from ZPL, deny > ask > allow,
     globs on tool and agent, the default action, when an ask closes (its
-    timeout or the call's deadline), and the stage's control commands that
-    need no call (approvals, pending, approve/deny unknown)
+    timeout or the call's deadline), the stage's control commands that
+    need no call (approvals, pending, approve/deny unknown, grants, revoke,
+    grants.load), the grant settings, and a grant's binding: each part of
+    it (stage, agent, tool, definition, chain version, arguments, expiry)
+    changed alone ends it
     =========================================================================
 */
 
@@ -399,6 +402,291 @@ test_bad_hint_rules (void **state)
     s_refused ("rule\n    read_only = false\n", "rule 1: action is required");
 }
 
+//  ---------------------------------------------------------------------
+//  Grants
+
+static void
+test_grant_settings (void **state)
+{
+    (void) state;
+    dsh_permission_policy_t *policy = s_policy ("");
+    assert_true (dsh_permission_policy_grants (policy));
+    assert_int_equal (dsh_permission_policy_grant_minutes (policy), 15);
+    assert_int_equal (dsh_permission_policy_grant_max_minutes (policy), 1440);
+    dsh_permission_policy_destroy (&policy);
+
+    policy = s_policy ("grants = false\ngrant_minutes = 5\ngrant_max_minutes = 60\n");
+    assert_false (dsh_permission_policy_grants (policy));
+    assert_int_equal (dsh_permission_policy_grant_minutes (policy), 5);
+    assert_int_equal (dsh_permission_policy_grant_max_minutes (policy), 60);
+    dsh_permission_policy_destroy (&policy);
+
+    //  A limit below the default length cuts the default to it
+    policy = s_policy ("grant_max_minutes = 10\n");
+    assert_int_equal (dsh_permission_policy_grant_minutes (policy), 10);
+    dsh_permission_policy_destroy (&policy);
+
+    s_refused ("grants = \"yes\"\n", "grants: \"yes\" is not true or false");
+    s_refused ("grants = \"\"\n", "grants: \"\" is not true or false");
+    s_refused ("grant_minutes = 0\n", "grant_minutes: \"0\" is not a whole number from 1 to 527040");
+    s_refused ("grant_minutes = \"soon\"\n", "grant_minutes: \"soon\" is not a whole number");
+    s_refused ("grant_max_minutes = -1\n", "grant_max_minutes: \"-1\" is not a whole number from 1 to 527040");
+    s_refused ("grant_max_minutes = 600000\n", "grant_max_minutes: \"600000\" is not a whole number");
+    s_refused ("grant_max_minutes = 20\ngrant_minutes = 30\n", "grant_minutes: 30 is more than grant_max_minutes (20)");
+    s_refused ("grant_minute = 30\n", "unknown setting \"grant_minute\"");
+}
+
+static void
+test_scope_names (void **state)
+{
+    (void) state;
+    dsh_permission_scope_t scope = DSH_PERMISSION_SCOPE_ONCE;
+    assert_int_equal (dsh_permission_scope_parse ("tool", &scope), 0);
+    assert_int_equal (scope, DSH_PERMISSION_SCOPE_TOOL);
+    assert_int_equal (dsh_permission_scope_parse ("arguments", &scope), 0);
+    assert_int_equal (scope, DSH_PERMISSION_SCOPE_ARGUMENTS);
+    assert_int_equal (dsh_permission_scope_parse ("once", &scope), 0);
+    assert_int_equal (scope, DSH_PERMISSION_SCOPE_ONCE);
+    assert_int_equal (dsh_permission_scope_parse ("forever", &scope), -1);
+    assert_int_equal (dsh_permission_scope_parse (NULL, &scope), -1);
+    assert_string_equal (dsh_permission_scope_name (DSH_PERMISSION_SCOPE_ARGUMENTS), "arguments");
+}
+
+#define S_DIGEST_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define S_DIGEST_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define S_DIGEST_C "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc"
+
+static const dsh_permission_subject_t s_subject = {
+    .stage = "perm", .agent = "coder", .tool = "write_file",
+    .definition_digest = S_DIGEST_A, .arguments_digest = S_DIGEST_B, .chain_version = "0123456789abcdef"
+};
+
+//  A grant applies only to a call like the one it was made on, before it
+//  expires: each part of the binding, changed alone, ends it.
+static void
+test_grant_applies (void **state)
+{
+    (void) state;
+    const int64_t now = 1700000000000;
+    dsh_permission_grant_t *tool = dsh_permission_grant_new ("0a1b2c3d", &s_subject, DSH_PERMISSION_SCOPE_TOOL,
+                                                             now, now + 60000, "alice");
+    dsh_permission_grant_t *arguments = dsh_permission_grant_new ("4e5f6a7b", &s_subject,
+                                                                  DSH_PERMISSION_SCOPE_ARGUMENTS,
+                                                                  now, now + 60000, "alice");
+    assert_string_equal (dsh_permission_grant_id (tool), "0a1b2c3d");
+    assert_string_equal (dsh_permission_grant_stage (tool), "perm");
+    assert_string_equal (dsh_permission_grant_by (tool), "alice");
+    assert_true (dsh_permission_grant_expires_ms (tool) == now + 60000);
+
+    dsh_permission_subject_t call = s_subject;
+    assert_true (dsh_permission_grant_applies (tool, &call, now));
+    assert_true (dsh_permission_grant_applies (arguments, &call, now + 59999));
+
+    //  Other arguments: the tool grant still applies, the arguments one not
+    call.arguments_digest = S_DIGEST_C;
+    assert_true (dsh_permission_grant_applies (tool, &call, now));
+    assert_false (dsh_permission_grant_applies (arguments, &call, now));
+
+    //  Every other part, changed alone, ends both
+    const struct {
+        size_t offset;
+        const char *value;
+    } changes [] = {
+        { offsetof (dsh_permission_subject_t, stage), "perm2" },
+        { offsetof (dsh_permission_subject_t, agent), "planner" },
+        { offsetof (dsh_permission_subject_t, agent), "" },
+        { offsetof (dsh_permission_subject_t, tool), "write_files" },
+        { offsetof (dsh_permission_subject_t, definition_digest), S_DIGEST_C },
+        { offsetof (dsh_permission_subject_t, chain_version), "fedcba9876543210" },
+        { offsetof (dsh_permission_subject_t, chain_version), "" },
+    };
+    for (size_t index = 0; index < sizeof (changes) / sizeof (changes [0]); index++) {
+        call = s_subject;
+        *(const char **) ((char *) &call + changes [index].offset) = changes [index].value;
+        if (dsh_permission_grant_applies (tool, &call, now) || dsh_permission_grant_applies (arguments, &call, now))
+            fail_msg ("a grant applies with change %zu (\"%s\")", index, changes [index].value);
+    }
+    //  Expired: at its expiry and after
+    call = s_subject;
+    assert_false (dsh_permission_grant_applies (tool, &call, now + 60000));
+    assert_false (dsh_permission_grant_applies (arguments, &call, now + 120000));
+
+    //  A call with no agent matches a grant made for no agent
+    dsh_permission_subject_t anonymous = s_subject;
+    anonymous.agent = "";
+    dsh_permission_grant_t *nobody = dsh_permission_grant_new ("00000000", &anonymous, DSH_PERMISSION_SCOPE_TOOL,
+                                                               now, now + 1000, "bob");
+    assert_true (dsh_permission_grant_applies (nobody, &anonymous, now));
+    assert_false (dsh_permission_grant_applies (nobody, &s_subject, now));
+    dsh_permission_grant_destroy (&nobody);
+    dsh_permission_grant_destroy (&tool);
+    dsh_permission_grant_destroy (&arguments);
+    assert_null (tool);
+    dsh_permission_grant_destroy (&tool);
+}
+
+//  The JSON form round-trips; a bad one is refused with a reason.
+static void
+test_grant_json (void **state)
+{
+    (void) state;
+    dsh_permission_grant_t *grant = dsh_permission_grant_new ("0a1b2c3d", &s_subject,
+                                                              DSH_PERMISSION_SCOPE_ARGUMENTS,
+                                                              1000, 61000, "alice (by bob)");
+    json_t *json = dsh_permission_grant_json (grant);
+    json_t *expected = json_pack ("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s}",
+                                  "id", "0a1b2c3d", "stage", "perm", "agent", "coder", "tool", "write_file",
+                                  "definitionDigest", S_DIGEST_A, "argumentsDigest", S_DIGEST_B,
+                                  "chainVersion", "0123456789abcdef", "scope", "arguments",
+                                  "createdMs", (json_int_t) 1000, "expiresMs", (json_int_t) 61000,
+                                  "by", "alice (by bob)");
+    assert_true (json_equal (json, expected));
+    char error [256] = "";
+    dsh_permission_grant_t *copy = dsh_permission_grant_from_json (json, error, sizeof (error));
+    assert_non_null (copy);
+    json_t *again = dsh_permission_grant_json (copy);
+    assert_true (json_equal (again, json));
+    json_decref (again);
+    dsh_permission_grant_t *dup = dsh_permission_grant_dup (copy);
+    again = dsh_permission_grant_json (dup);
+    assert_true (json_equal (again, json));
+    json_decref (again);
+    dsh_permission_grant_destroy (&dup);
+    dsh_permission_grant_destroy (&copy);
+
+    //  A tool grant has no argumentsDigest
+    dsh_permission_grant_t *tool = dsh_permission_grant_new ("0a1b2c3e", &s_subject, DSH_PERMISSION_SCOPE_TOOL,
+                                                             1000, 61000, "alice");
+    json_t *tool_json = dsh_permission_grant_json (tool);
+    assert_null (json_object_get (tool_json, "argumentsDigest"));
+    assert_string_equal (json_string_value (json_object_get (tool_json, "scope")), "tool");
+    json_decref (tool_json);
+    dsh_permission_grant_destroy (&tool);
+
+    const struct {
+        const char *key;
+        json_t *value;              //  NULL: removed
+        const char *reason;
+    } bad [] = {
+        { "id", json_string ("0A1B2C3D"), "grant: id \"0A1B2C3D\" is not 8 hex digits" },
+        { "id", NULL, "grant: id must be a non-empty string" },
+        { "stage", json_string (""), "grant: stage must be a non-empty string" },
+        { "agent", json_integer (1), "grant: agent must be a string" },
+        { "scope", json_string ("once"), "grant 0a1b2c3d: scope \"once\" is not tool or arguments" },
+        { "definitionDigest", json_string ("abc"), "grant 0a1b2c3d: definitionDigest is not 64 hex digits" },
+        { "argumentsDigest", NULL, "grant 0a1b2c3d: argumentsDigest is not 64 hex digits" },
+        { "expiresMs", json_integer (1000), "expiresMs the later" },
+        { "createdMs", json_string ("1000"), "createdMs and expiresMs must be whole numbers" },
+        { "by", NULL, "grant: by must be a string" },
+    };
+    for (size_t index = 0; index < sizeof (bad) / sizeof (bad [0]); index++) {
+        json_t *broken = json_deep_copy (json);
+        if (bad [index].value)
+            json_object_set_new (broken, bad [index].key, bad [index].value);
+        else
+            json_object_del (broken, bad [index].key);
+        *error = 0;
+        assert_null (dsh_permission_grant_from_json (broken, error, sizeof (error)));
+        s_assert_contains (error, bad [index].reason);
+        json_decref (broken);
+    }
+    json_t *tool_with_arguments = json_deep_copy (json);
+    json_object_set_new (tool_with_arguments, "scope", json_string ("tool"));
+    assert_null (dsh_permission_grant_from_json (tool_with_arguments, error, sizeof (error)));
+    s_assert_contains (error, "argumentsDigest is for scope arguments only");
+    json_decref (tool_with_arguments);
+    json_t *text = json_string ("x");
+    assert_null (dsh_permission_grant_from_json (text, error, sizeof (error)));
+    assert_string_equal (error, "grant: must be an object");
+    json_decref (text);
+    json_decref (expected);
+    json_decref (json);
+    dsh_permission_grant_destroy (&grant);
+}
+
+//  The control commands on grants, with no call: grants, revoke, and
+//  grants.load's merge (another stage's and expired grants left out, bad
+//  entries skipped, a grant revoked a moment ago not brought back).
+static void
+test_grant_controls (void **state)
+{
+    (void) state;
+    zconfig_t *settings = zconfig_str_load ("approvals = \"inproc://test-permission-grants\"\n");
+    dsh_middleware_context_t context = { .name = "perm", .broker = NULL, .chain_version = "0123456789abcdef" };
+    dsh_stage_callbacks_t callbacks = { 0 };
+    void *arg = NULL;
+    char error [256] = "";
+    assert_int_equal (dsh_permission_setup (settings, &context, &callbacks, &arg, error, sizeof error), 0);
+    zconfig_destroy (&settings);
+
+    char *reason = NULL;
+    json_t *reply = callbacks.on_control (NULL, "grants", NULL, &reason, arg);
+    assert_true (json_is_array (reply));
+    assert_int_equal (json_array_size (reply), 0);
+    json_decref (reply);
+
+    json_t *args = json_pack ("{s:s}", "id", "0a1b2c3d");
+    assert_null (callbacks.on_control (NULL, "revoke", args, &reason, arg));
+    assert_string_equal (reason, "no grant 0a1b2c3d");
+    zstr_free (&reason);
+    assert_null (callbacks.on_control (NULL, "revoke", NULL, &reason, arg));
+    s_assert_contains (reason, "revoke needs");
+    zstr_free (&reason);
+    assert_null (callbacks.on_control (NULL, "grants.load", NULL, &reason, arg));
+    s_assert_contains (reason, "grants.load needs");
+    zstr_free (&reason);
+
+    int64_t now = zclock_time ();
+    dsh_permission_subject_t other = s_subject;
+    other.stage = "perm2";
+    dsh_permission_grant_t *live = dsh_permission_grant_new ("0a1b2c3d", &s_subject, DSH_PERMISSION_SCOPE_TOOL,
+                                                             now, now + 600000, "alice");
+    dsh_permission_grant_t *expired = dsh_permission_grant_new ("11111111", &s_subject, DSH_PERMISSION_SCOPE_TOOL,
+                                                                now - 2000, now - 1000, "alice");
+    dsh_permission_grant_t *elsewhere = dsh_permission_grant_new ("22222222", &other, DSH_PERMISSION_SCOPE_TOOL,
+                                                                  now, now + 600000, "alice");
+    json_t *load = json_pack ("{s:[o, o, o, s, {s:s}]}", "grants", dsh_permission_grant_json (live),
+                              dsh_permission_grant_json (expired), dsh_permission_grant_json (elsewhere),
+                              "not a grant", "id", "x");
+    reply = callbacks.on_control (NULL, "grants.load", load, &reason, arg);
+    assert_non_null (reply);
+    assert_int_equal (json_integer_value (json_object_get (reply, "loaded")), 1);
+    assert_int_equal (json_integer_value (json_object_get (reply, "skipped")), 2);
+    json_decref (reply);
+
+    reply = callbacks.on_control (NULL, "grants", NULL, &reason, arg);
+    assert_int_equal (json_array_size (reply), 1);
+    json_t *listed = dsh_permission_grant_json (live);
+    assert_true (json_equal (json_array_get (reply, 0), listed));
+    json_decref (listed);
+    json_decref (reply);
+
+    reply = callbacks.on_control (NULL, "revoke", args, &reason, arg);
+    assert_non_null (reply);
+    assert_string_equal (json_string_value (json_object_get (reply, "id")), "0a1b2c3d");
+    assert_true (json_is_true (json_object_get (reply, "revoked")));
+    json_decref (reply);
+
+    //  A load that was on its way when the grant was revoked does not
+    //  bring it back
+    reply = callbacks.on_control (NULL, "grants.load", load, &reason, arg);
+    assert_int_equal (json_integer_value (json_object_get (reply, "loaded")), 0);
+    json_decref (reply);
+    reply = callbacks.on_control (NULL, "grants", NULL, &reason, arg);
+    assert_int_equal (json_array_size (reply), 0);
+    json_decref (reply);
+    assert_null (callbacks.on_control (NULL, "revoke", args, &reason, arg));
+    assert_string_equal (reason, "no grant 0a1b2c3d");
+    zstr_free (&reason);
+
+    json_decref (load);
+    json_decref (args);
+    dsh_permission_grant_destroy (&live);
+    dsh_permission_grant_destroy (&expired);
+    dsh_permission_grant_destroy (&elsewhere);
+    callbacks.on_destroy (arg);
+}
+
 int
 main (void)
 {
@@ -415,6 +703,11 @@ main (void)
         cmocka_unit_test (test_setup_refuses_bad_rules),
         cmocka_unit_test (test_rules_on_hints),
         cmocka_unit_test (test_bad_hint_rules),
+        cmocka_unit_test (test_grant_settings),
+        cmocka_unit_test (test_scope_names),
+        cmocka_unit_test (test_grant_applies),
+        cmocka_unit_test (test_grant_json),
+        cmocka_unit_test (test_grant_controls),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
