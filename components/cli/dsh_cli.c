@@ -2,9 +2,11 @@
     dsh - the command line client of a dsh broker
 
     Queries the registry, calls tools and watches changes, shows and steers
-    the execution chain (plan mode, approvals), printing JSON on stdout and
-    one-line errors on stderr, so that scripts and tests can use it (only
-    `dsh approver` on a terminal talks to a person instead). Exit codes: 0 done, 1 the broker answered with an error (or the tool
+    the execution chain (plan mode, approvals, grants), reviews pinned tool
+    definitions, printing JSON on stdout and one-line errors on stderr, so
+    that scripts and tests can use it (`dsh approver` on a terminal talks
+    to a person instead, and `dsh pins` and `dsh grants` print tables
+    unless --json). Exit codes: 0 done, 1 the broker answered with an error (or the tool
     result has isError), 2 bad usage or bad JSON arguments, 3 no reply from
     the broker in time, 130 a call interrupted (Ctrl-C) whose cancel got no
     answer. Every wait is bounded by a timeout.
@@ -37,6 +39,7 @@
 #define QUERY_TIMEOUT_MS    5000
 #define AUDIT_TIMEOUT_MS    30000       //  audit: the store is read per query
 #define AUDIT_VERIFY_TIMEOUT_MS 600000  //  audit verify: the whole chain is read
+#define PINS_TIMEOUT_MS     10000       //  pins: accept and forget write the store
 #define WATCH_POLL_MS       250         //  how often watch looks at SIGINT
 //  The broker gives up on a silent stage after 5 s and says so: wait longer
 #define CONTROL_TIMEOUT_MS  7000
@@ -50,6 +53,7 @@
 //  limit would cut the link on every large request and hide it for good
 #define APPROVER_MAX_MESSAGE (4 * DSH_MAX_MESSAGE_DEFAULT)
 #define STDIN_LINE_MAX      1024
+#define GRANT_MINUTES_DEFAULT 15        //  the permission stage's grant_minutes default
 
 #define JSON_DOCUMENT       (JSON_INDENT (2) | JSON_PRESERVE_ORDER)
 #define JSON_LINE           (JSON_COMPACT | JSON_PRESERVE_ORDER)
@@ -78,6 +82,10 @@ typedef struct {
     const char *call_id;        //  audit --call
     long limit;                 //  audit --limit; 0 = the default
     bool follow;                //  audit --follow
+    const char *digest;         //  pins accept --digest
+    const char *grant_for;      //  approve --for: minutes, or 30s, 15m, 2h
+    bool grant_args;            //  approve --args: for these exact arguments
+    long grant_minutes;         //  approver --grant-minutes; 0 = the request's
     const char *args [2];       //  positional arguments
     int nargs;
 } options_t;
@@ -109,6 +117,8 @@ static int s_keygen (options_t *options);
 static int s_brokers (options_t *options);
 static int s_stats (options_t *options);
 static int s_audit (options_t *options);
+static int s_pins (options_t *options);
+static int s_grants (options_t *options);
 static json_t *s_control (options_t *options, const char *stage, const char *command, json_t *args,
                           int *exit_code);
 
@@ -148,17 +158,34 @@ static const command_t s_commands [] = {
       "agent tool outcome since until call limit follow json", 0, 1, s_audit },
     { "mode", "mode AGENT plan|normal [--stage NAME]",
       "put an agent into plan mode or take it out (stage default \"plan\")", "stage", 2, 2, s_mode },
-    { "approve", "approve ID [--stage NAME]",
-      "allow a call waiting for approval, once (stage default \"permission\")", "stage", 1, 1, s_approve },
+    { "approve", "approve ID [--for MINUTES [--args]] [--stage NAME]",
+      "allow a call waiting for approval, once (stage default \"permission\"); with --for, a\n"
+      "grant: every call of this agent to this tool for MINUTES (or 30s, 15m, 2h), with\n"
+      "--args only calls with these exact arguments; a grant ends early if the tool's\n"
+      "definition or the chain changes", "stage for args", 1, 1, s_approve },
     { "deny", "deny ID [--stage NAME]",
       "reject a call waiting for approval (stage default \"permission\")", "stage", 1, 1, s_deny },
     { "pending", "pending [--stage NAME]",
       "list the calls waiting for approval (stage default \"permission\")", "stage", 0, 0, s_pending },
-    { "approver", "approver [--stage NAME] [--auto allow|deny]",
+    { "approver", "approver [--stage NAME] [--auto allow|deny] [--grant-minutes N]",
       "be an approver: print each request and its resolution as a JSON line; decide from stdin\n"
-      "(\"allow ID\", \"deny ID\", \"y\" or \"n\" for the latest request) or, with --auto, answer\n"
-      "every request alike; on a terminal, show each request readably and ask y/N for it;\n"
-      "runs until interrupted or stdin ends", "stage auto", 0, 0, s_approver },
+      "(\"allow ID\", \"deny ID\", \"y\" or \"n\" for the latest request, \"allow ID for N\" to\n"
+      "grant this agent the tool for N minutes, \"allow ID args for N\" these exact arguments)\n"
+      "or, with --auto, answer every request alike; on a terminal, show each request readably\n"
+      "and ask for it: y once, n deny, t this agent and tool, a these exact arguments, for\n"
+      "--grant-minutes N (default: the stage's); runs until interrupted or stdin ends",
+      "stage auto grant-minutes", 0, 0, s_approver },
+    { "grants", "grants [list | revoke ID] [--json]",
+      "list the live grants of every permission stage of every broker (a table: agent, tool,\n"
+      "scope, arguments digest, expiry, who gave it; --json: a JSON array), or end one",
+      "json", 0, 2, s_grants },
+    { "pins", "pins [list | show NAME | accept NAME [--digest D] | reject NAME | forget NAME] [--json]",
+      "review pinned tool definitions: list the pins and the quarantined tools (a table), show\n"
+      "one with what changed, accept its offered definition (pinned and released at once; with\n"
+      "--digest, only if it is still that one), reject it (it stays quarantined) or forget the\n"
+      "pin; accept, reject and forget go to every broker of the list. --json: the replies as\n"
+      "JSON. Needs an admin key under CURVE (list and show: admin, auditor or approver)",
+      "digest json", 0, 2, s_pins },
     { "keygen", "keygen PATH --role component|agent|approver|stage|admin|auditor [--components IDS [--tools NAMES]] [--agent ID] [--name N]",
       "write a CURVE keypair: PATH (public, for the broker's allow-list directory) and\n"
       "PATH_secret (keep it private). The role, the component ids a component key may serve\n"
@@ -206,7 +233,8 @@ s_usage (FILE *stream, const command_t *command)
              "  --broker ENDPOINT[,ENDPOINT...]\n"
              "                      the broker's front, or a list of brokers (default $DSH_BROKER,\n"
              "                      else %s): commands use one at a time and move to\n"
-             "                      the next when it is silent; mode is set in every one\n"
+             "                      the next when it is silent; mode, pins accept, reject and\n"
+             "                      forget are sent to every one, grants asks every one\n"
              "  --timeout-ms N      how long to wait for the broker (default %d; for call: the call's\n"
              "                      deadline, default %d, plus a margin)\n"
              "  --cert FILE         our CURVE keypair, from dsh keygen (default $DSH_CERT)\n"
@@ -309,7 +337,7 @@ s_parse (int argc, char *argv [], int index, const command_t *command,
             *exit_code = s_usage_error (command, "unknown option \"%s\"", arg);
             return -1;
         }
-        if (streq (name, "json") || streq (name, "follow")) {
+        if (streq (name, "json") || streq (name, "follow") || streq (name, "args")) {
             //  The flags without a value
             if (equals) {
                 *exit_code = s_usage_error (command, "this flag takes no value: \"%s\"", arg);
@@ -318,7 +346,10 @@ s_parse (int argc, char *argv [], int index, const command_t *command,
             if (streq (name, "json"))
                 options->json = true;
             else
+            if (streq (name, "follow"))
                 options->follow = true;
+            else
+                options->grant_args = true;
             continue;
         }
         if (equals)
@@ -418,6 +449,21 @@ s_parse (int argc, char *argv [], int index, const command_t *command,
         if (streq (name, "name"))
             options->name = value;
         else
+        if (streq (name, "digest"))
+            options->digest = value;
+        else
+        if (streq (name, "for"))
+            options->grant_for = value;
+        else
+        if (streq (name, "grant-minutes")) {
+            if (!s_parse_count (value, 1, 1000000, &number)) {
+                *exit_code = s_usage_error (command, "--grant-minutes needs a positive number of minutes, not \"%s\"",
+                                            value);
+                return -1;
+            }
+            options->grant_minutes = number;
+        }
+        else
         if (streq (name, "auto")) {
             if (!streq (value, "allow") && !streq (value, "deny")) {
                 *exit_code = s_usage_error (command, "--auto takes allow or deny, not \"%s\"", value);
@@ -452,6 +498,25 @@ s_print (json_t *json, size_t flags)
         fflush (stdout);
     }
     free (text);
+}
+
+//  The string at key in object, or otherwise.
+static const char *
+s_string (json_t *object, const char *key, const char *otherwise)
+{
+    const char *value = json_string_value (json_object_get (object, key));
+    return value? value: otherwise;
+}
+
+//  The local wall time of ms since 1970 in format (strftime's).
+static void
+s_local_time (int64_t ms, const char *format, char *text, size_t size)
+{
+    time_t seconds = (time_t) (ms / 1000);
+    struct tm tm;
+    localtime_r (&seconds, &tm);
+    if (!strftime (text, size, format, &tm))
+        snprintf (text, size, "?");
 }
 
 static dsh_client_t *
@@ -1009,11 +1074,51 @@ s_mode (options_t *options)
     return exit_code;
 }
 
+//  A grant's length as typed: minutes (15), or 30s, 15m, 2h. Returns 0
+//  with *seconds set, or -1.
+static int
+s_grant_seconds (const char *text, int64_t *seconds)
+{
+    char *end = NULL;
+    errno = 0;
+    long long number = strtoll (text, &end, 10);
+    if (errno || end == text || number <= 0 || number > 1000000)
+        return -1;
+    int64_t unit = !*end || streq (end, "m")? 60: streq (end, "s")? 1: streq (end, "h")? 3600: 0;
+    if (!unit)
+        return -1;
+    *seconds = (int64_t) number * unit;
+    return 0;
+}
+
+//  Puts a grant's length into a decision: whole minutes as minutes, what
+//  the stage takes by default, anything shorter as seconds.
+static void
+s_grant_length_set (json_t *decision, int64_t seconds)
+{
+    if (seconds % 60 == 0)
+        json_object_set_new (decision, "minutes", json_integer (seconds / 60));
+    else
+        json_object_set_new (decision, "seconds", json_integer (seconds));
+}
+
 static int
 s_approve (options_t *options)
 {
-    return s_control_print (options, options->stage? options->stage: "permission", "approve",
-                            json_pack ("{s:s}", "id", options->args [0]));
+    json_t *args = json_pack ("{s:s}", "id", options->args [0]);
+    if (options->grant_for || options->grant_args) {
+        int64_t seconds = 0;
+        if (options->grant_for && s_grant_seconds (options->grant_for, &seconds)) {
+            json_decref (args);
+            return s_usage_error (s_command_named ("approve"),
+                                  "--for takes minutes (15) or a length (30s, 15m, 2h), not \"%s\"",
+                                  options->grant_for);
+        }
+        json_object_set_new (args, "scope", json_string (options->grant_args? "arguments": "tool"));
+        if (seconds)
+            s_grant_length_set (args, seconds);
+    }
+    return s_control_print (options, options->stage? options->stage: "permission", "approve", args);
 }
 
 static int
@@ -1052,6 +1157,7 @@ typedef struct {
     size_t dealer_count;
     zhashx_t *routes;           //  open request id -> the index of its dealer, plus 1
     const char *auto_outcome;   //  "allow", "deny", or NULL: decisions come from stdin
+    int64_t grant_minutes;      //  --grant-minutes: how long t and a grant; 0 = the request's
     bool terminal;              //  readable requests and a y/N prompt
     zlistx_t *open;             //  PENDING bodies (json_t) not yet resolved, oldest first
     char *decided;              //  terminal: the id just decided, until its RESOLVED comes
@@ -1092,12 +1198,12 @@ s_approver_send_all (approver_t *self, const char *command, json_t *body)
         s_approver_send (self, index, command, body);
 }
 
-//  Sends DECIDE; on a terminal, waits for its outcome before showing the
-//  next request (unless it could not be sent: then there is none to wait for).
+//  Sends the DECIDE body; on a terminal, waits for its outcome before
+//  showing the next request (unless it could not be sent: then there is
+//  none to wait for). Takes body.
 static void
-s_approver_decide (approver_t *self, const char *id, const char *outcome)
+s_approver_send_decision (approver_t *self, const char *id, json_t *body)
 {
-    json_t *body = json_pack ("{s:s, s:s}", "id", id, "outcome", outcome);
     char *decided = strdup (id);
     //  To the stage that asked; an id no stage asked for goes to the first,
     //  which says there is no such request
@@ -1110,6 +1216,31 @@ s_approver_decide (approver_t *self, const char *id, const char *outcome)
     }
     zstr_free (&decided);
     json_decref (body);
+}
+
+//  Decides request id once: outcome "allow" or "deny".
+static void
+s_approver_decide (approver_t *self, const char *id, const char *outcome)
+{
+    s_approver_send_decision (self, id, json_pack ("{s:s, s:s}", "id", id, "outcome", outcome));
+}
+
+static json_t *s_approver_find (approver_t *self, const char *id);
+
+//  Allows request id and grants the like of it for seconds: scope "tool"
+//  (this agent, this tool, any arguments) or "arguments" (these exact
+//  ones). Bound to the digests the request showed, when it is known.
+static void
+s_approver_grant (approver_t *self, const char *id, const char *scope, int64_t seconds)
+{
+    json_t *body = json_pack ("{s:s, s:s, s:s}", "id", id, "outcome", "allow", "scope", scope);
+    s_grant_length_set (body, seconds);
+    json_t *request = s_approver_find (self, id);
+    const char *keys [] = { "argumentsDigest", "definitionDigest" };
+    for (size_t index = 0; request && index < sizeof (keys) / sizeof (keys [0]); index++)
+        if (json_is_string (json_object_get (request, keys [index])))
+            json_object_set (body, keys [index], json_object_get (request, keys [index]));
+    s_approver_send_decision (self, id, body);
 }
 
 //  Prints {"event": event, ...body} as one line.
@@ -1233,6 +1364,45 @@ s_terminal_field (const char *label, const char *value)
     free (safe);
 }
 
+//  Whether the request's stage gives grants (its PENDING says so).
+static bool
+s_request_grants (json_t *request)
+{
+    return json_is_true (json_object_get (request, "grants"));
+}
+
+//  How long a t or an a answer grants, in minutes: --grant-minutes, else
+//  the stage's default, never more than the stage's longest.
+static int64_t
+s_approver_grant_minutes (approver_t *self, json_t *request)
+{
+    int64_t minutes = self->grant_minutes? self->grant_minutes
+                                         : (int64_t) json_integer_value (json_object_get (request, "grantMinutes"));
+    if (minutes <= 0)
+        minutes = GRANT_MINUTES_DEFAULT;
+    int64_t longest = (int64_t) json_integer_value (json_object_get (request, "grantMaxMinutes"));
+    return longest > 0 && minutes > longest? longest: minutes;
+}
+
+//  What a t or an a answer would grant, said before either is asked for.
+static void
+s_terminal_grants (approver_t *self, json_t *request)
+{
+    const char *agent = s_string (request, "agent", "");
+    int64_t minutes = s_approver_grant_minutes (self, request);
+    char until [16];
+    s_local_time (zclock_time () + minutes * 60000, "%H:%M", until, sizeof (until));
+    char *tool = s_terminal_text (s_string (request, "tool", "?"), false);
+    char *caller = *agent? s_terminal_text (agent, false): NULL;
+    char *who = caller? zsys_sprintf ("agent %s", caller): strdup ("calls with no agent");
+    printf ("  t          allow %s for %s, any arguments, until %s (%ld min)\n", tool, who, until, (long) minutes);
+    printf ("  a          allow %s for %s, these exact arguments only, until %s\n", tool, who, until);
+    printf ("             either ends early if the tool's definition or the chain changes\n");
+    free (tool);
+    free (caller);
+    zstr_free (&who);
+}
+
 //  Starts a line of our own even if a prompt is waiting for its answer.
 static void
 s_terminal_break (approver_t *self)
@@ -1280,6 +1450,8 @@ s_terminal_prompt (approver_t *self)
             printf ("  (long strings shortened here; `dsh pending` shows them whole)\n");
         free (safe);
         free (pretty);
+        if (!self->auto_outcome && s_request_grants (request))
+            s_terminal_grants (self, request);
     }
     size_t waiting = zlistx_size (self->open) - 1;
     if (self->auto_outcome) {
@@ -1292,13 +1464,14 @@ s_terminal_prompt (approver_t *self)
     }
     if (waiting)
         printf ("(%zu more waiting) ", waiting);
+    const char *choices = s_request_grants (request)? "[y/N/t/a]": "[y/N]";
     if (agent) {
         char *safe_agent = s_terminal_text (agent, false);
-        printf ("Allow %s for %s? [y/N] ", safe_tool, safe_agent);
+        printf ("Allow %s for %s? %s ", safe_tool, safe_agent, choices);
         free (safe_agent);
     }
     else
-        printf ("Allow %s? [y/N] ", safe_tool);
+        printf ("Allow %s? %s ", safe_tool, choices);
     fflush (stdout);
     free (safe_tool);
     self->prompting = true;
@@ -1323,7 +1496,7 @@ s_terminal_outcome (const char *outcome)
 //  A request closed, by us or anyone: say so on a terminal if we showed it
 //  or decided it, and show the next.
 static void
-s_terminal_resolved (approver_t *self, const char *id, const char *outcome)
+s_terminal_resolved (approver_t *self, const char *id, const char *outcome, const char *grant)
 {
     bool ours = self->decided && streq (self->decided, id);
     bool on_screen = self->shown && streq (self->shown, id);
@@ -1332,8 +1505,11 @@ s_terminal_resolved (approver_t *self, const char *id, const char *outcome)
         //  was cancelled was decided by nobody
         bool decision = outcome && (streq (outcome, "allowed") || streq (outcome, "rejected"));
         s_terminal_break (self);
-        printf ("-> %s %s%s\n", id, s_terminal_outcome (outcome? outcome: "?"),
-                decision && !ours? " (decided elsewhere)": "");
+        char *safe_grant = grant? s_terminal_text (grant, false): NULL;
+        printf ("-> %s %s%s%s%s%s\n", id, s_terminal_outcome (outcome? outcome: "?"),
+                decision && !ours? " (decided elsewhere)": "", safe_grant? " with grant ": "",
+                safe_grant? safe_grant: "", safe_grant? " (`dsh grants` lists it)": "");
+        free (safe_grant);
     }
     if (ours)
         zstr_free (&self->decided);
@@ -1404,7 +1580,8 @@ s_approver_receive (approver_t *self, size_t index)
             zlistx_delete (self->open, zlistx_cursor (self->open));
         zhashx_delete (self->routes, id);
         if (self->terminal)
-            s_terminal_resolved (self, id, json_string_value (json_object_get (body, "outcome")));
+            s_terminal_resolved (self, id, json_string_value (json_object_get (body, "outcome")),
+                                 json_string_value (json_object_get (body, "grant")));
     }
     else
     if (streq (command, DSH_ERROR)) {
@@ -1420,43 +1597,98 @@ s_approver_receive (approver_t *self, size_t index)
     json_decref (body);
 }
 
-//  Acts on one line from stdin: "allow ID", "deny ID", "y", "n"; on a
-//  terminal also "yes", "no" and an empty line (no) for the request shown.
+//  Says what a line may be, and asks again on a terminal.
+static void
+s_approver_command_usage (approver_t *self)
+{
+    json_t *shown = (json_t *) zlistx_first (self->open);
+    if (self->terminal && !shown)
+        fprintf (stderr, "dsh: no request is pending\n");
+    else
+    if (self->terminal)
+        fprintf (stderr, s_request_grants (shown)? "dsh: answer y, n, t or a (or \"allow ID\", \"deny ID\")\n"
+                                                 : "dsh: answer y or n (or \"allow ID\", \"deny ID\")\n");
+    else
+        fprintf (stderr, "dsh: say \"allow ID\", \"deny ID\", \"allow ID for N\", \"allow ID args for N\", "
+                         "\"y\" or \"n\"\n");
+    if (self->terminal)
+        s_terminal_prompt (self);
+}
+
+//  Acts on one line from stdin: "allow ID", "deny ID", "allow ID for N",
+//  "allow ID args for N" (a grant for N minutes, or 30s, 2h), "y", "n"; on
+//  a terminal also "yes", "no" and an empty line (no), and "t" or "a" (a
+//  grant, --grant-minutes long) for the request shown.
 static void
 s_approver_command (approver_t *self, char *line)
 {
     self->prompting = false;
-    char *verb = strtok (line, " \t\r");
-    char *id = verb? strtok (NULL, " \t\r"): NULL;
-    char *extra = id? strtok (NULL, " \t\r"): NULL;
+    char *words [5];
+    size_t count = 0;
+    for (char *word = strtok (line, " \t\r"); word; word = strtok (NULL, " \t\r"))
+        if (count++ < sizeof (words) / sizeof (words [0]))
+            words [count - 1] = word;
+    const char *verb = count? words [0]: NULL;
+    const char *id = count > 1? words [1]: NULL;
     bool yes = verb && (streq (verb, "y") || streq (verb, "Y") || (self->terminal && streq (verb, "yes")));
     bool no = !verb? self->terminal: streq (verb, "n") || streq (verb, "N") || (self->terminal && streq (verb, "no"));
+    const char *key_scope = !self->terminal || !verb? NULL
+                          : streq (verb, "t") || streq (verb, "T")? "tool"
+                          : streq (verb, "a") || streq (verb, "A")? "arguments": NULL;
     bool named = verb && (streq (verb, "allow") || streq (verb, "deny"));
     if (!verb && !no)
         return;                         //  an empty line
-    if (((yes || no) && id) || (named && (!id || extra)) || (!yes && !no && !named)) {
-        if (self->terminal && zlistx_size (self->open) == 0)
-            fprintf (stderr, "dsh: no request is pending\n");
-        else
-            fprintf (stderr, self->terminal? "dsh: answer y or n (or \"allow ID\", \"deny ID\")\n"
-                                           : "dsh: say \"allow ID\", \"deny ID\", \"y\" or \"n\"\n");
+    //  allow ID for N, allow ID args for N
+    const char *named_scope = NULL;
+    const char *length = NULL;
+    if (named && streq (verb, "allow") && count == 4 && streq (words [2], "for")) {
+        named_scope = "tool";
+        length = words [3];
+    }
+    else
+    if (named && streq (verb, "allow") && count == 5 && streq (words [2], "args") && streq (words [3], "for")) {
+        named_scope = "arguments";
+        length = words [4];
+    }
+    bool keyed = yes || no || key_scope;
+    if ((keyed && count > 1) || (named && count != 2 && !named_scope) || (!keyed && !named)) {
+        s_approver_command_usage (self);
+        return;
+    }
+    int64_t seconds = 0;
+    if (length && s_grant_seconds (length, &seconds)) {
+        fprintf (stderr, "dsh: \"for\" takes minutes (15) or a length (30s, 15m, 2h), not \"%s\"\n", length);
         if (self->terminal)
             s_terminal_prompt (self);
         return;
     }
-    if (yes || no) {
+    json_t *request = NULL;
+    if (keyed) {
         //  On a terminal the answer is for the request shown; in a pipe,
         //  for the latest
-        json_t *request = (json_t *) (self->terminal? zlistx_first (self->open): zlistx_last (self->open));
+        request = (json_t *) (self->terminal? zlistx_first (self->open): zlistx_last (self->open));
         if (!request || (self->terminal && self->decided)) {
             if (!request && verb)
                 fprintf (stderr, "dsh: no request is pending\n");
             return;
         }
-        id = (char *) s_request_id (request);
+        id = s_request_id (request);
     }
-    bool allow = yes || (named && streq (verb, "allow"));
-    s_approver_decide (self, id, allow? "allow": "deny");
+    else
+        request = s_approver_find (self, id);
+    const char *scope = key_scope? key_scope: named_scope;
+    if (scope && request && !s_request_grants (request)) {
+        fprintf (stderr, "dsh: the stage of request %s gives no grants: allow it once or deny it\n", id);
+        if (self->terminal)
+            s_terminal_prompt (self);
+        return;
+    }
+    if (key_scope)
+        seconds = s_approver_grant_minutes (self, request) * 60;
+    if (scope)
+        s_approver_grant (self, id, scope, seconds);
+    else
+        s_approver_decide (self, id, yes || (named && streq (verb, "allow"))? "allow": "deny");
 }
 
 //  Reads what stdin has and acts on every whole line in it.
@@ -1573,6 +1805,7 @@ s_approver (options_t *options)
     int exit_code = 0;
     approver_t self = {
         .auto_outcome = options->auto_outcome,
+        .grant_minutes = options->grant_minutes,
         .terminal = isatty (STDIN_FILENO) && isatty (STDOUT_FILENO)
     };
     char error [512];
@@ -2202,5 +2435,550 @@ s_stats (options_t *options)
     if (body)
         s_print (body, JSON_DOCUMENT);
     json_decref (body);
+    return exit_code;
+}
+
+//  ---------------------------------------------------------------------
+//  pins: the tool definitions each broker has pinned, and those it holds
+//  back (quarantined) because they differ from their pin
+
+//  One PINS request at the broker at endpoint: the reply body (without the
+//  id), or NULL with the reason in error and *exit_code set.
+static json_t *
+s_pins_at (options_t *options, const char *endpoint, json_t *request, int *exit_code,
+           char *error, size_t error_size)
+{
+    dsh_client_t *client = dsh_client_new (endpoint);
+    if (!client) {
+        snprintf (error, error_size, "cannot connect to broker at %s", endpoint);
+        *exit_code = EXIT_NO_BROKER;
+        return NULL;
+    }
+    int timeout_ms = options->timeout_ms? options->timeout_ms: PINS_TIMEOUT_MS;
+    dsh_reply_t *reply = dsh_client_query (client, DSH_PINS, request, timeout_ms, error, error_size);
+    dsh_client_destroy (&client);
+    if (!reply) {
+        *exit_code = EXIT_NO_BROKER;
+        return NULL;
+    }
+    json_t *body = NULL;
+    if (!streq (dsh_reply_command (reply), DSH_PINS)) {
+        const char *text = dsh_reply_text (reply);
+        snprintf (error, error_size, "%s", text? text: "the broker refused the request");
+        *exit_code = EXIT_TOOL_ERROR;
+    }
+    else {
+        body = dsh_reply_json (reply);
+        if (body)
+            json_object_del (body, "id");
+        else {
+            snprintf (error, error_size, "the PINS reply has no JSON form");
+            *exit_code = EXIT_TOOL_ERROR;
+        }
+    }
+    dsh_reply_destroy (&reply);
+    return body;
+}
+
+//  The first 12 hex digits of the digest at key, or "-".
+static void
+s_digest_short (json_t *object, const char *key, char *text, size_t size)
+{
+    snprintf (text, size, "%.12s", s_string (object, key, "-"));
+}
+
+//  The pins and quarantined tools as a table.
+static void
+s_pins_table (json_t *body)
+{
+    json_t *pins = json_object_get (body, "pins");
+    const char *policy = s_string (body, "policy", "?");
+    if (json_array_size (pins) == 0) {
+        printf ("pins policy %s: no pins%s\n", policy, streq (policy, "off")? " (pinning is off)": " yet");
+        return;
+    }
+    int width = s_stats_width (pins, "name", "NAME");
+    printf ("pins policy %s\n%-*s %-11s %-12s %-12s %-16s %s\n", policy, width, "NAME", "STATE", "PINNED",
+            "OFFERED", "COMPONENT", "REASON");
+    size_t quarantined = 0;
+    for (size_t index = 0; index < json_array_size (pins); index++) {
+        json_t *pin = json_array_get (pins, index);
+        char pinned [16], offered [16];
+        s_digest_short (pin, "digest", pinned, sizeof (pinned));
+        s_digest_short (pin, "offeredDigest", offered, sizeof (offered));
+        const char *state = s_string (pin, "state", "?");
+        if (streq (state, "quarantined"))
+            quarantined++;
+        //  Names, ids and reasons come from components: shown so they cannot drive the terminal
+        char *name = s_terminal_text (s_string (pin, "name", "?"), false);
+        char *component = s_terminal_text (s_string (pin, "component", "-"), false);
+        const char *reason = s_string (pin, "reason", "");
+        if (!*reason && !json_is_true (json_object_get (pin, "registered")))
+            reason = "not registered now";
+        char *safe_reason = s_terminal_text (reason, false);
+        char *row = zsys_sprintf ("%-*.*s %-11s %-12s %-12s %-16.16s %s", width, width, name, state, pinned, offered,
+                                  component, safe_reason);
+        size_t size = strlen (row);
+        while (size && row [size - 1] == ' ')
+            row [--size] = 0;
+        printf ("%s\n", row);
+        zstr_free (&row);
+        free (name);
+        free (component);
+        free (safe_reason);
+    }
+    if (quarantined)
+        printf ("%zu quarantined: review one with `dsh pins show NAME`, release it with `dsh pins accept NAME`\n",
+                quarantined);
+}
+
+//  A JSON value, pretty-printed and indented, as the terminal may show it.
+static void
+s_pins_block (const char *title, json_t *value)
+{
+    char *pretty = json_dumps (value, JSON_INDENT (2) | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
+    char *safe = s_terminal_text (pretty? pretty: "null", true);
+    printf ("%s\n", title);
+    for (char *line = safe, *next; line; line = next) {
+        next = strchr (line, '\n');
+        if (next)
+            *next++ = 0;
+        printf ("  %s\n", line);
+    }
+    free (safe);
+    free (pretty);
+}
+
+//  One pin, what changed, and how to release it.
+static void
+s_pins_show (json_t *body)
+{
+    json_t *pin = json_object_get (body, "pin");
+    char *name = s_terminal_text (s_string (pin, "name", "?"), false);
+    const char *state = s_string (pin, "state", "?");
+    bool quarantined = streq (state, "quarantined");
+    const char *reason = s_string (pin, "reason", NULL);
+    char *safe_reason = reason? s_terminal_text (reason, false): NULL;
+    printf ("%s: %s%s%s\n", name, state, safe_reason? ": ": "", safe_reason? safe_reason: "");
+    free (safe_reason);
+    s_terminal_field ("pinned", s_string (pin, "digest", "- (nothing accepted yet)"));
+    if (json_is_string (json_object_get (pin, "offeredDigest")))
+        s_terminal_field ("offered", s_string (pin, "offeredDigest", ""));
+    if (json_is_string (json_object_get (pin, "component")))
+        s_terminal_field ("component", s_string (pin, "component", ""));
+    if (json_is_string (json_object_get (pin, "key")))
+        s_terminal_field ("key", s_string (pin, "key", ""));
+    char when [32];
+    if (json_is_integer (json_object_get (pin, "firstMs"))) {
+        s_local_time ((int64_t) json_integer_value (json_object_get (pin, "firstMs")), "%Y-%m-%d %H:%M:%S", when,
+                      sizeof (when));
+        s_terminal_field ("first seen", when);
+    }
+    if (json_is_string (json_object_get (pin, "acceptedBy")) || json_is_integer (json_object_get (pin, "acceptedMs"))) {
+        s_local_time ((int64_t) json_integer_value (json_object_get (pin, "acceptedMs")), "%Y-%m-%d %H:%M:%S", when,
+                      sizeof (when));
+        char *accepted = zsys_sprintf ("by %s at %s", s_string (pin, "acceptedBy", "?"), when);
+        s_terminal_field ("accepted", accepted);
+        zstr_free (&accepted);
+    }
+    s_terminal_field ("registered", json_is_true (json_object_get (pin, "registered"))? "yes": "no");
+    const char *diff = s_string (pin, "diff", NULL);
+    if (diff) {
+        char *safe = s_terminal_text (diff, true);
+        printf ("changes, pinned -> offered\n");
+        for (char *line = safe, *next; line && *line; line = next) {
+            next = strchr (line, '\n');
+            if (next)
+                *next++ = 0;
+            printf ("  %s\n", line);
+        }
+        free (safe);
+    }
+    if (json_object_get (pin, "offered"))
+        s_pins_block ("offered definition", json_object_get (pin, "offered"));
+    if (json_object_get (pin, "definition"))
+        s_pins_block ("pinned definition", json_object_get (pin, "definition"));
+    if (quarantined && json_is_string (json_object_get (pin, "offeredDigest"))) {
+        char *digest = s_terminal_text (s_string (pin, "offeredDigest", ""), false);
+        printf ("release it: dsh pins accept %s --digest %s\n", name, digest);
+        free (digest);
+    }
+    free (name);
+}
+
+//  list and show: from the first broker of the list that answers.
+static int
+s_pins_read (options_t *options, zlistx_t *brokers, json_t *request)
+{
+    const char *op = s_string (request, "op", "list");
+    int exit_code = EXIT_NO_BROKER;
+    for (const char *broker = zlistx_first (brokers); broker; broker = zlistx_next (brokers)) {
+        char error [512];
+        json_t *body = s_pins_at (options, broker, request, &exit_code, error, sizeof (error));
+        if (!body && zlistx_size (brokers) > 1)
+            fprintf (stderr, "dsh: broker %s: %s\n", broker, error);
+        else
+        if (!body)
+            fprintf (stderr, "dsh: %s\n", error);
+        if (!body && exit_code == EXIT_NO_BROKER)
+            continue;               //  silent: ask the next
+        if (!body)
+            return exit_code;       //  an answer: no
+        if (streq (op, "show") && !json_is_object (json_object_get (body, "pin"))) {
+            char *name = s_terminal_text (s_string (request, "name", ""), false);
+            fprintf (stderr, "dsh: no pin and no quarantined tool named \"%s\"\n", name);
+            free (name);
+            json_decref (body);
+            return EXIT_TOOL_ERROR;
+        }
+        if (options->json)
+            s_print (body, JSON_DOCUMENT);
+        else
+        if (streq (op, "show"))
+            s_pins_show (body);
+        else
+            s_pins_table (body);
+        fflush (stdout);
+        json_decref (body);
+        return 0;
+    }
+    return exit_code;
+}
+
+//  What a change did, in a line.
+static void
+s_pins_changed (const char *op, const char *name, json_t *body, const char *broker)
+{
+    json_t *pin = json_object_get (body, "pin");
+    char digest [16];
+    s_digest_short (pin, "digest", digest, sizeof (digest));
+    char *safe = s_terminal_text (name, false);
+    char *where = broker? zsys_sprintf (" at %s", broker): strdup ("");
+    if (streq (op, "accept"))
+        printf ("accepted %s%s: pinned %s and released\n", safe, where, digest);
+    else
+    if (streq (op, "reject"))
+        printf ("rejected %s%s: it stays quarantined\n", safe, where);
+    else
+    if (pin && !streq (digest, "-"))
+        printf ("forgot the pin of %s%s, and pinned its current definition anew: %s\n", safe, where, digest);
+    else
+        printf ("forgot the pin of %s%s\n", safe, where);
+    free (safe);
+    zstr_free (&where);
+}
+
+//  accept, reject and forget: every broker of the list keeps its own
+//  quarantine, so each is told, and each answer shown (as dsh mode does).
+static int
+s_pins_change (options_t *options, zlistx_t *brokers, json_t *request)
+{
+    const char *op = s_string (request, "op", "");
+    const char *name = s_string (request, "name", "");
+    bool several = zlistx_size (brokers) > 1;
+    int exit_code = 0;
+    json_t *answers = json_array ();
+    for (const char *broker = zlistx_first (brokers); broker; broker = zlistx_next (brokers)) {
+        char error [512];
+        int broker_exit = 0;
+        json_t *body = s_pins_at (options, broker, request, &broker_exit, error, sizeof (error));
+        json_t *answer = json_pack ("{s:s, s:b}", "broker", broker, "ok", body != NULL);
+        if (body) {
+            json_object_set (answer, "data", body);
+            if (!options->json)
+                s_pins_changed (op, name, body, several? broker: NULL);
+        }
+        else {
+            char *safe = s_terminal_text (name, false);
+            if (several)
+                fprintf (stderr, "dsh: broker %s did not %s %s: %s\n", broker, op, safe, error);
+            else
+                fprintf (stderr, "dsh: %s\n", error);
+            free (safe);
+            json_object_set_new (answer, "error", json_string (error));
+            if (!exit_code)
+                exit_code = broker_exit;
+        }
+        json_array_append_new (answers, answer);
+        json_decref (body);
+    }
+    if (options->json && several)
+        s_print (answers, JSON_DOCUMENT);
+    else
+    if (options->json && json_is_true (json_object_get (json_array_get (answers, 0), "ok")))
+        s_print (json_object_get (json_array_get (answers, 0), "data"), JSON_DOCUMENT);
+    fflush (stdout);
+    json_decref (answers);
+    return exit_code;
+}
+
+static int
+s_pins (options_t *options)
+{
+    const command_t *command = s_command_named ("pins");
+    const char *op = options->nargs? options->args [0]: "list";
+    bool named = streq (op, "show") || streq (op, "accept") || streq (op, "reject") || streq (op, "forget");
+    if (!named && !streq (op, "list"))
+        return s_usage_error (command, "pins takes list, show, accept, reject or forget, not \"%s\"", op);
+    if (named && options->nargs < 2)
+        return s_usage_error (command, "pins %s: missing NAME", op);
+    if (!named && options->nargs > 1)
+        return s_usage_error (command, "pins list takes no NAME, not \"%s\"", options->args [1]);
+    if (options->digest && !streq (op, "accept"))
+        return s_usage_error (command, "--digest goes with pins accept, not pins %s", op);
+    json_t *request = json_pack ("{s:s}", "op", op);
+    if (named)
+        json_object_set_new (request, "name", json_string (options->args [1]));
+    if (options->digest)
+        json_object_set_new (request, "digest", json_string (options->digest));
+    char error [512];
+    zlistx_t *brokers = dsh_sock_brokers (s_endpoint (options), error, sizeof (error));
+    assert (brokers);           //  main checked the list
+    int exit_code = streq (op, "list") || streq (op, "show")? s_pins_read (options, brokers, request)
+                                                            : s_pins_change (options, brokers, request);
+    zlistx_destroy (&brokers);
+    json_decref (request);
+    return exit_code;
+}
+
+//  ---------------------------------------------------------------------
+//  grants: what approvers allowed for a while, kept by each permission
+//  stage of each broker
+
+//  The names of the permission stages in the chain of the broker at
+//  endpoint (caller destroys), or NULL with the reason in error and
+//  *exit_code set.
+static zlistx_t *
+s_permission_stages (options_t *options, const char *endpoint, int *exit_code, char *error, size_t error_size)
+{
+    dsh_client_t *client = dsh_client_new (endpoint);
+    if (!client) {
+        snprintf (error, error_size, "cannot connect to broker at %s", endpoint);
+        *exit_code = EXIT_NO_BROKER;
+        return NULL;
+    }
+    int timeout_ms = options->timeout_ms? options->timeout_ms: QUERY_TIMEOUT_MS;
+    dsh_reply_t *reply = dsh_client_request (client, DSH_CHAIN, NULL, timeout_ms, error, error_size);
+    dsh_client_destroy (&client);
+    if (!reply) {
+        *exit_code = EXIT_NO_BROKER;
+        return NULL;
+    }
+    json_t *body = streq (dsh_reply_command (reply), DSH_CHAIN)? dsh_reply_json (reply): NULL;
+    json_t *stages = json_object_get (body, "stages");
+    zlistx_t *names = NULL;
+    if (json_is_array (stages)) {
+        names = zlistx_new ();
+        zlistx_set_destructor (names, (czmq_destructor *) zstr_free);
+        size_t index;
+        json_t *stage;
+        json_array_foreach (stages, index, stage)
+            if (streq (s_string (stage, "kind", ""), "permission") && json_is_string (json_object_get (stage, "name")))
+                zlistx_add_end (names, strdup (s_string (stage, "name", "")));
+    }
+    else {
+        const char *text = dsh_reply_text (reply);
+        snprintf (error, error_size, "%s", text? text: "the CHAIN reply has no stages");
+        *exit_code = EXIT_TOOL_ERROR;
+    }
+    json_decref (body);
+    dsh_reply_destroy (&reply);
+    return names;
+}
+
+static int
+s_grants_order (const void *left, const void *right)
+{
+    json_int_t a = json_integer_value (json_object_get (*(json_t **) left, "expiresMs"));
+    json_int_t b = json_integer_value (json_object_get (*(json_t **) right, "expiresMs"));
+    return a < b? -1: a > b;
+}
+
+//  The grants as a table, soonest to expire first.
+static void
+s_grants_table (json_t *grants)
+{
+    if (json_array_size (grants) == 0) {
+        printf ("no grants\n");
+        return;
+    }
+    int agent_width = s_stats_width (grants, "agent", "AGENT");
+    agent_width = agent_width < (int) strlen ("(none)")? (int) strlen ("(none)"): agent_width;
+    int tool_width = s_stats_width (grants, "tool", "TOOL");
+    printf ("%-8s  %-*s %-*s %-9s %-12s %-22s %s\n", "ID", agent_width, "AGENT", tool_width, "TOOL", "SCOPE",
+            "ARGUMENTS", "EXPIRES", "BY");
+    int64_t now = zclock_time ();
+    for (size_t index = 0; index < json_array_size (grants); index++) {
+        json_t *grant = json_array_get (grants, index);
+        int64_t expires = (int64_t) json_integer_value (json_object_get (grant, "expiresMs"));
+        char clock [16], expiry [64], arguments [16];
+        s_local_time (expires, "%H:%M:%S", clock, sizeof (clock));
+        int64_t left_ms = expires - now;
+        if (left_ms <= 0)
+            snprintf (expiry, sizeof (expiry), "%s (expired)", clock);
+        else
+        if (left_ms < 60000)
+            snprintf (expiry, sizeof (expiry), "%s (in %ld s)", clock, (long) ((left_ms + 999) / 1000));
+        else
+            snprintf (expiry, sizeof (expiry), "%s (in %ld min)", clock, (long) ((left_ms + 59999) / 60000));
+        s_digest_short (grant, "argumentsDigest", arguments, sizeof (arguments));
+        const char *agent = s_string (grant, "agent", "");
+        char *id = s_terminal_text (s_string (grant, "id", "?"), false);
+        char *safe_agent = s_terminal_text (*agent? agent: "(none)", false);
+        char *tool = s_terminal_text (s_string (grant, "tool", "?"), false);
+        char *by = s_terminal_text (s_string (grant, "by", "-"), false);
+        printf ("%-8s  %-*.*s %-*.*s %-9s %-12s %-22s %s\n", id, agent_width, agent_width, safe_agent, tool_width,
+                tool_width, tool, s_string (grant, "scope", "?"), arguments, expiry, by);
+        free (id);
+        free (safe_agent);
+        free (tool);
+        free (by);
+    }
+}
+
+//  Every live grant of every permission stage of every broker, merged by
+//  id (brokers that share a store hold the same grants). What could be had
+//  is printed; a broker or stage that did not answer is named on stderr
+//  and sets the exit code.
+static int
+s_grants_list (options_t *options, zlistx_t *brokers)
+{
+    int exit_code = 0;
+    size_t stage_count = 0;
+    json_t *by_id = json_object ();
+    for (const char *broker = zlistx_first (brokers); broker; broker = zlistx_next (brokers)) {
+        char error [512];
+        int broker_exit = 0;
+        zlistx_t *stages = s_permission_stages (options, broker, &broker_exit, error, sizeof (error));
+        if (!stages) {
+            fprintf (stderr, "dsh: broker %s: %s\n", broker, error);
+            exit_code = exit_code? exit_code: broker_exit;
+            continue;
+        }
+        for (const char *stage = zlistx_first (stages); stage; stage = zlistx_next (stages)) {
+            stage_count++;
+            json_t *body = s_control_at (options, broker, stage, "grants", NULL, &broker_exit, error, sizeof (error));
+            if (!body) {
+                fprintf (stderr, "dsh: broker %s, stage %s: %s\n", broker, stage, error);
+                exit_code = exit_code? exit_code: broker_exit;
+                continue;
+            }
+            size_t index;
+            json_t *grant;
+            json_array_foreach (json_object_get (body, "data"), index, grant) {
+                const char *id = s_string (grant, "id", NULL);
+                if (id && !json_object_get (by_id, id)) {
+                    json_t *copy = json_deep_copy (grant);
+                    if (!json_object_get (copy, "stage"))
+                        json_object_set_new (copy, "stage", json_string (stage));
+                    json_object_set_new (by_id, id, copy);
+                }
+            }
+            json_decref (body);
+        }
+        zlistx_destroy (&stages);
+    }
+    size_t count = json_object_size (by_id);
+    json_t **sorted = (json_t **) calloc (count? count: 1, sizeof (json_t *));
+    assert (sorted);
+    size_t filled = 0;
+    const char *id;
+    json_t *grant;
+    json_object_foreach (by_id, id, grant)
+        sorted [filled++] = grant;
+    qsort (sorted, count, sizeof (json_t *), s_grants_order);
+    json_t *grants = json_array ();
+    for (size_t index = 0; index < count; index++)
+        json_array_append (grants, sorted [index]);
+    free (sorted);
+    if (options->json)
+        s_print (grants, JSON_DOCUMENT);
+    else
+    if (!stage_count && !exit_code)
+        printf ("no grants: no permission stage in the chain\n");
+    else
+        s_grants_table (grants);
+    fflush (stdout);
+    json_decref (grants);
+    json_decref (by_id);
+    return exit_code;
+}
+
+//  Revokes grant id in every permission stage of every broker: those that
+//  hold it end it, the others say they have none. Exit 0 if one ended it
+//  and every one answered; 1 if none held it; 3 if one did not answer.
+static int
+s_grants_revoke (options_t *options, zlistx_t *brokers, const char *id)
+{
+    int exit_code = 0;
+    size_t revoked = 0;
+    json_t *answers = json_array ();
+    json_t *args = json_pack ("{s:s}", "id", id);
+    char *safe_id = s_terminal_text (id, false);
+    char *missing = zsys_sprintf ("no grant %s", id);
+    for (const char *broker = zlistx_first (brokers); broker; broker = zlistx_next (brokers)) {
+        char error [512];
+        int broker_exit = 0;
+        zlistx_t *stages = s_permission_stages (options, broker, &broker_exit, error, sizeof (error));
+        if (!stages) {
+            fprintf (stderr, "dsh: broker %s: %s\n", broker, error);
+            json_array_append_new (answers, json_pack ("{s:s, s:b, s:s}", "broker", broker, "revoked", 0,
+                                                       "error", error));
+            exit_code = exit_code? exit_code: broker_exit;
+            continue;
+        }
+        for (const char *stage = zlistx_first (stages); stage; stage = zlistx_next (stages)) {
+            json_t *body = s_control_at (options, broker, stage, "revoke", args, &broker_exit, error, sizeof (error));
+            json_t *answer = json_pack ("{s:s, s:s, s:b}", "broker", broker, "stage", stage, "revoked", body != NULL);
+            if (body)
+                revoked++;
+            else {
+                json_object_set_new (answer, "error", json_string (error));
+                //  A stage without it is an answer, not a failure
+                if (!strstr (error, missing)) {
+                    fprintf (stderr, "dsh: broker %s, stage %s did not revoke grant %s: %s\n", broker, stage,
+                             safe_id, error);
+                    exit_code = exit_code? exit_code: broker_exit;
+                }
+            }
+            json_array_append_new (answers, answer);
+            json_decref (body);
+        }
+        zlistx_destroy (&stages);
+    }
+    if (!revoked && !exit_code) {
+        fprintf (stderr, "dsh: %s\n", json_array_size (answers)? missing: "no permission stage in the chain");
+        exit_code = EXIT_TOOL_ERROR;
+    }
+    if (options->json)
+        s_print (answers, JSON_DOCUMENT);
+    else
+    if (revoked)
+        printf ("revoked grant %s\n", safe_id);
+    fflush (stdout);
+    json_decref (answers);
+    json_decref (args);
+    zstr_free (&missing);
+    free (safe_id);
+    return exit_code;
+}
+
+static int
+s_grants (options_t *options)
+{
+    const command_t *command = s_command_named ("grants");
+    const char *op = options->nargs? options->args [0]: "list";
+    if (!streq (op, "list") && !streq (op, "revoke"))
+        return s_usage_error (command, "grants takes list or revoke, not \"%s\"", op);
+    if (streq (op, "revoke") && options->nargs < 2)
+        return s_usage_error (command, "grants revoke: missing %s", "ID");
+    if (streq (op, "list") && options->nargs > 1)
+        return s_usage_error (command, "grants list takes no ID, not \"%s\"", options->args [1]);
+    char error [512];
+    zlistx_t *brokers = dsh_sock_brokers (s_endpoint (options), error, sizeof (error));
+    assert (brokers);           //  main checked the list
+    int exit_code = streq (op, "list")? s_grants_list (options, brokers)
+                                      : s_grants_revoke (options, brokers, options->args [1]);
+    zlistx_destroy (&brokers);
     return exit_code;
 }

@@ -9,7 +9,10 @@
     A request larger than 64 KiB still reaches the approver; `y` answers
     the latest request still open. On a terminal
     (a pseudo-terminal here) the approver shows the request and asks y/N,
-    and says so when nobody decided in time.
+    and says so when nobody decided in time. Grants: `t` on a terminal lets
+    the next calls of the tool through, whatever their arguments, until
+    `dsh grants revoke` ends it; `a` only calls with the same arguments;
+    in a pipe, `allow ID args for N` and `allow ID for N` do the same.
     =========================================================================
 */
 
@@ -40,6 +43,8 @@
 #define NOTICED_MS  10000           //  an approver killed -9 counts as gone by then
 
 #define REFUSED     "Error: tool \"write_file\" requires approval"
+//  The main job's permission stage gives grants: the prompt offers t and a
+#define PROMPT      "Allow write_file? [y/N/t/a] "
 #define ABANDONED   "Error: tool \"write_file\" requires approval (every approver went away before deciding)"
 
 typedef struct {
@@ -484,22 +489,34 @@ s_terminal_wait (terminal_t *self, int timeout_ms)
     return -1;
 }
 
-//  `dsh approver` on a pseudo-terminal, once it waits for requests.
+//  `dsh approver` with extra args (NULL: none) on a pseudo-terminal, once
+//  it waits for requests.
 static terminal_t
-s_approver_on_terminal (const char *endpoint)
+s_approver_on_terminal_with (const char *endpoint, const char *const *extra)
 {
     char *program = dsh_testkit_program (CLI);
+    char *argv [16] = { program, (char *) "--broker", (char *) endpoint, (char *) "approver" };
+    size_t argc = 4;
+    for (size_t index = 0; extra && extra [index] && argc < 15; index++)
+        argv [argc++] = (char *) extra [index];
+    argv [argc] = NULL;
     terminal_t terminal = { 0 };
     terminal.pid = forkpty (&terminal.master, NULL, NULL, NULL);
     assert_true (terminal.pid >= 0);
     if (terminal.pid == 0) {
         prctl (PR_SET_PDEATHSIG, SIGKILL);
-        execl (program, program, "--broker", endpoint, "approver", (char *) NULL);
+        execv (program, argv);
         _exit (127);
     }
     zstr_free (&program);
     assert_true (s_terminal_expect (&terminal, 0, "Waiting for requests", 5000) >= 0);
     return terminal;
+}
+
+static terminal_t
+s_approver_on_terminal (const char *endpoint)
+{
+    return s_approver_on_terminal_with (endpoint, NULL);
 }
 
 static void
@@ -515,7 +532,7 @@ test_terminal_asks_y_or_n (void **state)
     while (seen < 0 && zclock_mono () < give_up) {
         zstr_free (&call_id);
         call_id = strdup (s_write (self, "typed", "from a terminal"));
-        seen = s_terminal_expect (&terminal, 0, "Allow write_file? [y/N] ", 1000);
+        seen = s_terminal_expect (&terminal, 0, PROMPT, 1000);
         if (seen < 0) {
             dsh_reply_t *reply = s_result (self, call_id, 5000);
             assert_string_equal (dsh_reply_text (reply), REFUSED);
@@ -536,7 +553,7 @@ test_terminal_asks_y_or_n (void **state)
     //  Enter alone is No
     zstr_free (&call_id);
     call_id = strdup (s_write (self, "typed", "again"));
-    seen = s_terminal_expect (&terminal, (size_t) seen, "Allow write_file? [y/N] ", 5000);
+    seen = s_terminal_expect (&terminal, (size_t) seen, PROMPT, 5000);
     assert_true (seen >= 0);
     s_terminal_type (&terminal, "\r");
     reply = s_result (self, call_id, 10000);
@@ -568,7 +585,7 @@ test_terminal_says_nobody_decided_in_time (void **state)
     while (seen < 0 && zclock_mono () < give_up) {
         zstr_free (&call_id);
         call_id = strdup (s_write (self, "unanswered", "x"));
-        seen = s_terminal_expect (&terminal, 0, "Allow write_file? [y/N] ", 1000);
+        seen = s_terminal_expect (&terminal, 0, PROMPT, 1000);
         if (seen < 0) {
             dsh_reply_t *reply = s_result (self, call_id, 5000);
             assert_string_equal (dsh_reply_text (reply), REFUSED);
@@ -592,7 +609,7 @@ test_terminal_says_nobody_decided_in_time (void **state)
                          "Error: tool \"write_file\" requires approval (no decision came before the call's deadline)");
     dsh_reply_destroy (&reply);
     zstr_free (&call_id);
-    char *closed = zsys_sprintf ("Allow write_file? [y/N] \r\n-> %s closed: nobody decided in time\r\n", id);
+    char *closed = zsys_sprintf (PROMPT "\r\n-> %s closed: nobody decided in time\r\n", id);
     if (s_terminal_expect (&terminal, 0, closed, 5000) < 0)
         fail_msg ("the terminal does not say that nobody decided %s:\n%s", id, terminal.screen);
     zstr_free (&closed);
@@ -601,6 +618,239 @@ test_terminal_says_nobody_decided_in_time (void **state)
     s_terminal_type (&terminal, "\x04");
     assert_int_equal (s_terminal_wait (&terminal, 5000), 0);
     close (terminal.master);
+}
+
+//  ---------------------------------------------------------------------
+//  Grants
+
+//  Asks (write_file scratch/<name>.txt) until the terminal shows the
+//  prompt for it after offset from; returns the offset past the prompt,
+//  *call_id_p the callId of the call now held.
+static long
+s_terminal_ask (rig_t *self, terminal_t *terminal, size_t from, const char *name, const char *content,
+                char **call_id_p)
+{
+    long seen = -1;
+    char *call_id = NULL;
+    int64_t give_up = zclock_mono () + 10000;
+    while (seen < 0 && zclock_mono () < give_up) {
+        zstr_free (&call_id);
+        call_id = strdup (s_write (self, name, content));
+        seen = s_terminal_expect (terminal, from, PROMPT, 1000);
+        if (seen < 0) {
+            dsh_reply_t *reply = s_result (self, call_id, 5000);
+            assert_string_equal (dsh_reply_text (reply), REFUSED);
+            dsh_reply_destroy (&reply);
+        }
+    }
+    if (seen < 0)
+        fail_msg ("the terminal asked for nothing within 10 s:\n%s", terminal->screen);
+    *call_id_p = call_id;
+    return seen;
+}
+
+//  A write_file that passes with nobody asked: the approver shows no
+//  request after offset from (the call would wait for its answer).
+static void
+s_passes_unasked (rig_t *self, terminal_t *terminal, size_t from, const char *name, const char *content)
+{
+    const char *call_id = s_write (self, name, content);
+    dsh_reply_t *reply = s_result (self, call_id, 10000);
+    if (dsh_reply_is_error (reply))
+        fail_msg ("%s was not let through: %s", name, dsh_reply_text (reply));
+    dsh_reply_destroy (&reply);
+    if (terminal) {
+        s_terminal_read (terminal, 100);
+        assert_null (strstr (terminal->screen + from, "\nrequest "));
+    }
+}
+
+//  The CLI's stdout for args, which must exit with status.
+static char *
+s_cli_output (rig_t *self, const char *const *args, int status)
+{
+    char *output = NULL;
+    int got = dsh_testkit_cli (self->endpoint, args, CLI_WAIT_MS, &output);
+    if (got != status)
+        fail_msg ("dsh %s: exit %d, want %d: %s", args [0], got, status, output? output: "");
+    return output;
+}
+
+//  t: this agent (here: calls with none) may call write_file with any
+//  arguments until the grant ends; dsh grants lists it, revoke ends it.
+static void
+test_terminal_grant_for_the_tool (void **state)
+{
+    rig_t *self = (rig_t *) *state;
+    terminal_t terminal = s_approver_on_terminal (self->endpoint);
+    char *call_id = NULL;
+    long seen = s_terminal_ask (self, &terminal, 0, "granted", "one", &call_id);
+    //  Before it asks, it says what t and a would cover
+    assert_non_null (strstr (terminal.screen, "  t          allow write_file for calls with no agent, any arguments, until "));
+    assert_non_null (strstr (terminal.screen, " (15 min)\r\n"));
+    assert_non_null (strstr (terminal.screen,
+                             "  a          allow write_file for calls with no agent, these exact arguments only, until "));
+    assert_non_null (strstr (terminal.screen, "either ends early if the tool's definition or the chain changes"));
+    s_terminal_type (&terminal, "t\r");
+    dsh_reply_t *reply = s_result (self, call_id, 10000);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+    zstr_free (&call_id);
+    seen = s_terminal_expect (&terminal, (size_t) seen, " allowed with grant ", 5000);
+    assert_true (seen >= 0);
+
+    //  Other arguments: through, and nobody is asked
+    s_passes_unasked (self, &terminal, (size_t) seen, "other", "two");
+    s_passes_unasked (self, &terminal, (size_t) seen, "third", "three");
+
+    //  dsh grants: a table, and JSON
+    char *output = s_cli_output (self, (const char *[]) { "grants", NULL }, 0);
+    assert_non_null (strstr (output, "write_file"));
+    assert_non_null (strstr (output, "(none)"));
+    assert_non_null (strstr (output, " tool "));
+    assert_non_null (strstr (output, " min)"));
+    zstr_free (&output);
+    output = s_cli_output (self, (const char *[]) { "grants", "--json", NULL }, 0);
+    json_t *grants = json_loads (output, 0, NULL);
+    assert_int_equal (json_array_size (grants), 1);
+    json_t *grant = json_array_get (grants, 0);
+    assert_string_equal (json_string_value (json_object_get (grant, "scope")), "tool");
+    assert_string_equal (json_string_value (json_object_get (grant, "tool")), "write_file");
+    assert_string_equal (json_string_value (json_object_get (grant, "agent")), "");
+    json_int_t left_ms = json_integer_value (json_object_get (grant, "expiresMs")) - zclock_time ();
+    assert_true (left_ms > 14 * 60000 && left_ms <= 15 * 60000);
+    char *id = strdup (json_string_value (json_object_get (grant, "id")));
+    json_decref (grants);
+    zstr_free (&output);
+
+    //  Revoked: ended, and the next call asks again
+    output = s_cli_output (self, (const char *[]) { "grants", "revoke", id, NULL }, 0);
+    char *said = zsys_sprintf ("revoked grant %s\n", id);
+    assert_string_equal (output, said);
+    zstr_free (&said);
+    zstr_free (&output);
+    output = s_cli_output (self, (const char *[]) { "grants", "revoke", id, NULL }, 1);
+    zstr_free (&output);
+    output = s_cli_output (self, (const char *[]) { "grants", NULL }, 0);
+    assert_string_equal (output, "no grants\n");
+    zstr_free (&output);
+    free (id);
+    call_id = strdup (s_write (self, "after", "four"));
+    seen = s_terminal_expect (&terminal, (size_t) seen, PROMPT, 5000);
+    assert_true (seen >= 0);
+    s_terminal_type (&terminal, "n\r");
+    reply = s_result (self, call_id, 10000);
+    assert_string_equal (dsh_reply_text (reply), "Error: tool \"write_file\" was rejected by the approver");
+    dsh_reply_destroy (&reply);
+    zstr_free (&call_id);
+
+    s_terminal_type (&terminal, "\x04");
+    assert_int_equal (s_terminal_wait (&terminal, 5000), 0);
+    close (terminal.master);
+}
+
+//  a: only calls with the very same arguments pass; others still ask.
+//  --grant-minutes sets how long.
+static void
+test_terminal_grant_for_the_arguments (void **state)
+{
+    rig_t *self = (rig_t *) *state;
+    terminal_t terminal = s_approver_on_terminal_with (self->endpoint, (const char *[]) { "--grant-minutes", "3", NULL });
+    char *call_id = NULL;
+    long seen = s_terminal_ask (self, &terminal, 0, "same", "x", &call_id);
+    assert_non_null (strstr (terminal.screen, " (3 min)\r\n"));
+    s_terminal_type (&terminal, "a\r");
+    dsh_reply_t *reply = s_result (self, call_id, 10000);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+    zstr_free (&call_id);
+    seen = s_terminal_expect (&terminal, (size_t) seen, " allowed with grant ", 5000);
+    assert_true (seen >= 0);
+
+    s_passes_unasked (self, &terminal, (size_t) seen, "same", "x");
+    char *output = s_cli_output (self, (const char *[]) { "grants", "--json", NULL }, 0);
+    json_t *grants = json_loads (output, 0, NULL);
+    json_t *grant = json_array_get (grants, 0);
+    assert_string_equal (json_string_value (json_object_get (grant, "scope")), "arguments");
+    assert_int_equal (strlen (json_string_value (json_object_get (grant, "argumentsDigest"))), 64);
+    json_int_t left_ms = json_integer_value (json_object_get (grant, "expiresMs")) - zclock_time ();
+    assert_true (left_ms > 2 * 60000 && left_ms <= 3 * 60000);
+    json_decref (grants);
+    zstr_free (&output);
+
+    //  Other arguments ask
+    call_id = strdup (s_write (self, "same", "y"));
+    seen = s_terminal_expect (&terminal, (size_t) seen, PROMPT, 5000);
+    assert_true (seen >= 0);
+    s_terminal_type (&terminal, "n\r");
+    reply = s_result (self, call_id, 10000);
+    assert_string_equal (dsh_reply_text (reply), "Error: tool \"write_file\" was rejected by the approver");
+    dsh_reply_destroy (&reply);
+    zstr_free (&call_id);
+
+    s_terminal_type (&terminal, "\x04");
+    assert_int_equal (s_terminal_wait (&terminal, 5000), 0);
+    close (terminal.master);
+}
+
+//  In a pipe: "allow ID args for N", then "allow ID for N". A PENDING
+//  carries what a grant binds to.
+static void
+test_grants_from_a_pipe (void **state)
+{
+    rig_t *self = (rig_t *) *state;
+    int in [2];
+    assert_int_equal (pipe2 (in, O_CLOEXEC), 0);
+    dsh_testproc_t *approver = s_approver_start (self, NULL, in [0]);
+    close (in [0]);
+    char *call_id = NULL;
+    json_t *pending = s_ask_until_pending (self, approver, "piped", "x", &call_id);
+    assert_true (json_is_true (json_object_get (pending, "grants")));
+    assert_int_equal (json_integer_value (json_object_get (pending, "grantMinutes")), 15);
+    assert_int_equal (strlen (json_string_value (json_object_get (pending, "argumentsDigest"))), 64);
+    assert_int_equal (strlen (json_string_value (json_object_get (pending, "definitionDigest"))), 64);
+    assert_int_equal (strlen (json_string_value (json_object_get (pending, "chainVersion"))), 16);
+    assert_true (json_integer_value (json_object_get (pending, "closesMs"))
+               > json_integer_value (json_object_get (pending, "receivedMs")));
+    char *line = zsys_sprintf ("allow %s args for 2\n", json_string_value (json_object_get (pending, "id")));
+    assert_int_equal (write (in [1], line, strlen (line)), (ssize_t) strlen (line));
+    zstr_free (&line);
+    json_decref (pending);
+    dsh_reply_t *reply = s_result (self, call_id, 10000);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+    zstr_free (&call_id);
+    line = dsh_testproc_wait_line (approver, "\"resolved\"", 5000);
+    assert_non_null (line);
+    assert_non_null (strstr (line, "\"grant\":\""));
+    zstr_free (&line);
+    s_passes_unasked (self, NULL, 0, "piped", "x");
+
+    //  Other arguments ask; "allow ID for N" grants the tool
+    call_id = strdup (s_write (self, "piped", "other"));
+    line = dsh_testproc_wait_line (approver, "\"pending\"", 5000);
+    assert_non_null (line);
+    pending = json_loads (line, 0, NULL);
+    zstr_free (&line);
+    assert_string_equal (json_string_value (json_object_get (pending, "callId")), call_id);
+    line = zsys_sprintf ("allow %s for 1\n", json_string_value (json_object_get (pending, "id")));
+    assert_int_equal (write (in [1], line, strlen (line)), (ssize_t) strlen (line));
+    zstr_free (&line);
+    json_decref (pending);
+    reply = s_result (self, call_id, 10000);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+    zstr_free (&call_id);
+    s_passes_unasked (self, NULL, 0, "anything", "else");
+    char *output = s_cli_output (self, (const char *[]) { "grants", "--json", NULL }, 0);
+    json_t *grants = json_loads (output, 0, NULL);
+    assert_int_equal (json_array_size (grants), 2);
+    json_decref (grants);
+    zstr_free (&output);
+
+    close (in [1]);
+    assert_int_equal (dsh_testproc_wait (approver, 5000), 0);
+    dsh_testproc_destroy (&approver);
 }
 
 int
@@ -616,6 +866,9 @@ main (void)
         cmocka_unit_test_setup_teardown (test_y_answers_the_latest_still_open, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_terminal_asks_y_or_n, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_terminal_says_nobody_decided_in_time, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_terminal_grant_for_the_tool, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_terminal_grant_for_the_arguments, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_grants_from_a_pipe, s_setup, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }

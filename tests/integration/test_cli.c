@@ -6,7 +6,9 @@
     usage, 3 no broker); --help for every command; schemas in every
     format; a typed tool refusing a missing argument before its handler
     runs; and the chain commands: chain, mode, pending, approve and the
-    approver, automatic and driven from stdin.
+    approver, automatic and driven from stdin; approve --for and grants;
+    pins on a tool whose definition changed: list, show, accept, reject,
+    forget, and their exit codes.
     =========================================================================
 */
 
@@ -16,6 +18,7 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -383,7 +386,7 @@ test_help (void **state)
 {
     broker_t *broker = (broker_t *) *state;
     const char *commands [] = { "ping", "tools", "get", "call", "watch", "schemas", "chain", "mode",
-                                "approve", "deny", "pending", "approver", "stats", NULL };
+                                "approve", "deny", "pending", "approver", "stats", "pins", "grants", NULL };
     for (size_t index = 0; commands [index]; index++) {
         char *output;
         assert_int_equal (s_cli (broker->endpoint, (const char *[]) { commands [index], "--help", NULL },
@@ -833,6 +836,370 @@ test_pending_and_approve (void **state)
     s_broker_stop (&broker);
 }
 
+//  dsh approve ID --for N: a grant; dsh grants lists it, revoke ends it
+static void
+test_approve_for_minutes (void **state)
+{
+    (void) state;
+    broker_t *broker = s_broker_start (s_permission);
+    dsh_client_t *client = dsh_client_new (broker->endpoint);
+    int in [2];
+    assert_int_equal (pipe2 (in, O_CLOEXEC), 0);
+    dsh_testproc_t *approver = s_approver_start (broker, NULL, in [0]);
+    close (in [0]);
+    json_t *pending = s_call_until_pending (client, approver, "granted");
+    assert_true (json_is_true (json_object_get (pending, "grants")));
+    const char *id = json_string_value (json_object_get (pending, "id"));
+    char *output;
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "approve", id, "--for", "5", NULL }, &output), 0);
+    json_t *data = s_parse (output);
+    assert_string_equal (json_string_value (json_object_get (data, "outcome")), "allowed");
+    json_decref (data);
+    zstr_free (&output);
+    json_decref (pending);
+    dsh_reply_t *reply = s_result (client);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+    char *line = dsh_testproc_wait_line (approver, "\"resolved\"", 5000);
+    assert_non_null (line);
+    assert_non_null (strstr (line, "\"grant\":\""));
+    zstr_free (&line);
+
+    //  The next call passes with nobody asked (nobody would answer)
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "call", "sample_content", NULL }, &output), 0);
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "grants", "--json", NULL }, &output), 0);
+    json_t *grants = s_parse (output);
+    assert_int_equal (json_array_size (grants), 1);
+    json_t *grant = json_array_get (grants, 0);
+    assert_string_equal (json_string_value (json_object_get (grant, "scope")), "tool");
+    assert_string_equal (json_string_value (json_object_get (grant, "tool")), "sample_content");
+    assert_string_equal (json_string_value (json_object_get (grant, "stage")), "permission");
+    char *grant_id = strdup (json_string_value (json_object_get (grant, "id")));
+    json_decref (grants);
+    zstr_free (&output);
+    //  The table: one line under the heading, its expiry in 5 min
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "grants", NULL }, &output), 0);
+    assert_non_null (strstr (output, "ID        AGENT"));
+    char *row = strstr (output, grant_id);
+    assert_non_null (row);
+    assert_non_null (strstr (row, "(none)"));
+    assert_non_null (strstr (row, "sample_content"));
+    assert_non_null (strstr (row, " tool "));
+    assert_non_null (strstr (row, "(in 5 min)"));
+    zstr_free (&output);
+    //  Both brokers of a list are asked: one that is silent is named, exit 3
+    char *list = zsys_sprintf ("%s,tcp://127.0.0.1:1", broker->endpoint);
+    assert_int_equal (dsh_testkit_cli_merged (list, (const char *[]) { "--timeout-ms", "1000", "grants", NULL },
+                                              CLI_WAIT_MS, &output), 3);
+    assert_non_null (strstr (output, grant_id));
+    assert_non_null (strstr (output, "dsh: broker tcp://127.0.0.1:1: "));
+    zstr_free (&output);
+    zstr_free (&list);
+
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "grants", "revoke", grant_id, NULL }, &output), 0);
+    assert_non_null (strstr (output, "revoked grant "));
+    zstr_free (&output);
+    assert_int_equal (dsh_testkit_cli_merged (broker->endpoint, (const char *[]) { "grants", "revoke", grant_id, NULL },
+                                              CLI_WAIT_MS, &output), 1);
+    assert_non_null (strstr (output, "no grant "));
+    zstr_free (&output);
+    assert_int_equal (s_cli (broker->endpoint, (const char *[]) { "grants", NULL }, &output), 0);
+    assert_string_equal (output, "no grants\n");
+    zstr_free (&output);
+    free (grant_id);
+
+    //  Revoked: the next call asks again
+    pending = s_call_until_pending (client, approver, "asked-again");
+    char *command = zsys_sprintf ("deny %s\n", json_string_value (json_object_get (pending, "id")));
+    assert_int_equal (write (in [1], command, strlen (command)), (ssize_t) strlen (command));
+    zstr_free (&command);
+    json_decref (pending);
+    reply = s_result (client);
+    assert_string_equal (dsh_reply_error_code (reply), DSH_E_DENIED);
+    dsh_reply_destroy (&reply);
+
+    //  Bad usage
+    const char *const bad [][6] = {
+        { "approve", "x", "--for", "0", NULL }, { "approve", "x", "--for", "5x", NULL },
+        { "grants", "revoke", NULL }, { "grants", "bogus", NULL }, { "grants", "list", "x", NULL },
+        { "approver", "--grant-minutes", "0", NULL }
+    };
+    for (size_t index = 0; index < sizeof (bad) / sizeof (bad [0]); index++) {
+        assert_int_equal (s_cli (broker->endpoint, bad [index], &output), 2);
+        zstr_free (&output);
+    }
+    close (in [1]);
+    assert_int_equal (dsh_testproc_wait (approver, 5000), 0);
+    dsh_testproc_destroy (&approver);
+    dsh_client_destroy (&client);
+    s_broker_stop (&broker);
+}
+
+//  A stage with grants = false: the approver offers none and sends none
+static void
+test_approver_without_grants (void **state)
+{
+    (void) state;
+    char *config = zsys_sprintf ("%s        grants = false\n", s_permission);
+    broker_t *broker = s_broker_start (config);
+    zstr_free (&config);
+    dsh_client_t *client = dsh_client_new (broker->endpoint);
+    int in [2], err [2];
+    assert_int_equal (pipe2 (in, O_CLOEXEC), 0);
+    assert_int_equal (pipe2 (err, O_CLOEXEC), 0);
+    const char *argv [] = { CLI, "--broker", broker->endpoint, "approver", NULL };
+    dsh_testproc_t *approver = dsh_testproc_start_fds (argv, in [0], err [1]);
+    assert_non_null (approver);
+    close (in [0]);
+    close (err [1]);
+    json_t *pending = s_call_until_pending (client, approver, "once-only");
+    assert_false (json_is_true (json_object_get (pending, "grants")));
+    const char *id = json_string_value (json_object_get (pending, "id"));
+    char *command = zsys_sprintf ("allow %s for 5\n", id);
+    assert_int_equal (write (in [1], command, strlen (command)), (ssize_t) strlen (command));
+    zstr_free (&command);
+    char said [512] = "";
+    size_t size = 0;
+    int64_t give_up = zclock_mono () + 5000;
+    while (!strstr (said, "gives no grants") && zclock_mono () < give_up) {
+        struct pollfd item = { err [0], POLLIN, 0 };
+        if (poll (&item, 1, 100) > 0) {
+            ssize_t got = read (err [0], said + size, sizeof (said) - size - 1);
+            if (got > 0)
+                said [size += (size_t) got] = 0;
+        }
+    }
+    assert_non_null (strstr (said, "gives no grants: allow it once or deny it"));
+    command = zsys_sprintf ("allow %s\n", id);
+    assert_int_equal (write (in [1], command, strlen (command)), (ssize_t) strlen (command));
+    zstr_free (&command);
+    json_decref (pending);
+    dsh_reply_t *reply = s_result (client);
+    assert_false (dsh_reply_is_error (reply));
+    dsh_reply_destroy (&reply);
+    char *line = dsh_testproc_wait_line (approver, "\"resolved\"", 5000);
+    assert_non_null (line);
+    assert_null (strstr (line, "\"grant\""));
+    zstr_free (&line);
+    close (in [1]);
+    assert_int_equal (dsh_testproc_wait (approver, 5000), 0);
+    dsh_testproc_destroy (&approver);
+    close (err [0]);
+    dsh_client_destroy (&client);
+    s_broker_stop (&broker);
+}
+
+//  ---------------------------------------------------------------------
+//  Pins
+
+static int
+s_drift_answer (dsh_call_t *call, dsh_result_t *result, void *arg)
+{
+    (void) call;
+    (void) arg;
+    dsh_result_text (result, "drifted");
+    return 0;
+}
+
+//  A component "drifter" serving drift, with this description, once listed.
+static dsh_provider_t *
+s_drifter (const char *endpoint, const char *description)
+{
+    dsh_provider_t *provider = dsh_provider_new (endpoint, "drifter", 1);
+    assert_non_null (provider);
+    char *definition = zsys_sprintf ("{\"name\": \"drift\", \"description\": \"%s\", "
+                                     "\"parameters\": {\"type\": \"object\"}}", description);
+    assert_int_equal (dsh_provider_add_raw (provider, definition, s_drift_answer, NULL), 0);
+    zstr_free (&definition);
+    dsh_provider_start (provider);
+    assert_int_equal (dsh_provider_wait_ready (provider, 10000), 0);
+    assert_int_equal (dsh_testkit_wait_tools (endpoint, "drift", 1, 10000), 0);
+    return provider;
+}
+
+//  The drifter restarted with another description.
+static void
+s_drifter_restart (dsh_provider_t **provider_p, const char *endpoint, const char *description)
+{
+    dsh_provider_destroy (provider_p);
+    assert_int_equal (dsh_testkit_wait_tools (endpoint, "drift", 0, 10000), 0);
+    *provider_p = s_drifter (endpoint, description);
+}
+
+//  drift's pin as `dsh pins --json` lists it, once its state is state.
+static json_t *
+s_drift_pin (const char *endpoint, const char *state)
+{
+    int64_t give_up = zclock_mono () + 10000;
+    while (zclock_mono () < give_up) {
+        char *output;
+        assert_int_equal (s_cli (endpoint, (const char *[]) { "pins", "--json", NULL }, &output), 0);
+        json_t *body = s_parse (output);
+        zstr_free (&output);
+        json_t *found = NULL;
+        size_t index;
+        json_t *pin;
+        json_array_foreach (json_object_get (body, "pins"), index, pin)
+            if (streq (json_string_value (json_object_get (pin, "name")), "drift")
+            &&  streq (json_string_value (json_object_get (pin, "state")), state))
+                found = json_incref (pin);
+        json_decref (body);
+        if (found)
+            return found;
+        zclock_sleep (100);
+    }
+    fail_msg ("dsh pins never listed drift %s", state);
+    return NULL;
+}
+
+//  `dsh call drift`: its exit status; *text the result's text.
+static int
+s_call_drift (const char *endpoint, char **text)
+{
+    char *output;
+    int status = s_cli (endpoint, (const char *[]) { "call", "drift", NULL }, &output);
+    json_t *result = s_parse (output);
+    zstr_free (&output);
+    *text = strdup (json_string_value (json_object_get (json_array_get (json_object_get (result, "content"), 0),
+                                                        "text")));
+    json_decref (result);
+    return status;
+}
+
+//  A component restarted with another description: dsh pins shows it
+//  quarantined, what changed, and releases it
+static void
+test_pins (void **state)
+{
+    broker_t *broker = (broker_t *) *state;
+    const char *endpoint = broker->endpoint;
+    dsh_provider_t *drifter = s_drifter (endpoint, "first");
+    json_t *pin = s_drift_pin (endpoint, "pinned");
+    char *first = strdup (json_string_value (json_object_get (pin, "digest")));
+    assert_int_equal (strlen (first), 64);
+    json_decref (pin);
+    char *text;
+    assert_int_equal (s_call_drift (endpoint, &text), 0);
+    zstr_free (&text);
+
+    s_drifter_restart (&drifter, endpoint, "second");
+    pin = s_drift_pin (endpoint, "quarantined");
+    assert_string_equal (json_string_value (json_object_get (pin, "digest")), first);
+    char *offered = strdup (json_string_value (json_object_get (pin, "offeredDigest")));
+    assert_string_not_equal (offered, first);
+    assert_string_equal (json_string_value (json_object_get (pin, "reason")), "definition changed since it was pinned");
+    json_decref (pin);
+
+    //  The table: one line per pin, digests short
+    char *output;
+    assert_int_equal (s_cli (endpoint, (const char *[]) { "pins", NULL }, &output), 0);
+    assert_non_null (strstr (output, "pins policy tofu\n"));
+    char *row = strstr (output, "\ndrift ");
+    assert_non_null (row);
+    char *expected = zsys_sprintf (" quarantined %.12s %.12s drifter          definition changed since it was pinned\n",
+                                   first, offered);
+    assert_non_null (strstr (row, expected));
+    zstr_free (&expected);
+    assert_non_null (strstr (output, "\necho "));
+    assert_non_null (strstr (output, "1 quarantined: review one with `dsh pins show NAME`"));
+    zstr_free (&output);
+
+    //  Calls to it are refused, naming the way out
+    assert_int_equal (s_call_drift (endpoint, &text), 1);
+    assert_non_null (strstr (text, "is quarantined"));
+    assert_non_null (strstr (text, "dsh pins accept drift"));
+    zstr_free (&text);
+
+    //  show: what changed, and the command that releases this definition
+    assert_int_equal (s_cli (endpoint, (const char *[]) { "pins", "show", "drift", NULL }, &output), 0);
+    assert_non_null (strstr (output, "drift: quarantined: definition changed since it was pinned\n"));
+    assert_non_null (strstr (output, "changes, pinned -> offered\n"));
+    assert_non_null (strstr (output, "  - description: \"first\"\n"));
+    assert_non_null (strstr (output, "  + description: \"second\"\n"));
+    assert_non_null (strstr (output, "offered definition\n"));
+    assert_non_null (strstr (output, "pinned definition\n"));
+    expected = zsys_sprintf ("release it: dsh pins accept drift --digest %s\n", offered);
+    assert_non_null (strstr (output, expected));
+    zstr_free (&expected);
+    zstr_free (&output);
+    assert_int_equal (s_cli (endpoint, (const char *[]) { "pins", "show", "drift", "--json", NULL }, &output), 0);
+    json_t *body = s_parse (output);
+    assert_true (json_is_string (json_object_get (json_object_get (body, "pin"), "diff")));
+    assert_true (json_is_object (json_object_get (json_object_get (body, "pin"), "offered")));
+    json_decref (body);
+    zstr_free (&output);
+
+    //  Accept bound to a digest that is not the one offered: no
+    assert_int_equal (dsh_testkit_cli_merged (endpoint, (const char *[]) { "pins", "accept", "drift", "--digest", first,
+                                                                           NULL }, CLI_WAIT_MS, &output), 1);
+    assert_non_null (strstr (output, "show it again"));
+    zstr_free (&output);
+    assert_int_equal (s_call_drift (endpoint, &text), 1);
+    zstr_free (&text);
+    //  ... to the one offered: pinned, and callable at once
+    assert_int_equal (s_cli (endpoint, (const char *[]) { "pins", "accept", "drift", "--digest", offered, NULL },
+                             &output), 0);
+    expected = zsys_sprintf ("accepted drift: pinned %.12s and released\n", offered);
+    assert_string_equal (output, expected);
+    zstr_free (&expected);
+    zstr_free (&output);
+    assert_int_equal (s_call_drift (endpoint, &text), 0);
+    assert_string_equal (text, "drifted");
+    zstr_free (&text);
+    pin = s_drift_pin (endpoint, "pinned");
+    assert_string_equal (json_string_value (json_object_get (pin, "digest")), offered);
+    json_decref (pin);
+
+    //  Reject: it stays quarantined, and says who held it back
+    s_drifter_restart (&drifter, endpoint, "third");
+    json_decref (s_drift_pin (endpoint, "quarantined"));
+    assert_int_equal (s_cli (endpoint, (const char *[]) { "pins", "reject", "drift", NULL }, &output), 0);
+    assert_string_equal (output, "rejected drift: it stays quarantined\n");
+    zstr_free (&output);
+    pin = s_drift_pin (endpoint, "quarantined");
+    assert_string_equal (json_string_value (json_object_get (pin, "reason")), "rejected by an admin");
+    json_decref (pin);
+    assert_int_equal (s_call_drift (endpoint, &text), 1);
+    zstr_free (&text);
+
+    //  Forget: under tofu, the definition served now is pinned anew
+    assert_int_equal (s_cli (endpoint, (const char *[]) { "pins", "forget", "drift", NULL }, &output), 0);
+    assert_non_null (strstr (output, "forgot the pin of drift"));
+    zstr_free (&output);
+    json_decref (s_drift_pin (endpoint, "pinned"));
+    assert_int_equal (s_call_drift (endpoint, &text), 0);
+    zstr_free (&text);
+
+    //  Refusals and bad usage
+    assert_int_equal (s_cli (endpoint, (const char *[]) { "pins", "show", "nosuch", NULL }, &output), 1);
+    assert_string_equal (output, "");
+    zstr_free (&output);
+    const char *const bad [][6] = {
+        { "pins", "show", NULL }, { "pins", "list", "x", NULL }, { "pins", "bogus", NULL },
+        { "pins", "reject", "drift", "--digest", "d", NULL }, { "pins", "accept", NULL }
+    };
+    for (size_t index = 0; index < sizeof (bad) / sizeof (bad [0]); index++) {
+        assert_int_equal (s_cli (endpoint, bad [index], &output), 2);
+        zstr_free (&output);
+    }
+
+    //  A list of brokers: read from the first that answers; a change goes
+    //  to every one, naming the one that did not take it
+    char *list = zsys_sprintf ("tcp://127.0.0.1:1,%s", endpoint);
+    assert_int_equal (s_cli (list, (const char *[]) { "--timeout-ms", "1000", "pins", NULL }, &output), 0);
+    assert_non_null (strstr (output, "\ndrift "));
+    zstr_free (&output);
+    assert_int_equal (dsh_testkit_cli_merged (list, (const char *[]) { "--timeout-ms", "1000", "pins", "forget",
+                                                                       "drift", NULL }, CLI_WAIT_MS, &output), 3);
+    assert_non_null (strstr (output, "dsh: broker tcp://127.0.0.1:1 did not forget drift: "));
+    zstr_free (&output);
+    zstr_free (&list);
+    zstr_free (&first);
+    zstr_free (&offered);
+    dsh_provider_destroy (&drifter);
+}
+
 int
 main (void)
 {
@@ -852,6 +1219,9 @@ main (void)
         cmocka_unit_test (test_approver_auto),
         cmocka_unit_test (test_schemas_for_agent),
         cmocka_unit_test (test_pending_and_approve),
+        cmocka_unit_test (test_approve_for_minutes),
+        cmocka_unit_test (test_approver_without_grants),
+        cmocka_unit_test_setup_teardown (test_pins, s_setup, s_teardown),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
