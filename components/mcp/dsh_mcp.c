@@ -12,8 +12,9 @@
     gateway tools, dsh_mcp_extras). One core serves every client: stdin
     and stdout are one session, each HTTP session (dsh_mcp_httpd) another,
     each with its own revision, log level and calls. tools/list is the
-    registry as the watcher keeps it, in pages of 100 (for --agent, only
-    what the chain could allow); tools/call is a dsh CALL through the
+    registry as the watcher keeps it, in pages of 100, less the tools the
+    broker holds quarantined (for --agent, only what the chain could
+    allow); tools/call is a dsh CALL through the
     broker's chain, made as agent ID. Calls are asynchronous: many are in
     flight at once, their results answered whole as they come (an MCP
     server's own JSON-RPC error behind a bridge, as that error). Registry
@@ -35,6 +36,7 @@
 #include "dsh_mcp_httpd.h"
 #include "dsh_mcp_logs.h"
 #include "dsh_proto.h"
+#include "dsh_render.h"
 #include "dsh_sock.h"
 #include "dsh_watcher.h"
 
@@ -354,22 +356,31 @@ s_mcp_tool (const json_t *entry)
     return tool;
 }
 
-//  The entries the agent could be let to call, as every stage of the
-//  broker's chain says (permission rules, plan mode, the sandbox: a call
-//  that would be asked about counts as allowed); all of them if the chain
-//  cannot be asked. Listing only: the chain still decides every call.
-//  Caller owns it.
+//  The entries the agent could be let to call: never a quarantined one
+//  (the broker refuses its calls QUARANTINED until an admin accepts its
+//  definition); of the rest, what every stage of the broker's chain says
+//  (permission rules, plan mode, the sandbox: a call that would be asked
+//  about counts as allowed), or all of them if the chain cannot be asked.
+//  Listing only: the chain still decides every call. Caller owns it.
 static json_t *
 s_for_agent (self_t *self, json_t *entries)
 {
-    if (!self->agent || json_array_size (entries) == 0)
-        return json_incref (entries);
-    char reason [256];
-    json_t *kept = dsh_client_allowed (self->client, self->agent, entries, LIST_TIMEOUT_MS,
-                                       reason, sizeof reason);
-    if (!kept && self->verbose)
-        zsys_info ("dsh-mcp: listing every tool: %s", reason);
-    return kept? kept: json_incref (entries);
+    if (self->agent && json_array_size (entries) > 0) {
+        char reason [256];
+        json_t *kept = dsh_client_allowed (self->client, self->agent, entries, LIST_TIMEOUT_MS,
+                                           reason, sizeof reason);
+        if (kept)
+            return kept;
+        if (self->verbose)
+            zsys_info ("dsh-mcp: listing every tool: %s", reason);
+    }
+    json_t *shown = json_array ();
+    size_t index;
+    json_t *entry;
+    json_array_foreach (entries, index, entry)
+        if (!dsh_render_quarantined (entry))
+            json_array_append (shown, entry);
+    return shown;
 }
 
 static void

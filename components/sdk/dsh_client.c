@@ -18,6 +18,7 @@
 #include "dsh_json.h"
 #include "dsh_log.h"
 #include "dsh_proto.h"
+#include "dsh_render.h"
 #include "dsh_sock.h"
 #include "dsh_curve.h"
 #include "dsh_beacon.h"
@@ -1089,7 +1090,12 @@ dsh_client_allowed (dsh_client_t *self, const char *agent, const json_t *entries
         json_decref (chain);
         return NULL;
     }
-    json_t *kept = json_copy ((json_t *) entries);
+    //  A quarantined tool is no stage's to offer: an admin has not
+    //  accepted what it says it is
+    json_t *kept = json_array ();
+    for (size_t entry = 0; entry < json_array_size (entries); entry++)
+        if (!dsh_render_quarantined (json_array_get (entries, entry)))
+            json_array_append (kept, json_array_get (entries, entry));
     //  In chain order, each stage judges what the ones before it kept. A
     //  stage that does not answer "allowed" (no such command, another kind)
     //  judges nothing: this is for listing, and the chain still decides

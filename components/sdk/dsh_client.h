@@ -143,7 +143,8 @@ dsh_reply_t *
                         int timeout_ms, char *error, size_t error_size);
 
 //  The tools of entries (a JSON array of tool entries, as LIST gives them)
-//  that agent (NULL: none) could be let to call: every stage of the
+//  that agent (NULL: none) could be let to call. Quarantined ones are left
+//  out (dsh_render_quarantined); then every stage of the
 //  broker's chain (CHAIN) is asked, in order, with the control command
 //  "allowed" {agent, tools}, and each keeps the names it would not refuse
 //  (permission: not denied, asks included; plan: what the agent's mode

@@ -12,7 +12,8 @@
                  annotations?} inside {tools:[...]}
 
     A missing description renders as "", and missing parameters as the empty
-    object schema, since providers insist on both.
+    object schema, since providers insist on both. Quarantined entries are
+    left out of every format, json too: it is what an agent is given.
 
     Markdown is a "## Tools" section: per tool a "### name (title)" heading,
     the description, the hints that are true as bullets, and the parameters
@@ -69,6 +70,19 @@ s_entry_name (const json_t *entry)
     return json_is_object (entry)
          ? json_string_value (json_object_get (entry, "name"))
          : NULL;
+}
+
+bool
+dsh_render_quarantined (const json_t *entry)
+{
+    return json_is_true (json_object_get (entry, "quarantined"));
+}
+
+//  True if the entry is a tool entry an agent may be shown.
+static bool
+s_entry_shown (const json_t *entry)
+{
+    return s_entry_name (entry) && !dsh_render_quarantined (entry);
 }
 
 //  A string member, or "" when missing or not a string.
@@ -372,7 +386,7 @@ s_render_markdown (const json_t *tools)
     json_t *entry;
     size_t shown = 0;
     json_array_foreach (tools, index, entry) {
-        if (s_entry_name (entry)) {
+        if (s_entry_shown (entry)) {
             s_markdown_tool (out, entry);
             shown++;
         }
@@ -405,7 +419,7 @@ dsh_render (const json_t *tools, dsh_render_format_t format)
     size_t index;
     json_t *entry;
     json_array_foreach (tools, index, entry) {
-        if (!s_entry_name (entry))
+        if (!s_entry_shown (entry))
             continue;
         json_t *rendered = format == DSH_RENDER_OPENAI?    s_entry_openai (entry)
                          : format == DSH_RENDER_ANTHROPIC? s_entry_anthropic (entry)

@@ -5,7 +5,9 @@
     {name, description, parameters, title?, annotations?, outputSchema?,
     concurrencySafe?}) and renders it for a prompt or a provider API. Order
     is kept as given (the registry's order is deterministic); handlers never
-    appear, there are none on the wire.
+    appear, there are none on the wire. A tool the broker marked
+    quarantined (its definition is not the pinned one) is never rendered:
+    its new description must not reach an agent before an admin accepts it.
     =========================================================================
 */
 
@@ -13,6 +15,7 @@
 #define DSH_RENDER_H_INCLUDED
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,9 +37,16 @@ dsh_render_format_t
 
 //  Render tools (a JSON array of wire entries) in format. Returns a new
 //  string (JSON text, or markdown), or NULL if tools is not an array.
-//  Entries that are not objects with a string name are skipped.
+//  Entries that are not objects with a string name are skipped, and so are
+//  quarantined ones (dsh_render_quarantined).
 char *
     dsh_render (const json_t *tools, dsh_render_format_t format);
+
+//  True if the broker marked entry quarantined (`quarantined: true`,
+//  PROTOCOL.md, Pins): listed for operators, left out of everything an
+//  agent is shown (renderings, MCP tools/list, dsh_client_allowed).
+bool
+    dsh_render_quarantined (const json_t *entry);
 
 #ifdef __cplusplus
 }

@@ -45,7 +45,10 @@ void
 //  Take an event body (msgpack bytes, untrusted): applied if it is the
 //  next one, dropped if at or below the view's seq, queued while waiting
 //  for a snapshot. A gap, another epoch or a full queue gives RESYNC and
-//  the view waits for a snapshot again.
+//  the view waits for a snapshot again. An event of a kind that names no
+//  change to the tool set (component.*, the pins' tool.changed,
+//  tool.accepted, tool.rejected, tool.forgotten, kinds yet to come) counts
+//  its seq and becomes a notice like any other.
 dsh_view_verdict_t
     dsh_view_event (dsh_view_t *self, const void *data, size_t size,
                     char *error, size_t error_size);
@@ -81,7 +84,8 @@ uint64_t
 size_t
     dsh_view_syncs (dsh_view_t *self);
 
-//  The tool names in registration order as a JSON array (caller owns).
+//  The tool names in registration order as a JSON array (caller owns),
+//  quarantined tools too: the view is the registry as it is.
 json_t *
     dsh_view_tools (dsh_view_t *self);
 

@@ -40,7 +40,10 @@ void
 //  timeout_ms. A notice is either {kind:"snapshot", seq, epoch, tools:[...],
 //  components:[...], broker} after a (re)sync, broker being the front
 //  endpoint the snapshot came from, or a change event {seq, epoch, kind,
-//  component, name?, tool?, tools?, reason?}.
+//  component, name?, tool?, tools?, reason?}. Every event comes through,
+//  kinds this SDK does not know too (tool.changed, tool.accepted,
+//  tool.rejected, tool.forgotten of the broker's pins: a quarantined
+//  tool's entry itself changes by tool.updated, with its marks).
 json_t *
     dsh_watcher_recv (dsh_watcher_t *self, int timeout_ms);
 
@@ -50,7 +53,7 @@ zsock_t *
     dsh_watcher_sock (dsh_watcher_t *self);
 
 //  The names of the tools in the current view, in registration order, as
-//  a JSON array (caller owns).
+//  a JSON array (caller owns); quarantined ones too.
 json_t *
     dsh_watcher_tools (dsh_watcher_t *self);
 

@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync,
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { bin, start, stop, dshTools, waitFor } from './helpers.mjs';
+import { bin, start, stop, dshTools, freshStateDir, waitFor } from './helpers.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const source = path.resolve(process.env.DSH_SOURCE_DIR || path.join(here, '../..'));
@@ -25,7 +25,7 @@ before(async () => {
   mkdirSync(path.join(root, 'scratch'));
   writeFileSync(path.join(root, 'notes.txt'), 'first notes\n');
   const started = await start(bin.broker, ['-c', path.join(source, 'deploy/dsh-broker.cfg'),
-    '-e', 'tcp://127.0.0.1:*'], /listening on (tcp:\/\/\S+)/);
+    '-e', 'tcp://127.0.0.1:*', ...freshStateDir()], /listening on (tcp:\/\/\S+)/);
   broker = started.child;
   endpoint = started.match[1];
   ({ child: bridge } = await start(bin.bridge, ['--broker', endpoint, '--name', 'fs', '--id', 'mcp-fs',

@@ -36,7 +36,7 @@ import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { bin, buildDir, start, startBroker, stop, facadeClient, directClient, waitFor, freePort } from './helpers.mjs';
+import { bin, buildDir, start, startBroker, stop, facadeClient, directClient, waitFor, freePort, freshStateDir } from './helpers.mjs';
 
 const quick = process.argv.includes('--quick');
 const asJson = process.argv.includes('--json');
@@ -222,7 +222,7 @@ const layouts = [
         ['p1', 'p2', 'p3'].map((name) => `    stage\n        name = "${name}"\n        kind = "pass"\n`).join(''));
       let broker, demo;
       try {
-        const started = await start(bin.broker, ['-e', 'tcp://127.0.0.1:*', '-c', config],
+        const started = await start(bin.broker, ['-e', 'tcp://127.0.0.1:*', '-c', config, ...freshStateDir()],
           /listening on (tcp:\/\/\S+)/);
         broker = { child: started.child, endpoint: started.match[1] };
         demo = await startDemo(broker.endpoint);

@@ -3,7 +3,7 @@
 //  approval) kept alive with progress.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { bin, start, startBroker, stop, rawFacade, freePort, waitFor } from './helpers.mjs';
+import { bin, start, startBroker, stop, rawFacade, freePort, freshStateDir, waitFor } from './helpers.mjs';
 
 test('started before the broker: answered at once, then list_changed once the broker is up', async () => {
   const port = await freePort(4);
@@ -18,7 +18,7 @@ test('started before the broker: answered at once, then list_changed once the br
     assert.equal(called.result.isError, true);
     assert.match(called.result.content[0].text, /has not been reached yet/);
 
-    ({ child: broker } = await start(bin.broker, ['-e', endpoint], /listening on/));
+    ({ child: broker } = await start(bin.broker, ['-e', endpoint, ...freshStateDir()], /listening on/));
     ({ child: demo } = await start(bin.demo, ['--broker', endpoint], /serving/));
     await waitFor(() => facade.notifications.some((note) => note.method === 'notifications/tools/list_changed'),
       { what: 'notifications/tools/list_changed' });

@@ -1,7 +1,9 @@
 //  Shared plumbing for the MCP tests: start dsh processes from the build
 //  directory ($DSH_BUILD_DIR), talk to them, and clean up.
 import { spawn, execFile } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -61,10 +63,27 @@ export async function stop(child) {
   clearTimeout(timer);
 }
 
-//  A broker on an ephemeral loopback port; returns {child, endpoint}.
-export async function startBroker() {
-  const { child, match } = await start(bin.broker, ['-e', 'tcp://127.0.0.1:*'], /listening on (tcp:\/\/\S+)/);
-  return { child, endpoint: match[1] };
+//  A broker on an ephemeral loopback port, with extra flags; returns
+//  {child, endpoint, stateDir}. Its store is in a directory of its own
+//  (removed at exit) unless extra names one: a store named after a port
+//  that an earlier run's broker had would hold that broker's pins, and a
+//  tool another server defined differently there would be quarantined.
+const stateDirs = [];
+process.on('exit', () => { for (const dir of stateDirs) fs.rmSync(dir, { recursive: true, force: true }); });
+
+//  ['--state-dir', a new empty directory], for a broker started by hand.
+export function freshStateDir() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dsh-mcp-state-'));
+  stateDirs.push(dir);
+  return ['--state-dir', dir];
+}
+
+export async function startBroker(extra = []) {
+  if (!extra.includes('--state-dir'))
+    extra = [...freshStateDir(), ...extra];
+  const { child, match } = await start(bin.broker, ['-e', 'tcp://127.0.0.1:*', ...extra],
+    /listening on (tcp:\/\/\S+)/);
+  return { child, endpoint: match[1], stateDir: extra[extra.indexOf('--state-dir') + 1] };
 }
 
 export async function startBridge(endpoint, extra = []) {
@@ -78,6 +97,11 @@ function run(file, args, options = {}) {
     execFile(file, args, { maxBuffer: 64 * 1024 * 1024, ...options }, (error, stdout, stderr) =>
       resolve({ code: error ? error.code : 0, stdout, stderr }));
   });
+}
+
+//  The dsh CLI's exit code, stdout and stderr.
+export function dsh(endpoint, ...args) {
+  return run(bin.cli, ['--broker', endpoint, ...args]);
 }
 
 export async function dshTools(endpoint) {

@@ -3,14 +3,17 @@ dsh CLI and Python component processes from the build directory
 ($DSH_BUILD_DIR), on loopback, each wait bounded, every process killed at
 the end."""
 
+import atexit
 import json
 import os
 import random
 import re
 import signal
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -130,9 +133,19 @@ RANDOM_PORTS = ["--announce", "tcp://127.0.0.1:!", "--work", "tcp://127.0.0.1:!"
                 "--events", "tcp://127.0.0.1:!"]
 
 
+def fresh_state_dir():
+    """["--state-dir", a new empty directory] (removed at exit): a store named
+    after a port an earlier run's broker had would hold that broker's pins,
+    and a tool defined differently there would be quarantined."""
+    directory = tempfile.mkdtemp(prefix="dsh-py-state-")
+    atexit.register(shutil.rmtree, directory, True)
+    return ["--state-dir", directory]
+
+
 def start_broker(start, endpoint="tcp://127.0.0.1:!", *extra):
     random = RANDOM_PORTS if endpoint.endswith(":!") else []
-    process = start([BROKER, "-e", endpoint, *random, *extra], r"listening on (tcp://\S+)")
+    state = [] if "--state-dir" in extra else fresh_state_dir()
+    process = start([BROKER, "-e", endpoint, *random, *state, *extra], r"listening on (tcp://\S+)")
     process.endpoint = process.match.group(1)
     return process
 

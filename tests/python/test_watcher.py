@@ -43,6 +43,40 @@ def test_the_clone_rules():
     asyncio.run(main())
 
 
+def test_pin_events_count_their_seq():
+    """tool.changed, tool.accepted, tool.rejected, tool.forgotten change no
+    entry (the quarantined entry itself comes by tool.updated): each counts
+    its seq, no resync, and on_change hears it."""
+    async def main():
+        seen = []
+        watcher = dsh.AsyncWatcher("tcp://127.0.0.1:1", on_change=lambda kind, body: seen.append((kind, body["seq"])))
+        watcher._first = asyncio.get_running_loop().create_future()
+        watcher._take_snapshot({"seq": 10, "epoch": 7, "tools": [{"tool": entry("a"), "providers": ["c"]}]}, "B")
+        marked = dict(event(11, "tool.updated", "a"))
+        marked["tool"] = dict(entry("a"), quarantined=True, digest="5e6f", pinnedDigest="1a2b",
+                              quarantineReason="definition changed since it was pinned")
+        assert watcher._event(marked)
+        assert watcher._event({"seq": 12, "epoch": 7, "kind": "tool.changed", "component": "c", "name": "a",
+                               "digest": "5e6f", "pinnedDigest": "1a2b", "reason": "definition changed",
+                               "diff": '- description: "old"\n+ description: "new"\n'})
+        assert watcher._event({"seq": 13, "epoch": 7, "kind": "tool.rejected", "component": "", "name": "a",
+                               "digest": "5e6f", "by": "admin"})
+        assert watcher._event({"seq": 14, "epoch": 7, "kind": "tool.accepted", "component": "", "name": "a",
+                               "digest": "5e6f", "by": "admin"})
+        assert watcher._event(event(15, "tool.updated", "a"))
+        assert watcher._event({"seq": 16, "epoch": 7, "kind": "tool.forgotten", "component": "", "name": "zz",
+                               "by": "admin"})
+        assert watcher.seq == 16 and watcher.resyncs == 0 and list(watcher.tools) == ["a"]
+        assert "quarantined" not in watcher.tools["a"]
+        assert seen == [("tool.updated", 11), ("tool.changed", 12), ("tool.rejected", 13), ("tool.accepted", 14),
+                        ("tool.updated", 15), ("tool.forgotten", 16)]
+        #  While quarantined, the view has the marks and the renderings leave it out
+        watcher._event(dict(marked, seq=17))
+        assert watcher.entries().quarantined() == ["a"] and watcher.entries().to_anthropic() == []
+        assert not watcher._event({"seq": 19, "epoch": 7, "kind": "tool.accepted", "component": "", "name": "a"})
+    asyncio.run(main())
+
+
 def test_the_view_follows_list(broker):
     component = dsh.Component("watched-py", broker.endpoint)
 

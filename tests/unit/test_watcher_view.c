@@ -1,7 +1,8 @@
 /*  =========================================================================
     test_watcher_view - the Clone rules of dsh_view, fed from bytes: events
     queued until a snapshot, stale ones dropped, gaps and new epochs lost
-    and resynchronised, malformed input ignored, notices in order
+    and resynchronised, malformed input ignored, notices in order, the
+    pins' events (tool.changed...) counted like any other
     =========================================================================
 */
 
@@ -368,6 +369,68 @@ test_lose_takes_a_new_snapshot (void **state)
     dsh_view_destroy (&view);
 }
 
+//  A pins event (tool.changed, tool.accepted, tool.rejected, tool.forgotten)
+//  as the broker publishes it: component "" but for tool.changed.
+static dsh_view_verdict_t
+s_pin_event (dsh_view_t *view, uint64_t seq, const char *kind, const char *name)
+{
+    bool changed = streq (kind, "tool.changed");
+    json_t *body = json_pack ("{s:I, s:I, s:s, s:s, s:s}", "seq", (json_int_t) seq, "epoch", (json_int_t) EPOCH,
+                              "kind", kind, "component", changed? "c1": "", "name", name);
+    if (!streq (kind, "tool.forgotten"))
+        json_object_set_new (body, "digest", json_string ("5e6f7a8b9c0d"));
+    if (changed)
+        json_object_set_new (body, "diff", json_string ("- description: \"Echo.\"\n"
+                                                        "+ description: \"Echo, and mail ~/.ssh.\"\n"));
+    else
+        json_object_set_new (body, "by", json_string ("admin"));
+    return s_event (view, body);
+}
+
+//  The pins' events change no tool name (a quarantined entry changes by
+//  tool.updated, with its marks): each counts its seq, with no gap and no
+//  resync, and reaches the user as it came, queued or live.
+static void
+test_pin_events_count_their_seq (void **state)
+{
+    (void) state;
+    dsh_view_t *view = dsh_view_new (0);
+    assert_int_equal (s_pin_event (view, 11, "tool.changed", "a"), DSH_VIEW_OK);
+    assert_int_equal (s_snapshot (view, 10, EPOCH, (const char *[]) { "a", "b", NULL }), DSH_VIEW_OK);
+    s_assert_notice (view, "snapshot", 10);
+    s_assert_notice (view, "tool.changed", 11);
+    json_t *quarantined = json_pack ("{s:I, s:I, s:s, s:s, s:s, s:{s:s, s:{s:s}, s:b, s:s, s:s, s:s}}",
+                                     "seq", (json_int_t) 12, "epoch", (json_int_t) EPOCH, "kind", "tool.updated",
+                                     "component", "c1", "name", "b", "tool", "name", "b",
+                                     "parameters", "type", "object", "quarantined", 1, "digest", "5e6f7a8b9c0d",
+                                     "pinnedDigest", "1a2b3c4d5e6f",
+                                     "quarantineReason", "definition changed since it was pinned");
+    assert_int_equal (s_event (view, quarantined), DSH_VIEW_OK);
+    assert_int_equal (s_pin_event (view, 13, "tool.changed", "b"), DSH_VIEW_OK);
+    assert_int_equal (s_pin_event (view, 14, "tool.rejected", "b"), DSH_VIEW_OK);
+    assert_int_equal (s_pin_event (view, 15, "tool.accepted", "b"), DSH_VIEW_OK);
+    assert_int_equal (s_tool_event (view, 16, EPOCH, "tool.updated", "b"), DSH_VIEW_OK);
+    assert_int_equal (s_pin_event (view, 17, "tool.forgotten", "gone"), DSH_VIEW_OK);
+    //  A pin event for a name the view does not hold is no tool either
+    s_assert_tools (view, "[\"a\",\"b\"]");
+    s_assert_notice (view, "tool.updated", 12);
+    json_t *notice = dsh_view_notice (view);
+    assert_string_equal (json_string_value (json_object_get (notice, "kind")), "tool.changed");
+    assert_non_null (strstr (json_string_value (json_object_get (notice, "diff")), "+ description:"));
+    json_decref (notice);
+    s_assert_notice (view, "tool.rejected", 14);
+    s_assert_notice (view, "tool.accepted", 15);
+    s_assert_notice (view, "tool.updated", 16);
+    s_assert_notice (view, "tool.forgotten", 17);
+    s_assert_no_notice (view);
+    assert_true (dsh_view_synced (view));
+    assert_int_equal (dsh_view_seq (view), 17);
+    assert_int_equal (dsh_view_syncs (view), 1);
+    //  ...and a missed one is a gap like any other
+    assert_int_equal (s_pin_event (view, 19, "tool.accepted", "a"), DSH_VIEW_RESYNC);
+    dsh_view_destroy (&view);
+}
+
 int
 main (void)
 {
@@ -382,6 +445,7 @@ main (void)
         cmocka_unit_test (test_snapshot_ignored_when_synced),
         cmocka_unit_test (test_malformed_input_is_ignored),
         cmocka_unit_test (test_lose_takes_a_new_snapshot),
+        cmocka_unit_test (test_pin_events_count_their_seq),
     };
     zsys_init ();
     return cmocka_run_group_tests (tests, s_setup, s_teardown);

@@ -36,7 +36,20 @@ export interface ToolEntry {
   parameters: Record<string, unknown>;
   title?: string;
   annotations?: Record<string, boolean>;
+  //  The broker's marks on a tool whose definition is not the pinned one
+  //  (PROTOCOL.md, Pins): its calls are refused QUARANTINED until an admin
+  //  accepts it (`dsh pins accept NAME`)
+  quarantined?: boolean;
+  digest?: string;
+  pinnedDigest?: string;
+  quarantineReason?: string;
   [key: string]: unknown;
+}
+
+//  True if the broker holds entry quarantined: it is listed (LIST, a
+//  watcher's view) for operators, but no agent may be shown it.
+export function isQuarantined(entry: ToolEntry | undefined): boolean {
+  return entry?.quarantined === true;
 }
 
 export interface ClientOptions extends CurveOptions {
@@ -151,7 +164,8 @@ export class Client {
     this.outbox.send(frames('CANCEL', { callId }));
   }
 
-  //  Every tool entry, in registration order (LIST).
+  //  Every tool entry, in registration order (LIST), quarantined ones too,
+  //  with their marks (isQuarantined): leave those out of a prompt.
   async tools(): Promise<ToolEntry[]> {
     const reply = await this.request('LIST', {});
     return Array.isArray(reply.tools) ? reply.tools as ToolEntry[] : [];

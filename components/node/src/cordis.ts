@@ -33,8 +33,9 @@ declare module 'cordis' {
     //  next() to go on, or return a result without calling it to veto.
     'tools/execute'(this: DshTools, exec: PendingExecution,
       next: () => Promise<ToolExecutionResult>): Promise<ToolExecutionResult> | ToolExecutionResult;
-    //  A tool of the swarm was registered, updated or unregistered, or the
-    //  view was replaced whole (kind 'snapshot') (emit).
+    //  A tool of the swarm was registered, updated or unregistered, its pin
+    //  changed (tool.changed, tool.accepted, tool.rejected, tool.forgotten),
+    //  or the view was replaced whole (kind 'snapshot') (emit).
     'tools/change'(this: DshTools, change: ToolsChange): void;
   }
 }
@@ -106,7 +107,7 @@ export class DshTools extends Service {
     return this.registry.get(name);
   }
 
-  //  Every tool of the swarm, in registration order.
+  //  Every tool of the swarm, in registration order, but the quarantined.
   schemas(): ToolSchema[] {
     return this.registry.schemas();
   }

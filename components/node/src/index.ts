@@ -9,7 +9,7 @@ export { defineTool, validateArgs, schemaSpecToJsonSchema, ToolArgsError } from 
 export type {
   SchemaSpec, SchemaProp, SchemaType, InferArgs, JsonSchema, ToolSchema, ToolDefinition, TypedToolDefinition,
 } from './schema.js';
-export { Client } from './client.js';
+export { Client, isQuarantined } from './client.js';
 export type { CallOptions, ClientOptions, Progress, ToolEntry } from './client.js';
 export { Watcher } from './watcher.js';
 export type { ChangeEvent, Refusal, SnapshotNotice } from './watcher.js';

@@ -4,7 +4,7 @@
 //  (its chain applies; an AbortSignal cancels), and tools/change fires on
 //  the broker's change events. A `tools/execute` listener wraps calls made
 //  through this registry, in this process, before they reach the broker.
-import { Client, Progress } from './client.js';
+import { Client, Progress, isQuarantined } from './client.js';
 import { Component, ToolExecution, ToolHandler } from './component.js';
 import { Watcher, ChangeEvent, SnapshotNotice } from './watcher.js';
 import { ToolDefinition, ToolSchema } from './schema.js';
@@ -186,9 +186,11 @@ export class ToolRegistry {
     } as ToolDefinition;
   }
 
-  //  Every tool's schema, in registration order.
+  //  Every tool's schema, in registration order: what a model may be
+  //  shown, so never a tool the broker holds quarantined (its definition is
+  //  not the pinned one; it comes back when an admin accepts it).
   schemas(): ToolSchema[] {
-    return this.watcher.tools() as ToolSchema[];
+    return this.watcher.tools().filter((entry) => !isQuarantined(entry)) as ToolSchema[];
   }
 
   //  Executes one call through this process's tools/execute listeners and

@@ -17,6 +17,11 @@ const HELLO_RETRY_MS = 1000;
 //  before the snapshot is asked for (as the reference watcher does)
 const SUBSCRIBE_SETTLE_MS = 200;
 
+//  A change event as the broker publishes it. Every kind comes through,
+//  also those that change no entry: component.*, and the pins' tool.changed
+//  {digest, pinnedDigest?, reason, diff}, tool.accepted and tool.rejected
+//  {digest, by}, tool.forgotten {by} (a quarantined tool's entry itself
+//  changes by tool.updated, with its marks). Each counts its seq.
 export interface ChangeEvent {
   kind: string;
   seq: number;
@@ -26,6 +31,10 @@ export interface ChangeEvent {
   tool?: ToolEntry;
   tools?: string[];
   reason?: string;
+  digest?: string;
+  pinnedDigest?: string;
+  diff?: string;
+  by?: string;
 }
 
 export interface SnapshotNotice {
@@ -108,7 +117,8 @@ export class Watcher extends EventEmitter {
       .finally(() => this.off('refused', onRefused));
   }
 
-  //  The tool entries, in registration order.
+  //  The tool entries, in registration order, quarantined ones too (with
+  //  their marks).
   tools(): ToolEntry[] {
     return [...this.view.values()];
   }

@@ -251,6 +251,7 @@ const ERROR_NAMES: Record<string, string> = {
   BROKER_GONE: 'BrokerGoneError',
   FORBIDDEN: 'ForbiddenError',
   AUDIT_UNAVAILABLE: 'AuditUnavailableError',
+  QUARANTINED: 'QuarantinedToolError',
 };
 
 //  An error result as dsh makes them: one text block, error {name, code}.

@@ -2,7 +2,9 @@
 //  ($DSH_BUILD_DIR, default ../../build), started on loopback, and killed
 //  when the test file's process exits.
 import { spawn, execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -17,6 +19,12 @@ export const fixtures = path.join(here, 'fixtures');
 
 const children = new Set();
 process.on('exit', () => { for (const child of children) child.kill('SIGKILL'); });
+//  Each broker's store in a directory of its own (startBroker), unless its
+//  flags name one: a store named after a port an earlier run's broker had
+//  would hold that broker's pins, and a tool defined differently there
+//  would be quarantined. Removed here, before the exit below.
+const stateDirs = [];
+process.on('exit', () => { for (const dir of stateDirs) rmSync(dir, { recursive: true, force: true }); });
 //  Then out at once, with the code the test runner set. A natural exit goes
 //  on to free the environment (FreeEnvironment), where Node 20.20 ran the
 //  Node-API finalizers still queued for zeromq's collected sockets and
@@ -97,6 +105,10 @@ const RANDOM_PORTS = ['--announce', 'tcp://127.0.0.1:!', '--work', 'tcp://127.0.
 //  with the child, its front endpoint in child.endpoint.
 export async function startBroker(endpoint = 'tcp://127.0.0.1:!', extra = []) {
   const random = endpoint.endsWith(':!') ? RANDOM_PORTS : [];
+  if (!extra.includes('--state-dir')) {
+    stateDirs.push(mkdtempSync(path.join(os.tmpdir(), 'dsh-node-state-')));
+    extra = ['--state-dir', stateDirs.at(-1), ...extra];
+  }
   const child = await start(bin.broker, ['-e', endpoint, ...random, ...extra], /listening on (tcp:\/\/\S+)/);
   child.endpoint = child.match[1];
   return child;

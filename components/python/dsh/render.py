@@ -9,7 +9,10 @@
              annotations?} inside {tools:[...]}
 
 A missing description renders as "", missing parameters as the empty object
-schema. JSON text is printed as jansson prints it (two-space indent, keys in
+schema. A tool the broker marked `quarantined: true` (its definition is not
+the pinned one, PROTOCOL.md, Pins) is in no rendering, json included: its
+new description must not reach a model before an admin accepts it. The
+entries themselves (Tools, LIST, a watcher's view) keep it, with its marks. JSON text is printed as jansson prints it (two-space indent, keys in
 the order built, reals as %.17g), so the same list gives the same bytes as
 the C CLI.
 """
@@ -99,8 +102,16 @@ def _dump_container(opening, closing, items, indent, depth, out):
     out.append(closing)
 
 
+def quarantined(entry):
+    """True if the broker marked entry quarantined: left out of everything
+    an agent is shown."""
+    return isinstance(entry, dict) and entry.get("quarantined") is True
+
+
 def _named(entries):
-    return [entry for entry in entries if isinstance(entry, dict) and isinstance(entry.get("name"), str)]
+    """The entries an agent may be shown: tool entries, none quarantined."""
+    return [entry for entry in entries
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str) and not quarantined(entry)]
 
 
 def _text(entry, key):
@@ -251,10 +262,16 @@ def render(entries, format="json"):
 
 
 class Tools(list):
-    """Tool entries (maps, as LIST gives them), with their renderings."""
+    """Tool entries (maps, as LIST gives them), with their renderings. The
+    list holds every entry, quarantined ones too; the renderings leave
+    those out."""
 
     def names(self):
         return [entry.get("name") for entry in self]
+
+    def quarantined(self):
+        """The names of the tools the broker holds quarantined."""
+        return [entry.get("name") for entry in self if quarantined(entry)]
 
     def to_openai(self):
         return openai(self)

@@ -14,7 +14,10 @@
        with the next broker of the list.
 
 on_change(kind, event) runs after each applied event and on_snapshot() after
-each snapshot, on the watcher's loop.
+each snapshot, on the watcher's loop. Every kind comes through, those that
+change no entry too (component.*, and the pins' tool.changed, tool.accepted,
+tool.rejected, tool.forgotten: a quarantined tool's entry changes by
+tool.updated, with its marks); each counts its seq.
 """
 
 import asyncio

@@ -36,6 +36,7 @@ ERROR_NAMES = {
     "CANCELLED": "CancelledError",
     "FORBIDDEN": "ForbiddenError",
     "AUDIT_UNAVAILABLE": "AuditUnavailableError",
+    "QUARANTINED": "QuarantinedToolError",
     "BROKER_GONE": "BrokerGoneError",
 }
 
