@@ -16,6 +16,9 @@ block's text promises is checked:
                      in its records, the approved write_file's record names
                      its approver, the DENIED ones name the stage that
                      refused, and the chain verifies
+  pins-and-grants    every line exits 0, after using-it: echo is pinned
+                     (the main job's pins are tofu), show prints its
+                     digest, --json parses, and the grants list answers
   c-component        compiled with the README's pkg-config line (against the
                      build tree's uninstalled libdsh), called by `dsh call`;
                      a second copy under the same id logs its refusal
@@ -62,7 +65,7 @@ README = os.environ.get("DSH_README") or os.path.join(SOURCE, "README.md")
 CONFIG = os.environ.get("DSH_BROKER_CONFIG") or os.path.join(SOURCE, "deploy", "dsh-broker.cfg")
 README_ENDPOINT = "tcp://127.0.0.1:7570"
 MARKER = re.compile(r"<!-- readme-test: (\S+) -->\n```(\w*)\n(.*?)\n```", re.S)
-BLOCKS = ["using-it", "auditing", "c-component", "python-client", "python-component", "typescript",
+BLOCKS = ["using-it", "auditing", "pins-and-grants", "c-component", "python-client", "python-component", "typescript",
           "mcp-client-config"]
 #  Where the MCP client config says the checkout is
 README_CHECKOUT = "/path/to/dsh"
@@ -325,6 +328,33 @@ def test_auditing(code, env, work):
                 fail("auditing", "%r: the refusals do not say which stage refused: %s" % (command, out.strip()[:400]))
         if command.endswith("audit verify") and '"ok": true' not in out:
             fail("auditing", "%r: the chain does not verify: %s" % (command, out.strip()[:300]))
+
+
+def test_pins_and_grants(code, env, work):
+    lines = [line for line in code.split("\n") if line.strip() and not line.lstrip().startswith("#")]
+    prefix = "\n".join(line for line in lines if re.match(r"^[A-Za-z_]\w*=", line))
+    for line in lines:
+        if re.match(r"^[A-Za-z_]\w*=", line):
+            continue
+        command = line.split("#", 1)[0].strip()
+        print("readme: pins-and-grants: %s" % command, flush=True)
+        rc, out, err = run(prefix + "\n" + line, env, cwd=work, shell=True)
+        if rc != 0:
+            fail("pins-and-grants", "%r: exit %s: %s" % (command, rc, (err or out).strip()[:300]))
+            continue
+        words = command.replace("$dsh", "dsh").split()
+        if words == ["dsh", "pins"] and not re.search(r"^echo\s+pinned\s", out, re.M):
+            fail("pins-and-grants", "%r: echo is not listed as pinned: %s" % (command, out.strip()[:300]))
+        if words[:3] == ["dsh", "pins", "show"] and not re.search(r"[0-9a-f]{64}", out):
+            fail("pins-and-grants", "%r: no digest shown: %s" % (command, out.strip()[:300]))
+        if "--json" in words:
+            try:
+                reply = json.loads(out)
+            except ValueError as error:
+                fail("pins-and-grants", "%r: not JSON (%s): %s" % (command, error, out.strip()[:300]))
+                continue
+            if reply.get("policy") != "tofu" or not any(pin.get("name") == "echo" for pin in reply.get("pins", [])):
+                fail("pins-and-grants", "%r: not the main job's pins: %s" % (command, out.strip()[:300]))
 
 
 def test_c_component(code, env, work):
@@ -665,6 +695,7 @@ def main():
             return 1
         steps = [("using-it", lambda code: test_using_it(code, env, work)),
                  ("auditing", lambda code: test_auditing(code, env, work)),
+                 ("pins-and-grants", lambda code: test_pins_and_grants(code, env, work)),
                  ("c-component", lambda code: test_c_component(code, env, work)),
                  ("python-client", lambda code: test_python_client(code, env, work, endpoint)),
                  ("python-component", lambda code: test_python_component(code, env, work, endpoint)),
