@@ -1649,10 +1649,13 @@ s_handle_hello (self_t *self, s_request_t *request)
     s_reply_begin (&packer, request);
     msgpack_packer *pk = &packer.pk;
     if (slot) {
+        //  The chain's version too: what an external permission stage
+        //  binds its grants to
         dsh_pack_cstr (pk, "stage");
-        msgpack_pack_map (pk, 2);
+        msgpack_pack_map (pk, 3);
         dsh_packer_kv_str (&packer, "feed", feed);
         dsh_packer_kv_str (&packer, "drain", drain);
+        dsh_packer_kv_str (&packer, "chainVersion", dsh_chain_version (self->chain));
     }
     dsh_pack_cstr (pk, "protocol");
     msgpack_pack_uint32 (pk, DSH_PROTOCOL_VERSION);

@@ -682,6 +682,7 @@ typedef struct {
     char *agent;                //  "" if the call has none
     char definition_digest [DSH_DIGEST_SIZE + 1];
     char arguments_digest [DSH_DIGEST_SIZE + 1];
+    char *chain_version;        //  of the chain the call came down
     bool grantable;             //  grants are on, and both digests could be made
     json_t *summary;            //  the PENDING body
     int timer_id;               //  -1 once fired
@@ -708,6 +709,7 @@ s_request_destroy (s_request_t **self_p)
         zstr_free (&self->id);
         zstr_free (&self->tool);
         zstr_free (&self->agent);
+        zstr_free (&self->chain_version);
         json_decref (self->summary);
         free (self);
         *self_p = NULL;
@@ -963,7 +965,7 @@ s_request_subject (self_t *self, s_request_t *request)
     return (dsh_permission_subject_t) {
         .stage = self->name, .agent = request->agent, .tool = request->tool,
         .definition_digest = request->definition_digest, .arguments_digest = request->arguments_digest,
-        .chain_version = self->chain_version
+        .chain_version = request->chain_version
     };
 }
 
@@ -1438,6 +1440,7 @@ s_request_open (self_t *self, dsh_stage_call_t *call, const dsh_permission_subje
     request->tool = strdup (subject->tool);
     request->agent = strdup (subject->agent);
     snprintf (request->definition_digest, sizeof (request->definition_digest), "%s", subject->definition_digest);
+    request->chain_version = strdup (subject->chain_version);
     snprintf (request->arguments_digest, sizeof (request->arguments_digest), "%s", subject->arguments_digest);
     request->grantable = grantable;
     request->timer_id = -1;
@@ -1460,7 +1463,7 @@ s_request_open (self_t *self, dsh_stage_call_t *call, const dsh_permission_subje
     //  What a decision is bound to, and what a grant made from it would be
     json_object_set_new (request->summary, "definitionDigest", json_string (request->definition_digest));
     json_object_set_new (request->summary, "argumentsDigest", json_string (request->arguments_digest));
-    json_object_set_new (request->summary, "chainVersion", json_string (self->chain_version));
+    json_object_set_new (request->summary, "chainVersion", json_string (request->chain_version));
     json_object_set_new (request->summary, "receivedMs", json_integer ((json_int_t) now_ms));
     json_object_set_new (request->summary, "closesMs",
                          json_integer ((json_int_t) (now_ms + closes_at - zclock_mono ())));
@@ -1523,9 +1526,13 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     bool digested = dsh_digest_definition (dsh_stage_call_tool (call), definition) == 0
                  && dsh_digest_value (dsh_stage_call_arguments (call), arguments) == 0;
     const char *agent = dsh_stage_call_agent (call);
+    //  An external stage's call says its broker's chain; an inline one's is
+    //  the context's
+    const char *version = dsh_stage_call_chain_version (call);
     dsh_permission_subject_t subject = {
         .stage = self->name, .agent = agent? agent: "", .tool = tool,
-        .definition_digest = definition, .arguments_digest = arguments, .chain_version = self->chain_version
+        .definition_digest = definition, .arguments_digest = arguments,
+        .chain_version = version? version: self->chain_version
     };
     bool grantable = digested && dsh_permission_policy_grants (self->policy);
     dsh_permission_grant_t *grant = grantable? s_grant_find (self, &subject): NULL;

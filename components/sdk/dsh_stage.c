@@ -44,6 +44,7 @@ typedef struct {
     zhashx_t *calls;            //  chain token -> dsh_stage_call_t *
     zsock_t *front;             //  DEALER to the broker's front; NULL: not attached by HELLO
     char *broker_id;            //  WELCOME's `broker`
+    char *chain_version;        //  WELCOME's stage `chainVersion`, or NULL
     int heartbeat_ms;           //  WELCOME's, else the defaults
     int liveness;
     int64_t heard;              //  when the front last answered
@@ -160,6 +161,7 @@ s_link_destroy (s_link_t **self_p)
             zloop_reader_end (self->stage->loop, self->front);
         zsock_destroy (&self->front);
         zstr_free (&self->broker_id);
+        zstr_free (&self->chain_version);
         zstr_free (&self->broker);
         free (self);
         *self_p = NULL;
@@ -651,6 +653,7 @@ typedef struct {
     char *feed;                 //  NULL: the broker did not answer yet
     char *drain;
     char *broker_id;            //  WELCOME's, when attached by HELLO
+    char *chain_version;        //  WELCOME's stage `chainVersion`, or NULL
     bool attached;              //  by HELLO: the link follows the broker's front
     int heartbeat_ms;           //  the broker's (WELCOME), for dsh_sock_heal
     int liveness;
@@ -665,6 +668,7 @@ s_slot_destroy (s_slot_t **self_p)
         zstr_free (&self->feed);
         zstr_free (&self->drain);
         zstr_free (&self->broker_id);
+        zstr_free (&self->chain_version);
         free (self);
         *self_p = NULL;
     }
@@ -780,6 +784,9 @@ s_link_welcome (s_link_t *self, dsh_doc_t *doc)
     zstr_free (&drain_endpoint);
     zstr_free (&self->broker_id);
     self->broker_id = strdup (broker_id);
+    const char *version = dsh_doc_strdup (doc, dsh_map_get (slot, "chainVersion"));
+    zstr_free (&self->chain_version);
+    self->chain_version = version? strdup (version): NULL;
     self->hello_due = 0;
     self->ping_due = zclock_mono () + self->heartbeat_ms;
 }
@@ -878,6 +885,7 @@ s_link_connect (dsh_stage_t *stage, s_slot_t *slot)
         zloop_reader (stage->loop, self->front, s_link_front_recv, self);
         self->heard = zclock_mono ();
         self->broker_id = slot->broker_id? strdup (slot->broker_id): NULL;
+        self->chain_version = slot->chain_version? strdup (slot->chain_version): NULL;
         if (slot->feed)
             self->ping_due = zclock_mono () + self->heartbeat_ms;
         else
@@ -1022,6 +1030,8 @@ s_welcome_slot (dsh_stage_t *self, const char *broker, zmsg_t *reply)
                                dsh_map_int_in (dsh_doc_root (doc), "liveness", 1, 1000, DSH_DEFAULT_LIVENESS));
             const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "broker"));
             slot->broker_id = broker_id? strdup (broker_id): NULL;
+            const char *version = dsh_doc_strdup (doc, dsh_map_get (stage, "chainVersion"));
+            slot->chain_version = version? strdup (version): NULL;
             slot->attached = true;
             zstr_free (&feed_endpoint);
             zstr_free (&drain_endpoint);
@@ -1285,6 +1295,13 @@ int64_t
 dsh_stage_call_deadline (dsh_stage_call_t *call)
 {
     return call->deadline_ms;
+}
+
+const char *
+dsh_stage_call_chain_version (dsh_stage_call_t *call)
+{
+    assert (call);
+    return call->link? call->link->chain_version: NULL;
 }
 
 bool

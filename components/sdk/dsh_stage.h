@@ -246,6 +246,12 @@ const msgpack_object *
 int64_t
     dsh_stage_call_deadline (dsh_stage_call_t *call);
 
+//  The version of the configuration of the chain the call came down, as
+//  the broker of its link said at attach (WELCOME's stage chainVersion),
+//  or NULL (an inline stage: its context's chain_version says it).
+const char *
+    dsh_stage_call_chain_version (dsh_stage_call_t *call);
+
 //  The boolean annotation of the called tool (e.g. "readOnlyHint"), or
 //  fallback if the tool is unknown or the annotation is absent.
 bool

@@ -11,6 +11,8 @@
     arguments; a new grant lets the asks it covers go; `grants` lists a
     grant and `revoke` ends it; with grants = false only once-decisions
     hold; the audit record of a call a grant let through names the grant.
+    The binding and a grant hold the same way in an external permission
+    stage (dsh-stage), whose chain version comes from its broker's WELCOME.
     =========================================================================
 */
 
@@ -32,6 +34,7 @@
 
 typedef struct {
     dsh_testproc_t *broker;
+    dsh_testproc_t *stage;          //  dsh-stage, when the stage is external
     dsh_testproc_t *demo;
     dsh_client_t *client;
     zsock_t *approver;              //  a raw DEALER on the approvals socket
@@ -142,14 +145,21 @@ s_decide (rig_t *self, const char *id, const char *fields)
 //  The rig
 
 //  The rig, with extra settings (ZPL lines at the stage's depth) for the
-//  permission stage.
+//  permission stage; external: the stage is a dsh-stage process.
 static int
-s_setup_with (void **state, const char *extra)
+s_setup_as (void **state, const char *extra, bool external)
 {
     rig_t *self = (rig_t *) zmalloc (sizeof (rig_t));
     assert_non_null (self);
     snprintf (self->root, sizeof (self->root), "/tmp/dsh-grants-XXXXXX");
     assert_non_null (mkdtemp (self->root));
+    const char *settings_format =
+        "        approval_timeout_ms = 20000\n"
+        "%s"
+        "        rule\n"
+        "            tool = \"echo\"\n"
+        "            action = \"ask\"\n";
+    char *settings = zsys_sprintf (settings_format, extra);
     char *config = zsys_sprintf (
         "broker\n"
         "    name = \"grants\"\n"
@@ -157,16 +167,34 @@ s_setup_with (void **state, const char *extra)
         "chain\n"
         "    stage\n"
         "        name = \"" STAGE "\"\n"
-        "        kind = \"permission\"\n"
+        "        kind = \"%s\"\n"
         "        timeout_ms = 30000\n"
-        "        approval_timeout_ms = 20000\n"
-        "%s"
-        "        rule\n"
-        "            tool = \"echo\"\n"
-        "            action = \"ask\"\n", self->root, extra);
+        "%s", self->root, external? "external": "permission", external? "": settings);
     self->broker = dsh_testkit_broker_config (200, config, self->endpoint, sizeof (self->endpoint));
     zstr_free (&config);
     assert_non_null (self->broker);
+    if (external) {
+        //  The same settings, at the root of the stage's own file
+        char *path = zsys_sprintf ("%s/stage.cfg", self->root);
+        FILE *file = fopen (path, "w");
+        assert_non_null (file);
+        for (const char *line = settings; *line; ) {
+            const char *end = strchr (line, '\n');
+            size_t length = end? (size_t) (end - line + 1): strlen (line);
+            fprintf (file, "%.*s", (int) (length > 8? length - 8: 0), line + (length > 8? 8: length));
+            line += length;
+        }
+        fclose (file);
+        const char *argv [] = { "components/middleware/dsh-stage", "--broker", self->endpoint, "--name", STAGE,
+                                "--kind", "permission", "--config", path, NULL };
+        self->stage = dsh_testproc_start (argv);
+        assert_non_null (self->stage);
+        char *line = dsh_testproc_wait_line (self->stage, "attached", WAIT_MS);
+        assert_non_null (line);
+        free (line);
+        zstr_free (&path);
+    }
+    zstr_free (&settings);
     self->demo = dsh_testkit_component (DEMO, self->endpoint, "demo", NULL);
     assert_non_null (self->demo);
     assert_int_equal (dsh_testkit_wait_tools (self->endpoint, "", DSH_TESTKIT_DEMO_TOOLS, 5000), 0);
@@ -207,13 +235,19 @@ s_setup_with (void **state, const char *extra)
 static int
 s_setup (void **state)
 {
-    return s_setup_with (state, "");
+    return s_setup_as (state, "", false);
 }
 
 static int
 s_setup_no_grants (void **state)
 {
-    return s_setup_with (state, "        grants = false\n");
+    return s_setup_as (state, "        grants = false\n", false);
+}
+
+static int
+s_setup_external (void **state)
+{
+    return s_setup_as (state, "", true);
 }
 
 static int
@@ -223,6 +257,7 @@ s_teardown (void **state)
     zsock_destroy (&self->approver);
     dsh_client_destroy (&self->client);
     dsh_testproc_destroy (&self->demo);
+    dsh_testproc_destroy (&self->stage);
     dsh_testproc_destroy (&self->broker);
     zdir_t *dir = zdir_new (self->root, NULL);
     if (dir)
@@ -397,7 +432,17 @@ test_request_is_bound (void **state)
     dsh_doc_destroy (&doc);
     msgpack_sbuffer_destroy (&sbuf);
     assert_string_equal (arguments, expected);
-    assert_true (json_is_string (json_object_get (pending, "chainVersion")));
+    //  The chain's version, as CHAIN says it (an external stage has it
+    //  from its broker's WELCOME)
+    dsh_reply_t *chain = dsh_client_request (self->client, DSH_CHAIN, NULL, WAIT_MS, error, sizeof (error));
+    assert_non_null (chain);
+    json_t *chain_body = dsh_reply_json (chain);
+    const char *version = json_string_value (json_object_get (chain_body, "version"));
+    assert_non_null (version);
+    assert_int_equal (strlen (version), 16);
+    assert_string_equal (json_string_value (json_object_get (pending, "chainVersion")), version);
+    json_decref (chain_body);
+    dsh_reply_destroy (&chain);
     json_int_t received = json_integer_value (json_object_get (pending, "receivedMs"));
     json_int_t closes = json_integer_value (json_object_get (pending, "closesMs"));
     assert_true (received >= before && received <= zclock_time ());
@@ -749,6 +794,8 @@ main (void)
 {
     const struct CMUnitTest tests [] = {
         cmocka_unit_test_setup_teardown (test_request_is_bound, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_request_is_bound, s_setup_external, s_teardown),
+        cmocka_unit_test_setup_teardown (test_grant_for_the_tool, s_setup_external, s_teardown),
         cmocka_unit_test_setup_teardown (test_wrong_decision_is_refused, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_grant_for_the_tool, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_grant_for_arguments, s_setup, s_teardown),
