@@ -712,6 +712,7 @@ s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *bod
 }
 
 static void s_hold (self_t *self, dsh_record_t *record, zmq_msg_t *body);
+static bool s_quarantined (self_t *self, const char *tool, char *text, size_t size);
 
 //  The host a component's WORK connection comes from (its peer address),
 //  read once per connection, for the audit; NULL if unknown.
@@ -836,6 +837,13 @@ s_refill (self_t *self, const char *component)
             break;
         }
         dsh_catalog_waiting (self->catalog, component, -1);
+        //  Held a while: its tool may have been quarantined meanwhile
+        char text [DSH_NAME_MAX * 3 + 512];
+        if (s_quarantined (self, record->tool, text, sizeof (text))) {
+            zmq_msg_close (&body);
+            s_answer_error (self, &record, DSH_E_QUARANTINED, text);
+            continue;
+        }
         s_send_dispatched (self, record, &body);
     }
 }
