@@ -1,7 +1,7 @@
 /*  =========================================================================
     dsh_audit - the audit trail's two threads: a writer that appends
     records in batches, and a reader that answers queries and follows the
-    stored modes
+    stored state (modes, pins, grants)
 
     The queue between the registry and the writer is a linked list under
     a mutex with a condition variable: a push is a few pointer moves, and
@@ -102,7 +102,7 @@ struct _dsh_audit_t {
     pthread_cond_t wake;
     dsh_audit_trail_t *head, *tail;     //  the queue
     size_t queued;              //  trails in it
-    zlistx_t *modes;            //  mode changes to write (s_mode_t *), under lock
+    zlistx_t *changes;          //  durable state to write (s_change_t *), under lock
     bool stopping;
     bool sleeping;              //  the writer waits on wake: a push signals it
     int64_t stop_deadline_ms;
@@ -136,10 +136,10 @@ typedef struct {
     char *set_by;               //  mode: who; grant: the grant's JSON text
     int64_t set_ms;             //  mode: when; grant: when it expires; revoke: when
     dsh_pin_op_t *pin;          //  pin: the change
-} s_mode_t;
+} s_change_t;
 
 static void
-s_mode_destroy (s_mode_t **self_p)
+s_change_destroy (s_change_t **self_p)
 {
     if (*self_p) {
         zstr_free (&(*self_p)->agent);
@@ -153,7 +153,7 @@ s_mode_destroy (s_mode_t **self_p)
 
 //  Write one state change. Returns 0, or -1 with a reason.
 static int
-s_state_write (dsh_store_t *store, s_mode_t *change, char *error, size_t error_size)
+s_state_write (dsh_store_t *store, s_change_t *change, char *error, size_t error_size)
 {
     if (change->kind == S_STATE_PIN)
         return dsh_store_pin_write (store, change->pin, error, error_size);
@@ -715,16 +715,16 @@ s_record (dsh_audit_t *self, dsh_audit_trail_t *trail, dsh_store_row_t *row, cha
 //  The writer
 
 static void
-s_take (dsh_audit_t *self, dsh_audit_trail_t **list_p, zlistx_t **modes_p)
+s_take (dsh_audit_t *self, dsh_audit_trail_t **list_p, zlistx_t **changes_p)
 {
     *list_p = self->head;
     self->head = self->tail = NULL;
     self->queued = 0;
-    *modes_p = NULL;
-    if (zlistx_size (self->modes)) {
-        *modes_p = self->modes;
-        self->modes = zlistx_new ();
-        zlistx_set_destructor (self->modes, (zlistx_destructor_fn *) s_mode_destroy);
+    *changes_p = NULL;
+    if (zlistx_size (self->changes)) {
+        *changes_p = self->changes;
+        self->changes = zlistx_new ();
+        zlistx_set_destructor (self->changes, (zlistx_destructor_fn *) s_change_destroy);
     }
 }
 
@@ -828,17 +828,17 @@ s_writer (void *arg)
     atomic_store (&self->healthy, store != NULL);
     dsh_audit_trail_t *pending = NULL;      //  taken, not written yet
     dsh_audit_trail_t *pending_tail = NULL;
-    zlistx_t *modes_pending = zlistx_new ();
-    zlistx_set_destructor (modes_pending, (zlistx_destructor_fn *) s_mode_destroy);
+    zlistx_t *changes_pending = zlistx_new ();
+    zlistx_set_destructor (changes_pending, (zlistx_destructor_fn *) s_change_destroy);
     int retry_ms = S_RETRY_MIN_MS;
     //  Retention runs a second after the first write, then every minute
     int64_t next_prune = 0;
     while (true) {
         pthread_mutex_lock (&self->lock);
-        if (!self->head && !zlistx_size (self->modes) && !self->stopping) {
+        if (!self->head && !zlistx_size (self->changes) && !self->stopping) {
             struct timespec until;
             clock_gettime (CLOCK_REALTIME, &until);
-            int wait_ms = pending || zlistx_size (modes_pending)? retry_ms: 1000;
+            int wait_ms = pending || zlistx_size (changes_pending)? retry_ms: 1000;
             until.tv_sec += wait_ms / 1000;
             until.tv_nsec += (long) (wait_ms % 1000) * 1000000;
             if (until.tv_nsec >= 1000000000) {
@@ -859,8 +859,8 @@ s_writer (void *arg)
             pthread_mutex_lock (&self->lock);
         }
         dsh_audit_trail_t *taken;
-        zlistx_t *modes;
-        s_take (self, &taken, &modes);
+        zlistx_t *changes;
+        s_take (self, &taken, &changes);
         bool stopping = self->stopping;
         int64_t stop_deadline = self->stop_deadline_ms;
         pthread_mutex_unlock (&self->lock);
@@ -874,29 +874,30 @@ s_writer (void *arg)
                 pending = taken;
             pending_tail = last;
         }
-        if (modes) {
-            s_mode_t *mode;
-            while ((mode = (s_mode_t *) zlistx_detach (modes, NULL)))
-                zlistx_add_end (modes_pending, mode);
-            zlistx_destroy (&modes);
+        if (changes) {
+            s_change_t *change;
+            while ((change = (s_change_t *) zlistx_detach (changes, NULL)))
+                zlistx_add_end (changes_pending, change);
+            zlistx_destroy (&changes);
         }
         if (!store) {
             store = s_open (self, &last_log_ms);
         }
         bool failed = store == NULL;
-        //  Modes first: they are few, and a call after `dsh mode` should see it
-        while (store && !failed && zlistx_size (modes_pending)) {
-            s_mode_t *mode = (s_mode_t *) zlistx_first (modes_pending);
+        //  State first: changes are few, and a call after `dsh mode` (or an
+        //  accept, a grant) should find it
+        while (store && !failed && zlistx_size (changes_pending)) {
+            s_change_t *change = (s_change_t *) zlistx_first (changes_pending);
             char error [512];
-            if (s_state_write (store, mode, error, sizeof (error))) {
+            if (s_state_write (store, change, error, sizeof (error))) {
                 dsh_log_warning ("dsh-broker: audit store: could not keep %s %s: %s",
-                                 mode->kind == S_STATE_MODE? "the mode of agent":
-                                 mode->kind == S_STATE_PIN? "the pin of tool": "grant",
-                                 mode->kind == S_STATE_PIN? mode->pin->pin->name: mode->agent, error);
+                                 change->kind == S_STATE_MODE? "the mode of agent":
+                                 change->kind == S_STATE_PIN? "the pin of tool": "grant",
+                                 change->kind == S_STATE_PIN? change->pin->pin->name: change->agent, error);
                 failed = true;
             }
             else
-                zlistx_delete (modes_pending, zlistx_cursor (modes_pending));
+                zlistx_delete (changes_pending, zlistx_cursor (changes_pending));
         }
         //  A best-effort audit says what it lost, in the chain, once it can
         uint64_t dropped = atomic_load (&self->dropped);
@@ -939,7 +940,7 @@ s_writer (void *arg)
             s_prune (self, store);
             next_prune = zclock_mono () + S_PRUNE_EVERY_MS;
         }
-        if (stopping && ((!pending && !zlistx_size (modes_pending)) || zclock_mono () >= stop_deadline)) {
+        if (stopping && ((!pending && !zlistx_size (changes_pending)) || zclock_mono () >= stop_deadline)) {
             if (pending) {
                 size_t left = 0;
                 while (pending) {
@@ -967,13 +968,13 @@ s_writer (void *arg)
             pthread_mutex_unlock (&self->lock);
         }
     }
-    zlistx_destroy (&modes_pending);
+    zlistx_destroy (&changes_pending);
     dsh_store_destroy (&store);
     return NULL;
 }
 
 //  ---------------------------------------------------------------------
-//  The reader: AUDIT queries and the stored modes
+//  The reader: AUDIT queries and the stored state (modes, pins, grants)
 
 typedef struct {
     msgpack_packer *pk;
@@ -1357,8 +1358,8 @@ dsh_audit_new (const dsh_audit_config_t *config)
               strncmp (config->store, "postgres", 8) == 0? "postgresql": "sqlite");
     pthread_mutex_init (&self->lock, NULL);
     pthread_cond_init (&self->wake, NULL);
-    self->modes = zlistx_new ();
-    zlistx_set_destructor (self->modes, (zlistx_destructor_fn *) s_mode_destroy);
+    self->changes = zlistx_new ();
+    zlistx_set_destructor (self->changes, (zlistx_destructor_fn *) s_change_destroy);
     atomic_init (&self->queue_bytes, 0);
     atomic_init (&self->healthy, false);
     atomic_init (&self->records, 0);
@@ -1402,7 +1403,7 @@ dsh_audit_destroy (dsh_audit_t **self_p, int timeout_ms)
             dsh_audit_trail_destroy (&self->head);
             self->head = next;
         }
-        zlistx_destroy (&self->modes);
+        zlistx_destroy (&self->changes);
         pthread_cond_destroy (&self->wake);
         pthread_mutex_destroy (&self->lock);
         zstr_free (&self->store_location);
@@ -1509,10 +1510,10 @@ dsh_audit_query (dsh_audit_t *self, zmsg_t **envelope_p, zframe_t **body_p)
 }
 
 static void
-s_state_push (dsh_audit_t *self, s_mode_t *change)
+s_state_push (dsh_audit_t *self, s_change_t *change)
 {
     pthread_mutex_lock (&self->lock);
-    zlistx_add_end (self->modes, change);
+    zlistx_add_end (self->changes, change);
     pthread_cond_signal (&self->wake);
     pthread_mutex_unlock (&self->lock);
 }
@@ -1523,7 +1524,7 @@ dsh_audit_pins_write (dsh_audit_t *self, zlistx_t **ops_p)
     assert (ops_p);
     dsh_pin_op_t *op;
     while (self && *ops_p && (op = (dsh_pin_op_t *) zlistx_detach (*ops_p, NULL))) {
-        s_mode_t *change = (s_mode_t *) zmalloc (sizeof (s_mode_t));
+        s_change_t *change = (s_change_t *) zmalloc (sizeof (s_change_t));
         assert (change);
         change->kind = S_STATE_PIN;
         change->pin = op;
@@ -1537,7 +1538,7 @@ dsh_audit_grant_keep (dsh_audit_t *self, const char *id, const char *stage, cons
 {
     if (!self || !id || !stage || !grant)
         return;
-    s_mode_t *change = (s_mode_t *) zmalloc (sizeof (s_mode_t));
+    s_change_t *change = (s_change_t *) zmalloc (sizeof (s_change_t));
     assert (change);
     change->kind = S_STATE_GRANT;
     change->agent = strdup (id);
@@ -1552,7 +1553,7 @@ dsh_audit_grant_revoke (dsh_audit_t *self, const char *id)
 {
     if (!self || !id)
         return;
-    s_mode_t *change = (s_mode_t *) zmalloc (sizeof (s_mode_t));
+    s_change_t *change = (s_change_t *) zmalloc (sizeof (s_change_t));
     assert (change);
     change->kind = S_STATE_REVOKE;
     change->agent = strdup (id);
@@ -1565,16 +1566,13 @@ dsh_audit_mode_set (dsh_audit_t *self, const char *agent, const char *mode, cons
 {
     if (!self || !agent)
         return;
-    s_mode_t *change = (s_mode_t *) zmalloc (sizeof (s_mode_t));
+    s_change_t *change = (s_change_t *) zmalloc (sizeof (s_change_t));
     assert (change);
     change->agent = strdup (agent);
     change->mode = s_dup (mode);
     change->set_by = s_dup (set_by);
     change->set_ms = zclock_time ();
-    pthread_mutex_lock (&self->lock);
-    zlistx_add_end (self->modes, change);
-    pthread_cond_signal (&self->wake);
-    pthread_mutex_unlock (&self->lock);
+    s_state_push (self, change);
 }
 
 zsock_t *

@@ -10,6 +10,12 @@
                         anchor (the last record pruned: seq 0 and 64 "0"
                         until something is)
         dsh_modes       agent -> mode, who set it and when
+        dsh_pins        tool name -> the pinned definition's digest and
+                        Typed JSON, who first offered it (component, key)
+                        and when, who accepted it and when, a rejected
+                        digest (dsh_pins)
+        dsh_grants      grant id -> its stage, its JSON (as the permission
+                        stage made it), when it expires, when revoked
         dsh_schema      the tables' version (1)
     They are created if missing, in one transaction: on SQLite under BEGIN
     IMMEDIATE, on PostgreSQL under a transaction-scoped advisory lock,

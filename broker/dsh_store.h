@@ -1,7 +1,8 @@
 /*  =========================================================================
     dsh_store - the broker's durable state: the audit trail and the swarm's
-    settings (per-agent modes), in SQLite (one file per broker, the
-    default) or PostgreSQL (every broker of a swarm in one database)
+    settings (per-agent modes, pinned tool definitions, approvers' grants),
+    in SQLite (one file per broker, the default) or PostgreSQL (every
+    broker of a swarm in one database)
 
     One interface, two back ends, chosen by the location: "postgresql://"
     or "postgres://" (a libpq connection URI) is PostgreSQL; anything else
