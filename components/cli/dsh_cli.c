@@ -938,18 +938,28 @@ s_schemas (options_t *options)
 //  Sends a control command to stage and returns its reply body (without
 //  the id) as JSON. NULL, with the reason on stderr and *exit_code set, if
 //  no reply came or the stage said {ok: false}.
+//  A client of the broker at endpoint, for one request, or NULL with the
+//  reason in error and *exit_code set.
+static dsh_client_t *
+s_client_at (const char *endpoint, int *exit_code, char *error, size_t error_size)
+{
+    dsh_client_t *client = dsh_client_new (endpoint);
+    if (!client) {
+        snprintf (error, error_size, "cannot connect to broker at %s", endpoint);
+        *exit_code = EXIT_NO_BROKER;
+    }
+    return client;
+}
+
 //  A control command through the broker at endpoint; the reply body, or
 //  NULL with the reason in error and *exit_code set.
 static json_t *
 s_control_at (options_t *options, const char *endpoint, const char *stage, const char *command, json_t *args,
               int *exit_code, char *error, size_t error_size)
 {
-    dsh_client_t *client = dsh_client_new (endpoint);
-    if (!client) {
-        snprintf (error, error_size, "cannot connect to broker at %s", endpoint);
-        *exit_code = EXIT_NO_BROKER;
+    dsh_client_t *client = s_client_at (endpoint, exit_code, error, error_size);
+    if (!client)
         return NULL;
-    }
     int timeout_ms = options->timeout_ms? options->timeout_ms: CONTROL_TIMEOUT_MS;
     dsh_reply_t *reply = dsh_client_control (client, stage, command, args, timeout_ms, error, error_size);
     dsh_client_destroy (&client);
@@ -2448,12 +2458,9 @@ static json_t *
 s_pins_at (options_t *options, const char *endpoint, json_t *request, int *exit_code,
            char *error, size_t error_size)
 {
-    dsh_client_t *client = dsh_client_new (endpoint);
-    if (!client) {
-        snprintf (error, error_size, "cannot connect to broker at %s", endpoint);
-        *exit_code = EXIT_NO_BROKER;
+    dsh_client_t *client = s_client_at (endpoint, exit_code, error, error_size);
+    if (!client)
         return NULL;
-    }
     int timeout_ms = options->timeout_ms? options->timeout_ms: PINS_TIMEOUT_MS;
     dsh_reply_t *reply = dsh_client_query (client, DSH_PINS, request, timeout_ms, error, error_size);
     dsh_client_destroy (&client);
@@ -2751,12 +2758,9 @@ s_pins (options_t *options)
 static zlistx_t *
 s_permission_stages (options_t *options, const char *endpoint, int *exit_code, char *error, size_t error_size)
 {
-    dsh_client_t *client = dsh_client_new (endpoint);
-    if (!client) {
-        snprintf (error, error_size, "cannot connect to broker at %s", endpoint);
-        *exit_code = EXIT_NO_BROKER;
+    dsh_client_t *client = s_client_at (endpoint, exit_code, error, error_size);
+    if (!client)
         return NULL;
-    }
     int timeout_ms = options->timeout_ms? options->timeout_ms: QUERY_TIMEOUT_MS;
     dsh_reply_t *reply = dsh_client_request (client, DSH_CHAIN, NULL, timeout_ms, error, error_size);
     dsh_client_destroy (&client);
