@@ -1460,8 +1460,9 @@ s_apply_pins (self_t *self, zframe_t *frame)
 {
     if (!self->pins)
         return;
+    //  An array, not a message body (dsh_proto_decode_body wants a map)
     char reason [128];
-    dsh_doc_t *doc = dsh_proto_decode_body (frame, reason, sizeof (reason));
+    dsh_doc_t *doc = dsh_doc_new (zframe_data (frame), zframe_size (frame), reason, sizeof (reason));
     const msgpack_object *root = doc? dsh_doc_root (doc): NULL;
     if (!root || root->type != MSGPACK_OBJECT_ARRAY) {
         dsh_doc_destroy (&doc);
