@@ -20,14 +20,24 @@
     answer the polls it is not asked, and a query it leaves unanswered is
     the round's last, so a round costs at most one query timeout too.
 
-    Pending calls' arguments are shown only to a viewer that presented the
+    Pending calls' arguments are shown only to a viewer that presented a
     token; following a CURVE broker (with a key that may list pending
     approvals) the monitor needs a token, even on loopback.
+
+    The page acts too (dsh_monitor_access says who may): while a page
+    session polls /api/approvals, the monitor is an approver of the
+    chain's permission stages (dsh_monitor_approver), and the page's
+    Allow and Deny go out as DECIDE with who used the page; its Accept of
+    a quarantined tool is PINS accept, which the broker allows an admin
+    key only. Each poll also asks PINS list (and PINS show of each newly
+    quarantined definition, for its diff).
     =========================================================================
 */
 
 #include "dsh_monitor_httpd.h"
 #include "dsh_log.h"
+#include "dsh_monitor_access.h"
+#include "dsh_monitor_approver.h"
 #include "dsh_monitor_audit.h"
 #include "dsh_monitor_metrics.h"
 #include "dsh_monitor_model.h"
@@ -52,6 +62,14 @@
 //  An idle event stream gets a comment this often, so that proxies and
 //  the server's own connection timeout leave it open
 #define KEEPALIVE_MS            15000
+//  While the monitor is an approver, the loop wakes at least this often
+#define APPROVER_TICK_MS        250
+//  Quarantined definitions whose diff one poll asks for (PINS show), at most
+#define PIN_SHOWS_PER_POLL      8
+//  What a page session polls, and where its Accept goes
+#define APPROVALS_PATH          "/api/approvals"
+#define PINS_ACCEPT_PATH        "/api/pins/accept"
+#define PIN_NAME_MAX            255
 
 typedef struct {
     const char *broker;
@@ -65,7 +83,13 @@ typedef struct {
     dsh_watcher_t *watcher;
     dsh_monitor_model_t *model;
     dsh_monitor_httpd_t *httpd;
+    zpoller_t *poller;
+    dsh_monitor_approver_t *approver;
     bool reachable;             //  as of the last poll
+    int64_t next_poll;          //  monotonic ms
+    int64_t watched;            //  a page session's last poll, monotonic ms
+    json_t *pins;               //  tool name -> pin, as the last PINS list said
+    json_t *pin_shows;          //  tool name -> {offeredDigest, diff}: PINS show of a quarantined definition
 } self_t;
 
 //  ---------------------------------------------------------------------
@@ -118,7 +142,91 @@ s_poll_pending (self_t *self, const json_t *stages)
     return pending;
 }
 
-//  One poll: {reachable, error?, stats?, statsError?, ping?, chain?, pending?}.
+//  The diff of name's quarantined definition offered_digest: PINS show's,
+//  asked once per definition (while *shows_left allows), or NULL.
+static json_t *
+s_pin_diff (self_t *self, const char *name, const char *offered_digest, int *shows_left)
+{
+    json_t *shown = json_object_get (self->pin_shows, name);
+    const char *digest = json_string_value (json_object_get (shown, "offeredDigest"));
+    if (shown && digest && offered_digest && streq (digest, offered_digest))
+        return json_object_get (shown, "diff");
+    if (*shows_left == 0)
+        return NULL;
+    (*shows_left)--;
+    char error [512] = "";
+    json_t *query = json_pack ("{s:s, s:s}", "op", "show", "name", name);
+    dsh_reply_t *reply = dsh_client_query (self->client, DSH_PINS, query, QUERY_TIMEOUT_MS, error, sizeof error);
+    json_decref (query);
+    json_t *body = reply? s_reply_json (reply, DSH_PINS, error, sizeof error): NULL;
+    dsh_reply_destroy (&reply);
+    json_t *pin = json_object_get (body, "pin");
+    json_t *diff = json_object_get (pin, "diff");
+    json_t *offered = json_object_get (pin, "offeredDigest");
+    if (json_is_string (diff))
+        json_object_set_new (self->pin_shows, name, json_pack ("{s:O?, s:O}", "offeredDigest", offered, "diff", diff));
+    json_decref (body);
+    return json_object_get (json_object_get (self->pin_shows, name), "diff");
+}
+
+//  The pins (PINS list) as the poll gives them to the page: {policy,
+//  pinned, quarantined: [pin with its diff]}, or pinsError {code, error}.
+static void
+s_poll_pins (self_t *self, json_t *poll)
+{
+    char error [512] = "";
+    json_t *query = json_pack ("{s:s}", "op", "list");
+    dsh_reply_t *reply = dsh_client_query (self->client, DSH_PINS, query, QUERY_TIMEOUT_MS, error, sizeof error);
+    json_decref (query);
+    json_t *body = reply? s_reply_json (reply, DSH_PINS, error, sizeof error): NULL;
+    if (!body) {
+        const char *code = reply? dsh_reply_error_code (reply): NULL;
+        json_object_set_new (poll, "pinsError", json_pack ("{s:s, s:s}", "code", code? code: "UNAVAILABLE",
+                                                           "error", error));
+        dsh_reply_destroy (&reply);
+        json_object_clear (self->pins);
+        return;
+    }
+    dsh_reply_destroy (&reply);
+    json_object_clear (self->pins);
+    json_t *quarantined = json_array ();
+    json_int_t pinned = 0;
+    int shows_left = PIN_SHOWS_PER_POLL;
+    size_t index;
+    json_t *pin;
+    json_array_foreach (json_object_get (body, "pins"), index, pin) {
+        const char *name = json_string_value (json_object_get (pin, "name"));
+        const char *state = json_string_value (json_object_get (pin, "state"));
+        if (!name || !state)
+            continue;
+        json_object_set (self->pins, name, pin);
+        if (!streq (state, "quarantined")) {
+            pinned++;
+            continue;
+        }
+        json_t *row = json_copy (pin);
+        json_t *diff = s_pin_diff (self, name, json_string_value (json_object_get (pin, "offeredDigest")),
+                                   &shows_left);
+        if (diff)
+            json_object_set (row, "diff", diff);
+        json_array_append_new (quarantined, row);
+    }
+    //  Diffs of definitions no longer quarantined are of no use
+    const char *name;
+    json_t *shown;
+    void *next;
+    json_object_foreach_safe (self->pin_shows, next, name, shown) {
+        const char *state = json_string_value (json_object_get (json_object_get (self->pins, name), "state"));
+        if (!state || !streq (state, "quarantined"))
+            json_object_del (self->pin_shows, name);
+    }
+    json_object_set_new (poll, "pins", json_pack ("{s:O?, s:I, s:o}", "policy", json_object_get (body, "policy"),
+                                                  "pinned", pinned, "quarantined", quarantined));
+    json_decref (body);
+}
+
+//  One poll: {reachable, error?, stats?, statsError?, ping?, chain?, pending?,
+//  pins?, pinsError?}. While a page watches, the approver follows the chain.
 static json_t *
 s_poll (self_t *self)
 {
@@ -152,9 +260,11 @@ s_poll (self_t *self)
     json_t *stages = json_object_get (chain, "stages");
     if (json_is_array (stages)) {
         json_object_set (poll, "chain", stages);
+        dsh_monitor_approver_connect (self->approver, self->client, stages, QUERY_TIMEOUT_MS);
         json_object_set_new (poll, "pending", s_poll_pending (self, stages));
     }
     json_decref (chain);
+    s_poll_pins (self, poll);
     //  Replies that came after their query gave up are of no use now
     while ((reply = dsh_client_recv (self->client, 0)))
         dsh_reply_destroy (&reply);
@@ -193,47 +303,6 @@ s_ask_audit (self_t *self, const json_t *query)
         json_object_set_new (answer, "error", json_string (error));
     dsh_reply_destroy (&reply);
     return answer;
-}
-
-//  Answers every question waiting. A page asks at each poll, and pages
-//  with the same filters ask the same query: the broker is asked each
-//  different one once a round, and after a query it left unanswered it is
-//  not asked again this round.
-static void
-s_take_questions (self_t *self)
-{
-    json_t *answers = json_array ();
-    bool silent = false;
-    const char *path;
-    uint64_t id;
-    bool trusted;
-    json_t *query;
-    while ((query = dsh_monitor_httpd_recv (self->httpd, &path, &id, &trusted))) {
-        assert (streq (path, DSH_MONITOR_AUDIT_PATH));
-        json_t *answer = NULL;
-        size_t index;
-        json_t *known;
-        json_array_foreach (answers, index, known)
-            if (json_equal (json_object_get (known, "query"), query)) {
-                answer = known;
-                break;
-            }
-        if (!answer) {
-            answer = silent? json_pack ("{s:O, s:s}", "query", query, "error", "the broker did not answer a query "
-                                        "just before this one"): s_ask_audit (self, query);
-            silent |= !json_object_get (answer, "reply") && !json_object_get (answer, "code");
-            json_array_append_new (answers, answer);
-        }
-        unsigned int status;
-        json_t *view = dsh_monitor_audit_view (answer, trusted, &status);
-        char *text = json_dumps (view, JSON_COMPACT);
-        const char *body = text? text: "{\"ok\":false,\"error\":\"the answer cannot be encoded\"}";
-        dsh_monitor_httpd_answer (self->httpd, id, text? status: 500, "application/json", body, strlen (body));
-        free (text);
-        json_decref (view);
-        json_decref (query);
-    }
-    json_decref (answers);
 }
 
 //  ---------------------------------------------------------------------
@@ -356,34 +425,277 @@ s_take_poll (self_t *self)
     s_publish (self, "stats");
 }
 
+//  ---------------------------------------------------------------------
+//  Questions and the page's actions
+
+//  What one round of questions shares: the AUDIT answers asked so far,
+//  and whether the broker left one unanswered.
+typedef struct {
+    json_t *audit_answers;
+    bool silent;
+} s_round_t;
+
+static void
+s_answer_json (self_t *self, uint64_t id, unsigned int status, json_t *doc)
+{
+    char *text = json_dumps (doc, JSON_COMPACT);
+    const char *body = text? text: "{\"ok\":false,\"error\":\"the answer cannot be encoded\"}";
+    dsh_monitor_httpd_answer (self->httpd, id, text? status: 500, "application/json", body, strlen (body));
+    free (text);
+    json_decref (doc);
+}
+
+//  The latest calls. A page asks at each poll, and pages with the same
+//  filters ask the same query: the broker is asked each different one
+//  once a round, and after a query it left unanswered it is not asked
+//  again this round.
+static void
+s_answer_audit (self_t *self, json_t *query, const dsh_monitor_httpd_question_t *question, s_round_t *round)
+{
+    json_t *answer = NULL;
+    size_t index;
+    json_t *known;
+    json_array_foreach (round->audit_answers, index, known)
+        if (json_equal (json_object_get (known, "query"), query)) {
+            answer = known;
+            break;
+        }
+    if (!answer) {
+        answer = round->silent? json_pack ("{s:O, s:s}", "query", query, "error", "the broker did not answer a "
+                                           "query just before this one"): s_ask_audit (self, query);
+        round->silent |= !json_object_get (answer, "reply") && !json_object_get (answer, "code");
+        json_array_append_new (round->audit_answers, answer);
+    }
+    unsigned int status;
+    json_t *view = dsh_monitor_audit_view (answer, question->trusted, &status);
+    s_answer_json (self, question->id, status, view);
+}
+
+//  A page session's poll: it is watching, so the monitor is an approver
+//  (from the next poll, which comes now); it is shown the open requests,
+//  arguments and all, each with its tool's pin, and the approver's state.
+static void
+s_answer_approvals (self_t *self, json_t *asked, const dsh_monitor_httpd_question_t *question, s_round_t *round)
+{
+    (void) asked;
+    (void) round;
+    self->watched = zclock_mono ();
+    if (!dsh_monitor_approver_active (self->approver)) {
+        dsh_monitor_approver_set_active (self->approver, true);
+        self->next_poll = self->watched;
+    }
+    json_t *pending = dsh_monitor_model_pending (self->model);
+    size_t index;
+    json_t *request;
+    json_array_foreach (pending, index, request) {
+        json_t *pin = json_object_get (self->pins, json_string_value (json_object_get (request, "tool")));
+        json_t *copy = json_copy (request);
+        json_object_set (copy, "pin", pin? pin: json_null ());
+        json_array_set_new (pending, index, copy);
+    }
+    json_t *doc = json_pack ("{s:b, s:s, s:I, s:o, s:o, s:b}", "ok", 1, "actor", question->actor,
+                             "nowMs", (json_int_t) zclock_time (), "approver",
+                             dsh_monitor_approver_state (self->approver), "pending", pending,
+                             "reachable", self->reachable);
+    s_answer_json (self, question->id, 200, doc);
+}
+
+//  Allow or Deny from the page: answered when the stage's outcome comes.
+static void
+s_answer_decide (self_t *self, json_t *decision, const dsh_monitor_httpd_question_t *question, s_round_t *round)
+{
+    (void) round;
+    char error [512];
+    if (dsh_monitor_approver_decide (self->approver, question->id, decision, question->actor, error, sizeof error))
+        s_answer_json (self, question->id, 503, json_pack ("{s:b, s:s, s:s}", "ok", 0, "code", "UNAVAILABLE",
+                                                           "error", error));
+    else
+        zsys_info ("dsh-monitor: %s decides request %s of stage \"%s\": %s%s%s", question->actor,
+                   json_string_value (json_object_get (decision, "id")),
+                   json_string_value (json_object_get (decision, "stage")),
+                   json_string_value (json_object_get (decision, "outcome")),
+                   json_object_get (decision, "scope")? ", scope ": "",
+                   json_object_get (decision, "scope")? json_string_value (json_object_get (decision, "scope")): "");
+}
+
+//  An Accept's body: {name, digest}, the definition the page showed.
+static json_t *
+s_check_accept (const json_t *body, char *error, size_t error_size)
+{
+    const char *name = json_string_value (json_object_get (body, "name"));
+    const char *digest = json_string_value (json_object_get (body, "digest"));
+    if (json_object_size (body) != 2 || !name || !*name || strlen (name) > PIN_NAME_MAX
+    ||  !digest || !*digest || strlen (digest) > 64 || strspn (digest, "0123456789abcdef") != strlen (digest)) {
+        snprintf (error, error_size, "an accept is {name, digest}: the tool's name and the hex digest of the "
+                  "definition shown");
+        return NULL;
+    }
+    return json_pack ("{s:s, s:s, s:s}", "op", "accept", "name", name, "digest", digest);
+}
+
+//  Accept from the page: PINS accept, as the monitor's key may (an admin's).
+static void
+s_answer_accept (self_t *self, json_t *query, const dsh_monitor_httpd_question_t *question, s_round_t *round)
+{
+    (void) round;
+    char error [512] = "";
+    dsh_reply_t *reply = dsh_client_query (self->client, DSH_PINS, query, QUERY_TIMEOUT_MS, error, sizeof error);
+    json_t *body = reply && streq (dsh_reply_command (reply), DSH_PINS)? dsh_reply_json (reply): NULL;
+    if (body) {
+        json_decref (body);
+        zsys_info ("dsh-monitor: %s accepted the definition %.12s of \"%s\"", question->actor,
+                   json_string_value (json_object_get (query, "digest")),
+                   json_string_value (json_object_get (query, "name")));
+        s_answer_json (self, question->id, 200, json_pack ("{s:b}", "ok", 1));
+        //  The page's list of quarantined tools follows at once
+        self->next_poll = zclock_mono ();
+    }
+    else {
+        const char *code = reply? dsh_reply_error_code (reply): NULL;
+        const char *text = reply? dsh_reply_text (reply): NULL;
+        unsigned int status = !reply? 504: code && streq (code, DSH_E_FORBIDDEN)? 403: 409;
+        s_answer_json (self, question->id, status, json_pack ("{s:b, s:s, s:s}", "ok", 0,
+                                                              "code", code? code: reply? "ERROR": "TIMEOUT",
+                                                              "error", text? text: error));
+    }
+    dsh_reply_destroy (&reply);
+}
+
+//  A session's poll takes no query parameters.
+static json_t *
+s_check_nothing (const json_t *parameters, char *error, size_t error_size)
+{
+    if (json_object_size (parameters)) {
+        snprintf (error, error_size, "%s takes no query parameters", APPROVALS_PATH);
+        return NULL;
+    }
+    return json_object ();
+}
+
+typedef void (s_answer_fn) (self_t *self, json_t *asked, const dsh_monitor_httpd_question_t *question,
+                            s_round_t *round);
+
+//  Every path the loop answers per request.
+static const struct {
+    const char *path;
+    dsh_monitor_httpd_access_t access;
+    dsh_monitor_httpd_check_fn *check;
+    s_answer_fn *answer;
+} s_questions [] = {
+    { DSH_MONITOR_AUDIT_PATH, DSH_MONITOR_HTTPD_ASK_READ, dsh_monitor_audit_query, s_answer_audit },
+    { APPROVALS_PATH, DSH_MONITOR_HTTPD_ASK_SESSION, s_check_nothing, s_answer_approvals },
+    { DSH_MONITOR_APPROVER_DECIDE_PATH, DSH_MONITOR_HTTPD_ASK_ACTION, dsh_monitor_approver_check_decision,
+      s_answer_decide },
+    { PINS_ACCEPT_PATH, DSH_MONITOR_HTTPD_ASK_ACTION, s_check_accept, s_answer_accept },
+};
+#define QUESTION_PATHS (sizeof s_questions / sizeof s_questions [0])
+
+//  Answers every question waiting.
+static void
+s_take_questions (self_t *self)
+{
+    s_round_t round = { .audit_answers = json_array () };
+    dsh_monitor_httpd_question_t question;
+    json_t *asked;
+    while ((asked = dsh_monitor_httpd_recv (self->httpd, &question))) {
+        size_t index = 0;
+        while (index < QUESTION_PATHS && !streq (s_questions [index].path, question.path))
+            index++;
+        assert (index < QUESTION_PATHS);
+        s_questions [index].answer (self, asked, &question, &round);
+        json_decref (asked);
+    }
+    json_decref (round.audit_answers);
+}
+
+//  What the approver learnt: requests opened and resolved go to the
+//  model (and the page at once), the outcomes of the page's decisions to
+//  their questions.
+static void
+s_take_approver (self_t *self)
+{
+    json_t *notices = dsh_monitor_approver_take (self->approver);
+    bool changed = false;
+    size_t index;
+    json_t *notice;
+    json_array_foreach (notices, index, notice) {
+        const char *kind = json_string_value (json_object_get (notice, "kind"));
+        const char *stage = json_string_value (json_object_get (notice, "stage"));
+        if (streq (kind, "pending")) {
+            dsh_monitor_model_pending_open (self->model, stage, json_object_get (notice, "request"));
+            changed = true;
+        }
+        else
+        if (streq (kind, "resolved")) {
+            dsh_monitor_model_pending_close (self->model, stage, json_string_value (json_object_get (notice, "id")));
+            changed = true;
+        }
+        else {
+            uint64_t ticket = (uint64_t) json_integer_value (json_object_get (notice, "ticket"));
+            const char *code = json_string_value (json_object_get (notice, "code"));
+            unsigned int status = json_is_true (json_object_get (notice, "ok"))? 200
+                                : streq (code, "TIMEOUT")? 504: streq (code, "UNAVAILABLE")? 503: 409;
+            json_t *doc = json_deep_copy (notice);
+            json_object_del (doc, "kind");
+            json_object_del (doc, "ticket");
+            s_answer_json (self, ticket, status, doc);
+        }
+    }
+    json_decref (notices);
+    if (changed)
+        s_publish (self, "stats");
+}
+
+//  No page has polled for a while: nobody is there to decide.
+static void
+s_check_watched (self_t *self)
+{
+    if (dsh_monitor_approver_active (self->approver)
+    &&  zclock_mono () - self->watched > DSH_MONITOR_APPROVER_WATCHED_MS) {
+        dsh_monitor_approver_set_active (self->approver, false);
+        if (self->verbose)
+            zsys_info ("dsh-monitor: no page watches: no longer an approver");
+    }
+}
+
 static void
 s_run (self_t *self)
 {
     int questions = dsh_monitor_httpd_fd (self->httpd);
-    zpoller_t *poller = zpoller_new (dsh_watcher_sock (self->watcher), &questions, NULL);
-    int64_t next_poll = zclock_mono ();
+    self->poller = zpoller_new (dsh_watcher_sock (self->watcher), &questions, NULL);
+    self->approver = dsh_monitor_approver_new (self->poller);
+    self->next_poll = zclock_mono ();
     int64_t next_keepalive = zclock_mono () + KEEPALIVE_MS;
     while (!zsys_interrupted) {
-        int64_t wait_ms = next_poll - zclock_mono ();
-        void *which = zpoller_wait (poller, wait_ms > 0? (int) wait_ms: 0);
-        if (zpoller_terminated (poller))
+        int64_t wait_ms = self->next_poll - zclock_mono ();
+        if (dsh_monitor_approver_active (self->approver) && wait_ms > APPROVER_TICK_MS)
+            wait_ms = APPROVER_TICK_MS;
+        void *which = zpoller_wait (self->poller, wait_ms > 0? (int) wait_ms: 0);
+        if (zpoller_terminated (self->poller))
             break;
-        //  Both, whichever woke us: neither waits behind a stream of the other
+        //  All, whichever woke us: none waits behind a stream of another
         if (which) {
+            dsh_monitor_approver_recv (self->approver, which);
             s_take_notices (self);
             s_take_questions (self);
         }
+        dsh_monitor_approver_tick (self->approver);
+        s_check_watched (self);
+        s_take_approver (self);
         int64_t now = zclock_mono ();
-        if (now >= next_poll) {
+        if (now >= self->next_poll) {
             s_take_poll (self);
-            next_poll = zclock_mono () + self->poll_ms;
+            self->next_poll = zclock_mono () + self->poll_ms;
+            s_take_approver (self);
         }
         if (now >= next_keepalive) {
             dsh_monitor_httpd_broadcast (self->httpd, DSH_MONITOR_HTTPD_EVERYONE, NULL, NULL);
             next_keepalive = now + KEEPALIVE_MS;
         }
     }
-    zpoller_destroy (&poller);
+    //  The GOODBYE: with nobody left to ask, the stages deny at once again
+    dsh_monitor_approver_destroy (&self->approver);
+    zpoller_destroy (&self->poller);
 }
 
 //  ---------------------------------------------------------------------
@@ -398,14 +710,18 @@ s_usage (FILE *stream)
         "                   [--poll-ms N] [--events N] [--cert FILE --broker-cert FILE] [-v]\n"
         "Watch a dsh swarm: a live page at /, Prometheus metrics at /metrics, JSON at\n"
         "/api/tools, /api/stats and /api/audit (the latest calls, from the broker's audit\n"
-        "trail), Server-Sent Events at /api/events.\n"
+        "trail), Server-Sent Events at /api/events. While a page is open the monitor is an\n"
+        "approver of the chain's permission stages: the page's Allow and Deny decide pending\n"
+        "calls, and its Accept releases a quarantined tool (PINS accept; an admin key's).\n"
         "  --broker ENDPOINT[,ENDPOINT...]\n"
         "                     the broker's front endpoint, or a list of brokers followed one\n"
         "                     at a time (default: $DSH_BROKER, else %s)\n"
         "  --http HOST:PORT   where to serve HTTP (default %s; port 0: any free one)\n"
-        "  --token-file FILE  a bearer token (the file's first line) every request must carry;\n"
-        "                     required when HOST is not loopback or with --cert; only a\n"
-        "                     request with it is shown pending calls' arguments (default: none)\n"
+        "  --token-file FILE  bearer tokens, one a line: \"NAME TOKEN\", or \"TOKEN\" alone (named\n"
+        "                     \"token\"); every request must carry one; required when HOST is\n"
+        "                     not loopback or with --cert; a request with one is shown pending\n"
+        "                     calls' arguments, and the page's Allow, Deny and Accept act as\n"
+        "                     its NAME (default: none: only a loopback peer acts, as \"loopback\")\n"
         "  --http-per-address N\n"
         "                     HTTP connections open at once from one IP address, 0 for no\n"
         "                     limit, up to %d (default %d)\n"
@@ -524,13 +840,12 @@ main (int argc, char *argv [])
     zsys_set_logstream (dsh_log_stream (stderr));
     zsys_init ();
     zsys_set_logstream (dsh_log_stream (stderr));
-    char *token = NULL;
-    if (self.token_file && !(token = dsh_http_read_token (self.token_file, error, sizeof error))) {
+    dsh_monitor_tokens_t *tokens = NULL;
+    if (self.token_file && !(tokens = dsh_monitor_tokens_read (self.token_file, error, sizeof error))) {
         fprintf (stderr, "dsh-monitor: %s\n", error);
         return 2;
     }
-    self.httpd = dsh_monitor_httpd_new (self.http, token, &self.limits, error, sizeof error);
-    zstr_free (&token);
+    self.httpd = dsh_monitor_httpd_new (self.http, &tokens, &self.limits, error, sizeof error);
     if (!self.httpd) {
         fprintf (stderr, "dsh-monitor: --http %s: %s\n", self.http, error);
         //  Refused by the rules is a usage error; a port in use is not
@@ -557,7 +872,11 @@ main (int argc, char *argv [])
         return 1;
     }
     self.model = dsh_monitor_model_new ((size_t) self.events);
-    dsh_monitor_httpd_ask (self.httpd, DSH_MONITOR_AUDIT_PATH, dsh_monitor_audit_query);
+    self.pins = json_object ();
+    self.pin_shows = json_object ();
+    for (size_t index = 0; index < QUESTION_PATHS; index++)
+        dsh_monitor_httpd_ask (self.httpd, s_questions [index].path, s_questions [index].access,
+                               s_questions [index].check);
     dsh_monitor_httpd_publish (self.httpd, DSH_MONITOR_HTTPD_EVERYONE, "/", "text/html; charset=utf-8",
                                dsh_monitor_page, dsh_monitor_page_size);
     s_publish (&self, NULL);
@@ -571,6 +890,8 @@ main (int argc, char *argv [])
     dsh_watcher_destroy (&self.watcher);
     dsh_client_destroy (&self.client);
     dsh_monitor_model_destroy (&self.model);
+    json_decref (self.pins);
+    json_decref (self.pin_shows);
     zstr_free (&resolved);
     return 0;
 }

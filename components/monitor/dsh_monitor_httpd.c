@@ -8,7 +8,9 @@
     documents and the streams. A stream whose queue is empty suspends its
     connection from the content reader and is resumed when bytes arrive.
     A question suspends its connection under the lock, so that the loop's
-    answer, which resumes it under the lock too, always comes after.
+    answer, which resumes it under the lock too, always comes after. An
+    action's question gathers its body first, over MHD's calls with the
+    uploaded bytes, and is asked at the last one.
     =========================================================================
 */
 
@@ -30,6 +32,8 @@
 #define CONNECTION_TIMEOUT_S    60
 #define READER_BLOCK_SIZE       (16 * 1024)
 #define KEEPALIVE               ": keepalive\n\n"
+#define NOT_AN_ACTOR            "only a request with the monitor's token, or from loopback to a monitor " \
+                                "without one, may act"
 
 //  A published body.
 typedef struct {
@@ -57,6 +61,7 @@ typedef struct {
 //  A path the loop answers.
 typedef struct {
     char *path;
+    dsh_monitor_httpd_access_t access;
     dsh_monitor_httpd_check_fn *check;
 } s_asker_t;
 
@@ -64,11 +69,16 @@ typedef struct {
 //  completion callback.
 typedef struct {
     s_request_kind_t kind;      //  REQUEST_QUESTION
-    void *handle;               //  in httpd->questions
+    void *handle;               //  in httpd->questions, once asked
     struct MHD_Connection *connection;
     uint64_t id;
-    const char *path;           //  its asker's
+    s_asker_t *asker;
     bool trusted;
+    const char *actor;          //  a token's name or "loopback"; NULL for a read
+    bool uploading;             //  an action's body is coming in
+    char *upload;               //  ... what came of it
+    size_t upload_size;
+    bool upload_too_large;
     json_t *asked;              //  what the check gave, until the loop takes it
     bool taken;                 //  by the loop
     bool answered;              //  then the response is below
@@ -80,8 +90,10 @@ typedef struct {
 
 struct _dsh_monitor_httpd_t {
     dsh_http_server_t *server;
-    char *token;
-    char session [65];          //  the cookie's value: random, made at start
+    dsh_monitor_tokens_t *tokens;   //  NULL: none
+    //  Each token's cookie value: random, made at start
+    char cookies [DSH_MONITOR_TOKENS_MAX][65];
+    dsh_monitor_sessions_t *sessions;   //  the pages' CSRF tokens
     bool loopback;
     int port;
     pthread_mutex_t lock;
@@ -120,6 +132,7 @@ s_question_destroy (s_question_t **question_p)
 {
     s_question_t *question = *question_p;
     if (question) {
+        free (question->upload);
         json_decref (question->asked);
         free (question->content_type);
         free (question->body);
@@ -173,8 +186,9 @@ s_content_reader (void *cls, uint64_t pos, char *buf, size_t max)
 //  ---------------------------------------------------------------------
 //  Answers
 
+//  A 405 says which methods the path takes.
 static enum MHD_Result
-s_reply (struct MHD_Connection *connection, unsigned int status, const char *text)
+s_reply_allow (struct MHD_Connection *connection, unsigned int status, const char *text, const char *allow)
 {
     struct MHD_Response *response = MHD_create_response_from_buffer (strlen (text), (void *) text,
                                                                      MHD_RESPMEM_MUST_COPY);
@@ -183,34 +197,85 @@ s_reply (struct MHD_Connection *connection, unsigned int status, const char *tex
     if (status == MHD_HTTP_UNAUTHORIZED)
         MHD_add_response_header (response, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header (response, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+        MHD_add_response_header (response, MHD_HTTP_HEADER_ALLOW, allow);
     enum MHD_Result result = MHD_queue_response (connection, status, response);
     MHD_destroy_response (response);
     return result;
 }
 
-//  Whether the request presented the token (as a bearer or the session
-//  cookie); never without a token.
-static bool
-s_trusted (dsh_monitor_httpd_t *self, struct MHD_Connection *connection)
+static enum MHD_Result
+s_reply (struct MHD_Connection *connection, unsigned int status, const char *text)
 {
-    if (!self->token)
-        return false;
-    if (dsh_http_bearer_ok (connection, self->token))
-        return true;
-    const char *cookie = MHD_lookup_connection_value (connection, MHD_COOKIE_KIND, COOKIE_NAME);
-    return cookie && dsh_http_token_equal (cookie, strlen (cookie), self->session);
+    return s_reply_allow (connection, status, text, "GET, HEAD");
 }
 
-//  GET /?token=TOKEN: a browser trades the token for the session cookie,
+//  "Forbidden: why", for a request that may not do what it asks.
+static enum MHD_Result
+s_forbid (struct MHD_Connection *connection, const char *why)
+{
+    char *text = zsys_sprintf ("Forbidden: %s\n", why);
+    enum MHD_Result result = s_reply (connection, MHD_HTTP_FORBIDDEN, text);
+    zstr_free (&text);
+    return result;
+}
+
+//  The index of the token the request presented (as a bearer or a
+//  token's session cookie), or -1; always -1 without tokens.
+static int
+s_token_index (dsh_monitor_httpd_t *self, struct MHD_Connection *connection)
+{
+    if (!self->tokens)
+        return -1;
+    const char *header = MHD_lookup_connection_value (connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (header && strncasecmp (header, "Bearer ", 7) == 0) {
+        const char *given = header + 7;
+        size_t size = strnlen (given, DSH_HTTP_TOKEN_MAX + 1);
+        int index = size <= DSH_HTTP_TOKEN_MAX? dsh_monitor_tokens_match (self->tokens, given, size): -1;
+        if (index >= 0)
+            return index;
+    }
+    const char *cookie = MHD_lookup_connection_value (connection, MHD_COOKIE_KIND, COOKIE_NAME);
+    int found = -1;
+    for (size_t index = 0; cookie && index < dsh_monitor_tokens_size (self->tokens); index++)
+        if (dsh_http_token_equal (cookie, strlen (cookie), self->cookies [index]))
+            found = (int) index;
+    return found;
+}
+
+//  Who the request acts as: the name of the token it presented; without
+//  tokens, "loopback" for a loopback peer; else NULL.
+static const char *
+s_actor (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, int token)
+{
+    if (token >= 0)
+        return dsh_monitor_tokens_name (self->tokens, (size_t) token);
+    if (self->tokens)
+        return NULL;
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info (connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    struct sockaddr_storage peer = { 0 };
+    if (!info || !info->client_addr)
+        return NULL;
+    if (info->client_addr->sa_family == AF_INET)
+        memcpy (&peer, info->client_addr, sizeof (struct sockaddr_in));
+    else
+    if (info->client_addr->sa_family == AF_INET6)
+        memcpy (&peer, info->client_addr, sizeof (struct sockaddr_in6));
+    else
+        return NULL;
+    return dsh_http_addr_is_loopback (&peer)? DSH_MONITOR_LOOPBACK_ACTOR: NULL;
+}
+
+//  GET /?token=TOKEN: a browser trades the token for its session cookie,
 //  and is sent to / so that the token leaves its address bar.
 static enum MHD_Result
 s_login (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, const char *given)
 {
-    if (!self->token || !dsh_http_token_equal (given, strlen (given), self->token))
+    size_t size = strnlen (given, DSH_HTTP_TOKEN_MAX + 1);
+    int index = self->tokens && size <= DSH_HTTP_TOKEN_MAX? dsh_monitor_tokens_match (self->tokens, given, size): -1;
+    if (index < 0)
         return s_reply (connection, MHD_HTTP_UNAUTHORIZED, "Unauthorized: that is not this monitor's token\n");
     struct MHD_Response *response = MHD_create_response_from_buffer (0, NULL, MHD_RESPMEM_PERSISTENT);
-    char *cookie = zsys_sprintf (COOKIE_NAME "=%s; Path=/; HttpOnly; SameSite=Strict", self->session);
+    char *cookie = zsys_sprintf (COOKIE_NAME "=%s; Path=/; HttpOnly; SameSite=Strict", self->cookies [index]);
     MHD_add_response_header (response, MHD_HTTP_HEADER_SET_COOKIE, cookie);
     MHD_add_response_header (response, MHD_HTTP_HEADER_LOCATION, "/");
     MHD_add_response_header (response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
@@ -263,7 +328,7 @@ s_serve_doc (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, const
     pthread_mutex_unlock (&self->lock);
     if (!response)
         return s_reply (connection, MHD_HTTP_NOT_FOUND, "Not Found: the monitor serves /, /metrics, "
-                        "/api/tools, /api/stats, /api/audit and /api/events\n");
+                        "/api/tools, /api/stats, /api/audit, /api/events and the page's /api/session\n");
     MHD_add_response_header (response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     MHD_add_response_header (response, "X-Content-Type-Options", "nosniff");
     if (streq (url, "/")) {
@@ -271,7 +336,9 @@ s_serve_doc (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, const
         MHD_add_response_header (response, "Content-Security-Policy",
                                  "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
                                  "connect-src 'self'; img-src data:; frame-ancestors 'none'");
-        MHD_add_response_header (response, "Referrer-Policy", "no-referrer");
+        //  Not no-referrer: a browser sends "Origin: null" with that, and
+        //  the page's actions are known by their origin
+        MHD_add_response_header (response, "Referrer-Policy", "same-origin");
     }
     enum MHD_Result result = MHD_queue_response (connection, MHD_HTTP_OK, response);
     MHD_destroy_response (response);
@@ -330,42 +397,36 @@ s_gather (void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size, 
     return gathering->error? MHD_NO: MHD_YES;
 }
 
-//  A request of an asked path: checked, then suspended until the loop
-//  answers it.
-static enum MHD_Result
-s_ask (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, s_asker_t *asker, bool trusted,
-       void **req_cls)
+static s_question_t *
+s_question_new (s_asker_t *asker, bool trusted, const char *actor, struct MHD_Connection *connection)
 {
-    char error [256] = "";
-    s_gathering_t gathering = { .parameters = json_object () };
-    MHD_get_connection_values_n (connection, MHD_GET_ARGUMENT_KIND, s_gather, &gathering);
-    json_t *asked = NULL;
-    if (gathering.error)
-        snprintf (error, sizeof error, "%s", gathering.error);
-    else
-    if (!(asked = asker->check (gathering.parameters, error, sizeof error)) && !*error)
-        snprintf (error, sizeof error, "the query is not one %s takes", asker->path);
-    json_decref (gathering.parameters);
-    if (!asked) {
-        char *text = zsys_sprintf ("Bad Request: %s\n", error);
-        enum MHD_Result result = s_reply (connection, MHD_HTTP_BAD_REQUEST, text);
-        zstr_free (&text);
-        return result;
-    }
-    pthread_mutex_lock (&self->lock);
-    if (self->stopping || zlistx_size (self->questions) >= DSH_MONITOR_HTTPD_MAX_QUESTIONS) {
-        pthread_mutex_unlock (&self->lock);
-        json_decref (asked);
-        return s_reply (connection, MHD_HTTP_SERVICE_UNAVAILABLE,
-                        "Service Unavailable: too many requests wait for the broker\n");
-    }
     s_question_t *question = (s_question_t *) zmalloc (sizeof (s_question_t));
     assert (question);
     question->kind = REQUEST_QUESTION;
     question->connection = connection;
-    question->id = ++self->last_question;
-    question->path = asker->path;
+    question->asker = asker;
     question->trusted = trusted;
+    question->actor = actor;
+    return question;
+}
+
+//  Asks the loop question, which what its check gave (asked, taken) makes
+//  whole: suspended until the loop answers.
+static enum MHD_Result
+s_submit (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, s_question_t *question, json_t *asked,
+          void **req_cls)
+{
+    pthread_mutex_lock (&self->lock);
+    if (self->stopping || zlistx_size (self->questions) >= DSH_MONITOR_HTTPD_MAX_QUESTIONS) {
+        pthread_mutex_unlock (&self->lock);
+        json_decref (asked);
+        if (*req_cls == question)
+            *req_cls = NULL;
+        s_question_destroy (&question);
+        return s_reply (connection, MHD_HTTP_SERVICE_UNAVAILABLE,
+                        "Service Unavailable: too many requests wait for the broker\n");
+    }
+    question->id = ++self->last_question;
     question->asked = asked;
     *req_cls = question;
     MHD_suspend_connection (connection);
@@ -377,6 +438,147 @@ s_ask (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, s_asker_t *
     }
     pthread_mutex_unlock (&self->lock);
     return MHD_YES;
+}
+
+static enum MHD_Result
+s_too_large (struct MHD_Connection *connection)
+{
+    char *text = zsys_sprintf ("Content Too Large: an action's body is at most %d bytes\n",
+                               DSH_MONITOR_HTTPD_MAX_BODY);
+    enum MHD_Result result = s_reply (connection, MHD_HTTP_CONTENT_TOO_LARGE, text);
+    zstr_free (&text);
+    return result;
+}
+
+static enum MHD_Result
+s_bad_request (struct MHD_Connection *connection, const char *error)
+{
+    char *text = zsys_sprintf ("Bad Request: %s\n", error);
+    enum MHD_Result result = s_reply (connection, MHD_HTTP_BAD_REQUEST, text);
+    zstr_free (&text);
+    return result;
+}
+
+//  A read or a session's poll: its query parameters checked, then
+//  suspended until the loop answers it.
+static enum MHD_Result
+s_ask (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, s_asker_t *asker, bool trusted,
+       const char *actor, void **req_cls)
+{
+    char error [256] = "";
+    s_gathering_t gathering = { .parameters = json_object () };
+    MHD_get_connection_values_n (connection, MHD_GET_ARGUMENT_KIND, s_gather, &gathering);
+    json_t *asked = NULL;
+    if (gathering.error)
+        snprintf (error, sizeof error, "%s", gathering.error);
+    else
+    if (!(asked = asker->check (gathering.parameters, error, sizeof error)) && !*error)
+        snprintf (error, sizeof error, "the query is not one %s takes", asker->path);
+    json_decref (gathering.parameters);
+    if (!asked)
+        return s_bad_request (connection, error);
+    return s_submit (self, connection, s_question_new (asker, trusted, actor, connection), asked, req_cls);
+}
+
+//  An action, once its headers passed: its body comes next.
+static enum MHD_Result
+s_act (struct MHD_Connection *connection, s_asker_t *asker, bool trusted, const char *actor, void **req_cls)
+{
+    const char *length = MHD_lookup_connection_value (connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (length && strtoull (length, NULL, 10) > DSH_MONITOR_HTTPD_MAX_BODY)
+        return s_too_large (connection);
+    s_question_t *question = s_question_new (asker, trusted, actor, connection);
+    question->uploading = true;
+    *req_cls = question;
+    return MHD_YES;
+}
+
+//  MHD's calls with an action's body, then one without at its end: the
+//  body, a JSON object, passes the check, and the question is asked.
+static enum MHD_Result
+s_upload (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, s_question_t *question,
+          const char *upload_data, size_t *upload_data_size, void **req_cls)
+{
+    if (*upload_data_size) {
+        size_t size = *upload_data_size;
+        *upload_data_size = 0;
+        if (question->upload_too_large || question->upload_size + size > DSH_MONITOR_HTTPD_MAX_BODY) {
+            question->upload_too_large = true;
+            return MHD_YES;
+        }
+        question->upload = (char *) realloc (question->upload, question->upload_size + size);
+        assert (question->upload);
+        memcpy (question->upload + question->upload_size, upload_data, size);
+        question->upload_size += size;
+        return MHD_YES;
+    }
+    question->uploading = false;
+    if (question->upload_too_large)
+        return s_too_large (connection);
+    json_error_t parse_error;
+    json_t *body = question->upload_size? json_loadb (question->upload, question->upload_size,
+                                                      JSON_REJECT_DUPLICATES, &parse_error): NULL;
+    char error [256] = "";
+    json_t *asked = NULL;
+    if (!json_is_object (body))
+        snprintf (error, sizeof error, "the body is not a JSON object (each key once)%s%s",
+                  body || !question->upload_size? "": ": ", body || !question->upload_size? "": parse_error.text);
+    else
+    if (!(asked = question->asker->check (body, error, sizeof error)) && !*error)
+        snprintf (error, sizeof error, "the body is not one %s takes", question->asker->path);
+    json_decref (body);
+    if (!asked)
+        return s_bad_request (connection, error);
+    return s_submit (self, connection, question, asked, req_cls);
+}
+
+//  GET /api/session: an actor's page gets a CSRF token of its own.
+static enum MHD_Result
+s_open_session (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, const char *actor)
+{
+    if (!actor)
+        return s_forbid (connection, NOT_AN_ACTOR);
+    char csrf [65];
+    pthread_mutex_lock (&self->lock);
+    int rc = dsh_monitor_sessions_open (self->sessions, actor, zclock_mono (), csrf);
+    pthread_mutex_unlock (&self->lock);
+    if (rc)
+        return s_reply (connection, MHD_HTTP_SERVICE_UNAVAILABLE, "Service Unavailable: no random bytes "
+                        "for a session\n");
+    json_t *doc = json_pack ("{s:s, s:s, s:s}", "csrf", csrf, "actor", actor, "header", DSH_MONITOR_CSRF_HEADER);
+    char *text = json_dumps (doc, JSON_COMPACT);
+    json_decref (doc);
+    struct MHD_Response *response = MHD_create_response_from_buffer (strlen (text), text, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header (response, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header (response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header (response, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result result = MHD_queue_response (connection, MHD_HTTP_OK, response);
+    MHD_destroy_response (response);
+    return result;
+}
+
+//  Whether a session's poll or an action may go on: an actor, its
+//  session's CSRF token and, for an action, the page's own origin; false
+//  with why not.
+static bool
+s_may_act (dsh_monitor_httpd_t *self, struct MHD_Connection *connection, s_asker_t *asker, const char *actor,
+           char *why, size_t why_size)
+{
+    if (!actor) {
+        snprintf (why, why_size, NOT_AN_ACTOR);
+        return false;
+    }
+    const char *host = MHD_lookup_connection_value (connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    const char *origin = MHD_lookup_connection_value (connection, MHD_HEADER_KIND, "Origin");
+    const char *referer = MHD_lookup_connection_value (connection, MHD_HEADER_KIND, "Referer");
+    if (asker->access == DSH_MONITOR_HTTPD_ASK_ACTION
+    &&  !dsh_monitor_access_same_origin (host, origin, referer, why, why_size))
+        return false;
+    const char *csrf = MHD_lookup_connection_value (connection, MHD_HEADER_KIND, DSH_MONITOR_CSRF_HEADER);
+    pthread_mutex_lock (&self->lock);
+    bool ok = dsh_monitor_sessions_check (self->sessions, csrf, actor, zclock_mono (), why, why_size);
+    pthread_mutex_unlock (&self->lock);
+    return ok;
 }
 
 //  MHD calls a question's request again once the loop's answer resumed it.
@@ -410,35 +612,55 @@ s_access (void *cls, struct MHD_Connection *connection, const char *url, const c
           const char *version, const char *upload_data, size_t *upload_data_size, void **req_cls)
 {
     (void) version;
-    (void) upload_data;
-    (void) upload_data_size;
     dsh_monitor_httpd_t *self = (dsh_monitor_httpd_t *) cls;
     //  Only a question is called again: its first call queued no response
-    if (*req_cls && *(s_request_kind_t *) *req_cls == REQUEST_QUESTION)
-        return s_question_answer (self, connection, (s_question_t *) *req_cls);
+    if (*req_cls && *(s_request_kind_t *) *req_cls == REQUEST_QUESTION) {
+        s_question_t *question = (s_question_t *) *req_cls;
+        if (question->uploading)
+            return s_upload (self, connection, question, upload_data, upload_data_size, req_cls);
+        return s_question_answer (self, connection, question);
+    }
     bool head = streq (method, MHD_HTTP_METHOD_HEAD);
-    if (!streq (method, MHD_HTTP_METHOD_GET) && !head)
-        return s_reply (connection, MHD_HTTP_METHOD_NOT_ALLOWED, "Method Not Allowed: the monitor is read-only\n");
+    bool post = streq (method, MHD_HTTP_METHOD_POST);
+    if (!streq (method, MHD_HTTP_METHOD_GET) && !head && !post)
+        return s_reply (connection, MHD_HTTP_METHOD_NOT_ALLOWED,
+                        "Method Not Allowed: the monitor takes GET and HEAD, and POST for the page's actions\n");
     if (!dsh_http_origin_allowed (connection, self->loopback))
         return s_reply (connection, MHD_HTTP_FORBIDDEN, "Forbidden: Origin or Host not allowed\n");
     const char *given = MHD_lookup_connection_value (connection, MHD_GET_ARGUMENT_KIND, "token");
-    if (given && streq (url, "/"))
+    if (given && streq (url, "/") && !post)
         return s_login (self, connection, given);
     //  MHD calls this first once the headers are in: the token is checked
-    //  before anything else is done for the request
-    bool trusted = s_trusted (self, connection);
-    if (self->token && !trusted)
+    //  before anything else is done for the request, a body read least of all
+    int token = s_token_index (self, connection);
+    bool trusted = token >= 0;
+    if (self->tokens && !trusted)
         return s_reply (connection, MHD_HTTP_UNAUTHORIZED,
                         "Unauthorized: this monitor needs its token. A browser opens /?token=TOKEN once; "
                         "a script sends \"Authorization: Bearer TOKEN\".\n");
-    if (streq (url, DSH_MONITOR_HTTPD_EVENTS) && !head)
-        return s_open_stream (self, connection, trusted, req_cls);
     pthread_mutex_lock (&self->lock);
     s_asker_t *asker = (s_asker_t *) zhashx_lookup (self->askers, url);
     pthread_mutex_unlock (&self->lock);
-    if (asker)
-        return s_ask (self, connection, asker, trusted, req_cls);
-    return s_serve_doc (self, connection, url, trusted);
+    bool action = asker && asker->access == DSH_MONITOR_HTTPD_ASK_ACTION;
+    if (post != action)
+        return s_reply_allow (connection, MHD_HTTP_METHOD_NOT_ALLOWED, action?
+                              "Method Not Allowed: an action is a POST\n":
+                              "Method Not Allowed: only the page's actions take POST\n", action? "POST": "GET, HEAD");
+    const char *actor = s_actor (self, connection, token);
+    if (streq (url, DSH_MONITOR_HTTPD_SESSION) && !head)
+        return s_open_session (self, connection, actor);
+    if (streq (url, DSH_MONITOR_HTTPD_EVENTS) && !head)
+        return s_open_stream (self, connection, trusted, req_cls);
+    if (!asker)
+        return s_serve_doc (self, connection, url, trusted);
+    if (asker->access == DSH_MONITOR_HTTPD_ASK_READ)
+        return s_ask (self, connection, asker, trusted, NULL, req_cls);
+    char why [512];
+    if (!s_may_act (self, connection, asker, actor, why, sizeof why))
+        return s_forbid (connection, why);
+    if (action)
+        return s_act (connection, asker, trusted, actor, req_cls);
+    return s_ask (self, connection, asker, trusted, actor, req_cls);
 }
 
 static void
@@ -450,11 +672,14 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls,
     dsh_monitor_httpd_t *self = (dsh_monitor_httpd_t *) cls;
     if (*req_cls && *(s_request_kind_t *) *req_cls == REQUEST_QUESTION) {
         s_question_t *question = (s_question_t *) *req_cls;
-        pthread_mutex_lock (&self->lock);
-        zlistx_delete (self->questions, question->handle);
-        if (!question->taken)
-            self->untaken--;
-        pthread_mutex_unlock (&self->lock);
+        //  An action refused before it was asked was never in the list
+        if (question->handle) {
+            pthread_mutex_lock (&self->lock);
+            zlistx_delete (self->questions, question->handle);
+            if (!question->taken)
+                self->untaken--;
+            pthread_mutex_unlock (&self->lock);
+        }
         s_question_destroy (&question);
         *req_cls = NULL;
         return;
@@ -474,31 +699,40 @@ s_completed (void *cls, struct MHD_Connection *connection, void **req_cls,
 //  The loop's side
 
 dsh_monitor_httpd_t *
-dsh_monitor_httpd_new (const char *address, const char *token, const dsh_http_limits_t *limits,
+dsh_monitor_httpd_new (const char *address, dsh_monitor_tokens_t **tokens_p, const dsh_http_limits_t *limits,
                        char *error, size_t error_size)
 {
     assert (address);
     assert (limits);
+    dsh_monitor_tokens_t *tokens = tokens_p? *tokens_p: NULL;
+    if (tokens_p)
+        *tokens_p = NULL;
     struct sockaddr_storage addr;
     socklen_t addr_size = 0;
-    if (dsh_http_address (address, &addr, &addr_size, error, error_size))
+    if (dsh_http_address (address, &addr, &addr_size, error, error_size)) {
+        dsh_monitor_tokens_destroy (&tokens);
         return NULL;
+    }
     bool loopback = dsh_http_addr_is_loopback (&addr);
-    if (!token && !loopback) {
+    if (!tokens && !loopback) {
         snprintf (error, error_size, "serving on %s, beyond loopback, needs a bearer token (--token-file)",
                   address);
         return NULL;
     }
-    unsigned char bytes [32];
-    if (getrandom (bytes, sizeof bytes, 0) != (ssize_t) sizeof bytes) {
+    size_t token_count = tokens? dsh_monitor_tokens_size (tokens): 0;
+    unsigned char bytes [DSH_MONITOR_TOKENS_MAX][32];
+    if (token_count && getrandom (bytes, token_count * 32, 0) != (ssize_t) (token_count * 32)) {
         snprintf (error, error_size, "cannot make a session secret: %s", strerror (errno));
+        dsh_monitor_tokens_destroy (&tokens);
         return NULL;
     }
     dsh_monitor_httpd_t *self = (dsh_monitor_httpd_t *) zmalloc (sizeof (dsh_monitor_httpd_t));
     assert (self);
-    for (size_t index = 0; index < sizeof bytes; index++)
-        snprintf (self->session + 2 * index, 3, "%02x", bytes [index]);
-    self->token = token? strdup (token): NULL;
+    for (size_t token = 0; token < token_count; token++)
+        for (size_t index = 0; index < 32; index++)
+            snprintf (self->cookies [token] + 2 * index, 3, "%02x", bytes [token][index]);
+    self->tokens = tokens;
+    self->sessions = dsh_monitor_sessions_new ();
     self->loopback = loopback;
     self->event_fd = -1;
     pthread_mutex_init (&self->lock, NULL);
@@ -573,7 +807,8 @@ dsh_monitor_httpd_destroy (dsh_monitor_httpd_t **self_p)
             free (self->first [trusted]);
         }
         pthread_mutex_destroy (&self->lock);
-        free (self->token);
+        dsh_monitor_tokens_destroy (&self->tokens);
+        dsh_monitor_sessions_destroy (&self->sessions);
         free (self);
         *self_p = NULL;
     }
@@ -659,13 +894,16 @@ dsh_monitor_httpd_streams (dsh_monitor_httpd_t *self)
 }
 
 void
-dsh_monitor_httpd_ask (dsh_monitor_httpd_t *self, const char *path, dsh_monitor_httpd_check_fn *check)
+dsh_monitor_httpd_ask (dsh_monitor_httpd_t *self, const char *path, dsh_monitor_httpd_access_t access,
+                       dsh_monitor_httpd_check_fn *check)
 {
     assert (self);
     assert (path && check);
+    assert (!streq (path, DSH_MONITOR_HTTPD_EVENTS) && !streq (path, DSH_MONITOR_HTTPD_SESSION));
     s_asker_t *asker = (s_asker_t *) zmalloc (sizeof (s_asker_t));
     assert (asker);
     asker->path = strdup (path);
+    asker->access = access;
     asker->check = check;
     pthread_mutex_lock (&self->lock);
     //  A question holds its asker's path: an asker stays once set
@@ -682,10 +920,10 @@ dsh_monitor_httpd_fd (dsh_monitor_httpd_t *self)
 }
 
 json_t *
-dsh_monitor_httpd_recv (dsh_monitor_httpd_t *self, const char **path_p, uint64_t *id_p, bool *trusted_p)
+dsh_monitor_httpd_recv (dsh_monitor_httpd_t *self, dsh_monitor_httpd_question_t *taken)
 {
     assert (self);
-    assert (path_p && id_p && trusted_p);
+    assert (taken);
     json_t *asked = NULL;
     pthread_mutex_lock (&self->lock);
     for (s_question_t *question = (s_question_t *) zlistx_first (self->questions); question && self->untaken;
@@ -695,9 +933,8 @@ dsh_monitor_httpd_recv (dsh_monitor_httpd_t *self, const char **path_p, uint64_t
             self->untaken--;
             asked = question->asked;
             question->asked = NULL;
-            *path_p = question->path;
-            *id_p = question->id;
-            *trusted_p = question->trusted;
+            *taken = (dsh_monitor_httpd_question_t) { .path = question->asker->path, .id = question->id,
+                                                      .trusted = question->trusted, .actor = question->actor };
             break;
         }
     if (self->untaken == 0) {

@@ -10,19 +10,25 @@
     stream that waits for bytes is a suspended connection, and a client
     that reads too slowly loses its stream once its queue passes a bound.
 
-    Access (dsh_http's rules): loopback by default; with a token every
-    request needs "Authorization: Bearer TOKEN" or the session cookie that
-    GET /?token=TOKEN sets (HttpOnly, SameSite=Strict), so that a browser's
-    page, its fetch and its EventSource get in without the token in a URL.
-    A request that presented the token is a trusted viewer; without a
-    token every viewer is untrusted. What is published says who sees it,
-    so that a document or an event with secrets in it (pending calls'
-    arguments) reaches trusted viewers only.
+    Access (dsh_http's rules): loopback by default; with tokens (named,
+    dsh_monitor_access) every request needs "Authorization: Bearer TOKEN"
+    or the session cookie that GET /?token=TOKEN sets for that token
+    (HttpOnly, SameSite=Strict), so that a browser's page, its fetch and
+    its EventSource get in without the token in a URL. A request that
+    presented a token is a trusted viewer; without tokens every viewer is
+    untrusted. What is published says who sees it, so that a document or
+    an event with secrets in it (pending calls' arguments) reaches trusted
+    viewers only.
 
-    A path the loop answers per request (the latest calls, for a viewer's
-    filters) is asked: the request's query parameters are checked on
-    HTTP's thread, then it waits as a question, its connection suspended,
-    until the loop takes it from an fd it polls and answers it.
+    A path the loop answers per request is asked: the request is checked
+    on HTTP's thread, then it waits as a question, its connection
+    suspended, until the loop takes it from an fd it polls and answers it.
+    A question is a read (GET: the latest calls, for a viewer's filters),
+    a session's poll (GET with the CSRF token that GET /api/session gave
+    the page) or an action (POST of a JSON body: deciding an approval),
+    which needs an actor (a token's name, or "loopback" for a loopback
+    peer of a monitor without tokens), the page's own origin and the
+    session's CSRF token; anything else is refused with 403 and why.
     =========================================================================
 */
 
@@ -30,6 +36,7 @@
 #define DSH_MONITOR_HTTPD_H_INCLUDED
 
 #include "dsh_http.h"
+#include "dsh_monitor_access.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -48,8 +55,12 @@ extern "C" {
 //  seen at the stream's next write)
 #define DSH_MONITOR_HTTPD_PER_ADDRESS   (2 * DSH_MONITOR_HTTPD_MAX_STREAMS)
 
-//  The path of the event stream.
+//  The path of the event stream, and of a page's new session: GET gives
+//  {csrf, actor} to an actor, 403 to anyone else.
 #define DSH_MONITOR_HTTPD_EVENTS        "/api/events"
+#define DSH_MONITOR_HTTPD_SESSION       "/api/session"
+//  The largest body an action takes (past it: 413).
+#define DSH_MONITOR_HTTPD_MAX_BODY      16384
 //  Questions that wait for the loop at once, past which a new one is
 //  refused (503), and the query parameters one may have (past them: 400).
 #define DSH_MONITOR_HTTPD_MAX_QUESTIONS 32
@@ -65,10 +76,11 @@ typedef enum {
 } dsh_monitor_httpd_viewers_t;
 
 //  Serve at address "HOST:PORT" (port 0 picks a free one) within limits
-//  (dsh_http's). token: the bearer token, or NULL for none; NULL is
-//  refused when the address is not loopback. NULL with the reason in error.
+//  (dsh_http's). tokens_p: the named bearer tokens, taken (*tokens_p
+//  nulled), or NULL (or *tokens_p NULL) for none, which is refused when
+//  the address is not loopback. NULL with the reason in error.
 dsh_monitor_httpd_t *
-    dsh_monitor_httpd_new (const char *address, const char *token, const dsh_http_limits_t *limits,
+    dsh_monitor_httpd_new (const char *address, dsh_monitor_tokens_t **tokens_p, const dsh_http_limits_t *limits,
                            char *error, size_t error_size);
 
 //  Stop serving; open streams end. Safe twice.
@@ -107,24 +119,40 @@ size_t
 //  (caller owns), or NULL with why in error, which the client gets as 400.
 typedef json_t *(dsh_monitor_httpd_check_fn) (const json_t *parameters, char *error, size_t error_size);
 
-//  Answer GET and HEAD of path by asking the loop: a request's query
-//  parameters pass check on HTTP's thread, then it waits, its connection
+//  Who may ask a question of a path, and how.
+typedef enum {
+    DSH_MONITOR_HTTPD_ASK_READ = 1,     //  GET or HEAD: every viewer; check takes the query parameters
+    DSH_MONITOR_HTTPD_ASK_SESSION,      //  GET or HEAD by an actor with its session's CSRF token; the same
+    DSH_MONITOR_HTTPD_ASK_ACTION        //  POST by an actor, of the page's origin, with the CSRF token;
+                                        //  check takes the body, a JSON object (no key twice)
+} dsh_monitor_httpd_access_t;
+
+//  Answer requests of path by asking the loop: a request that access lets
+//  in passes check on HTTP's thread, then it waits, its connection
 //  suspended, as a question the loop takes with dsh_monitor_httpd_recv and
 //  answers with dsh_monitor_httpd_answer.
 void
-    dsh_monitor_httpd_ask (dsh_monitor_httpd_t *self, const char *path, dsh_monitor_httpd_check_fn *check);
+    dsh_monitor_httpd_ask (dsh_monitor_httpd_t *self, const char *path, dsh_monitor_httpd_access_t access,
+                           dsh_monitor_httpd_check_fn *check);
 
 //  An fd that is readable while questions wait: poll it, then call
 //  dsh_monitor_httpd_recv until it gives NULL.
 int
     dsh_monitor_httpd_fd (dsh_monitor_httpd_t *self);
 
-//  The next question, or NULL: what its check gave (caller owns), with
-//  *path_p its path (valid while the httpd is), *id_p the id its answer
-//  names and *trusted_p whether its request presented the token. Every
-//  question taken must be answered.
+//  What the loop is told of a question besides what its check gave.
+typedef struct {
+    const char *path;           //  its path (valid while the httpd is)
+    uint64_t id;                //  what its answer names
+    bool trusted;               //  its request presented a token
+    const char *actor;          //  a session's poll or an action: who acts (a token's name or
+                                //  "loopback", valid while the httpd is); a read: NULL
+} dsh_monitor_httpd_question_t;
+
+//  The next question, or NULL: what its check gave (caller owns), and the
+//  rest of it in *question. Every question taken must be answered.
 json_t *
-    dsh_monitor_httpd_recv (dsh_monitor_httpd_t *self, const char **path_p, uint64_t *id_p, bool *trusted_p);
+    dsh_monitor_httpd_recv (dsh_monitor_httpd_t *self, dsh_monitor_httpd_question_t *question);
 
 //  Answer question id with status and body (copied) of content_type. A
 //  question no longer there (the server stopping) is ignored.

@@ -31,6 +31,7 @@ struct _dsh_monitor_model_t {
     json_t *components;         //  component id -> [tool name]
     zlistx_t *events;           //  json_t, oldest first
     json_t *last;               //  the last poll with its rates
+    json_t *pending;            //  the open approval requests, arguments and all
     zlistx_t *samples;          //  s_sample_t of the current epoch, oldest first
 };
 
@@ -63,6 +64,7 @@ dsh_monitor_model_new (size_t events_kept)
     self->events = zlistx_new ();
     zlistx_set_destructor (self->events, s_json_release);
     self->last = json_pack ("{s:b, s:s}", "reachable", 0, "error", "not polled yet");
+    self->pending = json_array ();
     self->samples = zlistx_new ();
     zlistx_set_destructor (self->samples, s_sample_destroy);
     return self;
@@ -79,6 +81,7 @@ dsh_monitor_model_destroy (dsh_monitor_model_t **self_p)
         json_decref (self->components);
         zlistx_destroy (&self->events);
         json_decref (self->last);
+        json_decref (self->pending);
         zlistx_destroy (&self->samples);
         free (self);
         *self_p = NULL;
@@ -249,6 +252,14 @@ dsh_monitor_model_tools (dsh_monitor_model_t *self)
         json_t *title = json_object_get (entry, "title");
         if (json_is_string (title))
             json_object_set (tool, "title", title);
+        //  The broker's marks on a tool whose definition is not its pin's
+        if (json_is_true (json_object_get (entry, "quarantined"))) {
+            json_object_set_new (tool, "quarantined", json_true ());
+            const char *marks [] = { "digest", "pinnedDigest", "quarantineReason" };
+            for (size_t mark = 0; mark < sizeof marks / sizeof marks [0]; mark++)
+                if (json_is_string (json_object_get (entry, marks [mark])))
+                    json_object_set (tool, marks [mark], json_object_get (entry, marks [mark]));
+        }
         json_array_append_new (tools, tool);
     }
     json_decref (providers);
@@ -420,7 +431,7 @@ s_pending_brief (const json_t *pending)
 }
 
 //  What an unreachable poll keeps of the last one that reached the broker
-static const char *s_last_known [] = { "stats", "ping", "statsError", "chain", "pending" };
+static const char *s_last_known [] = { "stats", "ping", "statsError", "chain", "pending", "pins", "pinsError" };
 
 //  An unreachable poll says nothing of the swarm: the doc keeps what the
 //  last answered poll said, with when that was (lastKnownAt), rather than
@@ -455,8 +466,11 @@ dsh_monitor_model_poll (dsh_monitor_model_t *self, const json_t *poll, int64_t m
         return;
     }
     json_t *pending = json_object_get (poll, "pending");
-    if (pending)
+    if (json_is_array (pending)) {
+        json_decref (self->pending);
+        self->pending = json_copy (pending);
         json_object_set_new (doc, "pending", s_pending_brief (pending));
+    }
     json_t *stats = json_object_get (poll, "stats");
     json_t *rates = NULL;
     if (stats) {
@@ -512,9 +526,73 @@ dsh_monitor_model_stats_public (dsh_monitor_model_t *self)
             json_t *copy = json_copy (request);
             json_object_del (copy, "argumentsPreview");
             json_object_del (copy, "arguments");
+            //  The digest of a short argument is the argument to whoever tries them all
+            json_object_del (copy, "argumentsDigest");
             json_array_append_new (brief, copy);
         }
         json_object_set_new (stats, "pending", brief);
     }
     return stats;
+}
+
+json_t *
+dsh_monitor_model_pending (dsh_monitor_model_t *self)
+{
+    assert (self);
+    return json_copy (self->pending);
+}
+
+//  The index of stage's request id in the pending requests, or -1.
+static int
+s_pending_find (dsh_monitor_model_t *self, const char *stage, const char *id)
+{
+    size_t index;
+    json_t *request;
+    json_array_foreach (self->pending, index, request) {
+        const char *its_stage = json_string_value (json_object_get (request, "stage"));
+        const char *its_id = json_string_value (json_object_get (request, "id"));
+        if (its_stage && its_id && streq (its_stage, stage) && streq (its_id, id))
+            return (int) index;
+    }
+    return -1;
+}
+
+//  The last poll's pending approvals are the requests as they are now.
+static void
+s_pending_changed (dsh_monitor_model_t *self)
+{
+    json_t *last = json_copy (self->last);
+    json_object_set_new (last, "pending", s_pending_brief (self->pending));
+    json_decref (self->last);
+    self->last = last;
+}
+
+void
+dsh_monitor_model_pending_open (dsh_monitor_model_t *self, const char *stage, const json_t *request)
+{
+    assert (self);
+    assert (stage);
+    const char *id = json_string_value (json_object_get (request, "id"));
+    if (!id)
+        return;
+    json_t *copy = json_copy ((json_t *) request);
+    json_object_set_new (copy, "stage", json_string (stage));
+    int index = s_pending_find (self, stage, id);
+    if (index >= 0)
+        json_array_set_new (self->pending, (size_t) index, copy);
+    else
+        json_array_append_new (self->pending, copy);
+    s_pending_changed (self);
+}
+
+void
+dsh_monitor_model_pending_close (dsh_monitor_model_t *self, const char *stage, const char *id)
+{
+    assert (self);
+    assert (stage && id);
+    int index = s_pending_find (self, stage, id);
+    if (index < 0)
+        return;
+    json_array_remove (self->pending, (size_t) index);
+    s_pending_changed (self);
 }

@@ -41,18 +41,22 @@ const json_t *
     dsh_monitor_model_notice (dsh_monitor_model_t *self, const json_t *notice, int64_t at);
 
 //  Take one poll's results (borrowed): {reachable, error?, stats?, ping?,
-//  chain?, pending?}, stats a STATS reply body, ping a PONG (for a broker
-//  that has no STATS), chain CHAIN's stages, pending the open approval
-//  requests with their stage. mono_ms is a monotonic clock for the rates;
-//  at is ms since the Unix epoch. An unreachable poll keeps the last
-//  answered one's stats, ping, statsError, chain and pending, as they were
-//  at lastKnownAt (ms since the Unix epoch), and has no rates.
+//  chain?, pending?, pins?, pinsError?}, stats a STATS reply body, ping a
+//  PONG (for a broker that has no STATS), chain CHAIN's stages, pending
+//  the open approval requests with their stage, pins what PINS list said
+//  (with each quarantined pin's diff) or pinsError why not. mono_ms is a
+//  monotonic clock for the rates; at is ms since the Unix epoch. An
+//  unreachable poll keeps the last answered one's stats, ping,
+//  statsError, chain, pending, pins and pinsError, as they were at
+//  lastKnownAt (ms since the Unix epoch), and has no rates.
 void
     dsh_monitor_model_poll (dsh_monitor_model_t *self, const json_t *poll, int64_t mono_ms, int64_t at);
 
 //  The tool set (caller owns): {synced, broker?, epoch?, seq?, components:
 //  [{id, tools: [name]}] sorted by id, tools: [{name, title?, readOnly,
-//  destructive, providers: [id]}] in registration order}.
+//  destructive, providers: [id], quarantined?, digest?, pinnedDigest?,
+//  quarantineReason?}] in registration order}; the last four are the
+//  broker's marks on a quarantined tool.
 json_t *
     dsh_monitor_model_tools (dsh_monitor_model_t *self);
 
@@ -66,9 +70,25 @@ json_t *
 
 //  The last poll as a viewer who did not present the token sees it
 //  (caller owns): as dsh_monitor_model_stats, without any call's
-//  arguments (the pending approvals have no argumentsPreview).
+//  arguments (the pending approvals have no argumentsPreview, nor the
+//  argumentsDigest, which gives away an argument that is easy to guess).
 json_t *
     dsh_monitor_model_stats_public (dsh_monitor_model_t *self);
+
+//  The open approval requests, each with its stage and its arguments
+//  (caller owns): the last poll's, and what the approvals sockets said
+//  since.
+json_t *
+    dsh_monitor_model_pending (dsh_monitor_model_t *self);
+
+//  A request stage's approvals socket put to us (PENDING, borrowed) is
+//  open: added, or replacing the one of its id.
+void
+    dsh_monitor_model_pending_open (dsh_monitor_model_t *self, const char *stage, const json_t *request);
+
+//  Stage's request id is resolved (RESOLVED): no longer pending.
+void
+    dsh_monitor_model_pending_close (dsh_monitor_model_t *self, const char *stage, const char *id);
 
 //  The last change events, oldest first (caller owns).
 json_t *

@@ -93,7 +93,7 @@ test('the page follows the swarm live, without a reload', { skip: !fs.existsSync
         return true;
       } catch { return false; }
     }, { what: 'a pending approval on the page', timeoutMs: 15000 });
-    const tickCell = await page.textContent('#pending [data-pending] td:nth-child(2)');
+    const tickCell = await page.textContent('#pending [data-pending] [data-field="tool"]');
     assert.equal(tickCell, 'tick');
     //  Let the counters of a poll or two settle, then the picture
     await page.waitForTimeout(600);

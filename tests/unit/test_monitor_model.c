@@ -1,9 +1,11 @@
 /*  =========================================================================
     test_monitor_model - dsh-monitor's model and metrics without sockets:
     the tool set from a snapshot and change events, rates and quantiles
-    between polls (and none across a new epoch), and the Prometheus text
-    with untrusted names escaped, the audit trail's writer in it only
-    when the broker keeps one
+    between polls (and none across a new epoch), the pending approvals as
+    polls and the approvals sockets give them (arguments only where they
+    belong), a quarantined tool's marks, what a page's decision may say,
+    and the Prometheus text with untrusted names escaped, the audit
+    trail's writer in it only when the broker keeps one
     =========================================================================
 */
 
@@ -16,6 +18,7 @@
 #include <czmq.h>
 #include <string.h>
 
+#include "dsh_monitor_approver.h"
 #include "dsh_monitor_metrics.h"
 #include "dsh_monitor_model.h"
 
@@ -313,6 +316,144 @@ test_audit_metrics (void **state)
     json_decref (tools);
 }
 
+//  The pending approvals: a poll's, then what the approvals sockets say
+//  (a request opened, one resolved) at once; the full arguments for the
+//  page's session, a preview for the token's stats, none for the others.
+static void
+test_pending (void **state)
+{
+    (void) state;
+    dsh_monitor_model_t *model = dsh_monitor_model_new (10);
+    json_t *poll = s_json ("{\"reachable\": true, \"pending\": [{\"id\": \"a1\", \"stage\": \"permission\", "
+                           "\"tool\": \"tick\", \"arguments\": {\"ms\": 4242}}]}");
+    dsh_monitor_model_poll (model, poll, 1000, 1000);
+    json_decref (poll);
+    json_t *request = s_json ("{\"id\": \"b2\", \"tool\": \"write\", \"arguments\": {\"text\": \"x\"}, "
+                              "\"closesMs\": 5000, \"argumentsDigest\": \"feedface\"}");
+    dsh_monitor_model_pending_open (model, "permission", request);
+    //  The same id again replaces it
+    dsh_monitor_model_pending_open (model, "permission", request);
+    json_decref (request);
+    json_t *pending = dsh_monitor_model_pending (model);
+    assert_int_equal (json_array_size (pending), 2);
+    json_t *opened = json_array_get (pending, 1);
+    assert_string_equal (json_string_value (json_object_get (opened, "stage")), "permission");
+    assert_string_equal (json_string_value (json_object_get (json_object_get (opened, "arguments"), "text")), "x");
+    json_decref (pending);
+    json_t *stats = dsh_monitor_model_stats (model);
+    json_t *brief = json_array_get (json_object_get (stats, "pending"), 1);
+    assert_string_equal (json_string_value (json_object_get (brief, "argumentsPreview")), "{\"text\":\"x\"}");
+    assert_null (json_object_get (brief, "arguments"));
+    assert_int_equal (json_integer_value (json_object_get (brief, "closesMs")), 5000);
+    json_decref (stats);
+    stats = dsh_monitor_model_stats_public (model);
+    char *text = json_dumps (stats, JSON_COMPACT);
+    assert_null (strstr (text, "4242"));
+    assert_null (strstr (text, "\"text\""));
+    assert_null (strstr (text, "feedface"));
+    assert_non_null (strstr (text, "\"closesMs\":5000"));
+    free (text);
+    json_decref (stats);
+    //  Resolved: gone; another stage's id is another request
+    dsh_monitor_model_pending_close (model, "other", "a1");
+    dsh_monitor_model_pending_close (model, "permission", "a1");
+    pending = dsh_monitor_model_pending (model);
+    assert_int_equal (json_array_size (pending), 1);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (pending, 0), "id")), "b2");
+    json_decref (pending);
+    stats = dsh_monitor_model_stats (model);
+    assert_int_equal (json_array_size (json_object_get (stats, "pending")), 1);
+    json_decref (stats);
+    //  The next poll says what is open
+    poll = s_json ("{\"reachable\": true, \"pending\": []}");
+    dsh_monitor_model_poll (model, poll, 2000, 2000);
+    json_decref (poll);
+    pending = dsh_monitor_model_pending (model);
+    assert_int_equal (json_array_size (pending), 0);
+    json_decref (pending);
+    dsh_monitor_model_destroy (&model);
+}
+
+//  A quarantined tool keeps its place, with the broker's marks.
+static void
+test_quarantined_marks (void **state)
+{
+    (void) state;
+    dsh_monitor_model_t *model = dsh_monitor_model_new (10);
+    json_t *snapshot = s_json ("{\"kind\": \"snapshot\", \"epoch\": 1, \"seq\": 1, \"tools\": ["
+        "{\"tool\": {\"name\": \"echo\"}}, {\"tool\": {\"name\": \"note\", \"quarantined\": true, "
+        "\"digest\": \"bb\", \"pinnedDigest\": \"aa\", "
+        "\"quarantineReason\": \"definition changed since it was pinned\"}}],"
+        " \"components\": [{\"id\": \"c\", \"tools\": [\"echo\", \"note\"]}]}");
+    assert_null (dsh_monitor_model_notice (model, snapshot, 1));
+    json_decref (snapshot);
+    json_t *tools = dsh_monitor_model_tools (model);
+    json_t *echo = json_array_get (json_object_get (tools, "tools"), 0);
+    json_t *note = json_array_get (json_object_get (tools, "tools"), 1);
+    assert_null (json_object_get (echo, "quarantined"));
+    assert_true (json_is_true (json_object_get (note, "quarantined")));
+    assert_string_equal (json_string_value (json_object_get (note, "digest")), "bb");
+    assert_string_equal (json_string_value (json_object_get (note, "pinnedDigest")), "aa");
+    assert_string_equal (json_string_value (json_object_get (note, "quarantineReason")),
+                         "definition changed since it was pinned");
+    json_decref (tools);
+    dsh_monitor_model_destroy (&model);
+}
+
+//  What a page's decision may say, and what it may not.
+static void
+test_decision_check (void **state)
+{
+    (void) state;
+    char error [256];
+    const char *taken [] = {
+        "{\"stage\": \"permission\", \"id\": \"a1b2c3d4\", \"outcome\": \"deny\"}",
+        "{\"stage\": \"permission\", \"id\": \"a1\", \"outcome\": \"allow\", \"scope\": \"once\"}",
+        "{\"stage\": \"p\", \"id\": \"a1\", \"outcome\": \"allow\", \"scope\": \"tool\", \"minutes\": 5, "
+        "\"argumentsDigest\": \"ab12\", \"definitionDigest\": \"cd34\"}",
+        "{\"stage\": \"p\", \"id\": \"a1\", \"outcome\": \"allow\", \"scope\": \"arguments\"}",
+    };
+    for (size_t index = 0; index < sizeof taken / sizeof taken [0]; index++) {
+        json_t *body = s_json (taken [index]);
+        json_t *decision = dsh_monitor_approver_check_decision (body, error, sizeof error);
+        if (!decision)
+            fail_msg ("%s: %s", taken [index], error);
+        assert_true (json_equal (decision, body));
+        json_decref (decision);
+        json_decref (body);
+    }
+    //  Bodies with ' for ", for reading
+    const char *refused [][2] = {
+        { "{'id': 'a1', 'outcome': 'allow'}", "names its stage" },
+        { "{'stage': 'p', 'outcome': 'allow'}", "names its request" },
+        { "{'stage': 'p', 'id': 'a\\u0001', 'outcome': 'allow'}", "names its request" },
+        { "{'stage': 'p', 'id': 'a1', 'outcome': 'yes'}", "'allow' or 'deny'" },
+        { "{'stage': 'p', 'id': 'a1', 'outcome': 'deny', 'scope': 'tool'}", "a grant (scope tool) allows" },
+        { "{'stage': 'p', 'id': 'a1', 'outcome': 'allow', 'scope': 'forever'}", "scope is" },
+        { "{'stage': 'p', 'id': 'a1', 'outcome': 'allow', 'scope': 'tool', 'minutes': 0}", "minutes is" },
+        { "{'stage': 'p', 'id': 'a1', 'outcome': 'allow', 'scope': 'tool', 'minutes': 1.5}", "minutes is" },
+        { "{'stage': 'p', 'id': 'a1', 'outcome': 'allow', 'minutes': 5}", "minutes are for a grant" },
+        { "{'stage': 'p', 'id': 'a1', 'outcome': 'allow', 'argumentsDigest': 'XYZ'}", "hex digits" },
+        { "{'stage': 'p', 'id': 'a1', 'outcome': 'allow', 'by': 'mallory'}", "a decision has no 'by'" },
+    };
+    for (size_t index = 0; index < sizeof refused / sizeof refused [0]; index++) {
+        char *text = strdup (refused [index][0]);
+        char *why = strdup (refused [index][1]);
+        for (char *quote = strchr (text, '\''); quote; quote = strchr (quote, '\''))
+            *quote = '"';
+        for (char *quote = strchr (why, '\''); quote; quote = strchr (quote, '\''))
+            *quote = '"';
+        json_t *body = s_json (text);
+        error [0] = 0;
+        assert_null (dsh_monitor_approver_check_decision (body, error, sizeof error));
+        if (!strstr (error, why))
+            fail_msg ("%s: %s", text, error);
+        json_decref (body);
+        free (text);
+        free (why);
+    }
+}
+
 int
 main (void)
 {
@@ -322,6 +463,9 @@ main (void)
         cmocka_unit_test (test_rates),
         cmocka_unit_test (test_last_known),
         cmocka_unit_test (test_audit_metrics),
+        cmocka_unit_test (test_pending),
+        cmocka_unit_test (test_quarantined_marks),
+        cmocka_unit_test (test_decision_check),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
