@@ -1218,6 +1218,23 @@ s_grants_frame (dsh_store_t *store, char *error, size_t error_size)
     return frame;
 }
 
+int
+dsh_audit_read_state (const char *location, zframe_t **modes_p, zframe_t **grants_p, char *error, size_t error_size)
+{
+    *modes_p = *grants_p = NULL;
+    dsh_store_t *store = dsh_store_new (location, error, error_size);
+    zhashx_t *modes = store? dsh_store_modes (store, error, error_size): NULL;
+    if (modes)
+        *modes_p = s_modes_frame (modes);
+    zhashx_destroy (&modes);
+    if (*modes_p)
+        *grants_p = s_grants_frame (store, error, error_size);
+    dsh_store_destroy (&store);
+    if (!*grants_p)
+        zframe_destroy (modes_p);
+    return *grants_p? 0: -1;
+}
+
 //  Send frame as command if it differs from *last (which it replaces).
 static void
 s_send_changed (zsock_t *pipe, const char *command, zframe_t **frame_p, zframe_t **last_p)

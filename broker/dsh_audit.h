@@ -149,6 +149,13 @@ void
 void
     dsh_audit_grant_revoke (dsh_audit_t *self, const char *id);
 
+//  Read the stored modes and grants at location now, as the frames the
+//  reader sends (below), blocking: for a broker that starts, so that no
+//  call runs before they hold. Returns 0, or -1 with a reason (both NULL).
+int
+    dsh_audit_read_state (const char *location, zframe_t **modes_p, zframe_t **grants_p,
+                          char *error, size_t error_size);
+
 //  True if calls are recorded (policy is not off).
 bool
     dsh_audit_records (dsh_audit_t *self);

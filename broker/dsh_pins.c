@@ -11,7 +11,7 @@
 #include "dsh_json.h"
 
 //  How long a change made here stands against the stored set
-#define S_LOCAL_MS          5000
+#define S_LOCAL_MS          2000
 
 struct _dsh_pins_t {
     dsh_pins_policy_t policy;

@@ -48,6 +48,13 @@
 #define S_BATCH 64
 //  Memory freed since the last trim that is worth giving back
 #define S_TRIM_BYTES (4 * 1024 * 1024)
+//  How long a change made here (a mode) stands against the stored state,
+//  while its own write lands; pins and the permission stage's grants keep
+//  theirs as long (a revoked grant 3 s)
+#define S_LOCAL_MS          2000
+//  How long after the stored state last came it is applied again: past
+//  the longest of those windows
+#define S_STORED_AGAIN_MS   3500
 //  SNAPSHOT replies: the budget holds this fraction of a second's bytes (a
 //  burst), a queue is served this often, and holds this many requests
 #define S_SNAPSHOT_BURSTS 10
@@ -111,6 +118,10 @@ typedef struct {
     int64_t expired_at;         //  when the expiry check last ran
     zhashx_t *modes_set;        //  agent -> when `dsh mode` set it here (int64_t *, zclock_mono)
     dsh_pins_t *pins;           //  pinned tool definitions, or NULL (pins = off)
+    //  The stored state as last read (MODES, PINS, GRANTS frames), applied
+    //  again once changes made here lately no longer stand against it
+    zframe_t *stored [3];
+    int64_t stored_due [3];     //  when each is applied again (zclock_mono), or 0
 } self_t;
 
 //  A SNAPSHOT request waiting its turn.
@@ -401,6 +412,8 @@ s_self_destroy (self_t **self_p)
         zstr_free (&self->name);
         zstr_free (&self->store);
         zhashx_destroy (&self->modes_set);
+        for (int index = 0; index < 3; index++)
+            zframe_destroy (&self->stored [index]);
         dsh_stats_destroy (&self->stats);
         zsock_destroy (&self->work_monitor);
         dsh_routes_destroy (&self->routes);
@@ -1524,7 +1537,7 @@ s_apply_modes (self_t *self, zframe_t *frame)
         memcpy (agent, key->via.str.ptr, key->via.str.size);
         agent [key->via.str.size] = 0;
         const char *set = (const char *) zhashx_lookup (self->modes_set, agent);
-        if (set && zclock_mono () - strtoll (set, NULL, 10) < 5000)
+        if (set && zclock_mono () - strtoll (set, NULL, 10) < S_LOCAL_MS)
             continue;
         zframe_t *command = s_mode_command (agent, dsh_str_eq (value, "plan")? "plan": "normal");
         dsh_chain_apply (self->chain, "plan", command);
@@ -1533,7 +1546,42 @@ s_apply_modes (self_t *self, zframe_t *frame)
     dsh_doc_destroy (&doc);
 }
 
-//  The audit's reader: a query's reply to send on FRONT, or the modes.
+//  The stored state, as the reader last sent it, applied.
+static void
+s_apply_stored (self_t *self, int which)
+{
+    if (!self->stored [which])
+        return;
+    if (which == 0)
+        s_apply_modes (self, self->stored [which]);
+    else
+    if (which == 1)
+        s_apply_pins (self, self->stored [which]);
+    else
+        s_apply_grants (self, self->stored [which]);
+}
+
+//  A change made here stands against the stored state for a few seconds
+//  (a mode, a pin or a grant made 2 s, a grant revoked 3 s), while its
+//  own write lands; the reader sends the stored state only when it changes,
+//  so what it sent meanwhile is applied again once those windows passed:
+//  else a change another broker made in them would never hold here.
+static int
+s_stored_again (zloop_t *loop, int timer_id, void *arg)
+{
+    (void) loop;
+    (void) timer_id;
+    self_t *self = (self_t *) arg;
+    for (int which = 0; which < 3; which++)
+        if (self->stored_due [which] && zclock_mono () >= self->stored_due [which]) {
+            self->stored_due [which] = 0;
+            s_apply_stored (self, which);
+        }
+    return 0;
+}
+
+//  The audit's reader: a query's reply to send on FRONT, or the stored
+//  state (modes, pins, grants).
 static int
 s_audit_recv (zloop_t *loop, zsock_t *reader, void *arg)
 {
@@ -1544,14 +1592,15 @@ s_audit_recv (zloop_t *loop, zsock_t *reader, void *arg)
         return 0;
     char *command = zmsg_popstr (msg);
     zframe_t *body = zmsg_pop (msg);
-    if (command && body && streq (command, "MODES"))
-        s_apply_modes (self, body);
-    else
-    if (command && body && streq (command, "PINS"))
-        s_apply_pins (self, body);
-    else
-    if (command && body && streq (command, "GRANTS"))
-        s_apply_grants (self, body);
+    int which = !command || !body? -1: streq (command, "MODES")? 0: streq (command, "PINS")? 1:
+                streq (command, "GRANTS")? 2: -1;
+    if (which >= 0) {
+        zframe_destroy (&self->stored [which]);
+        self->stored [which] = body;
+        body = NULL;
+        s_apply_stored (self, which);
+        self->stored_due [which] = zclock_mono () + S_STORED_AGAIN_MS;
+    }
     else
     if (command && body && (streq (command, "REPLY") || streq (command, "ERROR"))) {
         //  What is left is the envelope
@@ -3167,6 +3216,22 @@ dsh_registry_actor (zsock_t *pipe, void *args)
         char error [512];
         if (dsh_chain_start (self->chain, self->loop, error, sizeof (error)))
             self->error = strdup (error);
+        else
+        if (self->audit && self->store) {
+            //  The stored modes and grants hold from the first call: an
+            //  agent in plan mode is not let out by a restart. The reader
+            //  sends them again within a second (applied then as well)
+            zframe_t *modes = NULL, *grants = NULL;
+            if (dsh_audit_read_state (self->store, &modes, &grants, error, sizeof (error)) == 0) {
+                s_apply_modes (self, modes);
+                s_apply_grants (self, grants);
+            }
+            else
+                dsh_log_warning ("dsh-broker: cannot read the stored modes and grants now (%s): they hold "
+                                 "once the store answers", error);
+            zframe_destroy (&modes);
+            zframe_destroy (&grants);
+        }
     }
     zsock_signal (pipe, 0);
     zloop_reader (self->loop, pipe, s_self_handle_pipe, self);
@@ -3176,8 +3241,10 @@ dsh_registry_actor (zsock_t *pipe, void *args)
         zloop_reader (self->loop, self->work, s_work_recv, self);
         if (self->work_monitor)
             zloop_reader (self->loop, self->work_monitor, s_work_monitor_recv, self);
-        if (self->audit)
+        if (self->audit) {
             zloop_reader (self->loop, dsh_audit_socket (self->audit), s_audit_recv, self);
+            zloop_timer (self->loop, 1000, 0, s_stored_again, self);
+        }
         zloop_timer (self->loop, (size_t) self->heartbeat_ms, 0, s_expire_components, self);
         int tick_ms = self->heartbeat_ms < 50? self->heartbeat_ms: 50;
         zloop_timer (self->loop, (size_t) tick_ms, 0, s_expire_calls, self);

@@ -46,8 +46,8 @@
 #define GRANT_MINUTES_DEFAULT       15
 #define GRANT_MAX_MINUTES_DEFAULT   1440
 #define GRANT_MINUTES_LIMIT         (366 * 24 * 60)     //  a year: the most either setting may say
-#define GRANT_MADE_KEPT_MS          5000        //  grants.load keeps the stage's newer grants
-#define GRANT_REVOKED_KEPT_MS       10000       //  and drops the ones it revoked lately
+#define GRANT_MADE_KEPT_MS          2000        //  grants.load keeps the stage's newer grants
+#define GRANT_REVOKED_KEPT_MS       3000        //  and drops the ones it revoked lately
 #define DECIDE_BY_MAX               128
 #define APPROVER_PROBE_MS           500         //  HEARTBEAT to approvers, and expiry
 #define APPROVER_EXPIRY_MS          3000        //  approvers say APPROVER every 1 s

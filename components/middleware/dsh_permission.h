@@ -103,7 +103,7 @@
     grants -> [grant, ...] (the live ones); revoke {id} -> {id, revoked:
     true}; grants.load {grants: [grant, ...]} -> {loaded, skipped}: the
     broker's stored set replaces the stage's, but for grants the stage made
-    in the last 5 s (kept) and ones it revoked in the last 10 s (dropped).
+    in the last 2 s (kept) and ones it revoked in the last 3 s (dropped).
     A control command is not a live approver: only approvers on the socket
     keep an ask from being denied at once.
 
