@@ -505,11 +505,17 @@ s_inline_note (void *arg, uint64_t token, const char *note)
 {
     s_slot_t *slot = (s_slot_t *) arg;
     dsh_record_t *record = dsh_inflight_lookup (slot->chain->inflight, token);
-    if (!record || !record->trail)
+    //  The host keeps what outlives the call (a grant) whether or not the
+    //  call is recorded
+    if (!record || (!record->trail && !slot->chain->host.note))
+        return;
+    //  Unrecorded, only a grant's making matters: a call a grant let
+    //  through (every granted call) is not parsed for nothing
+    if (!record->trail && !strstr (note, "\"expiresMs\""))
         return;
     json_t *json = json_loads (note, 0, NULL);
     json_t *approval = json_object_get (json, "approval");
-    if (json_is_object (approval)) {
+    if (record->trail && json_is_object (approval)) {
         //  grant: the id of the grant that let the call through, or the
         //  grant this decision made
         json_t *grant = json_object_get (approval, "grant");

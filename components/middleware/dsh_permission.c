@@ -435,6 +435,11 @@ struct _dsh_permission_grant_t {
     int64_t created_ms;
     int64_t expires_ms;
     char *by;
+    //  What a call it lets through is given, made at its first such call
+    //  (s_pass_granted): the meta stamp, packed, and the audit note's text
+    //  up to its time
+    zchunk_t *stamp;
+    char *note_head;
 };
 
 int
@@ -586,6 +591,8 @@ dsh_permission_grant_destroy (dsh_permission_grant_t **self_p)
         zstr_free (&self->tool);
         zstr_free (&self->chain_version);
         zstr_free (&self->by);
+        zchunk_destroy (&self->stamp);
+        zstr_free (&self->note_head);
         free (self);
         *self_p = NULL;
     }
@@ -638,6 +645,13 @@ dsh_permission_grant_stage (const dsh_permission_grant_t *self)
     return self->stage;
 }
 
+dsh_permission_scope_t
+dsh_permission_grant_scope (const dsh_permission_grant_t *self)
+{
+    assert (self);
+    return self->scope;
+}
+
 const char *
 dsh_permission_grant_by (const dsh_permission_grant_t *self)
 {
@@ -665,6 +679,7 @@ typedef struct {
     char *name;                 //  the stage's name, which grants are bound to
     char *chain_version;        //  the chain's version, "" if unknown
     zhashx_t *grants;           //  grant id -> dsh_permission_grant_t
+    zhashx_t *definitions;      //  tool name -> s_definition_t: its entry's digest, kept
     zhashx_t *made;             //  grant id -> int64_t zclock_mono it was made here
     zhashx_t *revoked;          //  grant id -> int64_t zclock_mono it was revoked here
 } self_t;
@@ -724,6 +739,7 @@ s_self_destroy (self_t **self_p)
         zhashx_destroy (&self->pending);
         zhashx_destroy (&self->approvers);
         zhashx_destroy (&self->grants);
+        zhashx_destroy (&self->definitions);
         zhashx_destroy (&self->made);
         zhashx_destroy (&self->revoked);
         zsock_destroy (&self->approvals);
@@ -945,16 +961,70 @@ s_grants_expire (self_t *self)
     s_marks_prune (self->revoked, GRANT_REVOKED_KEPT_MS);
 }
 
-//  A live grant that lets subject's call through, or NULL.
-static dsh_permission_grant_t *
-s_grant_find (self_t *self, const dsh_permission_subject_t *subject)
+//  A tool entry's definition digest, kept by name with the entry's bytes:
+//  computed again only when the entry changes (a grant's check is on every
+//  granted call's path)
+typedef struct {
+    zchunk_t *entry;
+    char digest [DSH_DIGEST_SIZE + 1];
+} s_definition_t;
+
+static void
+s_definition_destroy (s_definition_t **self_p)
 {
-    s_grants_expire (self);
+    if (*self_p) {
+        zchunk_destroy (&(*self_p)->entry);
+        free (*self_p);
+        *self_p = NULL;
+    }
+}
+
+//  At most this many tools' digests are kept (then they are made anew)
+#define S_DEFINITIONS_MAX 4096
+
+//  The definition digest of the call's tool into digest. Returns 0, or -1
+//  if it cannot be made (no tool, too deep).
+static int
+s_definition_digest (self_t *self, dsh_stage_call_t *call, char *digest)
+{
+    size_t size;
+    const byte *bytes = dsh_stage_call_tool_bytes (call, &size);
+    const char *name = dsh_stage_call_name (call);
+    s_definition_t *known = bytes? (s_definition_t *) zhashx_lookup (self->definitions, name): NULL;
+    if (known && zchunk_size (known->entry) == size && memcmp (zchunk_data (known->entry), bytes, size) == 0) {
+        memcpy (digest, known->digest, DSH_DIGEST_SIZE + 1);
+        return 0;
+    }
+    if (!bytes || dsh_digest_definition (dsh_stage_call_tool (call), digest))
+        return -1;
+    if (zhashx_size (self->definitions) >= S_DEFINITIONS_MAX)
+        zhashx_purge (self->definitions);
+    s_definition_t *made = (s_definition_t *) zmalloc (sizeof (s_definition_t));
+    assert (made);
+    made->entry = zchunk_new (bytes, size);
+    memcpy (made->digest, digest, DSH_DIGEST_SIZE + 1);
+    zhashx_update (self->definitions, name, made);
+    return 0;
+}
+
+//  A live grant that lets subject's call through, or NULL. The arguments'
+//  digest is made only when a grant for arguments could apply (into
+//  subject's buffer, *arguments_made then true), or -1 if it cannot be.
+static dsh_permission_grant_t *
+s_grant_find (self_t *self, dsh_permission_subject_t *subject, dsh_stage_call_t *call, char *arguments,
+              bool *arguments_made)
+{
     int64_t now = zclock_time ();
     for (dsh_permission_grant_t *grant = (dsh_permission_grant_t *) zhashx_first (self->grants); grant;
-         grant = (dsh_permission_grant_t *) zhashx_next (self->grants))
+         grant = (dsh_permission_grant_t *) zhashx_next (self->grants)) {
+        if (dsh_permission_grant_scope (grant) == DSH_PERMISSION_SCOPE_ARGUMENTS && !*arguments_made) {
+            if (dsh_digest_value (dsh_stage_call_arguments (call), arguments))
+                continue;
+            *arguments_made = true;
+        }
         if (dsh_permission_grant_applies (grant, subject, now))
             return grant;
+    }
     return NULL;
 }
 
@@ -1486,14 +1556,39 @@ s_request_open (self_t *self, dsh_stage_call_t *call, const dsh_permission_subje
 //  A call a grant covers goes on with the grant named in its stamp, and in
 //  what the audit records of it.
 static void
-s_pass_granted (self_t *self, dsh_stage_call_t *call, const dsh_permission_grant_t *grant)
+s_pass_granted (self_t *self, dsh_stage_call_t *call, dsh_permission_grant_t *grant)
 {
-    const char *id = dsh_permission_grant_id (grant);
-    dsh_stage_call_set_meta (call, DSH_PERMISSION_APPROVAL_META,
-                             json_pack ("{s:s, s:s, s:s}", "stage", self->name, "id", id, "grant", id));
-    dsh_stage_call_note (call, json_pack ("{s:{s:s, s:s, s:s, s:I}}", "approval", "grant", id,
-                                          "approver", dsh_permission_grant_by (grant), "decision", "granted",
-                                          "atMs", (json_int_t) zclock_time ()));
+    if (!grant->stamp) {
+        //  Made once per grant: every call it lets through carries the same
+        //  stamp, and a note that differs only in its time
+        json_t *stamp = json_pack ("{s:s, s:s, s:s}", "stage", self->name, "id", grant->id, "grant", grant->id);
+        msgpack_sbuffer sbuf;
+        msgpack_sbuffer_init (&sbuf);
+        msgpack_packer pk;
+        msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+        int rc = dsh_json_to_msgpack (&pk, stamp);
+        assert (rc == 0);
+        grant->stamp = zchunk_new (sbuf.data, sbuf.size);
+        msgpack_sbuffer_destroy (&sbuf);
+        json_decref (stamp);
+        json_t *by = json_string (grant->by);
+        char *approver = json_dumps (by, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+        json_decref (by);
+        grant->note_head = zsys_sprintf ("{\"approval\":{\"grant\":\"%s\",\"approver\":%s,\"decision\":\"granted\","
+                                         "\"atMs\":", grant->id, approver? approver: "\"\"");
+        free (approver);
+    }
+    dsh_stage_call_set_meta_packed (call, DSH_PERMISSION_APPROVAL_META, zchunk_data (grant->stamp),
+                                    zchunk_size (grant->stamp));
+    char note [512];
+    int size = snprintf (note, sizeof (note), "%s%" PRId64 "}}", grant->note_head, zclock_time ());
+    if (size > 0 && (size_t) size < sizeof (note))
+        dsh_stage_call_note_text (call, note);
+    else {
+        char *long_note = zsys_sprintf ("%s%" PRId64 "}}", grant->note_head, zclock_time ());
+        dsh_stage_call_note_text (call, long_note);
+        zstr_free (&long_note);
+    }
 }
 
 static dsh_stage_verdict_t
@@ -1523,8 +1618,8 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     //  What a grant, and an approver's decision, are bound to
     char definition [DSH_DIGEST_SIZE + 1] = "";
     char arguments [DSH_DIGEST_SIZE + 1] = "";
-    bool digested = dsh_digest_definition (dsh_stage_call_tool (call), definition) == 0
-                 && dsh_digest_value (dsh_stage_call_arguments (call), arguments) == 0;
+    bool arguments_made = false;
+    bool digested = s_definition_digest (self, call, definition) == 0;
     const char *agent = dsh_stage_call_agent (call);
     //  An external stage's call says its broker's chain; an inline one's is
     //  the context's
@@ -1535,11 +1630,14 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
         .chain_version = version? version: self->chain_version
     };
     bool grantable = digested && dsh_permission_policy_grants (self->policy);
-    dsh_permission_grant_t *grant = grantable? s_grant_find (self, &subject): NULL;
+    dsh_permission_grant_t *grant = grantable? s_grant_find (self, &subject, call, arguments, &arguments_made): NULL;
     if (grant) {
         s_pass_granted (self, call, grant);
         return DSH_STAGE_PASS;
     }
+    //  A request shows both digests, and a decision may grant on either
+    if (!arguments_made && dsh_digest_value (dsh_stage_call_arguments (call), arguments))
+        grantable = false;
     int64_t now = zclock_mono ();
     bool by_deadline = false;
     int64_t closes_at = dsh_permission_ask_closes_at (now, dsh_stage_call_deadline (call),
@@ -1808,6 +1906,8 @@ dsh_permission_setup (zconfig_t *settings, const dsh_middleware_context_t *conte
     assert (self->pending);
     zhashx_set_destructor (self->pending, (czmq_destructor *) s_request_destroy);
     self->grants = zhashx_new ();
+    self->definitions = zhashx_new ();
+    zhashx_set_destructor (self->definitions, (zhashx_destructor_fn *) s_definition_destroy);
     assert (self->grants);
     zhashx_set_destructor (self->grants, (czmq_destructor *) dsh_permission_grant_destroy);
     self->made = zhashx_new ();

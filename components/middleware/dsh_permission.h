@@ -284,6 +284,10 @@ const char *
 const char *
     dsh_permission_grant_stage (const dsh_permission_grant_t *self);
 
+//  What it covers: a tool (any arguments) or these arguments.
+dsh_permission_scope_t
+    dsh_permission_grant_scope (const dsh_permission_grant_t *self);
+
 //  Who made it: the approver as its decision recorded it.
 const char *
     dsh_permission_grant_by (const dsh_permission_grant_t *self);

@@ -1291,6 +1291,15 @@ dsh_stage_call_tool (dsh_stage_call_t *call)
     return call->tool_doc? dsh_doc_root (call->tool_doc): NULL;
 }
 
+const byte *
+dsh_stage_call_tool_bytes (dsh_stage_call_t *call, size_t *size)
+{
+    assert (call);
+    assert (size);
+    *size = call->tool? zframe_size (call->tool): 0;
+    return *size? zframe_data (call->tool): NULL;
+}
+
 int64_t
 dsh_stage_call_deadline (dsh_stage_call_t *call)
 {
@@ -1350,6 +1359,16 @@ dsh_stage_call_note (dsh_stage_call_t *call, json_t *note)
     json_decref (note);
 }
 
+void
+dsh_stage_call_note_text (dsh_stage_call_t *call, const char *note)
+{
+    assert (call);
+    assert (note);
+    dsh_stage_t *self = call->stage;
+    if (self->host.note)
+        self->host.note (self->host.arg, call->token, note);
+}
+
 const char *
 dsh_stage_control_caller (dsh_stage_t *self)
 {
@@ -1369,6 +1388,17 @@ dsh_stage_call_set_meta (dsh_stage_call_t *call, const char *key, json_t *value)
     json_decref (value);
     if (packed)
         zhashx_update (call->stamps, key, packed);
+}
+
+void
+dsh_stage_call_set_meta_packed (dsh_stage_call_t *call, const char *key, const void *value, size_t size)
+{
+    assert (value && size);
+    if (!call->stamps) {
+        call->stamps = zhashx_new ();
+        zhashx_set_destructor (call->stamps, (zhashx_destructor_fn *) zframe_destroy);
+    }
+    zhashx_update (call->stamps, key, zframe_new (value, size));
 }
 
 void

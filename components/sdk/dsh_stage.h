@@ -194,6 +194,11 @@ const char *
 void
     dsh_stage_call_note (dsh_stage_call_t *call, json_t *note);
 
+//  The same, as JSON text already made (borrowed): for a note made on
+//  every call, without building it as JSON each time.
+void
+    dsh_stage_call_note_text (dsh_stage_call_t *call, const char *note);
+
 //  A control command for an inline stage (body {command, args?}); returns
 //  the reply body {ok, message?, data?}.
 zframe_t *
@@ -240,6 +245,12 @@ const msgpack_object *
 const msgpack_object *
     dsh_stage_call_tool (dsh_stage_call_t *call);
 
+//  The same entry's bytes (msgpack) as the broker sent them, their size in
+//  *size; NULL (size 0) if no such tool is registered. For a stage that
+//  keeps what it computed of an entry until the entry changes.
+const byte *
+    dsh_stage_call_tool_bytes (dsh_stage_call_t *call, size_t *size);
+
 //  The call's own deadline, on zclock_mono's clock: the broker answers
 //  the call TIMEOUT then, whatever the stage does. 0 if unknown. A stage
 //  that waits (for a human, a process) should finish before it.
@@ -278,6 +289,12 @@ void
 //  limit is answered BAD_REQUEST instead of being passed.
 void
     dsh_stage_call_set_meta (dsh_stage_call_t *call, const char *key, json_t *value);
+
+//  The same as dsh_stage_call_set_meta, the value already packed (size
+//  bytes of one msgpack object, copied): for a stamp made once and put on
+//  many calls.
+void
+    dsh_stage_call_set_meta_packed (dsh_stage_call_t *call, const char *key, const void *value, size_t size);
 
 //  Answer with an error result: "Error: <message>", isError, error {name,
 //  code}. The verdict must then be ANSWER.
