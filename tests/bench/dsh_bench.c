@@ -39,6 +39,18 @@
                  the rounds, SQLite's calls/s over NATS's; the records/s
                  its writer sustains (STATS audit), calls refused and
                  records dropped, and the store's size per million calls
+      pins       dsh with the audit off (--audit off) in four layouts:
+                 pins off (--pins off), pins tofu (the default), tofu
+                 with a permission stage whose one rule allows, and the
+                 same stage asking for echo, with a grant for the bench's
+                 agent and echo made first through a raw approver
+                 (DECIDE scope tool), which every measured call passes by
+                 (CONTROL grants lists it; PENDINGs counted): calls/s and
+                 the broker's CPU time per call at 64 in flight, p50/p99
+                 at 1, 64 B and 4 KiB, the four in turns in ten short
+                 rounds, tofu over off and granted over allow as ratios
+                 with their range over the rounds, and NATS's calls/s of
+                 the same run beside them
 
     latency (one call in flight, p50/p99) and throughput (1, 16 and 64 in
     flight) against 1 and 4 replicas, with payloads of 64 B and 4 KiB; then
@@ -59,7 +71,7 @@
     runs the issue's whole matrix, --settings one's own.
     --quick does it all with small counts (scale: 10 x 100) in a few seconds.
     --only runs some parts (raw, nats, dsh, pass3, scale, curve, stats,
-    audit, swarm), e.g. --only scale to look at the broker's memory run
+    audit, pins, swarm), e.g. --only scale to look at the broker's memory run
     after run. Every broker keeps its audit store in a directory the bench
     makes and removes at the end ($DSH_STATE_DIR for its children, unless
     it is set), so a run does not grow ~/.local/state.
@@ -67,9 +79,9 @@
     for tests/mcp/bench.mjs); with --inflight 1 it also prints p50/p99, and
     with more in flight p50/p99 from the send time each callId carries.
 
-    The targets of issues 10, 14, 24 and 25 are printed, each met or missed, never
-    asserted; the exit status is 1 only when a dsh or floor figure is
-    missing or insane (no calls completed, errors, timeouts). NATS is the
+    The targets of issues 10, 14, 24, 25 and 26 are printed, each met or
+    missed, never asserted; the exit status is 1 only when a dsh or floor
+    figure is missing or insane (no calls completed, errors, timeouts). NATS is the
     peer, not the subject: when it fails, its column is dropped with the
     reason and the targets against it are "not measured".
     =========================================================================
@@ -106,7 +118,8 @@
 #define S_PART_STATS    (S_VARIANTS + 2)
 #define S_PART_SWARM    (S_VARIANTS + 3)
 #define S_PART_AUDIT    (S_VARIANTS + 4)
-#define S_PARTS         (S_VARIANTS + 5)
+#define S_PART_PINS     (S_VARIANTS + 5)
+#define S_PARTS         (S_VARIANTS + 6)
 //  Longest wait for any one reply before a run counts as failed.
 #define S_REPLY_WAIT_MS 5000
 //  Calls --drive makes before it counts (the first one also connects).
@@ -115,9 +128,9 @@
 static const char *s_variant_names [S_VARIANTS] = { "raw floor", "NATS", "dsh (empty chain)", "dsh (3 pass stages)" };
 static const char *s_variant_keys [S_VARIANTS] = { "raw", "nats", "dsh", "dsh_pass3" };
 //  What --only takes: the variants, then the scale run, the CURVE part, the
-//  statistics part, the swarm part and the audit part.
+//  statistics part, the swarm part, the audit part and the pins part.
 static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale", "curve", "stats", "swarm",
-                                              "audit" };
+                                              "audit", "pins" };
 static const size_t s_payloads [S_PAYLOADS] = { 64, 4096 };
 static const int s_inflights [] = { 1, 16, 64 };
 #define S_INFLIGHTS     (sizeof (s_inflights) / sizeof (s_inflights [0]))
@@ -188,6 +201,41 @@ static const struct {
 };
 #define S_AUDIT_FIGURES (sizeof (s_audit_figures) / sizeof (s_audit_figures [0]))
 #define S_AUDIT_ROWS    (S_PAYLOADS * S_AUDIT_FIGURES)
+
+//  The pins part (issue 26): pinned definitions off and on (tofu), then a
+//  permission stage that allows and the same stage asking, with a grant
+//  that answers every ask; the audit off in all four
+#define S_PINS_LAYOUTS  4
+#define S_PINS_OFF      0
+#define S_PINS_TOFU     1
+#define S_PINS_ALLOW    2
+#define S_PINS_GRANT    3
+#define S_PINS_ROUNDS   10
+//  The permission stage's name in the last two
+#define S_PINS_STAGE    "permission"
+static const char *s_pins_layout_names [S_PINS_LAYOUTS] = {
+    "dsh, pins off", "dsh, pins tofu", "dsh, tofu, permission allow", "dsh, tofu, permission ask, granted"
+};
+static const char *s_pins_layout_keys [S_PINS_LAYOUTS] = { "off", "tofu", "allow", "grant" };
+//  What is held against what, as a ratio: pins against none, a grant
+//  against a plain allow
+#define S_PINS_COMPARISONS 2
+static const struct {
+    const char *key;
+    int layout;
+    int reference;
+} s_pins_comparisons [S_PINS_COMPARISONS] = {
+    { "tofu_vs_off", S_PINS_TOFU, S_PINS_OFF }, { "grant_vs_allow", S_PINS_GRANT, S_PINS_ALLOW }
+};
+//  Its figures for each payload, in the order they are printed
+static const struct {
+    const char *figure;
+    int inflight;
+} s_pins_figures [] = {
+    { "calls_per_s", 64 }, { "broker_cpu_us_per_call", 64 }, { "latency_p50_us", 1 }, { "latency_p99_us", 1 }
+};
+#define S_PINS_FIGURES  (sizeof (s_pins_figures) / sizeof (s_pins_figures [0]))
+#define S_PINS_ROWS     (S_PAYLOADS * S_PINS_FIGURES)
 
 //  One setting of the swarm part.
 typedef struct {
@@ -329,6 +377,26 @@ typedef struct {
     bool checkpointed;          //  SQLite: its log was checkpointed before each size was read
 } s_audit_store_t;
 
+//  One figure of the pins part: each layout's, and for each comparison
+//  its ratio's range over the rounds (low 0: none made).
+typedef struct {
+    const char *figure;
+    size_t payload;
+    int inflight;
+    double value [S_PINS_LAYOUTS];      //  0: not measured or failed
+    double ratio_low [S_PINS_COMPARISONS];
+    double ratio_high [S_PINS_COMPARISONS];
+} s_pins_row_t;
+
+//  The grant the pins part's last layout runs under, and whether every
+//  call passed by it.
+typedef struct {
+    char id [32];               //  "" until it was made
+    bool listed_before;         //  CONTROL grants listed it before the measured calls
+    bool listed_after;          //  and after them
+    uint64_t asked;             //  PENDINGs the approver was sent during the measured calls
+} s_pins_grant_t;
+
 typedef struct {
     s_plan_t plan;
     bool run [S_PARTS];         //  which parts this run measures
@@ -342,6 +410,9 @@ typedef struct {
     s_audit_row_t audit_rows [S_AUDIT_ROWS];
     s_audit_store_t audit_stores [S_AUDIT_LAYOUTS];
     double audit_seconds;       //  how long the audit part took
+    s_pins_row_t pins_rows [S_PINS_ROWS];
+    s_pins_grant_t pins_grant;
+    double pins_seconds;        //  how long the pins part took
     s_swarm_setting_t swarm_settings [S_SWARM_SETTINGS_MAX];
     size_t swarm_count;
     s_swarm_plan_t swarm_plan;
@@ -752,7 +823,9 @@ s_proc_status_kib (pid_t pid, const char *field)
     return value;
 }
 
-//  Waits until the broker lists count providers of echo.
+//  Waits until the broker lists count providers of echo, and echo is not
+//  quarantined (under pins tofu, a tool that comes before the broker has
+//  read its pins waits for them).
 static int
 s_wait_providers (const char *endpoint, size_t count, int timeout_ms)
 {
@@ -763,7 +836,11 @@ s_wait_providers (const char *endpoint, size_t count, int timeout_ms)
         char error [256];
         dsh_reply_t *reply = dsh_client_request (client, DSH_GET, "echo", 1000, error, sizeof (error));
         const msgpack_object *providers = reply? dsh_map_get (dsh_reply_body (reply), "providers"): NULL;
-        if (providers && providers->type == MSGPACK_OBJECT_ARRAY && providers->via.array.size == count)
+        const msgpack_object *tool = reply? dsh_map_get (dsh_reply_body (reply), "tool"): NULL;
+        const msgpack_object *quarantined = tool && tool->type == MSGPACK_OBJECT_MAP?
+            dsh_map_get (tool, "quarantined"): NULL;
+        if (providers && providers->type == MSGPACK_OBJECT_ARRAY && providers->via.array.size == count
+        &&  !(quarantined && quarantined->type == MSGPACK_OBJECT_BOOLEAN && quarantined->via.boolean))
             rc = 0;
         dsh_reply_destroy (&reply);
         if (rc)
@@ -2204,6 +2281,445 @@ s_bench_audit (s_bench_t *self)
 }
 
 //  ---------------------------------------------------------------------
+//  Pins: the call path with pinned definitions off and on, and through a
+//  permission stage that allows or asks and finds a grant (issue 26)
+
+//  The pins part's processes: a broker, a dsh-demo and a target per
+//  layout, and a raw approver on the grant layout's stage.
+typedef struct {
+    s_layout_t layouts [S_PINS_LAYOUTS];
+    char dir [64];              //  the chain configs
+    char allow_config [96];
+    char ask_config [96];
+    dsh_client_t *control;      //  CONTROL to the grant layout's stage
+    zsock_t *approver;          //  a DEALER on its approvals socket
+} s_pins_part_t;
+
+//  What calls on one layout add up to: one turn's, or all turns' of one
+//  figure.
+typedef struct {
+    int64_t *samples;           //  round trips, with one call in flight
+    size_t sample_count;
+    uint64_t calls;
+    int64_t usecs;              //  the calls' time
+    int64_t cpu_usecs;          //  the broker's meanwhile
+} s_pins_tally_t;
+
+//  Writes text to path. Returns 0, or -1.
+static int
+s_pins_config_write (const char *path, const char *text)
+{
+    FILE *file = fopen (path, "w");
+    bool written = file && fputs (text, file) >= 0;
+    if (file && fclose (file))
+        written = false;
+    return written? 0: -1;
+}
+
+//  Sends command to the approver's stage, with body (borrowed), or an
+//  empty map if body is NULL.
+static void
+s_pins_approver_send (zsock_t *approver, const char *command, msgpack_sbuffer *body)
+{
+    zmsg_t *msg = dsh_proto_message (NULL, command);
+    if (body)
+        zmsg_addmem (msg, body->data, body->size);
+    else
+        zmsg_addmem (msg, "\x80", 1);          //  {}
+    zmsg_send (&msg, approver);
+}
+
+//  The next message to the approver within timeout_ms other than a
+//  HEARTBEAT (each answered with APPROVER, which keeps it present), its
+//  command in command; NULL on timeout. Caller destroys.
+static dsh_doc_t *
+s_pins_approver_next (zsock_t *approver, char *command, size_t size, int timeout_ms)
+{
+    int64_t give_up = zclock_mono () + timeout_ms;
+    dsh_doc_t *body = NULL;
+    while (!body) {
+        int64_t left = give_up - zclock_mono ();
+        zmq_pollitem_t item = { zsock_resolve (approver), 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll (&item, 1, left > 0? (long) left: 0) <= 0)
+            break;
+        zmsg_t *msg = zmsg_recv (approver);
+        zmsg_t *envelope = NULL;
+        char error [256];
+        if (msg && dsh_proto_split (msg, &envelope, command, size, error, sizeof (error)) == 0) {
+            if (streq (command, "HEARTBEAT"))
+                s_pins_approver_send (approver, "APPROVER", NULL);
+            else
+                body = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error));
+        }
+        zmsg_destroy (&envelope);
+        zmsg_destroy (&msg);
+    }
+    return body;
+}
+
+//  The next message to the approver, if it is of command; NULL if another
+//  or none came within timeout_ms.
+static dsh_doc_t *
+s_pins_approver_expect (zsock_t *approver, const char *command, int timeout_ms)
+{
+    char got [32] = "";
+    dsh_doc_t *body = s_pins_approver_next (approver, got, sizeof (got), timeout_ms);
+    if (body && !streq (got, command))
+        dsh_doc_destroy (&body);
+    return body;
+}
+
+//  Reads what waits for the approver, answering its heartbeats. Returns
+//  the requests (PENDING) among it: calls the grant did not let by.
+static uint64_t
+s_pins_approver_drain (zsock_t *approver)
+{
+    uint64_t asked = 0;
+    char command [32];
+    dsh_doc_t *body;
+    while ((body = s_pins_approver_next (approver, command, sizeof (command), 0))) {
+        if (streq (command, "PENDING"))
+            asked++;
+        dsh_doc_destroy (&body);
+    }
+    return asked;
+}
+
+//  Connects the approver to the grant layout's stage (CONTROL approvals
+//  says where) and waits until the stage counts it: HEARTBEAT goes only to
+//  approvers it knows. Returns 0, or -1.
+static int
+s_pins_approver_open (s_pins_part_t *part)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_control (part->control, S_PINS_STAGE, "approvals", NULL, 5000, error,
+                                             sizeof (error));
+    json_t *body = reply? dsh_reply_json (reply): NULL;
+    const char *endpoint = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
+    part->approver = endpoint? zsock_new_dealer (endpoint): NULL;
+    json_decref (body);
+    dsh_reply_destroy (&reply);
+    if (!part->approver)
+        return -1;
+    s_pins_approver_send (part->approver, "APPROVER", NULL);
+    int64_t give_up = zclock_mono () + 10000;
+    bool heard = false;
+    while (!heard && zclock_mono () < give_up) {
+        zmq_pollitem_t item = { zsock_resolve (part->approver), 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll (&item, 1, 1000) <= 0)
+            continue;
+        zmsg_t *msg = zmsg_recv (part->approver);
+        zmsg_t *envelope = NULL;
+        char command [32];
+        if (msg && dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0)
+            heard = streq (command, "HEARTBEAT");
+        zmsg_destroy (&envelope);
+        zmsg_destroy (&msg);
+    }
+    if (heard)
+        s_pins_approver_send (part->approver, "APPROVER", NULL);
+    return heard? 0: -1;
+}
+
+//  True if the grant layout's stage lists a live grant id for the bench's
+//  agent and echo (CONTROL grants).
+static bool
+s_pins_grant_listed (s_pins_part_t *part, const char *id)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_control (part->control, S_PINS_STAGE, "grants", NULL, 5000, error,
+                                             sizeof (error));
+    json_t *body = reply? dsh_reply_json (reply): NULL;
+    json_t *grants = json_object_get (body, "data");
+    bool listed = false;
+    size_t index;
+    json_t *grant;
+    json_array_foreach (grants, index, grant) {
+        const char *grant_id = json_string_value (json_object_get (grant, "id"));
+        const char *tool = json_string_value (json_object_get (grant, "tool"));
+        const char *agent = json_string_value (json_object_get (grant, "agent"));
+        if (grant_id && tool && agent && streq (grant_id, id) && streq (tool, "echo") && streq (agent, S_CURVE_AGENT))
+            listed = true;
+    }
+    json_decref (body);
+    dsh_reply_destroy (&reply);
+    return listed;
+}
+
+//  Makes the grant the last layout runs under: one call asks, the approver
+//  allows it for the agent and echo for an hour (DECIDE scope tool), and
+//  RESOLVED names the grant. Returns 0, or -1 (and the run fails).
+static int
+s_pins_grant_make (s_bench_t *self, s_pins_part_t *part)
+{
+    s_pins_grant_t *grant = &self->pins_grant;
+    const char *why = NULL;
+    s_target_t *target = part->layouts [S_PINS_GRANT].target;
+    if (s_pins_approver_open (part))
+        why = "no approver could connect to the stage";
+    dsh_doc_t *pending = why? NULL: s_target_send (target, 0)? NULL:
+                         s_pins_approver_expect (part->approver, "PENDING", 10000);
+    const msgpack_object *id = pending? dsh_map_get (dsh_doc_root (pending), "id"): NULL;
+    if (!why && !(id && id->type == MSGPACK_OBJECT_STR))
+        why = "the call that should ask was not put to the approver";
+    if (!why) {
+        msgpack_sbuffer decide;
+        msgpack_sbuffer_init (&decide);
+        msgpack_packer pk;
+        msgpack_packer_init (&pk, &decide, msgpack_sbuffer_write);
+        msgpack_pack_map (&pk, 4);
+        dsh_pack_cstr (&pk, "id");
+        msgpack_pack_str (&pk, id->via.str.size);
+        msgpack_pack_str_body (&pk, id->via.str.ptr, id->via.str.size);
+        dsh_pack_cstr (&pk, "outcome");
+        dsh_pack_cstr (&pk, "allow");
+        dsh_pack_cstr (&pk, "scope");
+        dsh_pack_cstr (&pk, "tool");
+        dsh_pack_cstr (&pk, "minutes");
+        msgpack_pack_int (&pk, 60);
+        s_pins_approver_send (part->approver, "DECIDE", &decide);
+        msgpack_sbuffer_destroy (&decide);
+        uint64_t errors = target->errors;
+        if (!s_target_recv (target) || target->errors != errors)
+            why = "the call that asked did not pass once allowed";
+    }
+    dsh_doc_t *resolved = why? NULL: s_pins_approver_expect (part->approver, "RESOLVED", 5000);
+    const msgpack_object *made = resolved? dsh_map_get (dsh_doc_root (resolved), "grant"): NULL;
+    if (!why && made && made->type == MSGPACK_OBJECT_STR && made->via.str.size < sizeof (grant->id))
+        snprintf (grant->id, sizeof (grant->id), "%.*s", (int) made->via.str.size, made->via.str.ptr);
+    else
+    if (!why)
+        why = "RESOLVED named no grant";
+    dsh_doc_destroy (&resolved);
+    dsh_doc_destroy (&pending);
+    if (!why && !(grant->listed_before = s_pins_grant_listed (part, grant->id)))
+        why = "CONTROL grants does not list the grant";
+    if (why) {
+        s_fail (self, "%s: %s (%s)", s_pins_layout_names [S_PINS_GRANT], why,
+                target->last_error [0]? target->last_error: "no error from the call");
+        return -1;
+    }
+    return 0;
+}
+
+//  Starts layout which, a broker with the audit off (and the layout's pins
+//  and chain) and a dsh-demo, and a target calling it as the bench's
+//  agent. Returns 0, or -1 (and the run fails).
+static int
+s_pins_layout_start (s_bench_t *self, s_pins_part_t *part, int which)
+{
+    const char *off_flags [] = { "--audit", "off", "--pins", "off", NULL };
+    const char *tofu_flags [] = { "--audit", "off", NULL };
+    const char *allow_flags [] = { "--audit", "off", "-c", part->allow_config, NULL };
+    const char *grant_flags [] = { "--audit", "off", "-c", part->ask_config, NULL };
+    const char *const *flags [S_PINS_LAYOUTS] = { off_flags, tofu_flags, allow_flags, grant_flags };
+    s_layout_t *layout = &part->layouts [which];
+    char endpoint [256], id [32];
+    snprintf (id, sizeof (id), "bench-pins-demo-%d", which);
+    layout->server = dsh_testkit_broker (1000, flags [which], endpoint, sizeof (endpoint));
+    layout->echo = layout->server? dsh_testkit_component ("components/demo/dsh-demo", endpoint, id, NULL): NULL;
+    if (!layout->echo || s_wait_providers (endpoint, 1, 10000)) {
+        s_fail (self, "%s: did not start", s_pins_layout_names [which]);
+        return -1;
+    }
+    layout->target = s_target_new (S_DSH, endpoint);
+    //  The agent a grant is for
+    layout->target->agent = S_CURVE_AGENT;
+    if (which == S_PINS_GRANT)
+        part->control = dsh_client_new (endpoint);
+    return 0;
+}
+
+//  One turn on layout which: inflight calls of payload for a round's share
+//  of the plan. Writes the turn's tally into turn and adds it to tally; on
+//  the grant layout, counts what was put to the approver meanwhile.
+//  Returns 0, or -1 (and the run fails).
+static int
+s_pins_turn (s_bench_t *self, s_pins_part_t *part, int which, size_t payload, int inflight,
+             s_pins_tally_t *tally, s_pins_tally_t *turn)
+{
+    s_target_t *target = part->layouts [which].target;
+    pid_t broker = dsh_testproc_pid (part->layouts [which].server);
+    int calls = (inflight == 1? self->plan.latency_calls: self->plan.throughput_calls) * 2 / S_PINS_ROUNDS;
+    int ms = (inflight == 1? self->plan.latency_ms: self->plan.throughput_ms) * 2 / S_PINS_ROUNDS;
+    uint64_t replies_before = target->replies;
+    size_t first_sample = tally->sample_count;
+    int64_t cpu_before = s_proc_cpu_usecs (broker);
+    int64_t started = zclock_usecs ();
+    double rate = s_run (target, payload, inflight, calls, ms, inflight == 1? tally->samples: NULL,
+                         &tally->sample_count);
+    int64_t elapsed = zclock_usecs () - started;
+    int64_t cpu_after = s_proc_cpu_usecs (broker);
+    uint64_t done = target->replies - replies_before;
+    if (which == S_PINS_GRANT)
+        self->pins_grant.asked += s_pins_approver_drain (part->approver);
+    *turn = (s_pins_tally_t) { tally->samples + first_sample, tally->sample_count - first_sample, done, elapsed,
+                               cpu_after - cpu_before };
+    if (rate <= 0 || done == 0 || (inflight == 1 && turn->sample_count == 0) || cpu_before < 0 || cpu_after < 0) {
+        s_fail (self, "%s: run with %d in flight, %zu B failed (%s)", s_pins_layout_names [which], inflight,
+                s_payloads [payload], target->last_error [0]? target->last_error: "no reply, or no CPU time");
+        return -1;
+    }
+    tally->calls += done;
+    tally->usecs += elapsed;
+    tally->cpu_usecs += turn->cpu_usecs;
+    return 0;
+}
+
+//  The figure of a tally that a row names; 0 if it has nothing to say.
+//  Sorts the tally's samples.
+static double
+s_pins_figure_of (s_pins_tally_t *tally, const char *figure)
+{
+    if (streq (figure, "calls_per_s"))
+        return tally->usecs > 0? (double) tally->calls * 1e6 / (double) tally->usecs: 0;
+    if (streq (figure, "broker_cpu_us_per_call"))
+        return tally->calls? (double) tally->cpu_usecs / (double) tally->calls: 0;
+    return (double) s_percentile (tally->samples, tally->sample_count, streq (figure, "latency_p50_us")? 50: 99);
+}
+
+static s_pins_row_t *
+s_pins_row (s_bench_t *self, const char *figure, size_t payload)
+{
+    for (size_t index = 0; index < S_PINS_ROWS; index++)
+        if (streq (self->pins_rows [index].figure, figure) && self->pins_rows [index].payload == payload)
+            return &self->pins_rows [index];
+    assert (false);
+    return NULL;
+}
+
+//  The figures at payload with inflight calls in flight, on every layout:
+//  S_PINS_ROUNDS rounds, in each the layouts in turns, which goes first
+//  rotating. Latency is the pooled rounds' p50/p99, calls/s all calls over
+//  all their time, CPU per call all CPU time over all calls; each
+//  comparison's range is over the rounds' own. Returns 0, or -1 (the run
+//  fails).
+static int
+s_pins_figure (s_bench_t *self, s_pins_part_t *part, int64_t **samples, size_t payload, int inflight)
+{
+    s_pins_tally_t tallies [S_PINS_LAYOUTS];
+    for (int which = 0; which < S_PINS_LAYOUTS; which++)
+        tallies [which] = (s_pins_tally_t) { samples [which], 0, 0, 0, 0 };
+    for (int round = 0; round < S_PINS_ROUNDS && !zsys_interrupted; round++) {
+        s_pins_tally_t turns [S_PINS_LAYOUTS];
+        for (int turn = 0; turn < S_PINS_LAYOUTS; turn++) {
+            int which = (round + turn) % S_PINS_LAYOUTS;
+            if (s_pins_turn (self, part, which, payload, inflight, &tallies [which], &turns [which]))
+                return -1;
+        }
+        for (size_t figure = 0; figure < S_PINS_FIGURES; figure++) {
+            if (s_pins_figures [figure].inflight != inflight)
+                continue;
+            s_pins_row_t *row = s_pins_row (self, s_pins_figures [figure].figure, s_payloads [payload]);
+            for (int compared = 0; compared < S_PINS_COMPARISONS; compared++) {
+                double layout = s_pins_figure_of (&turns [s_pins_comparisons [compared].layout], row->figure);
+                double reference = s_pins_figure_of (&turns [s_pins_comparisons [compared].reference], row->figure);
+                //  A short turn may use less than a clock tick of CPU
+                if (layout > 0 && reference > 0)
+                    s_ratio_range (&row->ratio_low [compared], &row->ratio_high [compared], layout / reference);
+            }
+        }
+    }
+    for (size_t figure = 0; figure < S_PINS_FIGURES && !zsys_interrupted; figure++)
+        if (s_pins_figures [figure].inflight == inflight)
+            for (int which = 0; which < S_PINS_LAYOUTS; which++)
+                s_pins_row (self, s_pins_figures [figure].figure, s_payloads [payload])->value [which]
+                    = s_pins_figure_of (&tallies [which], s_pins_figures [figure].figure);
+    return 0;
+}
+
+//  A layout's figure of row over its reference's in comparison compared;
+//  0 if either is missing.
+static double
+s_pins_compare (const s_pins_row_t *row, int compared)
+{
+    double layout = row->value [s_pins_comparisons [compared].layout];
+    double reference = row->value [s_pins_comparisons [compared].reference];
+    return layout > 0 && reference > 0? layout / reference: 0;
+}
+
+//  The part's rows, every figure not measured yet.
+static void
+s_pins_init (s_bench_t *self)
+{
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++)
+        for (size_t figure = 0; figure < S_PINS_FIGURES; figure++)
+            self->pins_rows [payload * S_PINS_FIGURES + figure] = (s_pins_row_t) {
+                s_pins_figures [figure].figure, s_payloads [payload], s_pins_figures [figure].inflight, { 0 },
+                { 0 }, { 0 }
+            };
+    memset (&self->pins_grant, 0, sizeof (self->pins_grant));
+}
+
+static void
+s_bench_pins (s_bench_t *self)
+{
+    int64_t started = zclock_mono ();
+    s_pins_part_t part_object, *part = &part_object;
+    memset (part, 0, sizeof (*part));
+    snprintf (part->dir, sizeof (part->dir), "/tmp/dsh-bench-pins-XXXXXX");
+    if (!mkdtemp (part->dir)) {
+        s_fail (self, "pins: cannot make a directory for its configs: %s", strerror (errno));
+        return;
+    }
+    snprintf (part->allow_config, sizeof (part->allow_config), "%.63s/allow.cfg", part->dir);
+    snprintf (part->ask_config, sizeof (part->ask_config), "%.63s/ask.cfg", part->dir);
+    //  A stray ask closes in 2 s, before the bench gives up on its reply,
+    //  so it fails the turn with the stage's own reason
+    bool ready = s_pins_config_write (part->allow_config,
+        "#   dsh-bench, pins part: one permission stage that allows every call\n"
+        "chain\n"
+        "    stage\n"
+        "        name = \"" S_PINS_STAGE "\"\n"
+        "        kind = \"permission\"\n"
+        "        rule\n"
+        "            action = \"allow\"\n") == 0
+              && s_pins_config_write (part->ask_config,
+        "#   dsh-bench, pins part: one permission stage that asks for echo\n"
+        "chain\n"
+        "    stage\n"
+        "        name = \"" S_PINS_STAGE "\"\n"
+        "        kind = \"permission\"\n"
+        "        approval_timeout_ms = 2000\n"
+        "        rule\n"
+        "            tool = \"echo\"\n"
+        "            action = \"ask\"\n") == 0;
+    if (!ready)
+        s_fail (self, "pins: cannot write its configs in %s", part->dir);
+    //  All up at once, measured in turns, so load that drifts falls on all
+    for (int which = 0; which < S_PINS_LAYOUTS && ready; which++)
+        ready = s_pins_layout_start (self, part, which) == 0;
+    if (ready)
+        ready = s_pins_grant_make (self, part) == 0;
+    for (int which = 0; which < S_PINS_LAYOUTS && ready; which++)
+        s_warm_up (self, part->layouts [which].target);
+    if (ready)
+        self->pins_grant.asked += s_pins_approver_drain (part->approver);
+    int64_t *samples [S_PINS_LAYOUTS];
+    for (int which = 0; which < S_PINS_LAYOUTS; which++) {
+        samples [which] = (int64_t *) calloc ((size_t) self->plan.latency_calls * 2, sizeof (int64_t));
+        assert (samples [which]);
+    }
+    for (size_t payload = 0; payload < S_PAYLOADS && ready && !zsys_interrupted; payload++)
+        //  A pass for each in-flight count, at the first of its figures
+        for (size_t figure = 0; figure < S_PINS_FIGURES && ready; figure++)
+            if (figure == 0 || s_pins_figures [figure - 1].inflight != s_pins_figures [figure].inflight)
+                ready = s_pins_figure (self, part, samples, payload, s_pins_figures [figure].inflight) == 0;
+    if (ready)
+        self->pins_grant.listed_after = s_pins_grant_listed (part, self->pins_grant.id);
+    for (int which = 0; which < S_PINS_LAYOUTS; which++) {
+        free (samples [which]);
+        s_target_destroy (&part->layouts [which].target);
+        s_stop (&part->layouts [which].echo);
+        s_stop (&part->layouts [which].server);
+    }
+    zsock_destroy (&part->approver);
+    dsh_client_destroy (&part->control);
+    s_dir_remove (part->dir);
+    self->pins_seconds = (double) (zclock_mono () - started) / 1000.0;
+}
+
+//  ---------------------------------------------------------------------
 //  Swarm: components, watchers, churn and calls at once (issue 24)
 
 //  The processes of one setting, and what they measured.
@@ -3012,6 +3528,34 @@ s_audit_targets (s_bench_t *self, json_t *targets)
     }
 }
 
+//  NATS's calls/s at 64 in flight (1 responder) in this run, at payload;
+//  0 if it did not run or failed.
+static double
+s_pins_nats (s_bench_t *self, size_t payload)
+{
+    const s_row_t *nats = s_find_row (self, "calls_per_s", s_payloads [payload], 1, 64);
+    return !self->nats_dropped && nats? nats->value [S_NATS]: 0;
+}
+
+//  The targets of issue 26: pins, and a grant, cost under 3 % of calls/s;
+//  every measured call passed by the grant without asking.
+static void
+s_pins_targets (s_bench_t *self, json_t *targets)
+{
+    char text [160];
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++) {
+        const s_pins_row_t *rate = s_pins_row (self, "calls_per_s", s_payloads [payload]);
+        snprintf (text, sizeof (text), "pins tofu, calls/s, 64 in flight, %zu B: > 0.97x pins off (cost < 3 %%)",
+                  s_payloads [payload]);
+        s_target_add (targets, text, s_pins_compare (rate, 0), 0.97, S_AT_LEAST);
+        snprintf (text, sizeof (text), "a grant, calls/s, 64 in flight, %zu B: > 0.97x an allow (cost < 3 %%)",
+                  s_payloads [payload]);
+        s_target_add (targets, text, s_pins_compare (rate, 1), 0.97, S_AT_LEAST);
+    }
+    s_target_count (targets, "a grant: measured calls put to the approver == 0", (double) self->pins_grant.asked, 0,
+                    self->pins_grant.id [0] != 0);
+}
+
 //  variant's figure over reference's in row, or 0 if either is missing.
 static double
 s_ratio (const s_row_t *row, int variant, int reference)
@@ -3020,7 +3564,7 @@ s_ratio (const s_row_t *row, int variant, int reference)
         row->value [variant] / row->value [reference]: 0;
 }
 
-//  The targets of issues 10, 14, 24 and 25, evaluated, never asserted. A target is listed
+//  The targets of issues 10, 14, 24, 25 and 26, evaluated, never asserted. A target is listed
 //  when the parts it needs were asked for (--only).
 static json_t *
 s_targets (s_bench_t *self)
@@ -3073,6 +3617,8 @@ s_targets (s_bench_t *self)
     }
     if (self->run [S_PART_AUDIT])
         s_audit_targets (self, targets);
+    if (self->run [S_PART_PINS])
+        s_pins_targets (self, targets);
     if (self->run [S_PART_SCALE]) {
         //  The broker's peak over the first start, whichever sample saw it
         double peak_kib = 0;
@@ -3337,6 +3883,65 @@ s_print_audit (s_bench_t *self)
     }
 }
 
+//  The pins part's table: each layout's figures, the two comparisons with
+//  their ranges over the rounds, NATS's calls/s of this run, the grant.
+static void
+s_print_pins (s_bench_t *self)
+{
+    const s_pins_grant_t *grant = &self->pins_grant;
+    printf ("\npins (issue 26), dsh -> dsh-demo, 1 replica, the audit off in all: pins off; pins tofu (the default);\n"
+            "tofu and a permission stage that allows; the same stage asking for echo, every call let through by a\n"
+            "grant (the bench's agent, echo, an hour). In turns in %d rounds, which goes first rotating; \"rounds\" is\n"
+            "the range of the rounds' own ratios; \"/off\" is tofu over pins off, \"/allow\" granted over allow. %.0f s:\n",
+            S_PINS_ROUNDS, self->pins_seconds);
+    printf ("%-36s %9s %9s %9s %9s %8s %-13s %8s %s\n", "figure", "pins off", "tofu", "allow", "granted", "/off",
+            "rounds", "/allow", "rounds");
+    for (size_t index = 0; index < S_PINS_ROWS; index++) {
+        const s_pins_row_t *row = &self->pins_rows [index];
+        char label [80];
+        if (row->inflight > 1)
+            snprintf (label, sizeof (label), "%-18s %2d in flight %4zu B",
+                      streq (row->figure, "calls_per_s")? "calls/s": "broker CPU us/call", row->inflight, row->payload);
+        else
+            snprintf (label, sizeof (label), "latency %s us          %4zu B",
+                      streq (row->figure, "latency_p50_us")? "p50": "p99", row->payload);
+        printf ("%-36s", label);
+        for (int which = 0; which < S_PINS_LAYOUTS; which++) {
+            printf (" ");
+            s_print_value (row->value [which], "%9.1f");
+        }
+        for (int compared = 0; compared < S_PINS_COMPARISONS; compared++) {
+            double ratio = s_pins_compare (row, compared);
+            char range [32] = "";
+            if (ratio > 0 && row->ratio_low [compared] > 0)
+                snprintf (range, sizeof (range), "%.3f-%.3f", row->ratio_low [compared], row->ratio_high [compared]);
+            if (ratio > 0)
+                printf (" %7.3fx", ratio);
+            else
+                printf (" %8s", "-");
+            //  Padded but at the end of the line
+            printf (" %-*s", compared + 1 < S_PINS_COMPARISONS? 13: 0, range);
+        }
+        printf ("\n");
+    }
+    printf ("NATS's calls/s at 64 in flight (1 responder, this run):");
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++) {
+        double nats = s_pins_nats (self, payload);
+        double tofu = s_pins_row (self, "calls_per_s", s_payloads [payload])->value [S_PINS_TOFU];
+        if (nats > 0 && tofu > 0)
+            printf (" %.1f at %zu B (pins tofu %.2fx)", nats, s_payloads [payload], tofu / nats);
+        else
+            printf (" not measured at %zu B", s_payloads [payload]);
+        printf ("%s", payload + 1 < S_PAYLOADS? ",": "\n");
+    }
+    if (grant->id [0])
+        printf ("grant %s: %s by CONTROL grants before the measured calls, %s after; %" PRIu64 " of them put to the"
+                " approver\n", grant->id, grant->listed_before? "listed": "NOT listed",
+                grant->listed_after? "listed": "NOT listed", grant->asked);
+    else
+        printf ("no grant was made\n");
+}
+
 //  The swarm part's rows: a figure of each setting, times scale.
 static const struct {
     const char *label;
@@ -3518,6 +4123,8 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
         s_print_stats (self);
     if (self->run [S_PART_AUDIT])
         s_print_audit (self);
+    if (self->run [S_PART_PINS])
+        s_print_pins (self);
     if (self->run [S_PART_SCALE])
         printf ("\nscale (%d components x %d tools, %d subscribers):\n", self->plan.components, self->plan.tools,
                 S_SUBSCRIBERS);
@@ -3531,7 +4138,7 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
     if (self->run [S_PART_SWARM])
         s_print_swarm (self);
     if (json_array_size (targets))
-        printf ("\ntargets of issues 10, 14, 24 and 25 (reported, never asserted):\n");
+        printf ("\ntargets of issues 10, 14, 24, 25 and 26 (reported, never asserted):\n");
     size_t index;
     json_array_foreach (targets, index, value) {
         const char *verdict = json_string_value (json_object_get (value, "verdict"));
@@ -3672,6 +4279,51 @@ s_audit_json (s_bench_t *self)
                       "calls", calls, "vs_nats", vs_nats, "stores", json_stores);
 }
 
+//  The pins part: each row with every layout's figure and the two
+//  comparisons with their ranges over the rounds, NATS's calls/s of this
+//  run, and the grant; null where not run.
+static json_t *
+s_pins_json (s_bench_t *self)
+{
+    if (!self->run [S_PART_PINS])
+        return json_null ();
+    json_t *calls = json_array ();
+    for (size_t index = 0; index < S_PINS_ROWS; index++) {
+        const s_pins_row_t *row = &self->pins_rows [index];
+        json_t *item = json_pack ("{s:s, s:i, s:i, s:i}", "figure", row->figure, "payload", (json_int_t) row->payload,
+                                  "replicas", 1, "inflight", row->inflight);
+        for (int which = 0; which < S_PINS_LAYOUTS; which++)
+            json_object_set_new (item, s_pins_layout_keys [which],
+                                 row->value [which] > 0? json_real (row->value [which]): json_null ());
+        for (int compared = 0; compared < S_PINS_COMPARISONS; compared++) {
+            double ratio = s_pins_compare (row, compared);
+            char key [48];
+            json_object_set_new (item, s_pins_comparisons [compared].key, ratio > 0? json_real (ratio): json_null ());
+            snprintf (key, sizeof (key), "%s_rounds", s_pins_comparisons [compared].key);
+            json_object_set_new (item, key, ratio > 0 && row->ratio_low [compared] > 0?
+                json_pack ("[f, f]", row->ratio_low [compared], row->ratio_high [compared]): json_null ());
+        }
+        json_array_append_new (calls, item);
+    }
+    json_t *nats = json_array ();
+    for (size_t payload = 0; payload < S_PAYLOADS; payload++) {
+        double rate = s_pins_nats (self, payload);
+        double tofu = s_pins_row (self, "calls_per_s", s_payloads [payload])->value [S_PINS_TOFU];
+        json_array_append_new (nats, json_pack ("{s:i, s:i, s:o, s:o}", "payload", (json_int_t) s_payloads [payload],
+                                                "inflight", 64, "nats_calls_per_s",
+                                                rate > 0? json_real (rate): json_null (), "tofu_vs_nats",
+                                                rate > 0 && tofu > 0? json_real (tofu / rate): json_null ()));
+    }
+    const s_pins_grant_t *grant = &self->pins_grant;
+    json_t *json_grant = json_pack ("{s:o, s:s, s:s, s:s, s:i, s:b, s:b, s:I}", "id",
+                                    grant->id [0]? json_string (grant->id): json_null (), "stage", S_PINS_STAGE,
+                                    "agent", S_CURVE_AGENT, "tool", "echo", "minutes", 60,
+                                    "listed_before", grant->listed_before, "listed_after", grant->listed_after,
+                                    "asked_during_run", (json_int_t) grant->asked);
+    return json_pack ("{s:i, s:f, s:o, s:o, s:o}", "rounds", S_PINS_ROUNDS, "seconds", self->pins_seconds,
+                      "calls", calls, "nats", nats, "grant", json_grant);
+}
+
 static json_t *
 s_json (s_bench_t *self, json_t *machine, json_t *targets)
 {
@@ -3697,10 +4349,10 @@ s_json (s_bench_t *self, json_t *machine, json_t *targets)
         json_pack ("{s:f, s:O, s:{s:i, s:i, s:i}, s:O}", "seconds", self->swarm_seconds, "files", self->swarm_files,
                    "plan", "drive_s", self->swarm_plan.drive_s, "idle_s", self->swarm_plan.idle_s,
                    "cycles", self->swarm_plan.cycles, "settings", self->swarm): json_null ();
-    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:o, s:o, s:O, s:o, s:O, s:b, s:s}", "machine", json_incref (machine),
-                      "mode", self->plan.quick? "quick": "full", "calls", calls, "nats", self->nats,
+    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:o, s:o, s:o, s:O, s:o, s:O, s:b, s:s}", "machine",
+                      json_incref (machine), "mode", self->plan.quick? "quick": "full", "calls", calls, "nats", self->nats,
                       "curve", s_curve_json (self), "stats", s_stats_json (self), "audit", s_audit_json (self),
-                      "scale", self->scale, "swarm", swarm, "targets", targets, "sane", self->sane,
+                      "pins", s_pins_json (self), "scale", self->scale, "swarm", swarm, "targets", targets, "sane", self->sane,
                       "failures", self->failures);
 }
 
@@ -3830,7 +4482,9 @@ s_usage (FILE *out)
         "  --quick        small counts, scale 10 x 100 tools (a few seconds)\n"
         "  --json         print the results as JSON instead of a table\n"
         "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale, curve, stats, audit,\n"
-        "                 swarm (audit: the audit trail off, on SQLite and on PostgreSQL; with nats, against NATS)\n"
+        "                 pins, swarm (audit: the audit trail off, on SQLite and on PostgreSQL; pins: pins off\n"
+        "                 and tofu, a permission stage allowing and one asking that a grant answers; with\n"
+        "                 nats, against NATS)\n"
         "  --full         the swarm part's whole matrix (also DSH_BENCH_SWARM_FULL=1; 25-30 min)\n"
         "  --settings L   the swarm part's settings, a comma list of CxT:WATCHERS[:PCT/SECONDS][:BROKERS],\n"
         "                 e.g. 100x100:1000:10/10 (100 components of 100 tools, 1000 watchers, 10 %% of\n"
@@ -3929,6 +4583,7 @@ main (int argc, char *argv [])
     self->swarm_files = json_object ();
     s_curve_rows_init (self);
     s_audit_init (self);
+    s_pins_init (self);
     self->nats = json_pack ("{s:s, s:s}", "status", "not run", "reason",
                             run [S_NATS]? "interrupted before it ran": "not among --only's parts");
     self->nats_dropped = true;
@@ -3952,6 +4607,8 @@ main (int argc, char *argv [])
         s_bench_stats (self);
     if (self->run [S_PART_AUDIT] && !zsys_interrupted)
         s_bench_audit (self);
+    if (self->run [S_PART_PINS] && !zsys_interrupted)
+        s_bench_pins (self);
     if (self->run [S_PART_SCALE] && !zsys_interrupted)
         s_bench_scale (self);
     if (self->run [S_PART_SWARM] && !zsys_interrupted)
@@ -4001,6 +4658,15 @@ main (int argc, char *argv [])
                 continue;
             if (!(row->value [which] > 0 && isfinite (row->value [which]))) {
                 s_fail (self, "%s: %s, %d in flight, %zu B missing", s_audit_layout_names [which], row->figure,
+                        row->inflight, row->payload);
+                break;
+            }
+        }
+    for (size_t index = 0; self->run [S_PART_PINS] && index < S_PINS_ROWS; index++)
+        for (int which = 0; which < S_PINS_LAYOUTS; which++) {
+            const s_pins_row_t *row = &self->pins_rows [index];
+            if (!(row->value [which] > 0 && isfinite (row->value [which]))) {
+                s_fail (self, "%s: %s, %d in flight, %zu B missing", s_pins_layout_names [which], row->figure,
                         row->inflight, row->payload);
                 break;
             }
