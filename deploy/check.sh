@@ -105,7 +105,7 @@ step "sanitizer suites and the fuzz build"
 run build plain --no-suite netns --no-suite unit --no-suite mcp --no-suite monitor --no-suite conformance
 step "plain suites"
 
-run build valgrind --suite unit --wrapper "valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect --error-exitcode=99"
+run build valgrind --setup valgrind --suite unit
 step "unit tests under valgrind"
 
 if [ "$long" = 1 ]; then
