@@ -216,6 +216,14 @@ dsh_monitor_metrics (const json_t *tools, const json_t *stats)
         fprintf (out, "dsh_broker_uptime_seconds %.3f\n", (double) s_int (broker, "uptimeMs") / 1000.0);
         s_family (out, "dsh_tools", "gauge", "Tools registered now.");
         fprintf (out, "dsh_tools %zu\n", json_array_size (json_object_get (tools, "tools")));
+        size_t quarantined = 0, index;
+        json_t *tool;
+        json_array_foreach (json_object_get (tools, "tools"), index, tool)
+            if (json_is_true (json_object_get (tool, "quarantined")))
+                quarantined++;
+        s_family (out, "dsh_tools_quarantined", "gauge",
+                  "Tools whose definition differs from its pin (or is not accepted): held back until an admin accepts it.");
+        fprintf (out, "dsh_tools_quarantined %zu\n", quarantined);
         s_family (out, "dsh_components", "gauge", "Components connected now.");
         fprintf (out, "dsh_components %zu\n", json_array_size (json_object_get (tools, "components")));
         s_family (out, "dsh_inflight", "gauge", "Calls open now.");

@@ -454,10 +454,29 @@ test_decision_check (void **state)
     }
 }
 
+//  The metrics count the quarantined tools
+static void
+test_metrics_quarantined (void **state)
+{
+    (void) state;
+    json_t *tools = json_loads ("{\"tools\": [{\"name\": \"a\", \"quarantined\": true}, {\"name\": \"b\"},"
+                                " {\"name\": \"c\", \"quarantined\": false}], \"components\": []}", 0, NULL);
+    json_t *stats = json_loads ("{\"reachable\": true, \"ping\": {\"uptimeMs\": 1000, \"inFlight\": 0}}", 0, NULL);
+    assert_non_null (tools);
+    assert_non_null (stats);
+    char *text = dsh_monitor_metrics (tools, stats);
+    assert_non_null (strstr (text, "# TYPE dsh_tools_quarantined gauge\ndsh_tools_quarantined 1\n"));
+    assert_non_null (strstr (text, "dsh_tools 3\n"));
+    free (text);
+    json_decref (tools);
+    json_decref (stats);
+}
+
 int
 main (void)
 {
     const struct CMUnitTest tests [] = {
+        cmocka_unit_test (test_metrics_quarantined),
         cmocka_unit_test (test_quantile),
         cmocka_unit_test (test_tool_set),
         cmocka_unit_test (test_rates),
