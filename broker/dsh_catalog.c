@@ -43,6 +43,7 @@ typedef struct {
     char definition [DSH_DIGEST_SIZE + 1];  //  the entry's definition digest
     char pinned [DSH_DIGEST_SIZE + 1];      //  its pin's, or ""
     zchunk_t *served;           //  the entry with the quarantine marks, or NULL: entry
+    char changes [128];         //  quarantined: the definition's keys that changed, or ""
 } s_tool_t;
 
 typedef struct {
@@ -402,6 +403,8 @@ s_judge (dsh_catalog_t *self, s_tool_t *tool, const char *component)
     zchunk_destroy (&tool->served);
     if (tool->quarantine)
         tool->served = s_marked (tool);
+    else
+        tool->changes [0] = 0;
     return was != tool->quarantine || !streq (was_pinned, tool->pinned);
 }
 
@@ -421,6 +424,10 @@ s_quarantine_event (dsh_catalog_t *self, s_tool_t *tool, const char *component, 
     dsh_doc_t *doc = dsh_doc_new (zchunk_data (tool->entry), zchunk_size (tool->entry), error, sizeof (error));
     json_t *offered = doc? dsh_pins_definition_json (dsh_doc_root (doc)): NULL;
     event->diff = dsh_pins_diff (pinned, offered, 16384);
+    if (pinned && offered)
+        dsh_pins_changed_keys (pinned, offered, tool->changes, sizeof (tool->changes));
+    else
+        tool->changes [0] = 0;
     json_decref (offered);
     json_decref (pinned);
     dsh_doc_destroy (&doc);
@@ -771,6 +778,14 @@ dsh_catalog_owner (dsh_catalog_t *self, const char *name)
     assert (self);
     s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
     return tool? (const char *) zlistx_first (tool->providers): NULL;
+}
+
+const char *
+dsh_catalog_quarantine_changes (dsh_catalog_t *self, const char *name)
+{
+    assert (self);
+    s_tool_t *tool = (s_tool_t *) zhashx_lookup (self->tools, name);
+    return tool && tool->quarantine? tool->changes: "";
 }
 
 dsh_event_t *

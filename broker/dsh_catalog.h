@@ -215,6 +215,11 @@ void
 const char *
     dsh_catalog_quarantine (dsh_catalog_t *self, const char *name, const char **digest, const char **pinned);
 
+//  The keys of a quarantined tool's definition that differ from its pin
+//  ("description, parameters"), or "" (not quarantined, or no pin).
+const char *
+    dsh_catalog_quarantine_changes (dsh_catalog_t *self, const char *name);
+
 //  Judge the tool name (NULL: every tool) again, after the pins changed:
 //  each whose verdict changed gets tool.updated with its entry as now
 //  served, and tool.changed if it is quarantined.

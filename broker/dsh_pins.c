@@ -427,6 +427,34 @@ s_walk (s_diff_t *diff, const char *path, const json_t *pinned, const json_t *of
         s_line (diff, '+', path, offered);
 }
 
+void
+dsh_pins_changed_keys (const json_t *pinned, const json_t *offered, char *text, size_t size)
+{
+    assert (text && size);
+    *text = 0;
+    zlistx_t *keys = zlistx_new ();
+    zlistx_set_comparator (keys, (zlistx_comparator_fn *) strcmp);
+    const char *key;
+    json_t *value;
+    json_object_foreach ((json_t *) pinned, key, value)
+        if (!json_equal (value, json_object_get (offered, key)))
+            zlistx_add_end (keys, (void *) key);
+    json_object_foreach ((json_t *) offered, key, value)
+        if (!json_object_get (pinned, key))
+            zlistx_add_end (keys, (void *) key);
+    zlistx_sort (keys);
+    size_t used = 0;
+    for (key = (const char *) zlistx_first (keys); key; key = (const char *) zlistx_next (keys)) {
+        int wrote = snprintf (text + used, size - used, "%s%s", used? ", ": "", key);
+        if (wrote < 0 || (size_t) wrote >= size - used) {
+            text [used] = 0;        //  whole keys only
+            break;
+        }
+        used += (size_t) wrote;
+    }
+    zlistx_destroy (&keys);
+}
+
 char *
 dsh_pins_diff (const json_t *pinned, const json_t *offered, size_t max_bytes)
 {

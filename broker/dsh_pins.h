@@ -160,6 +160,12 @@ zlistx_t *
 json_t *
     dsh_pins_definition_json (const msgpack_object *entry);
 
+//  The top-level keys whose values differ between two definitions (JSON
+//  objects; NULL: none), sorted, comma-separated ("description, parameters"),
+//  into text (cut to fit). "" if none differ.
+void
+    dsh_pins_changed_keys (const json_t *pinned, const json_t *offered, char *text, size_t size);
+
 //  A readable diff of two definitions (JSON values; NULL: none), one line
 //  per changed path: `- path: old` then `+ path: new`; at most max_bytes
 //  (a last line says how many changes were left out). Caller frees.

@@ -899,12 +899,13 @@ s_dispatch (self_t *self, dsh_record_t *record, zmq_msg_t *body)
 //  Why a call to a quarantined tool is refused, and how to release it.
 static void
 s_quarantine_text (const char *tool, const char *reason, const char *offered, const char *pinned,
-                   char *text, size_t size)
+                   const char *changes, char *text, size_t size)
 {
     if (streq (reason, DSH_PINS_CHANGED))
         snprintf (text, size, "Error: tool \"%s\" is quarantined: its definition changed since it was pinned "
-                  "(pinned %.12s, now %.12s); review it with `dsh pins show %s`, release it with "
-                  "`dsh pins accept %s`", tool, pinned, offered, tool, tool);
+                  "(%s%s%spinned %.12s, now %.12s); review it with `dsh pins show %s`, release it with "
+                  "`dsh pins accept %s`", tool, *changes? "changed: ": "", changes, *changes? "; ": "",
+                  pinned, offered, tool, tool);
     else
     if (streq (reason, DSH_PINS_UNACCEPTED))
         snprintf (text, size, "Error: tool \"%s\" is quarantined: pins are strict and its definition %.12s "
@@ -927,7 +928,8 @@ s_quarantined (self_t *self, const char *tool, char *text, size_t size)
     const char *offered = NULL, *pinned = NULL;
     const char *reason = self->pins? dsh_catalog_quarantine (self->catalog, tool, &offered, &pinned): NULL;
     if (reason)
-        s_quarantine_text (tool, reason, offered, pinned, text, size);
+        s_quarantine_text (tool, reason, offered, pinned, dsh_catalog_quarantine_changes (self->catalog, tool),
+                           text, size);
     return reason != NULL;
 }
 

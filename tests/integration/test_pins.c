@@ -348,7 +348,8 @@ s_refusal (const char *reason, const char *offered, const char *pinned)
 {
     if (streq (reason, CHANGED))
         return zsys_sprintf ("QUARANTINED: Error: tool \"greet\" is quarantined: its definition changed since it "
-                             "was pinned (pinned %.12s, now %.12s); review it with `dsh pins show greet`, release "
+                             "was pinned (changed: description; pinned %.12s, now %.12s); review it with `dsh pins "
+                             "show greet`, release "
                              "it with `dsh pins accept greet`", pinned, offered);
     if (streq (reason, UNACCEPTED))
         return zsys_sprintf ("QUARANTINED: Error: tool \"greet\" is quarantined: pins are strict and its definition "

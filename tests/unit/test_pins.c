@@ -247,6 +247,14 @@ test_diff (void **state)
         "+ parameters.properties.b: {}\n"
         "+ title: \"T\"\n");
     free (diff);
+    //  The keys that changed, for the refusal's text
+    char keys [64];
+    dsh_pins_changed_keys (pinned, offered, keys, sizeof (keys));
+    assert_string_equal (keys, "description, parameters, title");
+    dsh_pins_changed_keys (pinned, pinned, keys, sizeof (keys));
+    assert_string_equal (keys, "");
+    dsh_pins_changed_keys (pinned, offered, keys, 16);
+    assert_string_equal (keys, "description");
     //  Bounded, and says so
     diff = dsh_pins_diff (pinned, offered, 128);
     assert_non_null (strstr (diff, "more line(s)"));
