@@ -1973,17 +1973,6 @@ s_handle_get (self_t *self, s_request_t *request)
     }
 }
 
-//  A JSON value (borrowed) packed as msgpack; a JSON text (the pin's
-//  definition) the same, or nil if it does not parse.
-static void
-s_pack_json_text (dsh_packer_t *packer, const char *text)
-{
-    json_t *json = text? json_loads (text, JSON_DECODE_ANY, NULL): NULL;
-    if (!json || dsh_json_to_msgpack (&packer->pk, json))
-        msgpack_pack_nil (&packer->pk);
-    json_decref (json);
-}
-
 //  One pin as PINS shows it: {name, state, digest?, offeredDigest?,
 //  reason?, component?, key?, firstMs?, acceptedBy?, acceptedMs?,
 //  rejected?, registered}; full adds definition, and offered and diff when
@@ -2027,7 +2016,8 @@ s_pack_pin (self_t *self, dsh_packer_t *packer, const char *name, bool full)
         json_t *definition = pin && *pin->digest? json_loads (pin->definition, JSON_DECODE_ANY, NULL): NULL;
         if (definition) {
             dsh_pack_cstr (&packer->pk, "definition");
-            s_pack_json_text (packer, pin->definition);
+            if (dsh_json_to_msgpack (&packer->pk, definition))
+                msgpack_pack_nil (&packer->pk);
         }
         char error [64];
         dsh_doc_t *doc = reason && entry? dsh_doc_new (zchunk_data (entry), zchunk_size (entry), error, sizeof (error)):
@@ -2112,7 +2102,7 @@ s_handle_pins (self_t *self, s_request_t *request)
             snprintf (message, sizeof (message), "the offered definition of \"%s\" is now %.12s, not %.12s: "
                       "show it again before accepting it", name, current, digest);
         else
-        if (dsh_pins_accept (self->pins, name, dsh_doc_root (doc), owner, s_component_key (self, owner ), caller,
+        if (dsh_pins_accept (self->pins, name, dsh_doc_root (doc), owner, s_component_key (self, owner), caller,
                              zclock_mono ()))
             snprintf (message, sizeof (message), "the definition of \"%s\" cannot be pinned", name);
         else
