@@ -84,7 +84,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
         if (config->chain) {
             s_contain (config->chain);
             dsh_inflight_t *inflight = dsh_inflight_new (s_reply, NULL);
-            dsh_chain_host_t host = { s_dispatch, s_control_reply, NULL };
+            dsh_chain_host_t host = { s_dispatch, s_control_reply, NULL, NULL };
             dsh_chain_t *chain = dsh_chain_new (config->chain, dsh_middleware_kinds, "inproc://fuzz-broker",
                                                 inflight, &host, error, sizeof (error));
             dsh_chain_destroy (&chain);
