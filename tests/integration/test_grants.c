@@ -49,58 +49,15 @@ typedef struct {
 static void
 s_approver_send (rig_t *self, const char *command, const json_t *body)
 {
-    msgpack_sbuffer sbuf;
-    msgpack_sbuffer_init (&sbuf);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
-    assert_int_equal (dsh_json_to_msgpack (&pk, body), 0);
-    zmsg_t *msg = dsh_proto_message (NULL, command);
-    zmsg_addmem (msg, sbuf.data, sbuf.size);
-    msgpack_sbuffer_destroy (&sbuf);
-    assert_int_equal (zmsg_send (&msg, self->approver), 0);
-}
-
-//  Hello, and the heartbeat that keeps the approver present.
-static void
-s_approver_hello (rig_t *self)
-{
-    json_t *empty = json_object ();
-    s_approver_send (self, "APPROVER", empty);
-    json_decref (empty);
+    assert_int_equal (dsh_testkit_approver_send (self->approver, command, body), 0);
 }
 
 //  The next message on the approver's socket within timeout_ms other than
-//  a HEARTBEAT (each answered with APPROVER, as `dsh approver` keeps
-//  itself present), as JSON, its command in command; NULL on timeout.
+//  a HEARTBEAT, as JSON, its command in command; NULL on timeout.
 static json_t *
 s_approver_next (rig_t *self, char *command, size_t size, int timeout_ms)
 {
-    zpoller_t *poller = zpoller_new (self->approver, NULL);
-    assert_non_null (poller);
-    int64_t give_up = zclock_mono () + timeout_ms;
-    json_t *body = NULL;
-    while (!body) {
-        int64_t left = give_up - zclock_mono ();
-        if (zpoller_wait (poller, (int) (left > 0? left: 0)) != self->approver)
-            break;
-        zmsg_t *msg = zmsg_recv (self->approver);
-        zmsg_t *envelope = NULL;
-        char error [256];
-        if (dsh_proto_split (msg, &envelope, command, size, error, sizeof (error)) == 0) {
-            if (streq (command, "HEARTBEAT"))
-                s_approver_hello (self);
-            else {
-                dsh_doc_t *doc = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error));
-                assert_non_null (doc);
-                body = dsh_json_from_msgpack (dsh_doc_root (doc));
-                dsh_doc_destroy (&doc);
-            }
-        }
-        zmsg_destroy (&envelope);
-        zmsg_destroy (&msg);
-    }
-    zpoller_destroy (&poller);
-    return body;
+    return dsh_testkit_approver_next (self->approver, command, size, timeout_ms);
 }
 
 //  The next message, which must be of command.
@@ -202,32 +159,9 @@ s_setup_as (void **state, const char *extra, bool external)
     assert_non_null (self->client);
 
     //  The approver, found through the broker, counts once the stage
-    //  probes it: HEARTBEAT goes only to approvers it knows
-    char error [256];
-    dsh_reply_t *reply = dsh_client_control (self->client, STAGE, "approvals", NULL, WAIT_MS, error, sizeof (error));
-    assert_non_null (reply);
-    assert_false (dsh_reply_is_error (reply));
-    json_t *body = dsh_reply_json (reply);
-    const char *approvals = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
-    assert_non_null (approvals);
-    self->approver = zsock_new_dealer (approvals);
+    //  probes it
+    self->approver = dsh_testkit_approver (self->client, STAGE, WAIT_MS);
     assert_non_null (self->approver);
-    json_decref (body);
-    dsh_reply_destroy (&reply);
-    s_approver_hello (self);
-    zpoller_t *poller = zpoller_new (self->approver, NULL);
-    bool heard = false;
-    while (!heard && zpoller_wait (poller, WAIT_MS) == self->approver) {
-        zmsg_t *msg = zmsg_recv (self->approver);
-        zmsg_t *envelope = NULL;
-        char command [32];
-        if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0)
-            heard = streq (command, "HEARTBEAT");
-        zmsg_destroy (&envelope);
-        zmsg_destroy (&msg);
-    }
-    zpoller_destroy (&poller);
-    assert_true (heard);
     *state = self;
     return 0;
 }

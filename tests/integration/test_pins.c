@@ -599,63 +599,16 @@ test_strict (void **state)
 static void
 s_approver_send (rig_t *self, const char *command, const json_t *body)
 {
-    msgpack_sbuffer sbuf;
-    msgpack_sbuffer_init (&sbuf);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
-    assert_int_equal (dsh_json_to_msgpack (&pk, body), 0);
-    zmsg_t *msg = dsh_proto_message (NULL, command);
-    zmsg_addmem (msg, sbuf.data, sbuf.size);
-    msgpack_sbuffer_destroy (&sbuf);
-    assert_int_equal (zmsg_send (&msg, self->approver), 0);
-}
-
-static void
-s_approver_hello (rig_t *self)
-{
-    json_t *empty = json_object ();
-    s_approver_send (self, "APPROVER", empty);
-    json_decref (empty);
+    assert_int_equal (dsh_testkit_approver_send (self->approver, command, body), 0);
 }
 
 //  The next message on the approvals socket but HEARTBEATs (each answered
-//  with APPROVER, so the approver stays present), its command in command;
-//  NULL after timeout_ms.
-static json_t *
-s_approver_next (rig_t *self, char *command, size_t size, int timeout_ms)
-{
-    zpoller_t *poller = zpoller_new (self->approver, NULL);
-    int64_t give_up = zclock_mono () + timeout_ms;
-    json_t *body = NULL;
-    while (!body) {
-        int64_t left = give_up - zclock_mono ();
-        if (left <= 0 || zpoller_wait (poller, (int) left) != self->approver)
-            break;
-        zmsg_t *msg = zmsg_recv (self->approver);
-        zmsg_t *envelope = NULL;
-        char error [256];
-        if (dsh_proto_split (msg, &envelope, command, size, error, sizeof (error)) == 0) {
-            if (streq (command, "HEARTBEAT"))
-                s_approver_hello (self);
-            else {
-                dsh_doc_t *doc = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error));
-                assert_non_null (doc);
-                body = dsh_json_from_msgpack (dsh_doc_root (doc));
-                dsh_doc_destroy (&doc);
-            }
-        }
-        zmsg_destroy (&envelope);
-        zmsg_destroy (&msg);
-    }
-    zpoller_destroy (&poller);
-    return body;
-}
-
+//  with APPROVER, so the approver stays present), which must be of command.
 static json_t *
 s_approver_expect (rig_t *self, const char *command)
 {
     char got [32] = "";
-    json_t *body = s_approver_next (self, got, sizeof (got), WAIT_MS);
+    json_t *body = dsh_testkit_approver_next (self->approver, got, sizeof (got), WAIT_MS);
     if (!body)
         fail_msg ("no %s within %d ms", command, WAIT_MS);
     if (!streq (got, command)) {
@@ -670,30 +623,8 @@ s_approver_expect (rig_t *self, const char *command)
 static void
 s_approver_start (rig_t *self)
 {
-    char error [256];
-    dsh_reply_t *reply = dsh_client_control (self->client, STAGE, "approvals", NULL, WAIT_MS, error, sizeof (error));
-    assert_non_null (reply);
-    json_t *body = dsh_reply_json (reply);
-    dsh_reply_destroy (&reply);
-    const char *approvals = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
-    assert_non_null (approvals);
-    self->approver = zsock_new_dealer (approvals);
+    self->approver = dsh_testkit_approver (self->client, STAGE, WAIT_MS);
     assert_non_null (self->approver);
-    json_decref (body);
-    s_approver_hello (self);
-    zpoller_t *poller = zpoller_new (self->approver, NULL);
-    bool heard = false;
-    while (!heard && zpoller_wait (poller, WAIT_MS) == self->approver) {
-        zmsg_t *msg = zmsg_recv (self->approver);
-        zmsg_t *envelope = NULL;
-        char command [32];
-        if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0)
-            heard = streq (command, "HEARTBEAT");
-        zmsg_destroy (&envelope);
-        zmsg_destroy (&msg);
-    }
-    zpoller_destroy (&poller);
-    assert_true (heard);
 }
 
 //  Sends a call of greet as agent "coder", call_id, and returns the id of

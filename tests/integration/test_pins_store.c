@@ -386,8 +386,9 @@ static void
 s_expect_quarantined (broker_t *broker, const char *agent, const char *offered, const char *pinned)
 {
     char *expected = zsys_sprintf ("QUARANTINED: Error: tool \"greet\" is quarantined: its definition changed "
-                                   "since it was pinned (pinned %.12s, now %.12s); review it with `dsh pins show "
-                                   "greet`, release it with `dsh pins accept greet`", pinned, offered);
+                                   "since it was pinned (changed: description; pinned %.12s, now %.12s); review "
+                                   "it with `dsh pins show greet`, release it with `dsh pins accept greet`",
+                                   pinned, offered);
     s_expect_call (broker, agent, expected);
     zstr_free (&expected);
 }
@@ -434,23 +435,7 @@ s_cli_ok (const char *front, const char *const *args)
 static void
 s_approver_send (broker_t *broker, const char *command, const json_t *body)
 {
-    msgpack_sbuffer sbuf;
-    msgpack_sbuffer_init (&sbuf);
-    msgpack_packer pk;
-    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
-    assert_int_equal (dsh_json_to_msgpack (&pk, body), 0);
-    zmsg_t *msg = dsh_proto_message (NULL, command);
-    zmsg_addmem (msg, sbuf.data, sbuf.size);
-    msgpack_sbuffer_destroy (&sbuf);
-    assert_int_equal (zmsg_send (&msg, broker->approver), 0);
-}
-
-static void
-s_approver_hello (broker_t *broker)
-{
-    json_t *empty = json_object ();
-    s_approver_send (broker, "APPROVER", empty);
-    json_decref (empty);
+    assert_int_equal (dsh_testkit_approver_send (broker->approver, command, body), 0);
 }
 
 //  The next message but HEARTBEATs (each answered, so the approver stays
@@ -458,31 +443,8 @@ s_approver_hello (broker_t *broker)
 static json_t *
 s_approver_expect (broker_t *broker, const char *command)
 {
-    zpoller_t *poller = zpoller_new (broker->approver, NULL);
-    int64_t give_up = zclock_mono () + WAIT_MS;
-    json_t *body = NULL;
     char got [32] = "";
-    while (!body) {
-        int64_t left = give_up - zclock_mono ();
-        if (left <= 0 || zpoller_wait (poller, (int) left) != broker->approver)
-            break;
-        zmsg_t *msg = zmsg_recv (broker->approver);
-        zmsg_t *envelope = NULL;
-        char error [256];
-        if (dsh_proto_split (msg, &envelope, got, sizeof (got), error, sizeof (error)) == 0) {
-            if (streq (got, "HEARTBEAT"))
-                s_approver_hello (broker);
-            else {
-                dsh_doc_t *doc = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error));
-                assert_non_null (doc);
-                body = dsh_json_from_msgpack (dsh_doc_root (doc));
-                dsh_doc_destroy (&doc);
-            }
-        }
-        zmsg_destroy (&envelope);
-        zmsg_destroy (&msg);
-    }
-    zpoller_destroy (&poller);
+    json_t *body = dsh_testkit_approver_next (broker->approver, got, sizeof (got), WAIT_MS);
     if (!body)
         fail_msg ("no %s within %d ms", command, WAIT_MS);
     if (!streq (got, command)) {
@@ -496,31 +458,8 @@ s_approver_expect (broker_t *broker, const char *command)
 static void
 s_approver_start (broker_t *broker)
 {
-    char error [256];
-    dsh_reply_t *reply = dsh_client_control (broker->client, STAGE, "approvals", NULL, WAIT_MS,
-                                             error, sizeof (error));
-    assert_non_null (reply);
-    json_t *body = dsh_reply_json (reply);
-    dsh_reply_destroy (&reply);
-    const char *approvals = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
-    assert_non_null (approvals);
-    broker->approver = zsock_new_dealer (approvals);
+    broker->approver = dsh_testkit_approver (broker->client, STAGE, WAIT_MS);
     assert_non_null (broker->approver);
-    json_decref (body);
-    s_approver_hello (broker);
-    zpoller_t *poller = zpoller_new (broker->approver, NULL);
-    bool heard = false;
-    while (!heard && zpoller_wait (poller, WAIT_MS) == broker->approver) {
-        zmsg_t *msg = zmsg_recv (broker->approver);
-        zmsg_t *envelope = NULL;
-        char command [32];
-        if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0)
-            heard = streq (command, "HEARTBEAT");
-        zmsg_destroy (&envelope);
-        zmsg_destroy (&msg);
-    }
-    zpoller_destroy (&poller);
-    assert_true (heard);
 }
 
 //  A call of greet as agent at broker that asks; the approver grants this

@@ -620,3 +620,99 @@ dsh_testkit_postgres_restart (const char *dir)
 {
     return s_pg_scratch ("restart", dir, NULL) == 0? 0: -1;
 }
+
+//  ---------------------------------------------------------------------
+//  A raw approver
+
+int
+dsh_testkit_approver_send (zsock_t *approver, const char *command, const json_t *body)
+{
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    int rc = dsh_json_to_msgpack (&pk, body);
+    if (rc == 0) {
+        zmsg_t *msg = dsh_proto_message (NULL, command);
+        zmsg_addmem (msg, sbuf.data, sbuf.size);
+        rc = zmsg_send (&msg, approver);
+        zmsg_destroy (&msg);
+    }
+    msgpack_sbuffer_destroy (&sbuf);
+    return rc;
+}
+
+static void
+s_approver_hello (zsock_t *approver)
+{
+    json_t *empty = json_object ();
+    dsh_testkit_approver_send (approver, "APPROVER", empty);
+    json_decref (empty);
+}
+
+//  The next message from the stage within timeout_ms (HEARTBEATs answered
+//  when answer), its command into command and its JSON body, or NULL.
+static json_t *
+s_approver_recv (zsock_t *approver, char *command, size_t size, int timeout_ms, bool skip_heartbeats)
+{
+    zpoller_t *poller = zpoller_new (approver, NULL);
+    assert (poller);
+    int64_t give_up = zclock_mono () + timeout_ms;
+    json_t *body = NULL;
+    bool done = false;
+    while (!done) {
+        int64_t left = give_up - zclock_mono ();
+        if (left <= 0 || zpoller_wait (poller, (int) left) != approver)
+            break;
+        zmsg_t *msg = zmsg_recv (approver);
+        zmsg_t *envelope = NULL;
+        char error [256];
+        if (msg && dsh_proto_split (msg, &envelope, command, size, error, sizeof (error)) == 0) {
+            if (streq (command, "HEARTBEAT") && skip_heartbeats)
+                s_approver_hello (approver);
+            else {
+                dsh_doc_t *doc = dsh_proto_decode_body (zmsg_first (msg), error, sizeof (error));
+                body = doc? dsh_json_from_msgpack (dsh_doc_root (doc)): NULL;
+                dsh_doc_destroy (&doc);
+                done = true;
+            }
+        }
+        zmsg_destroy (&envelope);
+        zmsg_destroy (&msg);
+    }
+    zpoller_destroy (&poller);
+    return body;
+}
+
+json_t *
+dsh_testkit_approver_next (zsock_t *approver, char *command, size_t size, int timeout_ms)
+{
+    return s_approver_recv (approver, command, size, timeout_ms, true);
+}
+
+zsock_t *
+dsh_testkit_approver (dsh_client_t *client, const char *stage, int timeout_ms)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_control (client, stage, "approvals", NULL, timeout_ms, error, sizeof (error));
+    json_t *body = reply && !dsh_reply_is_error (reply)? dsh_reply_json (reply): NULL;
+    dsh_reply_destroy (&reply);
+    const char *endpoint = json_string_value (json_object_get (json_object_get (body, "data"), "endpoint"));
+    zsock_t *approver = endpoint? zsock_new_dealer (endpoint): NULL;
+    json_decref (body);
+    if (!approver)
+        return NULL;
+    //  HEARTBEAT goes only to approvers the stage knows: the first says
+    //  this one counts
+    s_approver_hello (approver);
+    int64_t give_up = zclock_mono () + timeout_ms;
+    char command [32] = "";
+    while (zclock_mono () < give_up && !streq (command, "HEARTBEAT")) {
+        json_t *message = s_approver_recv (approver, command, sizeof (command),
+                                           (int) (give_up - zclock_mono ()), false);
+        json_decref (message);
+    }
+    if (!streq (command, "HEARTBEAT"))
+        zsock_destroy (&approver);
+    return approver;
+}

@@ -13,6 +13,7 @@
 
 #include <czmq.h>
 #include "dsh_client.h"
+#include <jansson.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -176,5 +177,23 @@ int
 //  Stop the server in dir and start it again on the same port. 0, or -1.
 int
     dsh_testkit_postgres_restart (const char *dir);
+
+//  --- A raw approver: a DEALER on a permission stage's approvals socket --
+
+//  An approver found through client (CONTROL approvals on stage) and
+//  connected, present once the stage's first HEARTBEAT came (within
+//  timeout_ms). NULL if any of that failed.
+zsock_t *
+    dsh_testkit_approver (dsh_client_t *client, const char *stage, int timeout_ms);
+
+//  Send COMMAND with body (a JSON object) to the stage. Returns 0, or -1.
+int
+    dsh_testkit_approver_send (zsock_t *approver, const char *command, const json_t *body);
+
+//  The next message from the stage but HEARTBEATs (each answered with
+//  APPROVER, as `dsh approver` keeps itself present), as JSON, its command
+//  into command; NULL after timeout_ms, or for a body that cannot be read.
+json_t *
+    dsh_testkit_approver_next (zsock_t *approver, char *command, size_t size, int timeout_ms);
 
 #endif
