@@ -9,7 +9,8 @@
 //  quarantined, with its diff, and Accept releases it. And what the
 //  monitor refuses: a POST without the session's CSRF token, from another
 //  origin, a GET of an action; under CURVE, Accept by a key that is not
-//  an admin's is the broker's FORBIDDEN.
+//  an admin's is the broker's FORBIDDEN, and Allow decides with the
+//  monitor's approver key, the audit naming it and the token's user.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
@@ -247,13 +248,15 @@ test('in the browser: the session cookie alone does not make an action', { skip:
   await page.close();
 });
 
+//  A CURVE keypair in dir (FILE and FILE_secret), its certificate's path.
+function keygen(name, role, extra = [], where = dir) {
+  const file = path.join(where, `${name}.cert`);
+  const made = spawnSync(bin.cli, ['keygen', file, '--role', role, '--name', name, ...extra], { encoding: 'utf8' });
+  assert.equal(made.status, 0, made.stderr);
+  return file;
+}
+
 test('under CURVE, Accept by a monitor whose key is not an admin is the broker\'s FORBIDDEN', async () => {
-  const keygen = (name, role) => {
-    const file = path.join(dir, `${name}.cert`);
-    const made = spawnSync(bin.cli, ['keygen', file, '--role', role, '--name', name], { encoding: 'utf8' });
-    assert.equal(made.status, 0, made.stderr);
-    return file;
-  };
   const brokerCert = keygen('broker', 'admin');
   const monitorCert = keygen('monitor', 'approver');
   fs.mkdirSync(path.join(dir, 'allow'));
@@ -273,4 +276,64 @@ test('under CURVE, Accept by a monitor whose key is not an admin is the broker\'
   assert.equal(response.status, 403, JSON.stringify(answer));
   assert.equal(answer.code, 'FORBIDDEN');
   assert.match(answer.error, /admin/);
+});
+
+test('under CURVE, Allow on the page decides with the monitor\'s approver key, and the audit names the token', async () => {
+  const keys = fs.mkdtempSync(path.join(dir, 'curve-'));
+  const allow = path.join(keys, 'allow');
+  fs.mkdirSync(allow);
+  const brokerCert = keygen('broker', 'admin', [], keys);
+  const certs = [keygen('monitor', 'approver', [], keys), keygen('demo', 'component', ['--components', 'demo'], keys),
+                 keygen('you', 'agent', ['--agent', 'you'], keys), keygen('ops', 'auditor', [], keys)];
+  for (const cert of certs) fs.copyFileSync(cert, path.join(allow, path.basename(cert)));
+  const [monitorCert, demoCert, agentCert, auditorCert] = certs;
+  const curveBroker = await startBroker(await brokerPort(), ['-c', config, '--cert', brokerCert, '--allow', allow]);
+  children.push(curveBroker.child);
+  children.push(await startDemo(curveBroker.endpoint, 'demo', ['--cert', demoCert, '--broker-cert', brokerCert]));
+  const curveMonitor = await startMonitor(curveBroker.endpoint, ['--cert', monitorCert, '--broker-cert', brokerCert,
+    '--token-file', tokenFile]);
+  children.push(curveMonitor.child);
+  const origin = new URL(curveMonitor.url).origin;
+  const alice = { Authorization: 'Bearer alice-token' };
+  const session = await (await fetch(curveMonitor.url + '/api/session', { headers: alice })).json();
+  const headers = { ...alice, 'X-Dsh-Csrf': session.csrf };
+  const approvals = async () => (await fetch(curveMonitor.url + '/api/approvals', { headers })).json();
+  const cli = (args, cert) => spawn(bin.cli, ['--broker', curveBroker.endpoint, ...args],
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, DSH_CERT: cert, DSH_BROKER_CERT: brokerCert } });
+  //  The poll makes the monitor an approver; a call before the stage heard
+  //  it is denied at once, and is sent again
+  let call, request;
+  await waitFor(async () => {
+    await approvals();
+    call = cli(['call', 'tick', '{"ms": 13}', '--timeout-ms', '30000'], agentCert);
+    children.push(call);
+    call.output = '';
+    call.stdout.on('data', (data) => { call.output += data; });
+    call.done = new Promise((resolve) => call.on('exit', resolve));
+    const seen = waitFor(async () => {
+      request = (await approvals()).pending.find((item) => item.tool === 'tick' && item.agent === 'you');
+      return Boolean(request);
+    }, { what: 'the tick request on the page', timeoutMs: 5000 }).then(() => true, () => false);
+    return Promise.race([seen, call.done.then(() => false)]);
+  }, { what: 'a tick call waiting for the page', timeoutMs: 30000 });
+  const response = await fetch(curveMonitor.url + '/api/decide', { method: 'POST',
+    headers: { ...headers, Origin: origin, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ stage: 'permission', id: request.id, outcome: 'allow' }) });
+  const answer = await response.json();
+  assert.equal(response.status, 200, JSON.stringify(answer));
+  assert.equal(answer.ok, true, JSON.stringify(answer));
+  assert.equal(await call.done, 0, call.output);
+  assert.equal(JSON.parse(call.output).isError, false);
+  //  Who approved: the monitor's key, and who used it
+  let record;
+  await waitFor(async () => {
+    const audit = cli(['audit', '--tool', 'tick', '--json'], auditorCert);
+    let text = '';
+    audit.stdout.on('data', (data) => { text += data; });
+    await new Promise((resolve) => audit.on('exit', resolve));
+    record = text.split('\n').filter(Boolean).map((line) => JSON.parse(line)).find((row) => row.outcome === 'ok');
+    return Boolean(record);
+  }, { what: 'the approved tick in the audit trail', timeoutMs: 10000 });
+  assert.equal(record.approval.approver, 'monitor (by alice)');
+  assert.equal(record.agent, 'you');
 });
