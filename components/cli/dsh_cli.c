@@ -938,6 +938,21 @@ s_schemas (options_t *options)
 //  Sends a control command to stage and returns its reply body (without
 //  the id) as JSON. NULL, with the reason on stderr and *exit_code set, if
 //  no reply came or the stage said {ok: false}.
+//  A reply's body as JSON, without its id, or NULL with the reason in
+//  error and *exit_code set.
+static json_t *
+s_reply_body (dsh_reply_t *reply, int *exit_code, char *error, size_t error_size)
+{
+    json_t *body = dsh_reply_json (reply);
+    if (body)
+        json_object_del (body, "id");
+    else {
+        snprintf (error, error_size, "the %s reply has no JSON form", dsh_reply_command (reply));
+        *exit_code = EXIT_TOOL_ERROR;
+    }
+    return body;
+}
+
 //  A client of the broker at endpoint, for one request, or NULL with the
 //  reason in error and *exit_code set.
 static dsh_client_t *
@@ -980,15 +995,8 @@ s_control_at (options_t *options, const char *endpoint, const char *stage, const
         snprintf (error, error_size, "unexpected %s reply to CONTROL", dsh_reply_command (reply));
         *exit_code = EXIT_TOOL_ERROR;
     }
-    else {
-        body = dsh_reply_json (reply);
-        if (body)
-            json_object_del (body, "id");
-        else {
-            snprintf (error, error_size, "the CONTROL reply has no JSON form");
-            *exit_code = EXIT_TOOL_ERROR;
-        }
-    }
+    else
+        body = s_reply_body (reply, exit_code, error, error_size);
     dsh_reply_destroy (&reply);
     return body;
 }
@@ -2474,15 +2482,8 @@ s_pins_at (options_t *options, const char *endpoint, json_t *request, int *exit_
         snprintf (error, error_size, "%s", text? text: "the broker refused the request");
         *exit_code = EXIT_TOOL_ERROR;
     }
-    else {
-        body = dsh_reply_json (reply);
-        if (body)
-            json_object_del (body, "id");
-        else {
-            snprintf (error, error_size, "the PINS reply has no JSON form");
-            *exit_code = EXIT_TOOL_ERROR;
-        }
-    }
+    else
+        body = s_reply_body (reply, exit_code, error, error_size);
     dsh_reply_destroy (&reply);
     return body;
 }

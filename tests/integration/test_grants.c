@@ -64,14 +64,10 @@ s_approver_next (rig_t *self, char *command, size_t size, int timeout_ms)
 static json_t *
 s_approver_expect (rig_t *self, const char *command)
 {
-    char got [32] = "";
-    json_t *body = s_approver_next (self, got, sizeof (got), WAIT_MS);
+    char why [512];
+    json_t *body = dsh_testkit_approver_expect (self->approver, command, WAIT_MS, why, sizeof (why));
     if (!body)
-        fail_msg ("no %s within %d ms", command, WAIT_MS);
-    if (!streq (got, command)) {
-        char *text = json_dumps (body, JSON_COMPACT);
-        fail_msg ("expected %s, got %s %s", command, got, text);
-    }
+        fail_msg ("%s", why);
     return body;
 }
 

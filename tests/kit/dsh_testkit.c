@@ -690,6 +690,24 @@ dsh_testkit_approver_next (zsock_t *approver, char *command, size_t size, int ti
     return s_approver_recv (approver, command, size, timeout_ms, true);
 }
 
+json_t *
+dsh_testkit_approver_expect (zsock_t *approver, const char *command, int timeout_ms, char *why, size_t why_size)
+{
+    char got [32] = "";
+    json_t *body = dsh_testkit_approver_next (approver, got, sizeof (got), timeout_ms);
+    if (!body)
+        snprintf (why, why_size, "no %s within %d ms", command, timeout_ms);
+    else
+    if (!streq (got, command)) {
+        char *text = json_dumps (body, JSON_COMPACT);
+        snprintf (why, why_size, "expected %s, got %s %.300s", command, got, text? text: "");
+        free (text);
+        json_decref (body);
+        body = NULL;
+    }
+    return body;
+}
+
 zsock_t *
 dsh_testkit_approver (dsh_client_t *client, const char *stage, int timeout_ms)
 {

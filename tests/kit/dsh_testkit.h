@@ -196,4 +196,9 @@ int
 json_t *
     dsh_testkit_approver_next (zsock_t *approver, char *command, size_t size, int timeout_ms);
 
+//  The same, but the message must be of command: else NULL, and why
+//  (nothing came, or what came instead) in why.
+json_t *
+    dsh_testkit_approver_expect (zsock_t *approver, const char *command, int timeout_ms, char *why, size_t why_size);
+
 #endif
