@@ -314,8 +314,7 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
         }
         int64_t left = record->deadline_ms - zclock_mono ();
         byte budget [8];
-        for (int position = 0; position < 8; position++)
-            budget [position] = (byte) ((uint64_t) (left > 0? left: 1) >> (56 - 8 * position));
+        dsh_be64_put ((uint64_t) (left > 0? left: 1), budget);
         zframe_t *budget_frame = zframe_new (budget, sizeof (budget));
         zframe_t *frames [] = { *body_p, record->entry, budget_frame };
         int rc = s_send_feed (slot, record->token, DSH_CALL, frames, 3);

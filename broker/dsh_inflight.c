@@ -356,8 +356,7 @@ zframe_t *
 dsh_inflight_token_frame (uint64_t token)
 {
     byte data [8];
-    for (int index = 0; index < 8; index++)
-        data [index] = (byte) (token >> (56 - 8 * index));
+    dsh_be64_put (token, data);
     return zframe_new (data, sizeof (data));
 }
 
@@ -366,10 +365,6 @@ dsh_inflight_token_decode (const void *data, size_t size, uint64_t *token)
 {
     if (!data || size != 8)
         return -1;
-    const byte *bytes = (const byte *) data;
-    uint64_t value = 0;
-    for (int index = 0; index < 8; index++)
-        value = (value << 8) | bytes [index];
-    *token = value;
+    *token = dsh_be64_get ((const byte *) data);
     return 0;
 }

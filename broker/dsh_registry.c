@@ -569,8 +569,7 @@ s_send_link (self_t *self, const char *routing_id, const char *command, const ui
     count += 3;
     if (token) {
         byte data [8];
-        for (int index = 0; index < 8; index++)
-            data [index] = (byte) (*token >> (56 - 8 * index));
+        dsh_be64_put (*token, data);
         dsh_sock_part_mem (&parts [count++], data, sizeof (data));
     }
     dsh_sock_part_frame (&parts [count++], body_p);
@@ -707,8 +706,7 @@ s_send_call (self_t *self, const char *component, uint64_t token, zmq_msg_t *bod
     dsh_sock_part_mem (&parts [0], routing_id, strlen (routing_id));
     dsh_sock_head (&parts [1], DSH_CALL);
     byte data [8];
-    for (int index = 0; index < 8; index++)
-        data [index] = (byte) (token >> (56 - 8 * index));
+    dsh_be64_put (token, data);
     dsh_sock_part_mem (&parts [4], data, sizeof (data));
     void *handle = zsock_resolve (self->work);
     //  libzmq takes or refuses a multipart message at its first frame

@@ -24,8 +24,7 @@ dsh_beacon_encode (const dsh_beacon_t *beacon, byte *buffer)
     buffer [5] = (byte) (beacon->front_port & 0xff);
     buffer [6] = beacon->curve? S_FLAG_CURVE: 0;
     buffer [7] = 0;
-    for (int index = 0; index < 8; index++)
-        buffer [8 + index] = (byte) (beacon->epoch >> (56 - 8 * index));
+    dsh_be64_put (beacon->epoch, buffer + 8);
     return DSH_BEACON_SIZE;
 }
 
@@ -36,9 +35,7 @@ dsh_beacon_decode (const byte *data, size_t size, dsh_beacon_t *beacon)
     if (!data || size < DSH_BEACON_SIZE || memcmp (data, S_MAGIC, 4))
         return -1;
     int front_port = (data [4] << 8) | data [5];
-    uint64_t epoch = 0;
-    for (int index = 0; index < 8; index++)
-        epoch = (epoch << 8) | data [8 + index];
+    uint64_t epoch = dsh_be64_get (data + 8);
     if (front_port == 0 || epoch == 0)
         return -1;
     //  Flag bits other than CURVE, and the reserved byte, are for later

@@ -264,11 +264,26 @@ dsh_proto_token_keys (zhashx_t *hash)
 }
 
 void
+dsh_be64_put (uint64_t value, byte *bytes)
+{
+    for (int index = 0; index < 8; index++)
+        bytes [index] = (byte) (value >> (56 - 8 * index));
+}
+
+uint64_t
+dsh_be64_get (const byte *bytes)
+{
+    uint64_t value = 0;
+    for (int index = 0; index < 8; index++)
+        value = (value << 8) | bytes [index];
+    return value;
+}
+
+void
 dsh_proto_token_hex (uint64_t token, char *text)
 {
     byte bytes [8];
-    for (int index = 0; index < 8; index++)
-        bytes [index] = (byte) (token >> (56 - 8 * index));
+    dsh_be64_put (token, bytes);
     dsh_proto_hex (bytes, 8, text);
 }
 

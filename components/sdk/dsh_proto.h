@@ -189,6 +189,14 @@ void
 void
     dsh_proto_token_keys (zhashx_t *hash);
 
+//  A 64-bit value as the 8 big-endian bytes the wire carries it in (the
+//  token and budget frames, a beacon's epoch), and back: the one place the
+//  byte order is written.
+void
+    dsh_be64_put (uint64_t value, byte *bytes);
+uint64_t
+    dsh_be64_get (const byte *bytes);
+
 //  The 16 hex digits of a 64-bit token and a NUL, into text [17].
 void
     dsh_proto_token_hex (uint64_t token, char *text);

@@ -177,10 +177,7 @@ s_envelope_token (zmsg_t *envelope, uint64_t *token)
     frame = frame? zmsg_next (envelope): NULL;
     if (!frame || zframe_size (frame) != 8)
         return false;
-    uint64_t value = 0;
-    for (size_t index = 0; index < 8; index++)
-        value = (value << 8) | zframe_data (frame) [index];
-    *token = value;
+    *token = dsh_be64_get (zframe_data (frame));
     return true;
 }
 
@@ -411,8 +408,7 @@ s_handle_call (s_link_t *link, zmsg_t **envelope_p, zmsg_t *msg)
     zframe_t *budget = zmsg_pop (msg);
     uint64_t budget_ms = 0;
     if (budget && zframe_size (budget) == 8)
-        for (size_t index = 0; index < 8; index++)
-            budget_ms = (budget_ms << 8) | zframe_data (budget) [index];
+        budget_ms = dsh_be64_get (zframe_data (budget));
     if (budget_ms && budget_ms < INT32_MAX)
         call->deadline_ms = zclock_mono () + (int64_t) budget_ms;
     char error [256] = "";
