@@ -82,7 +82,7 @@ typedef struct _s_lane_t s_lane_t;
 //  (handle set), then finished.
 typedef struct {
     dsh_stage_t *stage;
-    dsh_stage_call_t *call;
+    dsh_call_t *call;
     dsh_hooks_event_t event;
     char *tool_name;
     char *input;                //  the event JSON every process reads
@@ -649,14 +649,13 @@ s_run_complete (s_run_t *run)
     return true;
 }
 
-//  The result a PostToolUse hook makes of a blocked or failed call.
-static json_t *
-s_error_result (const char *code, const char *text)
+//  Replaces a held result with what a PostToolUse hook makes of a blocked
+//  or failed call (the stage sets its callId).
+static void
+s_set_error_result (dsh_call_t *call, const char *code, const char *text)
 {
-    return json_pack ("{s:[{s:s, s:s}], s:b, s:{s:s, s:s}}",
-                      "content", "type", "text", "text", text,
-                      "isError", 1,
-                      "error", "name", dsh_proto_error_name (code), "code", code);
+    zframe_t *result = dsh_proto_error_result (NULL, code, text);
+    dsh_stage_call_set_result (call, &result);
 }
 
 //  Finishes the run's call with an error: the answer of a deferred call,
@@ -670,7 +669,7 @@ s_run_answer_error (s_run_t *run, const char *code, const char *text)
     }
     else {
         char *result_text = zsys_sprintf ("Error: %s", text);
-        dsh_stage_call_set_result (run->call, s_error_result (code, result_text));
+        s_set_error_result (run->call, code, result_text);
         zstr_free (&result_text);
         dsh_stage_resume_result (run->stage, run->call);
     }
@@ -693,10 +692,11 @@ s_packs_as (const msgpack_object *value, const msgpack_sbuffer *packed)
 }
 
 //  Makes updated (a hook's updatedInput, in the hooks' view: typed forms
-//  stand for the values they name) the call's arguments. The stage SDK
-//  rewrites arguments from plain JSON only, so an updatedInput with typed
-//  values is used only if it is the arguments as they were. Returns 0, or
-//  -1 with a reason.
+//  stand for the values they name) the call's arguments. An updatedInput
+//  with typed values is used only if it is the arguments as they were
+//  (PROTOCOL.md, the hooks stage: a rewrite to values plain JSON cannot
+//  hold fails the call), though the stage SDK could pass them on now that
+//  it takes arguments as msgpack. Returns 0, or -1 with a reason.
 static int
 s_rewrite_arguments (s_run_t *run, json_t *updated, char *error, size_t error_size)
 {
@@ -708,13 +708,15 @@ s_rewrite_arguments (s_run_t *run, json_t *updated, char *error, size_t error_si
     int rc = dsh_json_view_to_msgpack (&pk, updated, error, error_size);
     if (rc == 0 && !(doc = dsh_doc_new (buffer.data, buffer.size, error, error_size)))
         rc = -1;
-    if (rc == 0 && !s_packs_as (dsh_stage_call_arguments (run->call), &buffer)) {
+    if (rc == 0 && !s_packs_as (dsh_call_arguments (run->call), &buffer)) {
         const msgpack_object *arguments = dsh_doc_root (doc);
         json_t *plain = dsh_json_is_plain (arguments)? dsh_json_from_msgpack (arguments): NULL;
         if (plain) {
+            //  PostToolUse hooks are shown the arguments that ran
             if (dsh_stage_call_data (run->call))
                 dsh_stage_call_set_data (run->call, json_incref (plain), s_json_release);
-            dsh_stage_call_set_arguments (run->call, plain);
+            json_decref (plain);
+            dsh_stage_call_set_arguments (run->call, buffer.data, buffer.size);
         }
         else {
             snprintf (error, error_size, "it changes the arguments to values plain JSON cannot hold "
@@ -749,9 +751,13 @@ s_finish_pre (s_run_t *run, dsh_hooks_decision_t *decision)
         dsh_stage_resume (run->stage, run->call, DSH_STAGE_ANSWER);
         return;
     }
-    if (decision->additional_context)
-        dsh_stage_call_set_meta (run->call, "additionalContext",
-                                 s_json_string (decision->additional_context));
+    if (decision->additional_context) {
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        dsh_pack_cstr (&packer.pk, decision->additional_context);
+        dsh_stage_call_set_meta (run->call, "additionalContext", packer.sbuf.data, packer.sbuf.size);
+        dsh_packer_release (&packer);
+    }
     dsh_stage_resume (run->stage, run->call, DSH_STAGE_PASS);
 }
 
@@ -761,25 +767,12 @@ s_finish_post (s_run_t *run, dsh_hooks_decision_t *decision)
     if (decision->verdict == DSH_HOOKS_DENY) {
         char *text = zsys_sprintf ("Error: tool \"%s\" result was blocked by a PostToolUse hook: %s",
                                    run->tool_name, decision->reason? decision->reason: "no reason given");
-        dsh_stage_call_set_result (run->call, s_error_result (DSH_E_DENIED, text));
+        s_set_error_result (run->call, DSH_E_DENIED, text);
         zstr_free (&text);
     }
     else
-    if (decision->additional_context) {
-        json_t *result = dsh_stage_call_result (run->call);
-        if (json_is_object (result)) {
-            json_t *content = json_object_get (result, "content");
-            if (!json_is_array (content)) {
-                content = json_array ();
-                json_object_set_new (result, "content", content);
-            }
-            json_array_append_new (content, json_pack ("{s:s, s:o}", "type", "text",
-                                   "text", s_json_string (decision->additional_context)));
-            dsh_stage_call_set_result (run->call, result);
-        }
-        else
-            json_decref (result);
-    }
+    if (decision->additional_context)
+        dsh_stage_call_add_result_text (run->call, decision->additional_context);
     dsh_stage_resume_result (run->stage, run->call);
 }
 
@@ -854,7 +847,7 @@ s_lane_destroy (void **item_p)
 static const char *
 s_caller (s_run_t *run)
 {
-    const char *agent = dsh_stage_call_agent (run->call);
+    const char *agent = dsh_call_agent (run->call);
     return agent? agent: "";
 }
 
@@ -1079,10 +1072,10 @@ s_matching (self_t *self, dsh_hooks_event_t event, const char *tool_name, s_hook
 //  A run of the matching hooks of event for the call, not started.
 //  Returns the run, or NULL with a reason.
 static s_run_t *
-s_run_new (self_t *self, dsh_stage_t *stage, dsh_stage_call_t *call, dsh_hooks_event_t event,
+s_run_new (self_t *self, dsh_stage_t *stage, dsh_call_t *call, dsh_hooks_event_t event,
            json_t *tool_input, json_t *tool_response, char *error, size_t error_size)
 {
-    const char *tool_name = dsh_stage_call_name (call);
+    const char *tool_name = dsh_call_name (call);
     size_t count = s_matching (self, event, tool_name, NULL);
     assert (count > 0);
     s_run_t *run = (s_run_t *) zmalloc (sizeof (s_run_t));
@@ -1100,7 +1093,7 @@ s_run_new (self_t *self, dsh_stage_t *stage, dsh_stage_call_t *call, dsh_hooks_e
     }
     free (hooks);
 
-    const char *agent = dsh_stage_call_agent (call);
+    const char *agent = dsh_call_agent (call);
     json_t *event_json = dsh_hooks_event_json (event, agent? agent: "", self->cwd, tool_name,
                                                tool_input, tool_response);
     char *text = json_dumps (event_json, JSON_COMPACT);
@@ -1198,7 +1191,7 @@ s_run_submit (self_t *self, s_run_t **run_p, char *error, size_t error_size)
 
 //  The run of call, running or queued, or NULL.
 static s_run_t *
-s_find_call (self_t *self, dsh_stage_call_t *call)
+s_find_call (self_t *self, dsh_call_t *call)
 {
     for (s_run_t *run = (s_run_t *) zlistx_first (self->runs); run;
          run = (s_run_t *) zlistx_next (self->runs))
@@ -1229,17 +1222,17 @@ s_log_refusal (self_t *self, const char *code, const char *error)
 //  Stage callbacks
 
 static dsh_stage_verdict_t
-s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_request (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     self_t *self = (self_t *) arg;
-    const char *tool_name = dsh_stage_call_name (call);
+    const char *tool_name = dsh_call_name (call);
     bool post = s_matching (self, DSH_HOOKS_POST_TOOL_USE, tool_name, NULL) > 0;
     bool pre = s_matching (self, DSH_HOOKS_PRE_TOOL_USE, tool_name, NULL) > 0;
     if (!pre && !post)
         return DSH_STAGE_PASS;
     //  Hooks see the arguments that run, in the view that shows every value
     //  as it is (typed forms where plain JSON cannot), or none at all
-    const msgpack_object *raw_arguments = dsh_stage_call_arguments (call);
+    const msgpack_object *raw_arguments = dsh_call_arguments (call);
     if (raw_arguments && !dsh_json_is_plain (raw_arguments) && self->refuse_typed) {
         dsh_stage_call_answer_error (call, DSH_E_DENIED,
             "tool \"%s\" was refused by hooks stage \"%s\": its arguments hold values plain JSON cannot "
@@ -1280,12 +1273,14 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 }
 
 static void
-s_on_result (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_result (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     self_t *self = (self_t *) arg;
-    if (s_matching (self, DSH_HOOKS_POST_TOOL_USE, dsh_stage_call_name (call), NULL) == 0)
+    if (s_matching (self, DSH_HOOKS_POST_TOOL_USE, dsh_call_name (call), NULL) == 0)
         return;
-    json_t *result = dsh_stage_call_result (call);
+    //  Hooks are shown the result as JSON: their edge
+    const msgpack_object *raw_result = dsh_stage_call_result (call);
+    json_t *result = raw_result? dsh_json_from_msgpack (raw_result): NULL;
     char error [512];
     const char *code = DSH_E_MIDDLEWARE_FAILED;
     s_run_t *run = s_run_new (self, stage, call, DSH_HOOKS_POST_TOOL_USE,
@@ -1297,8 +1292,8 @@ s_on_result (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
         //  Fails closed; the text says the tool ran (a retry runs it again)
         s_log_refusal (self, code, error);
         char *text = zsys_sprintf ("Error: tool \"%s\" ran, but its result was withheld: %s",
-                                   dsh_stage_call_name (call), error);
-        dsh_stage_call_set_result (call, s_error_result (code, text));
+                                   dsh_call_name (call), error);
+        s_set_error_result (call, code, text);
         zstr_free (&text);
     }
     else
@@ -1308,7 +1303,7 @@ s_on_result (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 //  The call was answered without the stage: a queued run leaves the queue,
 //  a running one is stopped (its processes killed), and the call is let go.
 static void
-s_on_cancel (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_cancel (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) stage;
     self_t *self = (self_t *) arg;

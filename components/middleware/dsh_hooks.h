@@ -30,8 +30,8 @@
     the tool gets. typed_input = refuse denies instead every call (that some
     hook matches) whose arguments need a typed form. An updatedInput is read
     the same way (typed forms become the values they stand for); one that
-    changes the arguments to values plain JSON cannot hold fails the call,
-    as the stage SDK rewrites arguments from plain JSON only.
+    changes the arguments to values plain JSON cannot hold fails the call
+    (PROTOCOL.md says so; the stage SDK itself takes any msgpack).
 
     Hooks run as child processes watched from the stage's loop: a call waits
     for its hooks (deferred) without blocking any other call. A hook that

@@ -1,10 +1,13 @@
 /*  =========================================================================
     dsh_middleware - the built-in middlewares of the execution chain
 
-    The four middlewares of the original's waterfall, as dsh stages, plus a
-    tracing stage for tests and demos. Each kind reads its settings from its
+    The six built-in kinds of stage (the middlewares of the tools/execute
+    waterfall of dsh-tools, the single-process design dsh grew from, as
+    dsh stages): four policies, a tracing stage for tests and demos, and a
+    stage that passes every call. Each kind reads its settings from its
     stage section of the broker's config (ZPL; see deploy/dsh-chain.cfg)
-    and fills in the stage callbacks:
+    and fills in the stage callbacks (dsh_stage.h: the call is a
+    dsh_call_t; what a stage changes and answers is msgpack):
 
         permission  ordered rules on tool and agent -> allow, deny or ask;
                     asks go to connected approvers (dsh approver; dsh approve
@@ -19,8 +22,8 @@
                     way up with the stage's name (shows the onion)
         pass        passes every call on untouched (benchmarks, a template)
 
-    The same code runs inside dsh-broker (inproc) or as an external process
-    (dsh-stage --kind KIND --name NAME).
+    The same code runs inside dsh-broker (inline, in the broker's loop) or
+    as an external process (dsh-stage --kind KIND --name NAME).
     =========================================================================
 */
 

@@ -7,7 +7,7 @@
 #include "dsh_settings.h"
 
 static dsh_stage_verdict_t
-s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_request (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) stage;
     (void) call;

@@ -19,9 +19,10 @@
     applies), so its binding is tested without a stage. The stage keeps
     the live grants by id, with wall-clock expiry (a grant outlives a
     broker restart in the broker's store): expired ones are dropped when
-    looked at and on the probe timer. Decisions come as msgpack (DECIDE)
-    or JSON (the control commands); each is read into one s_decision_t
-    and checked once, by s_decision_check, so both say the same things.
+    looked at and on the probe timer. Decisions come as a DECIDE body or
+    as a control command's args, both msgpack maps read by one reader into
+    one s_decision_t and checked once, by s_decision_check, so both say
+    the same things.
     To merge a grants.load the stage remembers for a few seconds which
     grants it made and which it revoked.
     =========================================================================
@@ -503,39 +504,66 @@ dsh_permission_grant_new (const char *id, const dsh_permission_subject_t *subjec
     return self;
 }
 
-//  The str under key of a grant's JSON form, or NULL (with a reason) if it
-//  is missing or not a string; empty allows "".
+//  The str under key of a grant's map, or NULL (with a reason) if it is
+//  missing or not a string; empty allows "". Copied into a list that owns
+//  it.
 static const char *
-s_grant_str (const json_t *object, const char *key, bool empty, char *error, size_t error_size)
+s_grant_str (const msgpack_object *map, const char *key, bool empty, zlistx_t *owned,
+             char *error, size_t error_size)
 {
-    const char *value = json_string_value (json_object_get (object, key));
+    char *value = dsh_stage_strdup (dsh_map_get (map, key));
     if (!value || (!empty && !*value)) {
         snprintf (error, error_size, "grant: %s must be a%s string", key, empty? "": " non-empty");
+        zstr_free (&value);
         return NULL;
     }
+    zlistx_add_end (owned, value);
     return value;
 }
 
-dsh_permission_grant_t *
-dsh_permission_grant_from_json (const json_t *object, char *error, size_t error_size)
+//  The integer under key of a grant's map into *value; false if it is
+//  missing or not a whole number in int64's range.
+static bool
+s_grant_int (const msgpack_object *map, const char *key, int64_t *value)
 {
-    if (!json_is_object (object)) {
+    const msgpack_object *object = dsh_map_get (map, key);
+    if (object && object->type == MSGPACK_OBJECT_POSITIVE_INTEGER && object->via.u64 <= INT64_MAX)
+        *value = (int64_t) object->via.u64;
+    else
+    if (object && object->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        *value = object->via.i64;
+    else
+        return false;
+    return true;
+}
+
+dsh_permission_grant_t *
+dsh_permission_grant_from_msgpack (const msgpack_object *map, char *error, size_t error_size)
+{
+    if (!map || map->type != MSGPACK_OBJECT_MAP) {
         snprintf (error, error_size, "grant: must be an object");
         return NULL;
     }
-    const char *id = s_grant_str (object, "id", false, error, error_size);
-    const char *stage = id? s_grant_str (object, "stage", false, error, error_size): NULL;
-    const char *agent = stage? s_grant_str (object, "agent", true, error, error_size): NULL;
-    const char *tool = agent? s_grant_str (object, "tool", false, error, error_size): NULL;
-    const char *definition = tool? s_grant_str (object, "definitionDigest", false, error, error_size): NULL;
-    const char *chain_version = definition? s_grant_str (object, "chainVersion", true, error, error_size): NULL;
-    const char *by = chain_version? s_grant_str (object, "by", true, error, error_size): NULL;
-    const char *scope_name = by? s_grant_str (object, "scope", false, error, error_size): NULL;
-    if (!scope_name)
+    zlistx_t *owned = zlistx_new ();
+    zlistx_set_destructor (owned, (zlistx_destructor_fn *) zstr_free);
+    dsh_permission_grant_t *grant = NULL;
+    const char *id = s_grant_str (map, "id", false, owned, error, error_size);
+    const char *stage = id? s_grant_str (map, "stage", false, owned, error, error_size): NULL;
+    const char *agent = stage? s_grant_str (map, "agent", true, owned, error, error_size): NULL;
+    const char *tool = agent? s_grant_str (map, "tool", false, owned, error, error_size): NULL;
+    const char *definition = tool? s_grant_str (map, "definitionDigest", false, owned, error, error_size): NULL;
+    const char *chain_version = definition? s_grant_str (map, "chainVersion", true, owned, error, error_size): NULL;
+    const char *by = chain_version? s_grant_str (map, "by", true, owned, error, error_size): NULL;
+    const char *scope_name = by? s_grant_str (map, "scope", false, owned, error, error_size): NULL;
+    if (!scope_name) {
+        zlistx_destroy (&owned);
         return NULL;
-    const json_t *arguments = json_object_get (object, "argumentsDigest");
-    const json_t *created = json_object_get (object, "createdMs");
-    const json_t *expires = json_object_get (object, "expiresMs");
+    }
+    const msgpack_object *arguments = dsh_map_get (map, "argumentsDigest");
+    char *arguments_digest = dsh_stage_strdup (arguments);
+    int64_t created = 0;
+    int64_t expires = 0;
+    bool times = s_grant_int (map, "createdMs", &created) && s_grant_int (map, "expiresMs", &expires);
     dsh_permission_scope_t scope;
     if (!s_is_hex (id, DSH_PERMISSION_GRANT_ID_SIZE))
         snprintf (error, error_size, "grant: id \"%.40s\" is not %d hex digits", id, DSH_PERMISSION_GRANT_ID_SIZE);
@@ -546,26 +574,26 @@ dsh_permission_grant_from_json (const json_t *object, char *error, size_t error_
     if (!s_is_hex (definition, DSH_DIGEST_SIZE))
         snprintf (error, error_size, "grant %s: definitionDigest is not %d hex digits", id, DSH_DIGEST_SIZE);
     else
-    if (scope == DSH_PERMISSION_SCOPE_ARGUMENTS && !s_is_hex (json_string_value (arguments), DSH_DIGEST_SIZE))
+    if (scope == DSH_PERMISSION_SCOPE_ARGUMENTS && !s_is_hex (arguments_digest, DSH_DIGEST_SIZE))
         snprintf (error, error_size, "grant %s: argumentsDigest is not %d hex digits", id, DSH_DIGEST_SIZE);
     else
-    if (scope == DSH_PERMISSION_SCOPE_TOOL && arguments && !json_is_null (arguments))
+    if (scope == DSH_PERMISSION_SCOPE_TOOL && arguments && arguments->type != MSGPACK_OBJECT_NIL)
         snprintf (error, error_size, "grant %s: argumentsDigest is for scope arguments only", id);
     else
-    if (!json_is_integer (created) || !json_is_integer (expires)
-    ||  json_integer_value (expires) <= json_integer_value (created))
+    if (!times || expires <= created)
         snprintf (error, error_size, "grant %s: createdMs and expiresMs must be whole numbers, expiresMs the later",
                   id);
     else {
         dsh_permission_subject_t subject = {
             .stage = stage, .agent = agent, .tool = tool, .definition_digest = definition,
-            .arguments_digest = scope == DSH_PERMISSION_SCOPE_ARGUMENTS? json_string_value (arguments): "",
+            .arguments_digest = scope == DSH_PERMISSION_SCOPE_ARGUMENTS? arguments_digest: "",
             .chain_version = chain_version
         };
-        return dsh_permission_grant_new (id, &subject, scope, (int64_t) json_integer_value (created),
-                                         (int64_t) json_integer_value (expires), by);
+        grant = dsh_permission_grant_new (id, &subject, scope, created, expires, by);
     }
-    return NULL;
+    zstr_free (&arguments_digest);
+    zlistx_destroy (&owned);
+    return grant;
 }
 
 dsh_permission_grant_t *
@@ -598,20 +626,53 @@ dsh_permission_grant_destroy (dsh_permission_grant_t **self_p)
     }
 }
 
+void
+dsh_permission_grant_pack (const dsh_permission_grant_t *self, msgpack_packer *pk)
+{
+    assert (self);
+    assert (pk);
+    bool arguments = self->scope == DSH_PERMISSION_SCOPE_ARGUMENTS;
+    msgpack_pack_map (pk, 10 + arguments);
+    dsh_pack_cstr (pk, "id");
+    dsh_pack_cstr (pk, self->id);
+    dsh_pack_cstr (pk, "stage");
+    dsh_pack_cstr (pk, self->stage);
+    dsh_pack_cstr (pk, "agent");
+    dsh_pack_cstr (pk, self->agent);
+    dsh_pack_cstr (pk, "tool");
+    dsh_pack_cstr (pk, self->tool);
+    dsh_pack_cstr (pk, "definitionDigest");
+    dsh_pack_cstr (pk, self->definition_digest);
+    dsh_pack_cstr (pk, "chainVersion");
+    dsh_pack_cstr (pk, self->chain_version);
+    dsh_pack_cstr (pk, "scope");
+    dsh_pack_cstr (pk, dsh_permission_scope_name (self->scope));
+    dsh_pack_cstr (pk, "createdMs");
+    msgpack_pack_int64 (pk, self->created_ms);
+    dsh_pack_cstr (pk, "expiresMs");
+    msgpack_pack_int64 (pk, self->expires_ms);
+    dsh_pack_cstr (pk, "by");
+    dsh_pack_cstr (pk, self->by);
+    if (arguments) {
+        dsh_pack_cstr (pk, "argumentsDigest");
+        dsh_pack_cstr (pk, self->arguments_digest);
+    }
+}
+
 json_t *
 dsh_permission_grant_json (const dsh_permission_grant_t *self)
 {
     assert (self);
-    json_t *object = json_pack ("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:s}",
-                                "id", self->id, "stage", self->stage, "agent", self->agent, "tool", self->tool,
-                                "definitionDigest", self->definition_digest,
-                                "chainVersion", self->chain_version,
-                                "scope", dsh_permission_scope_name (self->scope),
-                                "createdMs", (json_int_t) self->created_ms,
-                                "expiresMs", (json_int_t) self->expires_ms, "by", self->by);
+    //  One encoding of a grant: this is its rendering for the audit
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_permission_grant_pack (self, &packer.pk);
+    char error [128];
+    dsh_doc_t *doc = dsh_doc_new (packer.sbuf.data, packer.sbuf.size, error, sizeof (error));
+    json_t *object = doc? dsh_json_from_msgpack (dsh_doc_root (doc)): NULL;
     assert (object);
-    if (self->scope == DSH_PERMISSION_SCOPE_ARGUMENTS)
-        json_object_set_new (object, "argumentsDigest", json_string (self->arguments_digest));
+    dsh_doc_destroy (&doc);
+    dsh_packer_release (&packer);
     return object;
 }
 
@@ -692,7 +753,7 @@ typedef struct {
 
 typedef struct {
     char *id;
-    dsh_stage_call_t *call;     //  deferred: alive until resumed
+    dsh_call_t *call;     //  deferred: alive until resumed
     char *tool;
     char *agent;                //  "" if the call has none
     char definition_digest [DSH_DIGEST_SIZE + 1];
@@ -867,10 +928,15 @@ s_request_resolve_by (self_t *self, s_request_t *request, dsh_approval_outcome_t
     if (outcome == DSH_APPROVAL_ALLOWED) {
         //  What a later sandbox stage reads as "a human let this call run";
         //  on every other call this stage removes the key (s_on_request)
-        json_t *stamp = json_pack ("{s:s, s:s}", "stage", self->name, "id", request->id);
+        dsh_packer_t stamp;
+        dsh_packer_init (&stamp);
+        msgpack_pack_map (&stamp.pk, decider->covered? 3: 2);
+        dsh_packer_kv_str (&stamp, "stage", self->name);
+        dsh_packer_kv_str (&stamp, "id", request->id);
         if (decider->covered)
-            json_object_set_new (stamp, "grant", json_string (grant_id));
-        dsh_stage_call_set_meta (request->call, DSH_PERMISSION_APPROVAL_META, stamp);
+            dsh_packer_kv_str (&stamp, "grant", grant_id);
+        dsh_stage_call_set_meta (request->call, DSH_PERMISSION_APPROVAL_META, stamp.sbuf.data, stamp.sbuf.size);
+        dsh_packer_release (&stamp);
         verdict = DSH_STAGE_PASS;
     }
     else
@@ -985,11 +1051,11 @@ s_definition_destroy (s_definition_t **self_p)
 //  The definition digest of the call's tool into digest. Returns 0, or -1
 //  if it cannot be made (no tool, too deep).
 static int
-s_definition_digest (self_t *self, dsh_stage_call_t *call, char *digest)
+s_definition_digest (self_t *self, dsh_call_t *call, char *digest)
 {
     size_t size;
     const byte *bytes = dsh_stage_call_tool_bytes (call, &size);
-    const char *name = dsh_stage_call_name (call);
+    const char *name = dsh_call_name (call);
     s_definition_t *known = bytes? (s_definition_t *) zhashx_lookup (self->definitions, name): NULL;
     if (known && zchunk_size (known->entry) == size && memcmp (zchunk_data (known->entry), bytes, size) == 0) {
         memcpy (digest, known->digest, DSH_DIGEST_SIZE + 1);
@@ -1011,14 +1077,14 @@ s_definition_digest (self_t *self, dsh_stage_call_t *call, char *digest)
 //  digest is made only when a grant for arguments could apply (into
 //  subject's buffer, *arguments_made then true), or -1 if it cannot be.
 static dsh_permission_grant_t *
-s_grant_find (self_t *self, dsh_permission_subject_t *subject, dsh_stage_call_t *call, char *arguments,
+s_grant_find (self_t *self, dsh_permission_subject_t *subject, dsh_call_t *call, char *arguments,
               bool *arguments_made)
 {
     int64_t now = zclock_time ();
     for (dsh_permission_grant_t *grant = (dsh_permission_grant_t *) zhashx_first (self->grants); grant;
          grant = (dsh_permission_grant_t *) zhashx_next (self->grants)) {
         if (dsh_permission_grant_scope (grant) == DSH_PERMISSION_SCOPE_ARGUMENTS && !*arguments_made) {
-            if (dsh_digest_value (dsh_stage_call_arguments (call), arguments))
+            if (dsh_digest_value (dsh_call_arguments (call), arguments))
                 continue;
             *arguments_made = true;
         }
@@ -1083,16 +1149,16 @@ s_fresh_id (zhashx_t *taken)
 //  A decision on an open ask, as DECIDE or the approve and deny control
 //  commands give it. Strings are borrowed from the message; NULL: absent.
 typedef struct {
-    const char *id;
-    const char *outcome;        //  DECIDE's; the control commands are named for theirs
-    const char *scope;
+    char *id;
+    char *outcome;              //  DECIDE's; the control commands are named for theirs
+    char *scope;
     bool has_minutes;
     int64_t minutes;
     bool has_seconds;
     int64_t seconds;
-    const char *by;
-    const char *arguments_digest;
-    const char *definition_digest;
+    char *by;
+    char *arguments_digest;
+    char *definition_digest;
 } s_decision_t;
 
 //  True if text is 1 to max bytes, none of them a control character:
@@ -1255,29 +1321,29 @@ s_send_error (self_t *self, zframe_t *identity, const char *message)
     s_send_error_about (self, identity, NULL, message);
 }
 
-//  The str under key of a DECIDE body into *value (absent or nil: NULL).
-//  Returns 0, or -1 with a reason if it is there and not a str.
+//  The str under key of a decision's map into *value (a new string;
+//  absent or nil: NULL). Returns 0, or -1 with a reason if it is there and
+//  not a str.
 static int
-s_body_str (dsh_doc_t *doc, const msgpack_object *root, const char *key, const char **value,
-            char *error, size_t error_size)
+s_decision_str (const msgpack_object *root, const char *key, char **value, char *error, size_t error_size)
 {
     const msgpack_object *object = dsh_map_get (root, key);
     *value = NULL;
     if (!object || object->type == MSGPACK_OBJECT_NIL)
         return 0;
-    *value = dsh_doc_strdup (doc, object);
+    *value = dsh_stage_strdup (object);
     if (*value)
         return 0;
     snprintf (error, error_size, "%s must be a string", key);
     return -1;
 }
 
-//  The whole number under key of a DECIDE body into *value; *present says
-//  if it was there (nil: absent). Returns 0, or -1 with a reason if it is
-//  there and not an integer.
+//  The whole number under key of a decision's map into *value; *present
+//  says if it was there (nil: absent). Returns 0, or -1 with a reason if
+//  it is there and not an integer.
 static int
-s_body_int (const msgpack_object *root, const char *key, bool *present, int64_t *value,
-            char *error, size_t error_size)
+s_decision_int (const msgpack_object *root, const char *key, bool *present, int64_t *value,
+                char *error, size_t error_size)
 {
     const msgpack_object *object = dsh_map_get (root, key);
     *present = object && object->type != MSGPACK_OBJECT_NIL;
@@ -1295,59 +1361,36 @@ s_body_int (const msgpack_object *root, const char *key, bool *present, int64_t 
     return 0;
 }
 
-//  A decision from a DECIDE body. Returns 0, or -1 with a reason.
-static int
-s_decision_from_body (dsh_doc_t *doc, s_decision_t *decision, char *error, size_t error_size)
+//  Frees the decision's strings.
+static void
+s_decision_release (s_decision_t *decision)
 {
-    const msgpack_object *root = dsh_doc_root (doc);
-    memset (decision, 0, sizeof (*decision));
-    if (s_body_str (doc, root, "id", &decision->id, error, error_size)
-    ||  s_body_str (doc, root, "outcome", &decision->outcome, error, error_size)
-    ||  s_body_str (doc, root, "scope", &decision->scope, error, error_size)
-    ||  s_body_int (root, "minutes", &decision->has_minutes, &decision->minutes, error, error_size)
-    ||  s_body_int (root, "seconds", &decision->has_seconds, &decision->seconds, error, error_size)
-    ||  s_body_str (doc, root, "by", &decision->by, error, error_size)
-    ||  s_body_str (doc, root, "argumentsDigest", &decision->arguments_digest, error, error_size)
-    ||  s_body_str (doc, root, "definitionDigest", &decision->definition_digest, error, error_size))
-        return -1;
-    return 0;
+    zstr_free (&decision->id);
+    zstr_free (&decision->outcome);
+    zstr_free (&decision->scope);
+    zstr_free (&decision->by);
+    zstr_free (&decision->arguments_digest);
+    zstr_free (&decision->definition_digest);
 }
 
-//  The same from a control command's arguments (NULL: none).
+//  A decision from a DECIDE body or a control command's args (root, a map;
+//  NULL reads as empty); outcome is read only from a DECIDE (the control
+//  commands are named for theirs). Returns 0, or -1 with a reason; release
+//  the decision either way.
 static int
-s_decision_from_json (const json_t *args, s_decision_t *decision, char *error, size_t error_size)
+s_decision_from_map (const msgpack_object *root, bool with_outcome, s_decision_t *decision,
+                     char *error, size_t error_size)
 {
-    static const struct {
-        const char *key;
-        size_t offset;
-    } strings [] = {
-        { "id", offsetof (s_decision_t, id) },
-        { "scope", offsetof (s_decision_t, scope) },
-        { "by", offsetof (s_decision_t, by) },
-        { "argumentsDigest", offsetof (s_decision_t, arguments_digest) },
-        { "definitionDigest", offsetof (s_decision_t, definition_digest) }
-    };
     memset (decision, 0, sizeof (*decision));
-    for (size_t index = 0; index < sizeof (strings) / sizeof (strings [0]); index++) {
-        const json_t *value = json_object_get (args, strings [index].key);
-        if (value && !json_is_null (value) && !json_is_string (value)) {
-            snprintf (error, error_size, "%s must be a string", strings [index].key);
-            return -1;
-        }
-        *(const char **) ((char *) decision + strings [index].offset) = json_string_value (value);
-    }
-    const json_t *minutes = json_object_get (args, "minutes");
-    const json_t *seconds = json_object_get (args, "seconds");
-    if ((minutes && !json_is_null (minutes) && !json_is_integer (minutes))
-    ||  (seconds && !json_is_null (seconds) && !json_is_integer (seconds))) {
-        snprintf (error, error_size, "%s must be a whole number",
-                  minutes && !json_is_null (minutes) && !json_is_integer (minutes)? "minutes": "seconds");
+    if (s_decision_str (root, "id", &decision->id, error, error_size)
+    ||  (with_outcome && s_decision_str (root, "outcome", &decision->outcome, error, error_size))
+    ||  s_decision_str (root, "scope", &decision->scope, error, error_size)
+    ||  s_decision_int (root, "minutes", &decision->has_minutes, &decision->minutes, error, error_size)
+    ||  s_decision_int (root, "seconds", &decision->has_seconds, &decision->seconds, error, error_size)
+    ||  s_decision_str (root, "by", &decision->by, error, error_size)
+    ||  s_decision_str (root, "argumentsDigest", &decision->arguments_digest, error, error_size)
+    ||  s_decision_str (root, "definitionDigest", &decision->definition_digest, error, error_size))
         return -1;
-    }
-    decision->has_minutes = json_is_integer (minutes);
-    decision->minutes = (int64_t) json_integer_value (minutes);
-    decision->has_seconds = json_is_integer (seconds);
-    decision->seconds = (int64_t) json_integer_value (seconds);
     return 0;
 }
 
@@ -1364,7 +1407,7 @@ s_handle_decide (self_t *self, zframe_t *identity, zmsg_t *msg)
         return;
     }
     s_decision_t decision;
-    int rc = s_decision_from_body (doc, &decision, reason, sizeof (reason));
+    int rc = s_decision_from_map (dsh_doc_root (doc), true, &decision, reason, sizeof (reason));
     bool allow = decision.outcome && streq (decision.outcome, "allow");
     //  Who decided: the key's name, else its key, else the connection (the
     //  body frame came over the wire, with the connection's metadata)
@@ -1397,6 +1440,7 @@ s_handle_decide (self_t *self, zframe_t *identity, zmsg_t *msg)
     }
     if (*reason)
         s_send_error_about (self, identity, decision.id, reason);
+    s_decision_release (&decision);
     dsh_doc_destroy (&doc);
     zframe_destroy (&frame);
 }
@@ -1499,7 +1543,7 @@ s_request_timer (zloop_t *loop, int timer_id, void *arg)
 //  Put the call to the approvers and hold it until closes_at (zclock_mono).
 //  Returns false, holding nothing, if no approver took the request.
 static bool
-s_request_open (self_t *self, dsh_stage_call_t *call, const dsh_permission_subject_t *subject, bool grantable,
+s_request_open (self_t *self, dsh_call_t *call, const dsh_permission_subject_t *subject, bool grantable,
                 int64_t closes_at, bool by_deadline)
 {
     s_request_t *request = (s_request_t *) zmalloc (sizeof (s_request_t));
@@ -1518,15 +1562,15 @@ s_request_open (self_t *self, dsh_stage_call_t *call, const dsh_permission_subje
     //  Approvers are shown exactly the arguments that run, in Typed JSON
     //  where JSON cannot hold them (integer keys, non-UTF-8 text, bin):
     //  never a lossy copy, never null for arguments that are there
-    const msgpack_object *arguments = dsh_stage_call_arguments (call);
+    const msgpack_object *arguments = dsh_call_arguments (call);
     json_t *arguments_json = arguments? dsh_json_view (arguments): NULL;
     int64_t now_ms = zclock_time ();
     request->summary = json_object ();
     assert (request->summary);
     json_object_set_new (request->summary, "id", json_string (request->id));
-    json_object_set_new (request->summary, "callId", json_string (dsh_stage_call_id (call)));
+    json_object_set_new (request->summary, "callId", json_string (dsh_call_id (call)));
     json_object_set_new (request->summary, "tool", json_string (request->tool));
-    const char *agent = dsh_stage_call_agent (call);
+    const char *agent = dsh_call_agent (call);
     if (agent)
         json_object_set_new (request->summary, "agent", json_string (agent));
     json_object_set_new (request->summary, "arguments", arguments_json? arguments_json: json_null ());
@@ -1556,21 +1600,19 @@ s_request_open (self_t *self, dsh_stage_call_t *call, const dsh_permission_subje
 //  A call a grant covers goes on with the grant named in its stamp, and in
 //  what the audit records of it.
 static void
-s_pass_granted (self_t *self, dsh_stage_call_t *call, dsh_permission_grant_t *grant)
+s_pass_granted (self_t *self, dsh_call_t *call, dsh_permission_grant_t *grant)
 {
     if (!grant->stamp) {
         //  Made once per grant: every call it lets through carries the same
         //  stamp, and a note that differs only in its time
-        json_t *stamp = json_pack ("{s:s, s:s, s:s}", "stage", self->name, "id", grant->id, "grant", grant->id);
-        msgpack_sbuffer sbuf;
-        msgpack_sbuffer_init (&sbuf);
-        msgpack_packer pk;
-        msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
-        int rc = dsh_json_to_msgpack (&pk, stamp);
-        assert (rc == 0);
-        grant->stamp = zchunk_new (sbuf.data, sbuf.size);
-        msgpack_sbuffer_destroy (&sbuf);
-        json_decref (stamp);
+        dsh_packer_t stamp;
+        dsh_packer_init (&stamp);
+        msgpack_pack_map (&stamp.pk, 3);
+        dsh_packer_kv_str (&stamp, "stage", self->name);
+        dsh_packer_kv_str (&stamp, "id", grant->id);
+        dsh_packer_kv_str (&stamp, "grant", grant->id);
+        grant->stamp = zchunk_new (stamp.sbuf.data, stamp.sbuf.size);
+        dsh_packer_release (&stamp);
         json_t *by = json_string (grant->by);
         char *approver = json_dumps (by, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
         json_decref (by);
@@ -1578,8 +1620,8 @@ s_pass_granted (self_t *self, dsh_stage_call_t *call, dsh_permission_grant_t *gr
                                          "\"atMs\":", grant->id, approver? approver: "\"\"");
         free (approver);
     }
-    dsh_stage_call_set_meta_packed (call, DSH_PERMISSION_APPROVAL_META, zchunk_data (grant->stamp),
-                                    zchunk_size (grant->stamp));
+    dsh_stage_call_set_meta (call, DSH_PERMISSION_APPROVAL_META, zchunk_data (grant->stamp),
+                             zchunk_size (grant->stamp));
     char note [512];
     int size = snprintf (note, sizeof (note), "%s%" PRId64 "}}", grant->note_head, zclock_time ());
     if (size > 0 && (size_t) size < sizeof (note))
@@ -1592,17 +1634,17 @@ s_pass_granted (self_t *self, dsh_stage_call_t *call, dsh_permission_grant_t *gr
 }
 
 static dsh_stage_verdict_t
-s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_request (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     self_t *self = (self_t *) arg;
     self->stage = stage;
-    const char *tool = dsh_stage_call_name (call);
+    const char *tool = dsh_call_name (call);
     //  Only this stage's approval counts: a caller's own is removed
-    if (dsh_map_get (dsh_stage_call_meta (call), DSH_PERMISSION_APPROVAL_META))
-        dsh_stage_call_set_meta (call, DSH_PERMISSION_APPROVAL_META, NULL);
+    if (dsh_map_get (dsh_call_meta (call), DSH_PERMISSION_APPROVAL_META))
+        dsh_stage_call_set_meta (call, DSH_PERMISSION_APPROVAL_META, NULL, 0);
     dsh_toolhints_t hints = dsh_toolhints_from_msgpack (dsh_stage_call_tool (call));
     dsh_permission_action_t action = dsh_permission_policy_decide (self->policy, tool, &hints,
-                                                                    dsh_stage_call_agent (call));
+                                                                    dsh_call_agent (call));
     if (action == DSH_PERMISSION_ALLOW)
         return DSH_STAGE_PASS;
     if (action == DSH_PERMISSION_DENY) {
@@ -1620,7 +1662,7 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
     char arguments [DSH_DIGEST_SIZE + 1] = "";
     bool arguments_made = false;
     bool digested = s_definition_digest (self, call, definition) == 0;
-    const char *agent = dsh_stage_call_agent (call);
+    const char *agent = dsh_call_agent (call);
     //  An external stage's call says its broker's chain; an inline one's is
     //  the context's
     const char *version = dsh_stage_call_chain_version (call);
@@ -1636,7 +1678,7 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
         return DSH_STAGE_PASS;
     }
     //  A request shows both digests, and a decision may grant on either
-    if (!arguments_made && dsh_digest_value (dsh_stage_call_arguments (call), arguments))
+    if (!arguments_made && dsh_digest_value (dsh_call_arguments (call), arguments))
         grantable = false;
     int64_t now = zclock_mono ();
     bool by_deadline = false;
@@ -1664,62 +1706,72 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 //  --- Control commands ------------------------------------------------------
 
 //  approvals -> {endpoint, serverKey?}
-static json_t *
-s_control_approvals (self_t *self, const char *command, json_t *args, char **error)
+static int
+s_control_approvals (self_t *self, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+                     char **error)
 {
     (void) command;
     (void) args;
     (void) error;
     //  The socket's CURVE key comes with its address, over the caller's
     //  authenticated link to the broker
-    json_t *data = json_pack ("{s:s}", "endpoint", self->endpoint);
+    msgpack_pack_map (&reply->pk, self->server_key? 2: 1);
+    dsh_packer_kv_str (reply, "endpoint", self->endpoint);
     if (self->server_key)
-        json_object_set_new (data, "serverKey", json_string (self->server_key));
-    return data;
+        dsh_packer_kv_str (reply, "serverKey", self->server_key);
+    return 0;
 }
 
-//  allowed {agent, tools} -> which of these tools the agent could be let
-//  to call (allowed, or allowed once asked): for rendering its prompt
-static json_t *
-s_control_allowed (self_t *self, const char *command, json_t *args, char **error)
+typedef struct {
+    self_t *self;
+    const char *agent;          //  the asking agent, or NULL
+} s_allowed_t;
+
+static bool
+s_allowed (const char *name, const dsh_toolhints_t *hints, void *arg)
+{
+    s_allowed_t *query = (s_allowed_t *) arg;
+    return dsh_permission_policy_decide (query->self->policy, name, hints, query->agent) != DSH_PERMISSION_DENY;
+}
+
+//  allowed {agent, tools} -> [name, ...], the tools not denied outright
+static int
+s_control_allowed (self_t *self, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+                   char **error)
 {
     (void) command;
-    const char *agent = json_string_value (json_object_get (args, "agent"));
-    json_t *tools = json_object_get (args, "tools");
-    if (!json_is_array (tools)) {
+    char *agent = dsh_stage_strdup (dsh_map_get (args, "agent"));
+    s_allowed_t query = { self, agent };
+    int rc = dsh_toolhints_allowed (dsh_map_get (args, "tools"), s_allowed, &query, &reply->pk);
+    if (rc)
         *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
-        return NULL;
-    }
-    json_t *allowed = json_array ();
-    for (size_t index = 0; index < json_array_size (tools); index++) {
-        //  A bare name is judged as an unknown tool: MCP's defaults
-        json_t *tool = json_array_get (tools, index);
-        const char *name = json_string_value (json_is_object (tool)? json_object_get (tool, "name"): tool);
-        dsh_toolhints_t hints = dsh_toolhints_from_json (tool);
-        if (name && dsh_permission_policy_decide (self->policy, name, &hints, agent) != DSH_PERMISSION_DENY)
-            json_array_append_new (allowed, json_string (name));
-    }
-    return allowed;
+    zstr_free (&agent);
+    return rc;
 }
 
-//  pending -> [PENDING body, ...]
-static json_t *
-s_control_pending (self_t *self, const char *command, json_t *args, char **error)
+//  pending -> [PENDING body, ...]: what approvers are shown, as they are
+//  shown it
+static int
+s_control_pending (self_t *self, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+                   char **error)
 {
     (void) command;
     (void) args;
-    (void) error;
-    json_t *list = json_array ();
+    msgpack_pack_array (&reply->pk, zhashx_size (self->pending));
     for (s_request_t *request = (s_request_t *) zhashx_first (self->pending); request;
          request = (s_request_t *) zhashx_next (self->pending))
-        json_array_append (list, request->summary);
-    return list;
+        if (dsh_json_to_msgpack (&reply->pk, request->summary)) {
+            *error = strdup ("a pending request is too deep to list");
+            return -1;
+        }
+    return 0;
 }
 
 //  approve / deny {id, scope?, minutes?, seconds?, by?, argumentsDigest?,
 //  definitionDigest?} -> {id, outcome, grant?}, the caller as approver
-static json_t *
-s_control_decide (self_t *self, const char *command, json_t *args, char **error)
+static int
+s_control_decide (self_t *self, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+                  char **error)
 {
     bool allow = streq (command, "approve");
     s_decision_t decision;
@@ -1727,7 +1779,7 @@ s_control_decide (self_t *self, const char *command, json_t *args, char **error)
     s_request_t *request = NULL;
     dsh_permission_scope_t scope;
     int64_t length_ms;
-    if (s_decision_from_json (args, &decision, reason, sizeof (reason)))
+    if (s_decision_from_map (args, false, &decision, reason, sizeof (reason)))
         *error = strdup (reason);
     else
     if (!decision.id)
@@ -1742,72 +1794,83 @@ s_control_decide (self_t *self, const char *command, json_t *args, char **error)
         char grant_id [DSH_PERMISSION_GRANT_ID_SIZE + 1];
         s_decide (self, request, &decision, allow, scope, length_ms, dsh_stage_control_caller (self->stage),
                   grant_id);
-        json_t *reply = json_pack ("{s:s, s:s}", "id", decision.id, "outcome",
-                                   dsh_approval_outcome_name (allow? DSH_APPROVAL_ALLOWED: DSH_APPROVAL_REJECTED));
+        msgpack_pack_map (&reply->pk, *grant_id? 3: 2);
+        dsh_packer_kv_str (reply, "id", decision.id);
+        dsh_packer_kv_str (reply, "outcome",
+                           dsh_approval_outcome_name (allow? DSH_APPROVAL_ALLOWED: DSH_APPROVAL_REJECTED));
         if (*grant_id)
-            json_object_set_new (reply, "grant", json_string (grant_id));
-        return reply;
+            dsh_packer_kv_str (reply, "grant", grant_id);
     }
-    return NULL;
+    s_decision_release (&decision);
+    return *error? -1: 0;
 }
 
 //  grants -> [grant, ...], the live ones
-static json_t *
-s_control_grants (self_t *self, const char *command, json_t *args, char **error)
+static int
+s_control_grants (self_t *self, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+                  char **error)
 {
     (void) command;
     (void) args;
     (void) error;
     s_grants_expire (self);
-    json_t *list = json_array ();
+    msgpack_pack_array (&reply->pk, zhashx_size (self->grants));
     for (dsh_permission_grant_t *grant = (dsh_permission_grant_t *) zhashx_first (self->grants); grant;
          grant = (dsh_permission_grant_t *) zhashx_next (self->grants))
-        json_array_append_new (list, dsh_permission_grant_json (grant));
-    return list;
+        dsh_permission_grant_pack (grant, &reply->pk);
+    return 0;
 }
 
 //  revoke {id} -> {id, revoked: true}
-static json_t *
-s_control_revoke (self_t *self, const char *command, json_t *args, char **error)
+static int
+s_control_revoke (self_t *self, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+                  char **error)
 {
     (void) command;
-    const char *id = json_string_value (json_object_get (args, "id"));
+    char *id = dsh_stage_strdup (dsh_map_get (args, "id"));
     if (!id) {
         *error = strdup ("revoke needs {\"id\": \"<grant id>\"}");
-        return NULL;
+        return -1;
     }
     s_grants_expire (self);
     if (!zhashx_lookup (self->grants, id)) {
         *error = zsys_sprintf ("no grant %s", id);
-        return NULL;
+        zstr_free (&id);
+        return -1;
     }
     zhashx_delete (self->grants, id);
     //  A grants.load on its way may still hold it
     s_mark (self->revoked, id);
-    return json_pack ("{s:s, s:b}", "id", id, "revoked", 1);
+    msgpack_pack_map (&reply->pk, 2);
+    dsh_packer_kv_str (reply, "id", id);
+    dsh_pack_cstr (&reply->pk, "revoked");
+    msgpack_pack_true (&reply->pk);
+    zstr_free (&id);
+    return 0;
 }
 
 //  grants.load {grants: [grant, ...]} -> {loaded, skipped}: the broker's
 //  stored set becomes the stage's
-static json_t *
-s_control_grants_load (self_t *self, const char *command, json_t *args, char **error)
+static int
+s_control_grants_load (self_t *self, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+                       char **error)
 {
     (void) command;
-    json_t *list = json_object_get (args, "grants");
-    if (!json_is_array (list)) {
+    const msgpack_object *list = dsh_map_get (args, "grants");
+    if (!list || list->type != MSGPACK_OBJECT_ARRAY) {
         *error = strdup ("grants.load needs {\"grants\": [<grant>, ...]}");
-        return NULL;
+        return -1;
     }
     zhashx_t *loaded = zhashx_new ();
     assert (loaded);
     zhashx_set_destructor (loaded, (czmq_destructor *) dsh_permission_grant_destroy);
     size_t skipped = 0;
-    for (size_t index = 0; index < json_array_size (list); index++) {
+    for (uint32_t index = 0; index < list->via.array.size; index++) {
         char reason [256] = "";
-        dsh_permission_grant_t *grant = dsh_permission_grant_from_json (json_array_get (list, index), reason,
-                                                                        sizeof (reason));
+        dsh_permission_grant_t *grant = dsh_permission_grant_from_msgpack (&list->via.array.ptr [index], reason,
+                                                                           sizeof (reason));
         if (!grant) {
-            zsys_warning ("%s: grants.load: entry %zu: %s", self->name, index + 1, reason);
+            zsys_warning ("%s: grants.load: entry %u: %s", self->name, index + 1, reason);
             skipped++;
         }
         else
@@ -1828,11 +1891,16 @@ s_control_grants_load (self_t *self, const char *command, json_t *args, char **e
     zhashx_destroy (&self->grants);
     self->grants = loaded;
     s_grants_expire (self);
-    return json_pack ("{s:I, s:I}", "loaded", (json_int_t) zhashx_size (self->grants),
-                      "skipped", (json_int_t) skipped);
+    msgpack_pack_map (&reply->pk, 2);
+    dsh_pack_cstr (&reply->pk, "loaded");
+    msgpack_pack_uint64 (&reply->pk, zhashx_size (self->grants));
+    dsh_pack_cstr (&reply->pk, "skipped");
+    msgpack_pack_uint64 (&reply->pk, skipped);
+    return 0;
 }
 
-typedef json_t *(s_control_fn) (self_t *self, const char *command, json_t *args, char **error);
+typedef int (s_control_fn) (self_t *self, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+                            char **error);
 
 static const struct {
     const char *command;
@@ -1848,21 +1916,22 @@ static const struct {
     { "grants.load", s_control_grants_load },
 };
 
-static json_t *
-s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **error, void *arg)
+static int
+s_on_control (dsh_stage_t *stage, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+              char **error, void *arg)
 {
     self_t *self = (self_t *) arg;
     self->stage = stage;
     for (size_t index = 0; index < sizeof (s_controls) / sizeof (s_controls [0]); index++)
         if (streq (command, s_controls [index].command))
-            return s_controls [index].handler (self, command, args, error);
-    return NULL;
+            return s_controls [index].handler (self, command, args, reply, error);
+    return -1;
 }
 
 //  The caller cancelled a call waiting for approval: the request closes
 //  as cancelled, and approvers are told.
 static void
-s_on_cancel (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_cancel (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) stage;
     self_t *self = (self_t *) arg;

@@ -107,9 +107,10 @@
     A control command is not a live approver: only approvers on the socket
     keep an ask from being denied at once.
 
-    A grant (JSON): {id (8 hex), stage, agent, tool, definitionDigest,
-    argumentsDigest? (scope arguments), chainVersion, scope: "tool" |
-    "arguments", createdMs, expiresMs (wall ms), by: the approver}.
+    A grant (a map; JSON in the audit and the broker's store): {id (8
+    hex), stage, agent, tool, definitionDigest, argumentsDigest? (scope
+    arguments), chainVersion, scope: "tool" | "arguments", createdMs,
+    expiresMs (wall ms), by: the approver}.
     =========================================================================
 */
 
@@ -252,10 +253,11 @@ dsh_permission_grant_t *
                               dsh_permission_scope_t scope, int64_t created_ms, int64_t expires_ms,
                               const char *by);
 
-//  A grant from its JSON form (as the grants control command lists it, and
-//  the broker stores it). NULL with a reason if a key is missing or wrong.
+//  A grant from its map (as the grants control command lists it, and the
+//  broker stores and loads it: grants.load). NULL with a reason if a key
+//  is missing or wrong.
 dsh_permission_grant_t *
-    dsh_permission_grant_from_json (const json_t *object, char *error, size_t error_size);
+    dsh_permission_grant_from_msgpack (const msgpack_object *map, char *error, size_t error_size);
 
 //  A copy.
 dsh_permission_grant_t *
@@ -265,7 +267,12 @@ dsh_permission_grant_t *
 void
     dsh_permission_grant_destroy (dsh_permission_grant_t **self_p);
 
-//  The grant's JSON form (caller owns).
+//  Pack the grant's map {id, stage, agent, tool, definitionDigest,
+//  chainVersion, scope, createdMs, expiresMs, by, argumentsDigest?}.
+void
+    dsh_permission_grant_pack (const dsh_permission_grant_t *self, msgpack_packer *pk);
+
+//  The same map as JSON (caller owns), for the audit's note of a grant.
 json_t *
     dsh_permission_grant_json (const dsh_permission_grant_t *self);
 

@@ -118,14 +118,16 @@ dsh_planmode_allow_size (dsh_planmode_t *self)
     return zlistx_size (self->allow);
 }
 
-json_t *
-dsh_planmode_modes (dsh_planmode_t *self)
+void
+dsh_planmode_modes (dsh_planmode_t *self, msgpack_packer *pk)
 {
     assert (self);
-    json_t *modes = json_object ();
-    for (void *mode = zhashx_first (self->planning); mode; mode = zhashx_next (self->planning))
-        json_object_set_new (modes, (const char *) zhashx_cursor (self->planning), json_string ("plan"));
-    return modes;
+    assert (pk);
+    msgpack_pack_map (pk, zhashx_size (self->planning));
+    for (void *mode = zhashx_first (self->planning); mode; mode = zhashx_next (self->planning)) {
+        dsh_pack_cstr (pk, (const char *) zhashx_cursor (self->planning));
+        dsh_pack_cstr (pk, "plan");
+    }
 }
 
 char *
@@ -145,64 +147,78 @@ dsh_planmode_refusal (const char *tool, const char *agent, bool sticky)
 //  --- The stage -----------------------------------------------------------
 
 static dsh_stage_verdict_t
-s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_request (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) stage;
     dsh_planmode_t *self = (dsh_planmode_t *) arg;
-    const msgpack_object *mode = dsh_map_get (dsh_stage_call_meta (call), "mode");
+    const msgpack_object *mode = dsh_map_get (dsh_call_meta (call), "mode");
     const char *meta_mode = dsh_str_eq (mode, "plan")? "plan": NULL;
-    if (!dsh_planmode_call_planning (self, dsh_stage_call_agent (call), meta_mode))
+    if (!dsh_planmode_call_planning (self, dsh_call_agent (call), meta_mode))
         return DSH_STAGE_PASS;
-    const char *tool = dsh_stage_call_name (call);
+    const char *tool = dsh_call_name (call);
     if (dsh_planmode_allows (self, tool, dsh_stage_call_annotation (call, "readOnlyHint", false)))
         return DSH_STAGE_PASS;
-    const char *agent = dsh_stage_call_agent (call);
+    const char *agent = dsh_call_agent (call);
     char *refusal = dsh_planmode_refusal (tool, agent, dsh_planmode_planning (self, agent));
     dsh_stage_call_answer_error (call, DSH_E_DENIED, "%s", refusal);
     zstr_free (&refusal);
     return DSH_STAGE_ANSWER;
 }
 
-static json_t *
-s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **error, void *arg)
+typedef struct {
+    dsh_planmode_t *planmode;
+    bool planning;              //  the asking agent plans now
+} s_allowed_t;
+
+static bool
+s_allowed (const char *name, const dsh_toolhints_t *hints, void *arg)
+{
+    s_allowed_t *query = (s_allowed_t *) arg;
+    return !query->planning || dsh_planmode_allows (query->planmode, name, hints->read_only);
+}
+
+static int
+s_on_control (dsh_stage_t *stage, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+              char **error, void *arg)
 {
     (void) stage;
     dsh_planmode_t *self = (dsh_planmode_t *) arg;
-    if (streq (command, "modes"))
-        return dsh_planmode_modes (self);
+    if (streq (command, "modes")) {
+        dsh_planmode_modes (self, &reply->pk);
+        return 0;
+    }
     if (streq (command, "allowed")) {
         //  The names of the tools the agent may call in its mode now
-        json_t *tools = json_object_get (args, "tools");
-        if (!json_is_array (tools)) {
-            *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
-            return NULL;
-        }
-        bool planning = dsh_planmode_planning (self, json_string_value (json_object_get (args, "agent")));
-        json_t *allowed = json_array ();
-        for (size_t index = 0; index < json_array_size (tools); index++) {
-            json_t *tool = json_array_get (tools, index);
-            const char *name = json_string_value (json_is_object (tool)? json_object_get (tool, "name"): tool);
-            if (name && (!planning || dsh_planmode_allows (self, name, dsh_toolhints_from_json (tool).read_only)))
-                json_array_append_new (allowed, json_string (name));
-        }
-        return allowed;
+        char *agent = dsh_stage_strdup (dsh_map_get (args, "agent"));
+        s_allowed_t query = { self, dsh_planmode_planning (self, agent) };
+        zstr_free (&agent);
+        if (dsh_toolhints_allowed (dsh_map_get (args, "tools"), s_allowed, &query, &reply->pk) == 0)
+            return 0;
+        *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
+        return -1;
     }
     if (streq (command, "mode")) {
-        json_t *agent_json = json_object_get (args, "agent");
-        const char *agent = json_string_value (agent_json);
-        const char *mode = json_string_value (json_object_get (args, "mode"));
-        if ((agent_json && !agent) || !mode) {
-            *error = strdup ("mode needs {\"agent\": \"<agent id>\", \"mode\": \"plan\" | \"normal\"}");
-            return NULL;
-        }
+        const msgpack_object *agent_value = dsh_map_get (args, "agent");
+        char *agent = dsh_stage_strdup (agent_value);
+        char *mode = dsh_stage_strdup (dsh_map_get (args, "mode"));
         char reason [256];
-        if (dsh_planmode_set (self, agent, mode, reason, sizeof (reason))) {
+        int rc = -1;
+        if ((agent_value && !agent) || !mode)
+            *error = strdup ("mode needs {\"agent\": \"<agent id>\", \"mode\": \"plan\" | \"normal\"}");
+        else
+        if (dsh_planmode_set (self, agent, mode, reason, sizeof (reason)))
             *error = strdup (reason);
-            return NULL;
+        else {
+            msgpack_pack_map (&reply->pk, 2);
+            dsh_packer_kv_str (reply, "agent", agent? agent: "");
+            dsh_packer_kv_str (reply, "mode", mode);
+            rc = 0;
         }
-        return json_pack ("{s:s, s:s}", "agent", agent? agent: "", "mode", mode);
+        zstr_free (&agent);
+        zstr_free (&mode);
+        return rc;
     }
-    return NULL;
+    return -1;
 }
 
 static void

@@ -78,9 +78,9 @@ bool
 size_t
     dsh_planmode_allow_size (dsh_planmode_t *self);
 
-//  A new JSON object {agent: "plan", ...} of the agents in plan mode.
-json_t *
-    dsh_planmode_modes (dsh_planmode_t *self);
+//  Pack the map {agent: "plan", ...} of the agents in plan mode.
+void
+    dsh_planmode_modes (dsh_planmode_t *self, msgpack_packer *pk);
 
 //  The refusal for agent's call of tool in plan mode (caller frees); sticky:
 //  the agent's mode is plan (else only the call's meta asked for it).

@@ -232,25 +232,25 @@ dsh_sandbox_approved (dsh_sandbox_t *self, const msgpack_object *meta)
 }
 
 static dsh_stage_verdict_t
-s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_request (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) stage;
     dsh_sandbox_t *self = (dsh_sandbox_t *) arg;
-    const char *agent = dsh_stage_call_agent (call);
+    const char *agent = dsh_call_agent (call);
     const char *workspace = NULL;
     dsh_sandbox_policy_t policy = dsh_sandbox_policy_for (self, agent, &workspace);
     dsh_toolhints_t hints = dsh_toolhints_from_msgpack (dsh_stage_call_tool (call));
     dsh_sandbox_verdict_t verdict = dsh_sandbox_check (policy, &hints,
-                                                       dsh_sandbox_approved (self, dsh_stage_call_meta (call)));
+                                                       dsh_sandbox_approved (self, dsh_call_meta (call)));
     if (verdict != DSH_SANDBOX_PASSED && !dsh_stage_call_tool (call)) {
         //  Judged as the least safe tool it could be, and refused as what
         //  it is at this moment: a tool nobody serves
-        dsh_stage_call_answer_error (call, DSH_E_UNKNOWN_TOOL, "unknown tool \"%s\"", dsh_stage_call_name (call));
+        dsh_stage_call_answer_error (call, DSH_E_UNKNOWN_TOOL, "unknown tool \"%s\"", dsh_call_name (call));
         return DSH_STAGE_ANSWER;
     }
     if (verdict == DSH_SANDBOX_REFUSED) {
         dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" may write, and agent \"%s\" is read-only",
-                                     dsh_stage_call_name (call), agent? agent: "");
+                                     dsh_call_name (call), agent? agent: "");
         return DSH_STAGE_ANSWER;
     }
     if (verdict == DSH_SANDBOX_UNCONFINED) {
@@ -258,48 +258,54 @@ s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
             dsh_stage_call_answer_error (call, DSH_E_DENIED,
                                          "tool \"%s\" may write and does not enforce the sandbox (%s): "
                                          "it needs approval (stage \"%s\")",
-                                         dsh_stage_call_name (call), dsh_sandbox_policy_name (policy), self->approval);
+                                         dsh_call_name (call), dsh_sandbox_policy_name (policy), self->approval);
         else
             dsh_stage_call_answer_error (call, DSH_E_DENIED,
                                          "tool \"%s\" may write and does not enforce the sandbox (%s)",
-                                         dsh_stage_call_name (call), dsh_sandbox_policy_name (policy));
+                                         dsh_call_name (call), dsh_sandbox_policy_name (policy));
         return DSH_STAGE_ANSWER;
     }
-    json_t *stamp = json_pack ("{s:s}", "policy", dsh_sandbox_policy_name (policy));
-    if (workspace) {
-        json_t *value = json_string (workspace);
-        if (value)
-            json_object_set_new (stamp, "workspace", value);
-    }
-    dsh_stage_call_set_meta (call, "sandbox", stamp);
+    dsh_packer_t stamp;
+    dsh_packer_init (&stamp);
+    msgpack_pack_map (&stamp.pk, workspace? 2: 1);
+    dsh_packer_kv_str (&stamp, "policy", dsh_sandbox_policy_name (policy));
+    if (workspace)
+        dsh_packer_kv_str (&stamp, "workspace", workspace);
+    dsh_stage_call_set_meta (call, "sandbox", stamp.sbuf.data, stamp.sbuf.size);
+    dsh_packer_release (&stamp);
     return DSH_STAGE_PASS;
+}
+
+typedef struct {
+    dsh_sandbox_t *sandbox;
+    dsh_sandbox_policy_t policy;    //  the asking agent's
+} s_allowed_t;
+
+static bool
+s_allowed (const char *name, const dsh_toolhints_t *hints, void *arg)
+{
+    (void) name;
+    s_allowed_t *query = (s_allowed_t *) arg;
+    return dsh_sandbox_check (query->policy, hints, query->sandbox->approval != NULL) == DSH_SANDBOX_PASSED;
 }
 
 //  allowed {agent, tools}: the names of the tools the agent could be let
 //  to call here (an unconfined tool only if an approval can let it).
-static json_t *
-s_on_control (dsh_stage_t *stage, const char *command, json_t *args, char **error, void *arg)
+static int
+s_on_control (dsh_stage_t *stage, const char *command, const msgpack_object *args, dsh_packer_t *reply,
+              char **error, void *arg)
 {
     (void) stage;
     dsh_sandbox_t *self = (dsh_sandbox_t *) arg;
     if (!streq (command, "allowed"))
-        return NULL;
-    json_t *tools = json_object_get (args, "tools");
-    if (!json_is_array (tools)) {
-        *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
-        return NULL;
-    }
-    dsh_sandbox_policy_t policy = dsh_sandbox_policy_for (self, json_string_value (json_object_get (args, "agent")),
-                                                          NULL);
-    json_t *allowed = json_array ();
-    for (size_t index = 0; index < json_array_size (tools); index++) {
-        json_t *tool = json_array_get (tools, index);
-        const char *name = json_string_value (json_is_object (tool)? json_object_get (tool, "name"): tool);
-        dsh_toolhints_t hints = dsh_toolhints_from_json (tool);
-        if (name && dsh_sandbox_check (policy, &hints, self->approval != NULL) == DSH_SANDBOX_PASSED)
-            json_array_append_new (allowed, json_string (name));
-    }
-    return allowed;
+        return -1;
+    char *agent = dsh_stage_strdup (dsh_map_get (args, "agent"));
+    s_allowed_t query = { self, dsh_sandbox_policy_for (self, agent, NULL) };
+    zstr_free (&agent);
+    if (dsh_toolhints_allowed (dsh_map_get (args, "tools"), s_allowed, &query, &reply->pk) == 0)
+        return 0;
+    *error = strdup (DSH_PERMISSION_ALLOWED_USAGE);
+    return -1;
 }
 
 static void

@@ -15,7 +15,6 @@
 #ifndef DSH_TOOLHINTS_H_INCLUDED
 #define DSH_TOOLHINTS_H_INCLUDED
 
-#include <jansson.h>
 #include <msgpack.h>
 #include <stdbool.h>
 
@@ -37,9 +36,18 @@ typedef struct {
 dsh_toolhints_t
     dsh_toolhints_from_msgpack (const msgpack_object *entry);
 
-//  The hints of a tool entry as JSON (NULL or not an object: unknown).
-dsh_toolhints_t
-    dsh_toolhints_from_json (const json_t *entry);
+//  Whether a policy lets a tool (its name and hints) be called.
+typedef bool (dsh_toolhints_judge_fn) (const char *name, const dsh_toolhints_t *hints, void *arg);
+
+//  Answer a stage's control command "allowed" {agent, tools}: pack into pk
+//  the array of the names of the tools judge lets through, in their order.
+//  Each of tools is a tool entry {name, annotations?, ...} or a bare name
+//  (judged as an unknown tool: MCP's defaults). Returns 0, or -1 (nothing
+//  packed) if tools is not an array.
+int
+    dsh_toolhints_allowed (const msgpack_object *tools, dsh_toolhints_judge_fn *judge, void *arg,
+                           msgpack_packer *pk);
+
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,6 @@
 */
 
 #include "dsh_trace.h"
-#include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_settings.h"
 
@@ -13,77 +12,125 @@ typedef struct {
     char *veto;                 //  NULL: none
 } self_t;
 
-json_t *
-dsh_trace_mark_arguments (json_t *arguments, const char *label)
+//  Packs a str with " <label>:<when>" after it.
+static void
+s_pack_marked (msgpack_packer *pk, const msgpack_object *text, const char *label, const char *when)
 {
-    assert (label);
-    const char *message = json_string_value (json_object_get (arguments, "message"));
-    if (message) {
-        char *marked = zsys_sprintf ("%s %s:before", message, label);
-        json_object_set_new (arguments, "message", json_string (marked));
-        zstr_free (&marked);
-    }
-    return arguments;
+    size_t label_size = strlen (label);
+    size_t when_size = strlen (when);
+    msgpack_pack_str (pk, text->via.str.size + 1 + label_size + 1 + when_size);
+    msgpack_pack_str_body (pk, text->via.str.ptr, text->via.str.size);
+    msgpack_pack_str_body (pk, " ", 1);
+    msgpack_pack_str_body (pk, label, label_size);
+    msgpack_pack_str_body (pk, ":", 1);
+    msgpack_pack_str_body (pk, when, when_size);
 }
 
-int
-dsh_trace_mark_result (json_t *result, const char *label)
+//  True if map holds a str under key.
+static bool
+s_has_str (const msgpack_object *map, const char *key)
 {
-    assert (label);
-    size_t index;
-    json_t *block;
-    json_array_foreach (json_object_get (result, "content"), index, block) {
-        const char *text = json_string_value (json_object_get (block, "text"));
-        const char *type = json_string_value (json_object_get (block, "type"));
-        if (type && streq (type, "text") && text) {
-            char *marked = zsys_sprintf ("%s %s:after", text, label);
-            json_object_set_new (block, "text", json_string (marked));
-            zstr_free (&marked);
-            return 0;
-        }
+    const msgpack_object *value = dsh_map_get (map, key);
+    return value && value->type == MSGPACK_OBJECT_STR;
+}
+
+//  Packs a map as it is, but for the str under key, marked.
+static void
+s_pack_map_marked (msgpack_packer *pk, const msgpack_object *map, const char *key, const char *label,
+                   const char *when)
+{
+    msgpack_pack_map (pk, map->via.map.size);
+    for (uint32_t index = 0; index < map->via.map.size; index++) {
+        const msgpack_object_kv *entry = &map->via.map.ptr [index];
+        msgpack_pack_object (pk, entry->key);
+        if (dsh_str_eq (&entry->key, key) && entry->val.type == MSGPACK_OBJECT_STR)
+            s_pack_marked (pk, &entry->val, label, when);
+        else
+            msgpack_pack_object (pk, entry->val);
+    }
+}
+
+//  Packs meta "trace" with label appended: the labels so far, if an array.
+static void
+s_pack_trace (msgpack_packer *pk, const msgpack_object *trace, const char *label)
+{
+    bool is_array = trace && trace->type == MSGPACK_OBJECT_ARRAY;
+    uint32_t count = is_array? trace->via.array.size: 0;
+    msgpack_pack_array (pk, count + 1);
+    for (uint32_t index = 0; index < count; index++)
+        msgpack_pack_object (pk, trace->via.array.ptr [index]);
+    dsh_pack_cstr (pk, label);
+}
+
+//  The index of the result's first text block, or -1.
+static int64_t
+s_first_text (const msgpack_object *content)
+{
+    if (!content || content->type != MSGPACK_OBJECT_ARRAY)
+        return -1;
+    for (uint32_t index = 0; index < content->via.array.size; index++) {
+        const msgpack_object *block = &content->via.array.ptr [index];
+        if (dsh_str_eq (dsh_map_get (block, "type"), "text") && s_has_str (block, "text"))
+            return index;
     }
     return -1;
 }
 
 static dsh_stage_verdict_t
-s_on_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_request (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) stage;
     self_t *self = (self_t *) arg;
-    const char *tool = dsh_stage_call_name (call);
+    const char *tool = dsh_call_name (call);
     if (self->veto && streq (tool, self->veto)) {
         dsh_stage_call_answer_error (call, DSH_E_DENIED, "tool \"%s\" vetoed by %s", tool, self->label);
         return DSH_STAGE_ANSWER;
     }
-    const msgpack_object *arguments = dsh_stage_call_arguments (call);
-    const msgpack_object *message = arguments? dsh_map_get (arguments, "message"): NULL;
-    if (message && message->type == MSGPACK_OBJECT_STR) {
-        json_t *json = dsh_json_from_msgpack (arguments);
-        if (json)
-            dsh_stage_call_set_arguments (call, dsh_trace_mark_arguments (json, self->label));
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    const msgpack_object *arguments = dsh_call_arguments (call);
+    if (s_has_str (arguments, "message")) {
+        s_pack_map_marked (&packer.pk, arguments, "message", self->label, "before");
+        dsh_stage_call_set_arguments (call, packer.sbuf.data, packer.sbuf.size);
+        msgpack_sbuffer_clear (&packer.sbuf);
     }
-    const msgpack_object *trace = dsh_map_get (dsh_stage_call_meta (call), "trace");
-    json_t *labels = trace? dsh_json_from_msgpack (trace): NULL;
-    if (!json_is_array (labels)) {
-        json_decref (labels);
-        labels = json_array ();
-    }
-    json_array_append_new (labels, json_string (self->label));
-    dsh_stage_call_set_meta (call, "trace", labels);
+    s_pack_trace (&packer.pk, dsh_map_get (dsh_call_meta (call), "trace"), self->label);
+    dsh_stage_call_set_meta (call, "trace", packer.sbuf.data, packer.sbuf.size);
+    dsh_packer_release (&packer);
     dsh_stage_call_watch_result (call);
     return DSH_STAGE_PASS;
 }
 
 static void
-s_on_result (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_on_result (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) stage;
     self_t *self = (self_t *) arg;
-    json_t *result = dsh_stage_call_result (call);
-    if (result && dsh_trace_mark_result (result, self->label) == 0)
-        dsh_stage_call_set_result (call, result);
-    else
-        json_decref (result);
+    const msgpack_object *result = dsh_stage_call_result (call);
+    const msgpack_object *content = dsh_map_get (result, "content");
+    int64_t marked = s_first_text (content);
+    if (marked < 0)
+        return;
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, result->via.map.size);
+    for (uint32_t index = 0; index < result->via.map.size; index++) {
+        const msgpack_object_kv *entry = &result->via.map.ptr [index];
+        msgpack_pack_object (&packer.pk, entry->key);
+        if (&entry->val != content)
+            msgpack_pack_object (&packer.pk, entry->val);
+        else {
+            msgpack_pack_array (&packer.pk, content->via.array.size);
+            for (uint32_t block = 0; block < content->via.array.size; block++)
+                if (block == marked)
+                    s_pack_map_marked (&packer.pk, &content->via.array.ptr [block], "text", self->label, "after");
+                else
+                    msgpack_pack_object (&packer.pk, content->via.array.ptr [block]);
+        }
+    }
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    dsh_stage_call_set_result (call, &body);
 }
 
 static void
@@ -118,7 +165,8 @@ dsh_trace_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
         const char *key = zconfig_name (item);
         const char *value = zconfig_value (item)? zconfig_value (item): "";
         if (streq (key, "label") || streq (key, "veto")) {
-            //  Labels end up in JSON text: they must be UTF-8 (and not empty)
+            //  Labels end up in JSON text (at the edges): they must be UTF-8
+            //  (and not empty)
             json_t *check = json_string (value);
             if (!check || !*value) {
                 snprintf (error, error_size, "%s: \"%s\" must be non-empty UTF-8 text", key, value);

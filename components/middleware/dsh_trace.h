@@ -8,7 +8,8 @@
     " " + label + ":after" to the result's first text block. Two trace
     stages around an echo tool thus give
         "hi first:before second:before second:after first:after"
-    the original's onion. Settings (the stage's ZPL section):
+    the onion of the tools/execute waterfall in dsh-tools (the
+    single-process design dsh grew from). Settings (the stage's ZPL section):
 
         label = "first"         the mark (default: the stage's name)
         veto = "toolname"       answer calls of this tool here, DENIED
@@ -20,23 +21,12 @@
 #define DSH_TRACE_H_INCLUDED
 
 #include <czmq.h>
-#include <jansson.h>
 
 #include "dsh_middleware.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-//  Mark arguments (taken): if a map with a str "message", the message gets
-//  " <label>:before". Returns the arguments, marked or as they were.
-json_t *
-    dsh_trace_mark_arguments (json_t *arguments, const char *label);
-
-//  Mark a result object in place: its first text block gets " <label>:after".
-//  Returns 0, or -1 if it has no text block.
-int
-    dsh_trace_mark_result (json_t *result, const char *label);
 
 //  Set up a trace stage (see dsh_middleware_setup).
 int

@@ -10,6 +10,7 @@
 */
 
 #include "dsh_call.h"
+#include "dsh_log.h"
 #include "dsh_proto.h"
 
 #include <pthread.h>
@@ -18,6 +19,9 @@
 #include <sys/eventfd.h>
 
 struct _dsh_call_t {
+    const void *body;           //  borrowed, until read (unread calls)
+    size_t body_size;
+    bool read;                  //  the body is decoded into doc and head
     dsh_doc_t *doc;
     dsh_call_head_t head;
     atomic_bool cancelled;
@@ -58,6 +62,7 @@ dsh_call_new (const void *body, size_t size, char *error, size_t error_size)
     atomic_init (&self->cancelled, false);
     pthread_mutex_init (&self->mutex, NULL);
     self->cancel_fd = -1;
+    self->read = true;
     if (dsh_doc_root (doc)->type != MSGPACK_OBJECT_MAP) {
         snprintf (error, error_size, "body is not a map");
         dsh_call_destroy (&self);
@@ -66,6 +71,46 @@ dsh_call_new (const void *body, size_t size, char *error, size_t error_size)
     if (dsh_proto_decode_call (doc, &self->head, error, error_size))
         dsh_call_destroy (&self);
     return self;
+}
+
+dsh_call_t *
+dsh_call_new_unread (const void *body, size_t size)
+{
+    dsh_call_t *self = (dsh_call_t *) zmalloc (sizeof (dsh_call_t));
+    assert (self);
+    self->body = body;
+    self->body_size = size;
+    atomic_init (&self->cancelled, false);
+    pthread_mutex_init (&self->mutex, NULL);
+    self->cancel_fd = -1;
+    return self;
+}
+
+//  The head, decoded the first time anything asks for it. The front
+//  checked the body; one that is malformed now (a stage rewrote it badly)
+//  reads as empty, and the broker refuses it at the bottom of the chain.
+static dsh_call_head_t *
+s_head (dsh_call_t *self)
+{
+    assert (self);
+    if (!self->read) {
+        self->read = true;
+        char error [256] = "";
+        self->doc = dsh_doc_new (self->body, self->body_size, error, sizeof (error));
+        if (self->doc && dsh_doc_root (self->doc)->type != MSGPACK_OBJECT_MAP)
+            snprintf (error, sizeof (error), "body is not a map");
+        else
+        if (self->doc)
+            dsh_proto_decode_call (self->doc, &self->head, error, sizeof (error));
+        if (*error)
+            dsh_log_warning ("bad CALL: %s", error);
+        if (!self->head.call_id)
+            self->head.call_id = "";
+        if (!self->head.name)
+            self->head.name = "";
+        self->body = NULL;
+    }
+    return &self->head;
 }
 
 void
@@ -86,43 +131,37 @@ dsh_call_destroy (dsh_call_t **self_p)
 const char *
 dsh_call_id (dsh_call_t *self)
 {
-    assert (self);
-    return self->head.call_id;
+    return s_head (self)->call_id;
 }
 
 const char *
 dsh_call_name (dsh_call_t *self)
 {
-    assert (self);
-    return self->head.name;
+    return s_head (self)->name;
 }
 
 const char *
 dsh_call_agent (dsh_call_t *self)
 {
-    assert (self);
-    return self->head.agent;
+    return s_head (self)->agent;
 }
 
 const msgpack_object *
 dsh_call_arguments (dsh_call_t *self)
 {
-    assert (self);
-    return self->head.arguments;
+    return s_head (self)->arguments;
 }
 
 const msgpack_object *
 dsh_call_meta (dsh_call_t *self)
 {
-    assert (self);
-    return self->head.meta;
+    return s_head (self)->meta;
 }
 
 const msgpack_object *
 dsh_call_arg (dsh_call_t *self, const char *key)
 {
-    assert (self);
-    return dsh_map_get (self->head.arguments, key);
+    return dsh_map_get (s_head (self)->arguments, key);
 }
 
 bool
@@ -135,7 +174,7 @@ const char *
 dsh_call_string (dsh_call_t *self, const char *key, const char *fallback)
 {
     const msgpack_object *value = dsh_call_arg (self, key);
-    const char *text = value? dsh_doc_strdup (self->doc, value): NULL;
+    const char *text = value && self->doc? dsh_doc_strdup (self->doc, value): NULL;
     return text? text: fallback;
 }
 
@@ -225,6 +264,13 @@ dsh_call_set_hooks (dsh_call_t *self, const dsh_call_hooks_t *hooks, void *conte
     assert (hooks);
     self->hooks = *hooks;
     self->context = context;
+}
+
+void *
+dsh_call_context (dsh_call_t *self)
+{
+    assert (self);
+    return self->context;
 }
 
 void

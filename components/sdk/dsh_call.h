@@ -1,10 +1,13 @@
 /*  =========================================================================
-    dsh_call - one call as a tool handler sees it, and the result it builds
+    dsh_call - one call as a tool handler or a stage sees it, and the
+    result a handler builds
 
-    A handler gets the call (callId, tool name, agent, arguments, meta) with
-    typed accessors, so it never walks msgpack by hand, and fills a result
-    with content blocks of MCP's full set. Everything the call returns is
-    owned by the call and lives as long as the handler runs.
+    A handler (dsh_provider) or a stage of the chain (dsh_stage) gets the
+    call (callId, tool name, agent, arguments, meta) with typed accessors
+    over the one strict decoding of its CALL body, so it never walks
+    msgpack by hand; a handler fills a result with content blocks of MCP's
+    full set. Everything the call returns is owned by the call and lives as
+    long as the handler (or the stage's hold on the call) runs.
     =========================================================================
 */
 
@@ -35,6 +38,13 @@ typedef int (dsh_handler_fn) (dsh_call_t *call, dsh_result_t *result, void *arg)
 //  call). NULL with a reason if the body is not a valid CALL.
 dsh_call_t *
     dsh_call_new (const void *body, size_t size, char *error, size_t error_size);
+
+//  A call over a CALL body the broker has checked already (borrowed, as
+//  above), decoded when first read, so that a stage that only passes calls
+//  on never pays for decoding them. A body that does not decode reads as a
+//  call with an empty callId and name (and is logged).
+dsh_call_t *
+    dsh_call_new_unread (const void *body, size_t size);
 
 //  Destroy; safe twice.
 void
@@ -107,9 +117,9 @@ void
 void
     dsh_call_finish (dsh_call_t *self);
 
-//  What runs a call does for it (dsh_provider sets these; a handler never
-//  needs them): carry progress to the caller, and take a deferred call's
-//  result when it is finished.
+//  What runs a call does for it (dsh_provider sets these, dsh_stage sets
+//  the context; a handler never needs them): carry progress to the
+//  caller, and take a deferred call's result when it is finished.
 typedef struct {
     void (*progress) (void *context, double progress, double total, const char *message);
     void (*finish) (void *context);
@@ -118,6 +128,10 @@ typedef struct {
 //  Set the hooks and their context.
 void
     dsh_call_set_hooks (dsh_call_t *self, const dsh_call_hooks_t *hooks, void *context);
+
+//  The context its runner set with dsh_call_set_hooks, or NULL.
+void *
+    dsh_call_context (dsh_call_t *self);
 
 //  Mark the call cancelled and wake dsh_call_cancel_fd. Safe from any thread.
 void

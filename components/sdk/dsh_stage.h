@@ -2,10 +2,14 @@
     dsh_stage - write a middleware stage of the execution chain as callbacks
 
     A stage sits in the broker's chain between the front and the tools, the
-    distributed form of the original's tools/execute waterfall. It is an
-    actor with a ROUTER facing upstream and a DEALER facing downstream
-    (PROTOCOL.md, "The execution chain"), so many calls are in flight through
-    it at once. For each call coming down, the request callback decides:
+    distributed form of the tools/execute waterfall of dsh-tools (the
+    single-process design dsh grew from), so many calls
+    are in flight through it at once. A built-in stage runs inline in the
+    broker's own loop (dsh_stage_start_inline: a call goes from stage to
+    stage as a function call); an external stage is an actor with a ROUTER
+    facing upstream and a DEALER facing downstream (PROTOCOL.md, "The
+    execution chain"). For each call coming down, the request callback
+    decides:
 
         DSH_STAGE_PASS    send it on (rewritten or not);
         DSH_STAGE_ANSWER  answer it here (a veto): later stages and the tool
@@ -14,26 +18,35 @@
                           the call holds no thread and blocks no other call;
                           finish it with dsh_stage_resume.
 
+    The call is a dsh_call_t, read with dsh_call's accessors; what a stage
+    changes (arguments, agent, meta, the answer, a result) it gives as
+    msgpack, and control commands come and go as msgpack: one value model,
+    the strict decoding of the bytes that came (dsh_doc), with no JSON copy
+    that could read differently.
+
     A stage that asked to (dsh_stage_call_watch_result) gets the result of a
     call it passed on its way back up, and may rewrite it before it goes on,
     at once or later (dsh_stage_call_defer_result).
-    Results retrace the path, so stages nest like the original's onion:
+    Results retrace the path, so stages nest like an onion:
     first:before, second:before, tool, second:after, first:after.
 
     A call the stage does not touch is forwarded frame for frame, never
-    re-encoded. Callbacks run in the stage's own thread, one at a time, so
-    they need no locks; they must not block (use dsh_stage_loop for timers
-    and readers, and DEFER).
+    re-encoded. Callbacks run in the stage's own thread (inline: the
+    broker's), one at a time, so they need no locks; they must not block
+    (use dsh_stage_loop for timers and readers, and DEFER).
 
-    Built-in stages are attached by the broker (inproc); an external stage
-    is a process that calls dsh_stage_attach with the broker's address (or
-    a list of brokers, each of which gets a link) and its name from the
+    Built-in stages are attached by the broker; an external stage is a
+    process that calls dsh_stage_attach with the broker's address (or a
+    list of brokers, each of which gets a link) and its name from the
     broker's chain configuration.
     =========================================================================
 */
 
 #ifndef DSH_STAGE_H_INCLUDED
 #define DSH_STAGE_H_INCLUDED
+
+#include "dsh_call.h"
+#include "dsh_proto.h"
 
 #include <czmq.h>
 #include <jansson.h>
@@ -45,7 +58,6 @@ extern "C" {
 #endif
 
 typedef struct _dsh_stage_t dsh_stage_t;
-typedef struct _dsh_stage_call_t dsh_stage_call_t;
 
 typedef enum {
     DSH_STAGE_PASS = 0,
@@ -54,17 +66,19 @@ typedef enum {
 } dsh_stage_verdict_t;
 
 //  A call coming down. Read it, rewrite it or set an answer, and decide.
-typedef dsh_stage_verdict_t (dsh_stage_request_fn) (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg);
+typedef dsh_stage_verdict_t (dsh_stage_request_fn) (dsh_stage_t *stage, dsh_call_t *call, void *arg);
 
 //  The result of a call this stage passed and watched, on its way up. Read
 //  it with dsh_stage_call_result, rewrite it with dsh_stage_call_set_result.
-typedef void (dsh_stage_result_fn) (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg);
+typedef void (dsh_stage_result_fn) (dsh_stage_t *stage, dsh_call_t *call, void *arg);
 
-//  A control command for this stage (from `dsh`, through the broker).
-//  Returns a new JSON reply (any value; caller frees), or NULL for
-//  "unknown command". Sets *error to a new message on failure.
-typedef json_t *(dsh_stage_control_fn) (dsh_stage_t *stage, const char *command, json_t *args,
-                                        char **error, void *arg);
+//  A control command for this stage (from `dsh`, through the broker), its
+//  args as the CONTROL body carried them (NULL if absent). Returns 0 with
+//  the reply's data packed into reply (one msgpack object, or nothing for
+//  no data), or -1 with *error set to a new message; -1 with *error left
+//  NULL means "unknown command".
+typedef int (dsh_stage_control_fn) (dsh_stage_t *stage, const char *command, const msgpack_object *args,
+                                    dsh_packer_t *reply, char **error, void *arg);
 
 //  Runs once in the stage's thread before the first call: the place to add
 //  readers and timers to dsh_stage_loop.
@@ -73,7 +87,7 @@ typedef void (dsh_stage_init_fn) (dsh_stage_t *stage, void *arg);
 //  A call this stage holds (deferred, or its result held) was answered
 //  without it (cancelled by its caller, or past its deadline): let go of
 //  it. Resuming it (or its result) afterwards is allowed and sends nothing.
-typedef void (dsh_stage_cancel_fn) (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg);
+typedef void (dsh_stage_cancel_fn) (dsh_stage_t *stage, dsh_call_t *call, void *arg);
 
 //  The callbacks of a stage; any but on_request may be NULL.
 typedef struct {
@@ -188,16 +202,22 @@ void
 const char *
     dsh_stage_control_caller (dsh_stage_t *self);
 
+//  A NUL-terminated copy of a str value, e.g. from a control command's
+//  args (caller frees), or NULL if value is NULL, not a str, or holds a
+//  NUL byte.
+char *
+    dsh_stage_strdup (const msgpack_object *value);
+
 //  Tell the broker's audit about a call (an approval: {"approval":
 //  {request, approver, decision, atMs}}); takes note. Inline stages only;
 //  elsewhere nothing is sent.
 void
-    dsh_stage_call_note (dsh_stage_call_t *call, json_t *note);
+    dsh_stage_call_note (dsh_call_t *call, json_t *note);
 
 //  The same, as JSON text already made (borrowed): for a note made on
 //  every call, without building it as JSON each time.
 void
-    dsh_stage_call_note_text (dsh_stage_call_t *call, const char *note);
+    dsh_stage_call_note_text (dsh_call_t *call, const char *note);
 
 //  A control command for an inline stage (body {command, args?}); returns
 //  the reply body {ok, message?, data?}.
@@ -216,126 +236,111 @@ zloop_t *
 //  Finish a deferred call: PASS or ANSWER (set the answer first). Only from
 //  the stage's thread. Returns 0, or -1 if the call was not deferred.
 int
-    dsh_stage_resume (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict);
+    dsh_stage_resume (dsh_stage_t *self, dsh_call_t *call, dsh_stage_verdict_t verdict);
 
 //  --- The call, in callbacks ------------------------------------------
-
-//  The callId.
-const char *
-    dsh_stage_call_id (dsh_stage_call_t *call);
-
-//  The tool's name as called.
-const char *
-    dsh_stage_call_name (dsh_stage_call_t *call);
-
-//  The agent id, or NULL.
-const char *
-    dsh_stage_call_agent (dsh_stage_call_t *call);
-
-//  The arguments (any value), or NULL if none were sent.
-const msgpack_object *
-    dsh_stage_call_arguments (dsh_stage_call_t *call);
-
-//  The meta map, or NULL.
-const msgpack_object *
-    dsh_stage_call_meta (dsh_stage_call_t *call);
+//  Read the call with dsh_call's accessors (dsh_call_id, dsh_call_name,
+//  dsh_call_agent, dsh_call_arguments, dsh_call_meta, dsh_call_string, ...):
+//  they read it as it came to this stage, before this stage's changes.
 
 //  The called tool's registry entry (name, parameters, annotations, ...),
 //  or NULL if no such tool is registered.
 const msgpack_object *
-    dsh_stage_call_tool (dsh_stage_call_t *call);
+    dsh_stage_call_tool (dsh_call_t *call);
 
 //  The same entry's bytes (msgpack) as the broker sent them, their size in
 //  *size; NULL (size 0) if no such tool is registered. For a stage that
 //  keeps what it computed of an entry until the entry changes.
 const byte *
-    dsh_stage_call_tool_bytes (dsh_stage_call_t *call, size_t *size);
+    dsh_stage_call_tool_bytes (dsh_call_t *call, size_t *size);
 
 //  The call's own deadline, on zclock_mono's clock: the broker answers
 //  the call TIMEOUT then, whatever the stage does. 0 if unknown. A stage
 //  that waits (for a human, a process) should finish before it.
 int64_t
-    dsh_stage_call_deadline (dsh_stage_call_t *call);
+    dsh_stage_call_deadline (dsh_call_t *call);
 
 //  The version of the configuration of the chain the call came down, as
 //  the broker of its link said at attach (WELCOME's stage chainVersion),
 //  or NULL (an inline stage: its context's chain_version says it).
 const char *
-    dsh_stage_call_chain_version (dsh_stage_call_t *call);
+    dsh_stage_call_chain_version (dsh_call_t *call);
 
 //  The boolean annotation of the called tool (e.g. "readOnlyHint"), or
 //  fallback if the tool is unknown or the annotation is absent.
 bool
-    dsh_stage_call_annotation (dsh_stage_call_t *call, const char *hint, bool fallback);
+    dsh_stage_call_annotation (dsh_call_t *call, const char *hint, bool fallback);
 
-//  The whole CALL body as it came to this stage, as JSON (caller owns), for
-//  the edges (a hook process's input): not for rewriting.
-json_t *
-    dsh_stage_call_json (dsh_stage_call_t *call);
-
-//  Rewrite the arguments (JSON, taken): an explicit rewrite, which every
-//  later stage and the tool see. Spliced into the body when the call is
-//  passed; every other byte of the body stays the caller's.
+//  Rewrite the arguments: size bytes of one msgpack object (copied), an
+//  explicit rewrite, which every later stage and the tool see. Spliced
+//  into the body when the call is passed; every other byte of the body
+//  stays the caller's.
 void
-    dsh_stage_call_set_arguments (dsh_stage_call_t *call, json_t *arguments);
+    dsh_stage_call_set_arguments (dsh_call_t *call, const void *arguments, size_t size);
 
-//  Rewrite the agent id (NULL removes it).
+//  Rewrite the agent id (NULL removes it), when the call is passed.
 void
-    dsh_stage_call_set_agent (dsh_stage_call_t *call, const char *agent);
+    dsh_stage_call_set_agent (dsh_call_t *call, const char *agent);
 
-//  Set one meta entry (JSON value, taken); NULL value removes it. Spliced
-//  into meta when the call is passed (other meta entries keep their bytes);
-//  it counts against the message limit, and a call it would take over the
-//  limit is answered BAD_REQUEST instead of being passed.
+//  Set one meta entry to size bytes of one msgpack object (copied); a NULL
+//  value removes the entry. Spliced into meta when the call is passed
+//  (other meta entries keep their bytes); it counts against the message
+//  limit, and a call it would take over the limit is answered BAD_REQUEST
+//  instead of being passed.
 void
-    dsh_stage_call_set_meta (dsh_stage_call_t *call, const char *key, json_t *value);
-
-//  The same as dsh_stage_call_set_meta, the value already packed (size
-//  bytes of one msgpack object, copied): for a stamp made once and put on
-//  many calls.
-void
-    dsh_stage_call_set_meta_packed (dsh_stage_call_t *call, const char *key, const void *value, size_t size);
+    dsh_stage_call_set_meta (dsh_call_t *call, const char *key, const void *value, size_t size);
 
 //  Answer with an error result: "Error: <message>", isError, error {name,
 //  code}. The verdict must then be ANSWER.
 void
-    dsh_stage_call_answer_error (dsh_stage_call_t *call, const char *code, const char *format, ...)
+    dsh_stage_call_answer_error (dsh_call_t *call, const char *code, const char *format, ...)
         CHECK_PRINTF (3);
 
-//  Answer with a whole result (JSON object {content, isError, ...}; taken;
-//  callId is set by the stage).
+//  Answer with a whole RESULT body (a msgpack map {content, isError, ...},
+//  as dsh_result_encode makes; taken). Its callId becomes the call's, and
+//  a missing content or isError is added (empty, false).
 void
-    dsh_stage_call_answer (dsh_stage_call_t *call, json_t *result);
+    dsh_stage_call_answer (dsh_call_t *call, zframe_t **result_p);
 
 //  Ask for this call's result on its way back (call from on_request).
 void
-    dsh_stage_call_watch_result (dsh_stage_call_t *call);
+    dsh_stage_call_watch_result (dsh_call_t *call);
 
-//  In on_result: the result as JSON (caller owns).
-json_t *
-    dsh_stage_call_result (dsh_stage_call_t *call);
+//  In on_result (and while the result is held): the result as it came up
+//  (a map), or NULL if it is not one msgpack map. Owned by the call.
+const msgpack_object *
+    dsh_stage_call_result (dsh_call_t *call);
 
-//  In on_result: replace the result (JSON object, taken; callId is kept).
+//  In on_result: replace the result with a RESULT body (taken), as for
+//  dsh_stage_call_answer; the result read stays the one that came up.
 void
-    dsh_stage_call_set_result (dsh_stage_call_t *call, json_t *result);
+    dsh_stage_call_set_result (dsh_call_t *call, zframe_t **result_p);
+
+//  In on_result: replace the result with the same result and one more text
+//  block at the end of its content (a new content array if it had none),
+//  packed with the SDK's builder; a result that is not a map is left as
+//  it is. What a hook's additionalContext, or a stage wrapping results,
+//  adds.
+void
+    dsh_stage_call_add_result_text (dsh_call_t *call, const char *text);
 
 //  In on_result: hold the result (to finish it later, e.g. when a hook
 //  process has answered); finish with dsh_stage_resume_result.
 void
-    dsh_stage_call_defer_result (dsh_stage_call_t *call);
+    dsh_stage_call_defer_result (dsh_call_t *call);
 
 //  Send a held result up (possibly rewritten meanwhile). Only from the
 //  stage's thread. Returns 0, or -1 if the call's result was not held.
 int
-    dsh_stage_resume_result (dsh_stage_t *self, dsh_stage_call_t *call);
+    dsh_stage_resume_result (dsh_stage_t *self, dsh_call_t *call);
 
 //  Attach data to the call for later callbacks; destructor may be NULL.
 void
-    dsh_stage_call_set_data (dsh_stage_call_t *call, void *data, void (*destructor) (void *));
+    dsh_stage_call_set_data (dsh_call_t *call, void *data, void (*destructor) (void *));
 
 //  The data attached to the call, or NULL.
 void *
-    dsh_stage_call_data (dsh_stage_call_t *call);
+    dsh_stage_call_data (dsh_call_t *call);
 
 #ifdef __cplusplus
 }

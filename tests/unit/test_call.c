@@ -112,6 +112,37 @@ test_call_new_refused (void **state)
     dsh_call_destroy (&call);
 }
 
+//  An unread call (a stage's) decodes on its first read, and one whose
+//  body does not decode reads as an empty call rather than failing.
+static void
+test_call_new_unread (void **state)
+{
+    (void) state;
+    const char body [] = "\x84\xa6" "callId\xa2" "c1\xa4name\xa4" "echo\xa5" "agent\xa1" "a"
+                         "\xa9" "arguments\x81\xa1" "x\x07";
+    dsh_call_t *call = dsh_call_new_unread (body, sizeof (body) - 1);
+    assert_non_null (call);
+    assert_null (dsh_call_context (call));
+    int context = 0;
+    dsh_call_hooks_t none = { NULL, NULL };
+    dsh_call_set_hooks (call, &none, &context);
+    assert_ptr_equal (dsh_call_context (call), &context);
+    assert_string_equal (dsh_call_id (call), "c1");
+    assert_string_equal (dsh_call_name (call), "echo");
+    assert_string_equal (dsh_call_agent (call), "a");
+    assert_int_equal (dsh_call_integer (call, "x", 0), 7);
+    assert_null (dsh_call_meta (call));
+    dsh_call_destroy (&call);
+
+    call = dsh_call_new_unread ("\x82\xa1", 2);
+    assert_string_equal (dsh_call_id (call), "");
+    assert_string_equal (dsh_call_name (call), "");
+    assert_null (dsh_call_arguments (call));
+    assert_string_equal (dsh_call_string (call, "x", "dflt"), "dflt");
+    dsh_call_destroy (&call);
+    dsh_call_destroy (&call);
+}
+
 static void
 test_string_accessor (void **state)
 {
@@ -594,6 +625,7 @@ main (void)
     const struct CMUnitTest tests [] = {
         cmocka_unit_test_teardown (test_call_new, s_teardown),
         cmocka_unit_test_teardown (test_call_new_refused, s_teardown),
+        cmocka_unit_test (test_call_new_unread),
         cmocka_unit_test_teardown (test_string_accessor, s_teardown),
         cmocka_unit_test_teardown (test_number_accessors, s_teardown),
         cmocka_unit_test_teardown (test_packed_limits, s_teardown),

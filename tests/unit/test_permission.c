@@ -19,6 +19,9 @@
 #include <string.h>
 
 #include "dsh_permission.h"
+#include "dsh_doc.h"
+#include "dsh_json.h"
+#include "stage_control.h"
 
 static void
 s_assert_contains (const char *text, const char *part)
@@ -26,6 +29,31 @@ s_assert_contains (const char *text, const char *part)
     if (!strstr (text, part))
         fail_msg ("\"%s\" does not contain \"%s\"", text, part);
 }
+
+//  The hints of a tool entry given as JSON.
+static dsh_toolhints_t
+s_hints (const json_t *entry)
+{
+    msgpack_sbuffer bytes;
+    dsh_doc_t *doc = stage_control_doc (entry, &bytes);
+    dsh_toolhints_t hints = dsh_toolhints_from_msgpack (dsh_doc_root (doc));
+    dsh_doc_destroy (&doc);
+    msgpack_sbuffer_destroy (&bytes);
+    return hints;
+}
+
+//  A grant from its form as JSON (as the broker stores it).
+static dsh_permission_grant_t *
+s_grant_from_json (const json_t *json, char *error, size_t error_size)
+{
+    msgpack_sbuffer bytes;
+    dsh_doc_t *doc = stage_control_doc (json, &bytes);
+    dsh_permission_grant_t *grant = dsh_permission_grant_from_msgpack (dsh_doc_root (doc), error, error_size);
+    dsh_doc_destroy (&doc);
+    msgpack_sbuffer_destroy (&bytes);
+    return grant;
+}
+
 
 //  A policy from ZPL text; fails the test if it is refused.
 static dsh_permission_policy_t *
@@ -270,36 +298,36 @@ test_setup_and_control (void **state)
     zconfig_destroy (&settings);
 
     char *reason = NULL;
-    json_t *reply = callbacks.on_control (NULL, "approvals", NULL, &reason, arg);
+    json_t *reply = stage_control (&callbacks, "approvals", NULL, &reason, arg);
     assert_non_null (reply);
     assert_string_equal (json_string_value (json_object_get (reply, "endpoint")),
                          "inproc://test-permission-approvals");
     json_decref (reply);
 
-    reply = callbacks.on_control (NULL, "pending", NULL, &reason, arg);
+    reply = stage_control (&callbacks, "pending", NULL, &reason, arg);
     assert_true (json_is_array (reply));
     assert_int_equal (json_array_size (reply), 0);
     json_decref (reply);
 
     json_t *args = json_pack ("{s:s}", "id", "deadbeef");
-    reply = callbacks.on_control (NULL, "approve", args, &reason, arg);
+    reply = stage_control (&callbacks, "approve", args, &reason, arg);
     assert_null (reply);
     assert_non_null (reason);
     assert_string_equal (reason, "no pending request deadbeef");
     zstr_free (&reason);
-    reply = callbacks.on_control (NULL, "deny", args, &reason, arg);
+    reply = stage_control (&callbacks, "deny", args, &reason, arg);
     assert_null (reply);
     assert_string_equal (reason, "no pending request deadbeef");
     zstr_free (&reason);
     json_decref (args);
 
-    reply = callbacks.on_control (NULL, "approve", NULL, &reason, arg);
+    reply = stage_control (&callbacks, "approve", NULL, &reason, arg);
     assert_null (reply);
     s_assert_contains (reason, "approve needs");
     zstr_free (&reason);
 
     //  Unknown command: NULL and no error
-    reply = callbacks.on_control (NULL, "frobnicate", NULL, &reason, arg);
+    reply = stage_control (&callbacks, "frobnicate", NULL, &reason, arg);
     assert_null (reply);
     assert_null (reason);
 
@@ -341,12 +369,12 @@ test_rules_on_hints (void **state)
     json_t *silent = json_pack ("{s:s}", "name", "mcp__fs__move_file");
     json_t *additive = json_pack ("{s:s, s:{s:b, s:b}}", "name", "mcp__fs__create_directory",
                                   "annotations", "destructiveHint", 0, "openWorldHint", 0);
-    dsh_toolhints_t hints = dsh_toolhints_from_json (reader);
+    dsh_toolhints_t hints = s_hints (reader);
     assert_int_equal (dsh_permission_policy_decide (policy, "read_file", &hints, NULL), DSH_PERMISSION_ALLOW);
-    hints = dsh_toolhints_from_json (writer);
+    hints = s_hints (writer);
     assert_int_equal (dsh_permission_policy_decide (policy, "write_file", &hints, NULL), DSH_PERMISSION_ASK);
     //  An entry that says nothing is not read-only, destructive, open-world
-    hints = dsh_toolhints_from_json (silent);
+    hints = s_hints (silent);
     assert_false (hints.read_only);
     assert_true (hints.destructive);
     assert_true (hints.open_world);
@@ -356,7 +384,7 @@ test_rules_on_hints (void **state)
     assert_int_equal (dsh_permission_policy_decide (policy, "mcp__fs__move_file", &hints, "guest-1"),
                       DSH_PERMISSION_DENY);
     //  Every condition of a rule must hold: not destructive, so only asked
-    hints = dsh_toolhints_from_json (additive);
+    hints = s_hints (additive);
     assert_int_equal (dsh_permission_policy_decide (policy, "mcp__fs__create_directory", &hints, "guest-1"),
                       DSH_PERMISSION_ASK);
     //  An unknown tool (no entry) has every default
@@ -364,7 +392,7 @@ test_rules_on_hints (void **state)
     //  A hint that is not a boolean counts as absent
     json_t *odd = json_pack ("{s:s, s:{s:s}, s:s}", "name", "odd", "annotations", "readOnlyHint", "yes",
                              "confined", "yes");
-    hints = dsh_toolhints_from_json (odd);
+    hints = s_hints (odd);
     assert_false (hints.read_only);
     assert_false (hints.confined);
     json_decref (odd);
@@ -525,7 +553,8 @@ test_grant_applies (void **state)
     dsh_permission_grant_destroy (&tool);
 }
 
-//  The JSON form round-trips; a bad one is refused with a reason.
+//  The grant's map round-trips (shown as JSON); a bad one is refused with
+//  a reason.
 static void
 test_grant_json (void **state)
 {
@@ -542,7 +571,7 @@ test_grant_json (void **state)
                                   "by", "alice (by bob)");
     assert_true (json_equal (json, expected));
     char error [256] = "";
-    dsh_permission_grant_t *copy = dsh_permission_grant_from_json (json, error, sizeof (error));
+    dsh_permission_grant_t *copy = s_grant_from_json (json, error, sizeof (error));
     assert_non_null (copy);
     json_t *again = dsh_permission_grant_json (copy);
     assert_true (json_equal (again, json));
@@ -586,17 +615,17 @@ test_grant_json (void **state)
         else
             json_object_del (broken, bad [index].key);
         *error = 0;
-        assert_null (dsh_permission_grant_from_json (broken, error, sizeof (error)));
+        assert_null (s_grant_from_json (broken, error, sizeof (error)));
         s_assert_contains (error, bad [index].reason);
         json_decref (broken);
     }
     json_t *tool_with_arguments = json_deep_copy (json);
     json_object_set_new (tool_with_arguments, "scope", json_string ("tool"));
-    assert_null (dsh_permission_grant_from_json (tool_with_arguments, error, sizeof (error)));
+    assert_null (s_grant_from_json (tool_with_arguments, error, sizeof (error)));
     s_assert_contains (error, "argumentsDigest is for scope arguments only");
     json_decref (tool_with_arguments);
     json_t *text = json_string ("x");
-    assert_null (dsh_permission_grant_from_json (text, error, sizeof (error)));
+    assert_null (s_grant_from_json (text, error, sizeof (error)));
     assert_string_equal (error, "grant: must be an object");
     json_decref (text);
     json_decref (expected);
@@ -620,19 +649,19 @@ test_grant_controls (void **state)
     zconfig_destroy (&settings);
 
     char *reason = NULL;
-    json_t *reply = callbacks.on_control (NULL, "grants", NULL, &reason, arg);
+    json_t *reply = stage_control (&callbacks, "grants", NULL, &reason, arg);
     assert_true (json_is_array (reply));
     assert_int_equal (json_array_size (reply), 0);
     json_decref (reply);
 
     json_t *args = json_pack ("{s:s}", "id", "0a1b2c3d");
-    assert_null (callbacks.on_control (NULL, "revoke", args, &reason, arg));
+    assert_null (stage_control (&callbacks, "revoke", args, &reason, arg));
     assert_string_equal (reason, "no grant 0a1b2c3d");
     zstr_free (&reason);
-    assert_null (callbacks.on_control (NULL, "revoke", NULL, &reason, arg));
+    assert_null (stage_control (&callbacks, "revoke", NULL, &reason, arg));
     s_assert_contains (reason, "revoke needs");
     zstr_free (&reason);
-    assert_null (callbacks.on_control (NULL, "grants.load", NULL, &reason, arg));
+    assert_null (stage_control (&callbacks, "grants.load", NULL, &reason, arg));
     s_assert_contains (reason, "grants.load needs");
     zstr_free (&reason);
 
@@ -648,20 +677,20 @@ test_grant_controls (void **state)
     json_t *load = json_pack ("{s:[o, o, o, s, {s:s}]}", "grants", dsh_permission_grant_json (live),
                               dsh_permission_grant_json (expired), dsh_permission_grant_json (elsewhere),
                               "not a grant", "id", "x");
-    reply = callbacks.on_control (NULL, "grants.load", load, &reason, arg);
+    reply = stage_control (&callbacks, "grants.load", load, &reason, arg);
     assert_non_null (reply);
     assert_int_equal (json_integer_value (json_object_get (reply, "loaded")), 1);
     assert_int_equal (json_integer_value (json_object_get (reply, "skipped")), 2);
     json_decref (reply);
 
-    reply = callbacks.on_control (NULL, "grants", NULL, &reason, arg);
+    reply = stage_control (&callbacks, "grants", NULL, &reason, arg);
     assert_int_equal (json_array_size (reply), 1);
     json_t *listed = dsh_permission_grant_json (live);
     assert_true (json_equal (json_array_get (reply, 0), listed));
     json_decref (listed);
     json_decref (reply);
 
-    reply = callbacks.on_control (NULL, "revoke", args, &reason, arg);
+    reply = stage_control (&callbacks, "revoke", args, &reason, arg);
     assert_non_null (reply);
     assert_string_equal (json_string_value (json_object_get (reply, "id")), "0a1b2c3d");
     assert_true (json_is_true (json_object_get (reply, "revoked")));
@@ -669,13 +698,13 @@ test_grant_controls (void **state)
 
     //  A load that was on its way when the grant was revoked does not
     //  bring it back
-    reply = callbacks.on_control (NULL, "grants.load", load, &reason, arg);
+    reply = stage_control (&callbacks, "grants.load", load, &reason, arg);
     assert_int_equal (json_integer_value (json_object_get (reply, "loaded")), 0);
     json_decref (reply);
-    reply = callbacks.on_control (NULL, "grants", NULL, &reason, arg);
+    reply = stage_control (&callbacks, "grants", NULL, &reason, arg);
     assert_int_equal (json_array_size (reply), 0);
     json_decref (reply);
-    assert_null (callbacks.on_control (NULL, "revoke", args, &reason, arg));
+    assert_null (stage_control (&callbacks, "revoke", args, &reason, arg));
     assert_string_equal (reason, "no grant 0a1b2c3d");
     zstr_free (&reason);
 

@@ -15,6 +15,9 @@
 #include <string.h>
 
 #include "dsh_planmode.h"
+#include "dsh_doc.h"
+#include "dsh_json.h"
+#include "stage_control.h"
 
 static dsh_planmode_t *
 s_planmode (const char *text)
@@ -55,7 +58,15 @@ test_mode_table (void **state)
     assert_false (dsh_planmode_planning (planmode, "a"));
     s_set_ok (planmode, "nobody", "normal");
 
-    json_t *modes = dsh_planmode_modes (planmode);
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_planmode_modes (planmode, &packer.pk);
+    char doc_error [256];
+    dsh_doc_t *doc = dsh_doc_new (packer.sbuf.data, packer.sbuf.size, doc_error, sizeof (doc_error));
+    assert_non_null (doc);
+    json_t *modes = dsh_json_from_msgpack (dsh_doc_root (doc));
+    dsh_doc_destroy (&doc);
+    dsh_packer_release (&packer);
     assert_int_equal (json_object_size (modes), 1);
     assert_string_equal (json_string_value (json_object_get (modes, "b")), "plan");
     json_decref (modes);
@@ -172,7 +183,7 @@ test_control (void **state)
 
     char *reason = NULL;
     json_t *args = json_pack ("{s:s, s:s}", "agent", "planner-1", "mode", "plan");
-    json_t *reply = callbacks.on_control (NULL, "mode", args, &reason, arg);
+    json_t *reply = stage_control (&callbacks, "mode", args, &reason, arg);
     json_decref (args);
     assert_non_null (reply);
     assert_string_equal (json_string_value (json_object_get (reply, "agent")), "planner-1");
@@ -180,25 +191,25 @@ test_control (void **state)
     json_decref (reply);
     assert_true (dsh_planmode_planning ((dsh_planmode_t *) arg, "planner-1"));
 
-    reply = callbacks.on_control (NULL, "modes", NULL, &reason, arg);
+    reply = stage_control (&callbacks, "modes", NULL, &reason, arg);
     assert_string_equal (json_string_value (json_object_get (reply, "planner-1")), "plan");
     json_decref (reply);
 
     args = json_pack ("{s:s, s:s}", "agent", "planner-1", "mode", "sleep");
-    reply = callbacks.on_control (NULL, "mode", args, &reason, arg);
+    reply = stage_control (&callbacks, "mode", args, &reason, arg);
     json_decref (args);
     assert_null (reply);
     assert_string_equal (reason, "mode must be \"plan\" or \"normal\"");
     zstr_free (&reason);
 
     args = json_pack ("{s:i, s:s}", "agent", 7, "mode", "plan");
-    reply = callbacks.on_control (NULL, "mode", args, &reason, arg);
+    reply = stage_control (&callbacks, "mode", args, &reason, arg);
     json_decref (args);
     assert_null (reply);
     assert_non_null (reason);
     zstr_free (&reason);
 
-    reply = callbacks.on_control (NULL, "nonsense", NULL, &reason, arg);
+    reply = stage_control (&callbacks, "nonsense", NULL, &reason, arg);
     assert_null (reply);
     assert_null (reason);
     callbacks.on_destroy (arg);
