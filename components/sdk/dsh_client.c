@@ -22,6 +22,7 @@
 #include "dsh_sock.h"
 #include "dsh_curve.h"
 #include "dsh_beacon.h"
+#include "dsh_link.h"
 
 //  Time a blocking call waits beyond the call's own deadline, for the
 //  broker's TIMEOUT result to arrive first.
@@ -44,14 +45,16 @@
 struct _dsh_client_t {
     zsock_t *dealer;
     dsh_handshake_t *handshake; //  why the broker does not answer, if it is the keys
-    zlistx_t *brokers;          //  char *: the brokers to follow, one at a time
-    char *endpoint;             //  the one in use
+    dsh_link_t *link;           //  the brokers to follow, one at a time, and
+                                //  when to PING, move on, or call one gone
+    const char *endpoint;       //  the one connected to (an item of link's)
     zlistx_t *stash;            //  dsh_reply_t * received while waiting for another
     zlistx_t *made;             //  dsh_reply_t * made here (BROKER_GONE), delivered first
     zhashx_t *cancelled;        //  callId -> "sent" | "answered": calls this client cancelled
     zhashx_t *open_calls;       //  callId -> int64_t *: sent, not yet answered, and
                                 //  when the client gives up on it (zclock_mono)
     int64_t next_due_ms;        //  no open call is due before this
+    int64_t looked_ms;          //  when the watch last ran, awaiting something
     zhashx_t *given_up;         //  callIds answered TIMEOUT here: what comes later is dropped
     zhashx_t *retained;         //  callId -> s_retained_t *: with several brokers, what
                                 //  a failover needs to send an open call again
@@ -60,19 +63,11 @@ struct _dsh_client_t {
     uint64_t sequence;          //  for request ids and call ids
     char *prefix;               //  makes this client's call ids unique
     char call_id [DSH_CALL_ID_MAX + 1];
-    //  Broker liveness: while anything is awaited, silence past one
-    //  heartbeat sends a PING; silence past the window is a broker gone
-    int heartbeat_ms;
-    int liveness;
     size_t waiting;             //  blocking requests awaiting their reply
-    int64_t heard_ms;           //  when the broker was last heard (or the wait began)
-    int64_t pinged_ms;          //  when the last liveness PING went, or 0
     size_t failovers;           //  brokers given up on, in all
+    bool last_reached;          //  the broker last lost had been reached
     size_t handshakes;          //  the handshake watch's count when the
                                 //  current broker was connected to
-    bool reached;               //  a connection to it was made since
-    bool asked_liveness;        //  a PING went to it to learn its liveness
-    char *broker_id;            //  the instance id its first PONG named, or NULL
 };
 
 //  An open call as sent, kept to send again to the next broker.
@@ -137,19 +132,6 @@ s_free (void **item_p)
     *item_p = NULL;
 }
 
-//  Connects the DEALER to the current broker afresh.
-static void
-s_connect (dsh_client_t *self)
-{
-    self->handshakes = self->handshake? dsh_handshake_successes (self->handshake): 0;
-    self->reached = false;
-    self->asked_liveness = false;
-    zstr_free (&self->broker_id);
-    zsock_connect (self->dealer, "%s", self->endpoint);
-    self->heard_ms = zclock_mono ();
-    self->pinged_ms = 0;
-}
-
 dsh_client_t *
 dsh_client_new (const char *broker)
 {
@@ -161,16 +143,21 @@ dsh_client_new (const char *broker)
     }
     dsh_client_t *self = (dsh_client_t *) zmalloc (sizeof (dsh_client_t));
     assert (self);
-    self->brokers = brokers;
-    self->endpoint = (char *) zlistx_first (brokers);
-    self->heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
-    self->liveness = DSH_DEFAULT_LIVENESS;
+    self->link = dsh_link_new (DSH_LINK_CLIENT);
+    for (const char *entry = zlistx_first (brokers); entry; entry = zlistx_next (brokers))
+        dsh_link_add (self->link, entry);
+    zlistx_destroy (&brokers);
     self->dealer = zsock_new (ZMQ_DEALER);
     assert (self->dealer);
     dsh_sock_limit (self->dealer, DSH_MAX_MESSAGE_DEFAULT, 100000);
-    dsh_sock_heal (self->dealer, self->heartbeat_ms, self->liveness);
+    dsh_sock_heal (self->dealer, dsh_link_heartbeat_ms (self->link), dsh_link_liveness (self->link));
     dsh_curve_client (self->dealer);
     self->handshake = dsh_handshake_new (self->dealer);
+    //  The link's first event: CONNECT to the first broker
+    dsh_link_start (self->link, zclock_mono ());
+    dsh_link_event_t event;
+    dsh_link_next (self->link, &event);
+    self->endpoint = event.endpoint;
     if (zsock_connect (self->dealer, "%s", self->endpoint)) {
         zsys_error ("dsh_client: cannot connect to %s: %s", self->endpoint, zmq_strerror (errno));
         dsh_client_destroy (&self);
@@ -207,10 +194,9 @@ dsh_client_destroy (dsh_client_t **self_p)
         zhashx_destroy (&self->cancelled);
         zhashx_destroy (&self->open_calls);
         zhashx_destroy (&self->given_up);
-        zstr_free (&self->broker_id);
         zhashx_destroy (&self->retained);
         zhashx_destroy (&self->retryable);
-        zlistx_destroy (&self->brokers);
+        dsh_link_destroy (&self->link);
         zstr_free (&self->prefix);
         free (self);
         *self_p = NULL;
@@ -278,21 +264,25 @@ s_send_own (dsh_client_t *self, const char *command, const char *prefix)
 #define S_LIVE_PREFIX   "live-"     //  liveness PINGs
 #define S_TOOLS_PREFIX  "tools-"    //  which tools may be sent again
 
-//  A wait begins (a call or a request now awaited where none was): the
-//  broker's silence is counted from now.
+static void s_follow (dsh_client_t *self);
+
+//  True if the client awaits anything: then the link watches the broker.
+static bool
+s_awaiting (dsh_client_t *self)
+{
+    return self->waiting || zhashx_size (self->open_calls);
+}
+
+//  Something is about to be awaited: a wait that begins where none was
+//  (the link may not have been told the last one ended) counts the
+//  broker's silence from now.
 static void
 s_watch (dsh_client_t *self)
 {
-    if (!self->waiting && zhashx_size (self->open_calls) == 0) {
-        self->heard_ms = zclock_mono ();
-        self->pinged_ms = 0;
-    }
-    //  The broker's heartbeat and liveness come in its PONG: ask once, so
-    //  the first silence is judged by the broker's window, not the default
-    if (!self->asked_liveness) {
-        self->asked_liveness = true;
-        s_send_own (self, DSH_PING, S_LIVE_PREFIX);
-    }
+    int64_t now = zclock_mono ();
+    dsh_link_watch (self->link, now, s_awaiting (self));
+    dsh_link_watch (self->link, now, true);
+    s_follow (self);
 }
 
 //  With several brokers, learns (again, if force or it is old) which tools
@@ -326,7 +316,7 @@ dsh_client_call_send (dsh_client_t *self, const char *call_id, const char *name,
     //  Another broker may get the call if this one goes: keep the bytes
     //  (shared with the sent message, not copied)
     s_retained_t *retained = NULL;
-    if (zlistx_size (self->brokers) > 1) {
+    if (dsh_link_size (self->link) > 1) {
         retained = (s_retained_t *) zmalloc (sizeof (s_retained_t));
         assert (retained);
         zmq_msg_init (&retained->body);
@@ -495,8 +485,6 @@ dsh_client_cancel (dsh_client_t *self, const char *call_id)
     return 0;
 }
 
-static void s_broker_restarted (dsh_client_t *self, const char *broker);
-
 //  Handles a reply to a query the client made for itself (s_send_own);
 //  returns false for anything else.
 static bool
@@ -513,16 +501,12 @@ s_own_reply (dsh_client_t *self, dsh_reply_t *reply)
     ||  memcmp (id->via.str.ptr, prefix, strlen (prefix)) != 0)
         return false;
     if (pong) {
-        //  The broker's own heartbeat and liveness, as components use
-        self->heartbeat_ms = dsh_map_int_in (root, "heartbeatMs", 10, 3600000, self->heartbeat_ms);
-        self->liveness = dsh_map_int_in (root, "liveness", 1, 1000, self->liveness);
-        //  Owned by the document
-        const char *broker = dsh_doc_strdup (reply->doc, dsh_map_get (root, "broker"));
-        if (broker && self->broker_id && !streq (broker, self->broker_id))
-            s_broker_restarted (self, broker);
-        else
-        if (broker && !self->broker_id)
-            self->broker_id = strdup (broker);
+        //  The broker's own heartbeat and liveness, as components use, and
+        //  its instance: another than the first means it restarted
+        dsh_link_pong (self->link, zclock_mono (), dsh_doc_strdup (reply->doc, dsh_map_get (root, "broker")),
+                       dsh_map_int_in (root, "heartbeatMs", 10, 3600000, 0),
+                       dsh_map_int_in (root, "liveness", 1, 1000, 0));
+        s_follow (self);
         return true;
     }
     //  A repeat is harmless for a read-only tool, and for one that says so
@@ -547,22 +531,23 @@ s_own_reply (dsh_client_t *self, dsh_reply_t *reply)
 //  nothing ran, so the call may go to the next broker. Done only for the
 //  only thing awaited, since moving drops what else is in flight there.
 //  True if the call went on (the reply is to be dropped).
-static void s_move (dsh_client_t *self, bool resend_all, const char *code, const char *text);
+static void s_move_calls (dsh_client_t *self, bool resend_all, const char *code, const char *text);
 
 static bool
 s_try_elsewhere (dsh_client_t *self, dsh_reply_t *reply)
 {
     if (!reply->code || !streq (reply->code, DSH_E_UNKNOWN_TOOL) || !reply->call_id
-    ||  zlistx_size (self->brokers) < 2 || zhashx_size (self->open_calls) != 1 || self->waiting)
+    ||  dsh_link_size (self->link) < 2 || zhashx_size (self->open_calls) != 1 || self->waiting)
         return false;
     s_retained_t *retained = (s_retained_t *) zhashx_lookup (self->retained, reply->call_id);
-    if (!retained || retained->attempts >= zlistx_size (self->brokers))
+    if (!retained || retained->attempts >= dsh_link_size (self->link))
         return false;
-    char *was = strdup (self->endpoint);
+    const char *was = self->endpoint;
     char *tool = strdup (retained->tool);
-    s_move (self, true, reply->code, reply->text? reply->text: "Error: unknown tool");
+    dsh_link_move (self->link, zclock_mono ());
+    s_follow (self);
+    s_move_calls (self, true, reply->code, reply->text? reply->text: "Error: unknown tool");
     dsh_log_info ("dsh_client: the broker at %s does not know tool \"%s\"; trying %s", was, tool, self->endpoint);
-    zstr_free (&was);
     zstr_free (&tool);
     return true;
 }
@@ -580,8 +565,8 @@ s_take_one (dsh_client_t *self, dsh_reply_t **reply_p)
     if (rc && !*error)
         return -1;              //  nothing waiting; errno says why
     //  Anything at all from the broker shows it is there
-    self->heard_ms = zclock_mono ();
-    self->reached = true;
+    dsh_link_heard (self->link, zclock_mono ());
+    s_follow (self);
     dsh_reply_t *reply = NULL;
     if (rc == 0 && msg.count - msg.body != 1)
         snprintf (error, sizeof (error), "%s with %zu body frames", msg.command, msg.count - msg.body);
@@ -622,44 +607,32 @@ s_made_result (const char *call_id, const char *code, const char *text)
 
 //  True if a connection to the current broker has been made since the
 //  client connected to it: until then nothing sent can have reached it.
-//  The broker's silence is counted from when the connection is seen to
-//  come up, not from the send: on a lossy link the TCP and ZMTP handshakes
-//  alone may take longer than the liveness window.
+//  The link counts the broker's silence from when the connection is seen
+//  to come up, not from the send: on a lossy link the TCP and ZMTP
+//  handshakes alone may take longer than the liveness window.
 static bool
 s_reached (dsh_client_t *self)
 {
-    if (!self->reached) {
-        self->reached = !self->handshake || dsh_handshake_successes (self->handshake) > self->handshakes;
-        if (self->reached)
-            self->heard_ms = zclock_mono ();
+    if (!dsh_link_reached (self->link)
+    &&  (!self->handshake || dsh_handshake_successes (self->handshake) > self->handshakes)) {
+        dsh_link_connected (self->link, zclock_mono ());
+        s_follow (self);
     }
-    return self->reached;
+    return dsh_link_reached (self->link);
 }
 
-//  The client leaves its broker for the next in its list (or, with one
-//  broker, connects to it afresh), having said why. Each open call is sent
+//  The client has left its broker for the next in its list (or, with one
+//  broker, connected to it afresh), having said why. Each open call is sent
 //  again to the next broker if that is safe, else answered here: safe is
 //  a call that cannot have run (resend_all: the broker was never reached,
 //  or it answered UNKNOWN_TOOL to the only call open) or one to a tool
 //  whose entry says it is read-only or idempotent; and only until every
 //  broker has had it. The others get code, with text.
 static void
-s_move (dsh_client_t *self, bool resend_all, const char *code, const char *text)
+s_move_calls (dsh_client_t *self, bool resend_all, const char *code, const char *text)
 {
-    size_t count = zlistx_size (self->brokers);
-    zsock_disconnect (self->dealer, "%s", self->endpoint);
-    if (count > 1) {
-        //  The next broker in the list, round and round
-        char *entry = (char *) zlistx_first (self->brokers);
-        while (entry && entry != self->endpoint)
-            entry = (char *) zlistx_next (self->brokers);
-        entry = entry? (char *) zlistx_next (self->brokers): NULL;
-        self->endpoint = entry? entry: (char *) zlistx_first (self->brokers);
-    }
-    s_connect (self);
+    size_t count = dsh_link_size (self->link);
     self->failovers++;
-    self->asked_liveness = true;
-    s_send_own (self, DSH_PING, S_LIVE_PREFIX);
     zlistx_t *call_ids = zhashx_keys (self->open_calls);
     for (const char *call_id = zlistx_first (call_ids); call_id; call_id = zlistx_next (call_ids)) {
         s_retained_t *retained = (s_retained_t *) zhashx_lookup (self->retained, call_id);
@@ -692,39 +665,56 @@ s_move (dsh_client_t *self, bool resend_all, const char *code, const char *text)
         s_ask_tools (self, true);
 }
 
-//  The broker has been silent past the liveness window (or, with other
-//  brokers to go to, was never reached within a heartbeat): it died, its
-//  host or the link went, or it is wedged. Its calls will get no answer:
-//  each is sent again or answered BROKER_GONE (s_move).
+//  The broker was given up on (event): silent past the liveness window
+//  (or, with other brokers to go to, never reached within a heartbeat):
+//  it died, its host or the link went, or it is wedged; or it answered
+//  PING under another instance id than it did first on this connection:
+//  it restarted since. Its calls will get no answer: each is sent again
+//  or answered BROKER_GONE (s_move_calls), now that the link has moved.
 static void
-s_broker_gone (dsh_client_t *self)
+s_broker_lost (dsh_client_t *self, const dsh_link_event_t *event)
 {
-    char *gone = strdup (self->endpoint);
-    int64_t silence_ms = zclock_mono () - self->heard_ms;
-    bool reached = s_reached (self);
     char text [400];
-    snprintf (text, sizeof (text), "Error: the broker at %.200s went silent (no answer for %" PRId64
-              " ms) with the call in flight", gone, silence_ms);
     size_t open = zhashx_size (self->open_calls);
-    s_move (self, !reached, DSH_E_BROKER_GONE, text);
+    self->last_reached = event->type == DSH_LINK_RESTARTED || event->reached;
+    if (event->type == DSH_LINK_RESTARTED) {
+        snprintf (text, sizeof (text), "Error: the broker at %.200s restarted with the call in flight",
+                  event->endpoint);
+        dsh_log_warning ("dsh_client: the broker at %s restarted (instance %.36s, was %.36s); %zu call(s) were open",
+                         event->endpoint, event->instance, event->was, open);
+        s_move_calls (self, false, DSH_E_BROKER_GONE, text);
+        return;
+    }
+    snprintf (text, sizeof (text), "Error: the broker at %.200s went silent (no answer for %" PRId64
+              " ms) with the call in flight", event->endpoint, event->silence_ms);
+    s_move_calls (self, !event->reached, DSH_E_BROKER_GONE, text);
     dsh_log_warning ("dsh_client: %s the broker at %s for %" PRId64 " ms; %zu call(s) were open; now using %s",
-                     reached? "no answer from": "no connection to", gone, silence_ms, open, self->endpoint);
-    zstr_free (&gone);
+                     event->reached? "no answer from": "no connection to", event->endpoint, event->silence_ms,
+                     open, self->endpoint);
 }
 
-//  The broker answered a PING under another instance id than it did first
-//  on this connection: it restarted (on the same endpoint) since, and the
-//  calls open at the one that went will get no answer. They are sent
-//  again or answered BROKER_GONE, as for a broker gone silent (s_move).
+//  Does what the link says, in order. A broker lost is dealt with once
+//  the link's events are all done, on the connection to the next one.
 static void
-s_broker_restarted (dsh_client_t *self, const char *broker)
+s_follow (dsh_client_t *self)
 {
-    char text [400];
-    snprintf (text, sizeof (text), "Error: the broker at %.200s restarted with the call in flight", self->endpoint);
-    size_t open = zhashx_size (self->open_calls);
-    dsh_log_warning ("dsh_client: the broker at %s restarted (instance %.36s, was %.36s); %zu call(s) were open",
-                     self->endpoint, broker, self->broker_id, open);
-    s_move (self, false, DSH_E_BROKER_GONE, text);
+    dsh_link_event_t event, lost = { 0 };
+    while (dsh_link_next (self->link, &event) == 0) {
+        if (event.type == DSH_LINK_CONNECT) {
+            zsock_disconnect (self->dealer, "%s", self->endpoint);
+            self->endpoint = event.endpoint;
+            self->handshakes = self->handshake? dsh_handshake_successes (self->handshake): 0;
+            zsock_connect (self->dealer, "%s", self->endpoint);
+        }
+        else
+        if (event.type == DSH_LINK_SEND_PING)
+            s_send_own (self, DSH_PING, S_LIVE_PREFIX);
+        else
+        if (event.type == DSH_LINK_DOWN || event.type == DSH_LINK_RESTARTED)
+            lost = event;
+    }
+    if (lost.type)
+        s_broker_lost (self, &lost);
 }
 
 //  Answers TIMEOUT here each call past its own deadline and the margin
@@ -762,40 +752,35 @@ s_expire_calls (dsh_client_t *self, int64_t now)
     return self->next_due_ms;
 }
 
-//  Keeps an eye on the broker while anything is awaited: PINGs it after a
-//  heartbeat of silence, gives it up after the liveness window. Returns
-//  when it next needs to look.
+//  Keeps an eye on the broker while anything is awaited (the link PINGs
+//  it after a heartbeat of silence, gives it up after the liveness
+//  window), and gives up on calls past their deadlines. Returns when it
+//  next needs to look.
 static int64_t
 s_check_broker (dsh_client_t *self, int64_t now)
 {
-    if (!self->waiting && zhashx_size (self->open_calls) == 0)
+    if (!s_awaiting (self)) {
+        dsh_link_watch (self->link, now, false);
+        self->looked_ms = 0;
         return INT64_MAX;
+    }
+    //  The watch runs inside the receive calls. A program that was away
+    //  from them for more than a heartbeat sent no PING meanwhile, so the
+    //  silence says nothing about the broker: the watch begins afresh, and
+    //  the broker has its whole window to answer
+    if (self->looked_ms && now - self->looked_ms > dsh_link_heartbeat_ms (self->link)) {
+        dsh_link_watch (self->link, now, false);
+        dsh_link_watch (self->link, now, true);
+    }
+    self->looked_ms = now;
     int64_t expiry_due = s_expire_calls (self, now);
     if (zlistx_size (self->made))
         return now;
-    int64_t window = (int64_t) self->heartbeat_ms * self->liveness;
-    //  A broker never reached has none of our calls: with another to go
-    //  to, it is left after a heartbeat (the connect timeout); alone, it
-    //  is waited for until the calls' own deadlines, since a lossy link
-    //  may take a while to connect and there is nowhere else to go
-    bool others = zlistx_size (self->brokers) > 1;
-    bool reached = s_reached (self);
-    if ((reached && now - self->heard_ms >= window)
-    ||  (!reached && others && now - self->heard_ms >= self->heartbeat_ms)) {
-        s_broker_gone (self);
+    s_reached (self);
+    int64_t due = dsh_link_tick (self->link, now);
+    s_follow (self);
+    if (zlistx_size (self->made))
         return now;
-    }
-    int64_t last = self->pinged_ms > self->heard_ms? self->pinged_ms: self->heard_ms;
-    if (now - last >= self->heartbeat_ms) {
-        s_send_own (self, DSH_PING, S_LIVE_PREFIX);
-        self->pinged_ms = last = now;
-    }
-    int64_t ping_due = last + self->heartbeat_ms;
-    //  Alone and never reached, the broker is not given up on: nothing is
-    //  due but the next PING (a due time in the past would spin the poll)
-    int64_t gone_due = reached? self->heard_ms + window:
-                       others?  self->heard_ms + self->heartbeat_ms: INT64_MAX;
-    int64_t due = ping_due < gone_due? ping_due: gone_due;
     return due < expiry_due? due: expiry_due;
 }
 
@@ -950,20 +935,38 @@ dsh_client_call (dsh_client_t *self, const char *name, const char *args_json, co
     return reply;
 }
 
-//  Sends a query whose body carries id, and waits at most timeout_ms for
-//  its reply. A query is harmless to repeat, so if the broker goes silent
-//  meanwhile it is sent to the next broker, until every broker has had it.
-//  Takes the body.
+//  The answer made here to a command that decides (a CONTROL, a PINS
+//  accept, reject or forget) whose broker was lost (silent or restarted)
+//  once reached: it may have applied there, so it is not sent again, where
+//  it could apply twice.
 static dsh_reply_t *
-s_query (dsh_client_t *self, const char *command, zframe_t **body_p, const char *id, int timeout_ms,
-         char *error, size_t error_size)
+s_decision_lost (const char *command, const char *endpoint, const char *id)
+{
+    char text [400];
+    snprintf (text, sizeof (text), "Error: the broker at %.200s was lost with the %s in flight; "
+              "it may or may not have been applied", endpoint, command);
+    msgpack_object id_object = { .type = MSGPACK_OBJECT_STR };
+    id_object.via.str.ptr = id;
+    id_object.via.str.size = (uint32_t) strlen (id);
+    zframe_t *body = dsh_proto_error_body (&id_object, DSH_E_BROKER_GONE, text);
+    return s_reply_from (DSH_ERROR, &body);
+}
+
+//  Sends a query whose body carries id, and waits at most timeout_ms for
+//  its reply. A query that only reads is harmless to repeat, so if the
+//  broker goes silent meanwhile it is sent to the next broker, until every
+//  broker has had it; one that decides is not, unless that broker was
+//  never reached (s_decision_lost). Takes the body.
+static dsh_reply_t *
+s_query (dsh_client_t *self, const char *command, bool decides, zframe_t **body_p, const char *id,
+         int timeout_ms, char *error, size_t error_size)
 {
     zframe_t *body = *body_p;
     *body_p = NULL;
     s_watch (self);
     self->waiting++;
     int64_t give_up = zclock_mono () + timeout_ms;
-    size_t count = zlistx_size (self->brokers);
+    size_t count = dsh_link_size (self->link);
     dsh_reply_t *reply = NULL;
     for (size_t attempt = 0; !reply && attempt < count; attempt++) {
         zframe_t *copy = zframe_dup (body);
@@ -988,14 +991,19 @@ s_query (dsh_client_t *self, const char *command, zframe_t **body_p, const char 
             break;
         }
         size_t failovers = self->failovers;
+        const char *sent_to = self->endpoint;
         reply = s_wait_for (self, s_match_id, id, give_up, true);
         if (!reply && self->failovers == failovers) {
             dsh_client_explain_silence (self, timeout_ms, error, error_size);
             break;
         }
+        if (!reply && self->last_reached && decides) {
+            reply = s_decision_lost (command, sent_to, id);
+            break;
+        }
         if (!reply && attempt + 1 == count)
             snprintf (error, error_size, "no answer from %s: silent past the liveness window",
-                      count > 1? "any broker in the list": (const char *) zlistx_first (self->brokers));
+                      count > 1? "any broker in the list": self->endpoint);
     }
     self->waiting--;
     zframe_destroy (&body);
@@ -1019,7 +1027,7 @@ dsh_client_request (dsh_client_t *self, const char *command, const char *name, i
     dsh_packer_map_end (&packer);
     zframe_t *body = dsh_packer_frame (&packer);
     dsh_packer_release (&packer);
-    return s_query (self, command, &body, id, timeout_ms, error, error_size);
+    return s_query (self, command, false, &body, id, timeout_ms, error, error_size);
 }
 
 dsh_reply_t *
@@ -1042,7 +1050,11 @@ dsh_client_query (dsh_client_t *self, const char *command, const json_t *body, i
         snprintf (error, error_size, "the %s request cannot be encoded", command);
         return NULL;
     }
-    return s_query (self, command, &frame, id, timeout_ms, error, error_size);
+    //  A CONTROL, and a PINS that is not a list or show, change state
+    const char *op = json_string_value (json_object_get (body, "op"));
+    bool decides = streq (command, DSH_CONTROL)
+                || (streq (command, DSH_PINS) && op && !streq (op, "list") && !streq (op, "show"));
+    return s_query (self, command, decides, &frame, id, timeout_ms, error, error_size);
 }
 
 dsh_reply_t *

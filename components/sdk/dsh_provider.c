@@ -13,7 +13,10 @@
     A link knows its broker is there by hearing from it on WORK: the broker
     answers every HEARTBEAT there. A link that hears nothing for the
     broker's liveness window drops its sockets and finds the broker again
-    from its front (it may have restarted on other ports, or moved).
+    from its front (it may have restarted on other ports, or moved). When
+    to say HELLO and HEARTBEAT, and when silence means the broker is lost,
+    is the link's session's to say (dsh_link, PROTOCOL.md "Client
+    liveness"); the link keeps the sockets.
 
     On the call path nothing is copied that can be moved: the CALL body
     stays in the zmq_msg_t it arrived in (the call's strings point into
@@ -30,10 +33,10 @@
 #include "dsh_sock.h"
 #include "dsh_curve.h"
 #include "dsh_beacon.h"
+#include "dsh_link.h"
 
 #include <stdatomic.h>
 
-#define S_DISCOVERY_RETRY_MS    1000
 #define S_QUEUE_LIMIT           10000   //  socket high-water marks
 #define S_DEFAULT_WORKERS       4
 #define S_DEFAULT_QUEUE_LIMIT   1024    //  calls waiting for a worker
@@ -135,12 +138,11 @@ typedef struct {
     dsh_handshake_t *work_handshake;    //  WORK's connections, made and failed
     size_t work_connections;            //  handshakes on WORK said HELLO for
     zsock_t *announce;              //  PUB; NULL until welcomed
-    int heartbeat_ms;               //  the WELCOME's
-    int liveness;                   //  heartbeats of silence the broker allows
+    dsh_link_t *session;            //  when to say HELLO and HEARTBEAT, and
+                                    //  when the broker's silence means it is lost
     int max_message_bytes;
-    int heartbeat_timer;
-    int discovery_timer;
-    int64_t heard_ms;               //  when the broker last spoke on WORK
+    int heartbeat_timer;            //  ticks the session once welcomed
+    int discovery_timer;            //  ticks it until then
     bool told_failure;              //  logged the handshake failure already
     bool told_silence;              //  logged the broker's silence, and
                                     //  have not heard from it since
@@ -605,6 +607,8 @@ s_link_front_close (s_link_t *link)
         s_retire (link, &link->front, &link->front_handshake);
 }
 
+static void s_link_follow (s_link_t *link);
+
 static int
 s_discover (zloop_t *loop, int timer_id, void *arg)
 {
@@ -613,25 +617,41 @@ s_discover (zloop_t *loop, int timer_id, void *arg)
     if (timer_id != link->discovery_timer)
         return 0;               //  ended (see s_heartbeat)
     zlistx_purge (link->retired);
-    s_send_hello (link->front, NULL, 0);
+    dsh_link_tick (link->session, zclock_mono ());
+    s_link_follow (link);
     s_tell_failure (link, link->front_handshake);
     return 0;
 }
 
-//  Asks the broker for the endpoints, and again until it answers.
+//  Asks the broker for the endpoints (the session says HELLO again every
+//  DSH_LINK_HELLO_RETRY_MS until it answers).
 static void
-s_link_discover (s_link_t *link)
+s_link_hello (s_link_t *link)
 {
     s_send_hello (link->front, NULL, 0);
-    link->discovery_timer = zloop_timer (link->owner->loop, S_DISCOVERY_RETRY_MS, 0, s_discover, link);
+    if (!link->discovery_timer)
+        link->discovery_timer = zloop_timer (link->owner->loop, DSH_LINK_HELLO_RETRY_MS, 0, s_discover, link);
 }
 
-//  The broker is lost to this link: every socket goes, and it starts
-//  again from a new front connection. Calls running for it are answered
-//  on the next WORK connection if there is one by then.
+//  The broker is lost to this link (event): the broker answers every
+//  HEARTBEAT on WORK, so silence there for its liveness window means we
+//  cannot reach it, or it cannot reach us: it died, stopped, restarted on
+//  other ports, moved, or a link is cut; or its ROUTER gives our id to
+//  another connection (a second process under this id, or an old
+//  connection of ours not yet gone) and ignores this one. In each case
+//  only finding the broker again from its front, with new connections,
+//  helps: every socket goes, and the session's CONNECT makes a new front.
+//  Calls running for it are answered on the next WORK connection if there
+//  is one by then.
 static void
-s_link_lost (s_link_t *link)
+s_link_lost (s_link_t *link, const dsh_link_event_t *event)
 {
+    //  Once per loss: a broker that welcomes us but never answers on WORK
+    //  would otherwise be logged every window
+    if (!link->told_silence)
+        zsys_warning ("%s: the broker at %s has been silent on WORK for %" PRId64 " ms; finding it again",
+                      link->owner->id, link->broker, event->silence_ms);
+    link->told_silence = true;
     zloop_t *loop = link->owner->loop;
     zloop_timer_end (loop, link->heartbeat_timer);
     link->heartbeat_timer = 0;
@@ -639,8 +659,26 @@ s_link_lost (s_link_t *link)
     //  Nothing queued for a broker that is gone may hold up the exit
     zsock_set_linger (link->announce, 0);
     zsock_destroy (&link->announce);
-    s_link_front (link);
-    s_link_discover (link);
+}
+
+//  Does what the session says, in order.
+static void
+s_link_follow (s_link_t *link)
+{
+    dsh_link_event_t event;
+    while (dsh_link_next (link->session, &event) == 0) {
+        if (event.type == DSH_LINK_DOWN)
+            s_link_lost (link, &event);
+        else
+        if (event.type == DSH_LINK_CONNECT)
+            s_link_front (link);
+        else
+        if (event.type == DSH_LINK_SEND_HELLO)
+            s_link_hello (link);
+        else
+        if (event.type == DSH_LINK_SEND_PING)
+            s_publish (link, DSH_HEARTBEAT);
+    }
 }
 
 //  A new WORK connection under our id, that says HELLO; the broker
@@ -652,7 +690,7 @@ s_work_connect (s_link_t *link, const char *endpoint)
     link->work = zsock_new (ZMQ_DEALER);
     assert (link->work);
     dsh_sock_limit (link->work, link->max_message_bytes, S_QUEUE_LIMIT);
-    dsh_sock_keepalive (link->work, link->heartbeat_ms, link->liveness);
+    dsh_sock_keepalive (link->work, dsh_link_heartbeat_ms (link->session), dsh_link_liveness (link->session));
     //  A routing id of this connection's own (the id, a space, a random
     //  tag): the broker hears a second process under the id, and can
     //  tell it the id is taken, instead of libzmq ignoring its connection
@@ -681,25 +719,11 @@ s_heartbeat (zloop_t *loop, int timer_id, void *arg)
     if (timer_id != link->heartbeat_timer)
         return 0;
     zlistx_purge (link->retired);
-    //  The broker answers every HEARTBEAT on WORK, so silence there for
-    //  its liveness window means we cannot reach it, or it cannot reach
-    //  us: it died, stopped, restarted on other ports, moved, or a link
-    //  is cut; or its ROUTER gives our id to another connection (a second
-    //  process under this id, or an old connection of ours not yet gone)
-    //  and ignores this one. In each case only finding the broker again
-    //  from its front, with new connections, helps.
-    int64_t window_ms = (int64_t) link->heartbeat_ms * link->liveness;
-    if (zclock_mono () - link->heard_ms > window_ms) {
-        //  Once per loss: a broker that welcomes us but never answers on
-        //  WORK would otherwise be logged every window
-        if (!link->told_silence)
-            zsys_warning ("%s: the broker at %s has been silent on WORK for %" PRId64 " ms; finding it again",
-                          self->id, link->broker, window_ms);
-        link->told_silence = true;
-        s_link_lost (link);
+    //  HEARTBEAT on the beat, or the broker lost (s_link_lost)
+    dsh_link_tick (link->session, zclock_mono ());
+    s_link_follow (link);
+    if (!link->work)
         return 0;
-    }
-    s_publish (link, DSH_HEARTBEAT);
     //  A WORK connection made again (the broker restarted on the same
     //  ports, or libzmq closed a silent connection and made a new one)
     //  says HELLO again: under CURVE the broker sends nothing, not even
@@ -742,8 +766,13 @@ s_welcomed (s_link_t *link, dsh_doc_t *doc)
     }
     if (link->work)
         return;                 //  a late second WELCOME; already connected
-    link->heartbeat_ms = (int) heartbeat->via.u64;
-    link->liveness = dsh_map_int_in (root, "liveness", 1, 1000, DSH_DEFAULT_LIVENESS);
+    //  The window starts now: the broker answers the HELLO on WORK with SYNC
+    int64_t now = zclock_mono ();
+    dsh_link_welcome (link->session, now, NULL, (int) heartbeat->via.u64,
+                      dsh_map_int_in (root, "liveness", 1, 1000, DSH_DEFAULT_LIVENESS));
+    s_link_follow (link);
+    int heartbeat_ms = dsh_link_heartbeat_ms (link->session);
+    int liveness = dsh_link_liveness (link->session);
     link->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
     if (max_bytes && max_bytes->type == MSGPACK_OBJECT_POSITIVE_INTEGER && max_bytes->via.u64 <= INT_MAX)
         link->max_message_bytes = (int) max_bytes->via.u64;
@@ -756,15 +785,13 @@ s_welcomed (s_link_t *link, dsh_doc_t *doc)
     link->announce = zsock_new (ZMQ_PUB);
     assert (link->announce);
     dsh_sock_limit (link->announce, link->max_message_bytes, S_QUEUE_LIMIT);
-    dsh_sock_keepalive (link->announce, link->heartbeat_ms, link->liveness);
+    dsh_sock_keepalive (link->announce, heartbeat_ms, liveness);
     //  A clean exit's WITHDRAW must get out before the socket closes
     zsock_set_linger (link->announce, 1000);
     dsh_curve_client (link->announce);
     zsock_connect (link->announce, "%s", announce_endpoint);
     s_work_connect (link, work_endpoint);
-    //  The window starts now: the broker answers the HELLO with SYNC
-    link->heard_ms = zclock_mono ();
-    link->heartbeat_timer = zloop_timer (self->loop, (size_t) link->heartbeat_ms, 0, s_heartbeat, link);
+    link->heartbeat_timer = zloop_timer (self->loop, (size_t) heartbeat_ms, 0, s_heartbeat, link);
     zstr_free (&announce_endpoint);
     zstr_free (&work_endpoint);
 }
@@ -801,12 +828,12 @@ s_link_new (self_t *self, uint32_t index, const char *broker)
     link->owner = self;
     link->index = index;
     link->broker = strdup (broker);
-    link->heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
-    link->liveness = DSH_DEFAULT_LIVENESS;
+    //  Each link follows its one broker: a lost one is found again
+    link->session = dsh_link_new (DSH_LINK_COMPONENT);
+    dsh_link_add (link->session, broker);
     link->max_message_bytes = DSH_MAX_MESSAGE_DEFAULT;
     link->retired = zlistx_new ();
     zlistx_set_destructor (link->retired, (zlistx_destructor_fn *) zsock_destroy);
-    s_link_front (link);
     return link;
 }
 
@@ -822,6 +849,7 @@ s_link_destroy (s_link_t **link_p)
         zsock_destroy (&link->work);
         zsock_destroy (&link->announce);
         zlistx_destroy (&link->retired);
+        dsh_link_destroy (&link->session);
         zstr_free (&link->broker);
         free (link);
         *link_p = NULL;
@@ -1018,7 +1046,7 @@ s_work_recv (zloop_t *loop, zsock_t *reader, void *arg)
     //  Anything on WORK says the broker is there; its HEARTBEAT says
     //  nothing more
     s_link_t *link = (s_link_t *) arg;
-    link->heard_ms = zclock_mono ();
+    dsh_link_heard (link->session, zclock_mono ());
     link->told_silence = false;
     return dsh_sock_drain (reader, S_BATCH, s_work_recv_one, arg);
 }
@@ -1097,8 +1125,10 @@ s_announce_due (zloop_t *loop, int timer_id, void *arg)
 static void
 s_start_discovery (self_t *self)
 {
-    for (size_t index = 0; index < self->link_count; index++)
-        s_link_discover (self->links [index]);
+    for (size_t index = 0; index < self->link_count; index++) {
+        dsh_link_start (self->links [index]->session, zclock_mono ());
+        s_link_follow (self->links [index]);
+    }
 }
 
 //  A held provider starts finding its brokers: the ANNOUNCE each asks for

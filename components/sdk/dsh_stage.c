@@ -16,7 +16,6 @@
 */
 
 #include "dsh_stage.h"
-#include "dsh_json.h"
 #include "dsh_log.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -25,15 +24,18 @@
 
 #include <stdarg.h>
 
+#include "dsh_link.h"
+
 #define S_NAME_MAX 64
 #define S_BATCH 64             //  messages per wakeup, at most
 #define S_LINK_TICK_MS 100     //  how often attached links look at their broker
 
 //  The stage's attachment to one broker's slot. An attached stage also
-//  keeps a DEALER on the broker's front: PING every heartbeat shows a
-//  broker that restarted (another `broker` id) or went silent, and HELLO
-//  {stage} then finds the slot again, wherever it is now; a broker that
-//  did not answer when the stage attached is asked the same way.
+//  keeps a DEALER on the broker's front, and a session (dsh_link) that
+//  says when to use it: PING every heartbeat shows a broker that restarted
+//  (another `broker` id) or went silent, and HELLO {stage} then finds the
+//  slot again, wherever it is now; a broker that did not answer when the
+//  stage attached is asked the same way.
 typedef struct {
     dsh_stage_t *stage;
     char *broker;               //  the broker's front, for logs ("inline" inline)
@@ -41,15 +43,12 @@ typedef struct {
     zsock_t *downstream;        //  DEALER, connected to the broker's drain
     char *feed;                 //  the slot's endpoints, as connected
     char *drain;
-    zhashx_t *calls;            //  chain token -> dsh_stage_call_t *
+    zhashx_t *calls;            //  chain token -> s_call_t *
     zsock_t *front;             //  DEALER to the broker's front; NULL: not attached by HELLO
-    char *broker_id;            //  WELCOME's `broker`
+    dsh_link_t *session;        //  following the broker on it, if attached
     char *chain_version;        //  WELCOME's stage `chainVersion`, or NULL
-    int heartbeat_ms;           //  WELCOME's, else the defaults
+    int heartbeat_ms;           //  WELCOME's, else the defaults: the slot's sockets'
     int liveness;
-    int64_t heard;              //  when the front last answered
-    int64_t hello_due;          //  when to send HELLO next; 0 while the slot is known
-    int64_t ping_due;
 } s_link_t;
 
 struct _dsh_stage_t {
@@ -67,44 +66,73 @@ struct _dsh_stage_t {
     const char *control_caller; //  while on_control runs: who sent the command
 };
 
-struct _dsh_stage_call_t {
+//  What the stage holds of a call: the call as callbacks read it (reader,
+//  a dsh_call_t whose context is this record), and what the stage does
+//  with it.
+typedef struct {
     dsh_stage_t *stage;
     s_link_t *link;             //  where it came from, and goes on and back
     uint64_t token;             //  the chain's token for the call: its key
     zmsg_t *envelope;           //  on sockets: everything before the empty delimiter
     zframe_t *body;
     zframe_t *tool;
-    bool decoded;               //  body and tool read (on first use)
+    dsh_call_t *reader;         //  reads body (decoded on first use)
+    bool tool_read;             //  tool decoded into tool_doc (on first use)
     int64_t deadline_ms;        //  the call's deadline (zclock_mono), or 0
-    dsh_doc_t *doc;
     dsh_doc_t *tool_doc;
-    dsh_call_head_t head;
     //  What the stage changed, spliced into the body as it is passed on:
     //  every byte it did not change stays the caller's
     zframe_t *new_arguments;    //  msgpack, or NULL: unchanged
     zhashx_t *stamps;           //  meta key -> zframe_t * msgpack (empty: remove), or NULL
     bool change_agent;
     char *new_agent;            //  with change_agent; NULL removes it
-    json_t *answer;
+    zframe_t *answer;           //  RESULT body, or NULL
     bool watch;
     bool deferred;
     bool cancelled;             //  the caller cancelled it while deferred
     zframe_t *result;
-    json_t *new_result;
+    dsh_doc_t *result_doc;      //  result, decoded (on first use)
+    bool result_read;
+    zframe_t *new_result;       //  RESULT body, or NULL: unchanged
     bool result_deferred;
     void *data;
     void (*data_destructor) (void *);
-};
+} s_call_t;
+
+//  A new record for a call whose body is taken.
+static s_call_t *
+s_call_new (dsh_stage_t *stage, s_link_t *link, zframe_t *body)
+{
+    s_call_t *self = (s_call_t *) zmalloc (sizeof (s_call_t));
+    assert (self);
+    self->stage = stage;
+    self->link = link;
+    self->body = body;
+    self->reader = dsh_call_new_unread (body? zframe_data (body): NULL, body? zframe_size (body): 0);
+    dsh_call_hooks_t none = { NULL, NULL };
+    dsh_call_set_hooks (self->reader, &none, self);
+    return self;
+}
+
+//  The record of a call a callback was given.
+static s_call_t *
+s_record (dsh_call_t *call)
+{
+    s_call_t *self = (s_call_t *) dsh_call_context (call);
+    assert (self);
+    return self;
+}
 
 static void
-s_call_destroy (dsh_stage_call_t **self_p)
+s_call_destroy (s_call_t **self_p)
 {
     if (*self_p) {
-        dsh_stage_call_t *self = *self_p;
+        s_call_t *self = *self_p;
         if (self->data && self->data_destructor)
             self->data_destructor (self->data);
-        dsh_doc_destroy (&self->doc);
+        dsh_call_destroy (&self->reader);
         dsh_doc_destroy (&self->tool_doc);
+        dsh_doc_destroy (&self->result_doc);
         zmsg_destroy (&self->envelope);
         zframe_destroy (&self->body);
         zframe_destroy (&self->tool);
@@ -112,8 +140,8 @@ s_call_destroy (dsh_stage_call_t **self_p)
         zframe_destroy (&self->new_arguments);
         zhashx_destroy (&self->stamps);
         zstr_free (&self->new_agent);
-        json_decref (self->answer);
-        json_decref (self->new_result);
+        zframe_destroy (&self->answer);
+        zframe_destroy (&self->new_result);
         free (self);
         *self_p = NULL;
     }
@@ -153,14 +181,14 @@ s_link_destroy (s_link_t **self_p)
 {
     if (*self_p) {
         s_link_t *self = *self_p;
-        for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
+        for (s_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
             s_call_destroy (&call);
         zhashx_destroy (&self->calls);
         s_link_close (self);
         if (self->front && self->stage->loop)
             zloop_reader_end (self->stage->loop, self->front);
         zsock_destroy (&self->front);
-        zstr_free (&self->broker_id);
+        dsh_link_destroy (&self->session);
         zstr_free (&self->chain_version);
         zstr_free (&self->broker);
         free (self);
@@ -181,28 +209,18 @@ s_envelope_token (zmsg_t *envelope, uint64_t *token)
     return true;
 }
 
-//  Reads the call's body and tool entry the first time anything asks, so
-//  a stage that only passes calls never pays for decoding them. The front
-//  checked the body; one that is malformed now (a stage rewrote it badly)
-//  reads as empty, and the broker refuses it at the bottom of the chain.
-static void
-s_decode (dsh_stage_call_t *call)
+//  The tool entry, read the first time anything asks for it.
+static const msgpack_object *
+s_tool (s_call_t *call)
 {
-    if (call->decoded)
-        return;
-    call->decoded = true;
-    char error [256] = "";
-    if ((call->doc = dsh_proto_decode_body (call->body, error, sizeof (error))))
-        dsh_proto_decode_call (call->doc, &call->head, error, sizeof (error));
-    if (call->tool && zframe_size (call->tool)
-    &&  !(call->tool_doc = dsh_proto_decode_body (call->tool, error, sizeof (error))))
-        snprintf (error, sizeof (error), "malformed tool frame");
-    if (*error)
-        dsh_log_warning ("stage %s: bad CALL: %s", call->stage->name, error);
-    if (!call->head.call_id)
-        call->head.call_id = "";
-    if (!call->head.name)
-        call->head.name = "";
+    if (!call->tool_read) {
+        call->tool_read = true;
+        char error [256] = "";
+        if (call->tool && zframe_size (call->tool)
+        &&  !(call->tool_doc = dsh_proto_decode_body (call->tool, error, sizeof (error))))
+            dsh_log_warning ("stage %s: bad CALL: malformed tool frame", call->stage->name);
+    }
+    return call->tool_doc? dsh_doc_root (call->tool_doc): NULL;
 }
 
 //  ---------------------------------------------------------------------
@@ -219,33 +237,53 @@ s_send (zsock_t *sock, zmsg_t *envelope, const char *command, zframe_t **body_p,
     return dsh_sock_send (sock, &msg);
 }
 
+//  The answer's body: the stage's RESULT body (taken) with the call's
+//  callId, and content and isError if it lacks them; NULL if body is not
+//  one msgpack map.
 static zframe_t *
-s_encode_json (json_t *value)
+s_result_body (s_call_t *call, zframe_t **body_p)
 {
-    dsh_packer_t packer;
-    dsh_packer_init (&packer);
-    zframe_t *frame = NULL;
-    if (dsh_json_to_msgpack (&packer.pk, value) == 0)
-        frame = dsh_packer_frame (&packer);
-    dsh_packer_release (&packer);
-    return frame;
-}
-
-//  The answer's body: the stage's JSON result with the call's callId.
-static zframe_t *
-s_result_body (dsh_stage_call_t *call, json_t *result)
-{
-    s_decode (call);
-    json_object_set_new (result, "callId", json_string (call->head.call_id? call->head.call_id: ""));
-    if (!json_is_array (json_object_get (result, "content")))
-        json_object_set_new (result, "content", json_array ());
-    if (!json_is_boolean (json_object_get (result, "isError")))
-        json_object_set_new (result, "isError", json_false ());
-    return s_encode_json (result);
+    zframe_t *given = *body_p;
+    *body_p = NULL;
+    char error [128];
+    dsh_doc_t *doc = given? dsh_proto_decode_body (given, error, sizeof (error)): NULL;
+    zframe_t *body = NULL;
+    if (doc) {
+        const msgpack_object *root = dsh_doc_root (doc);
+        const msgpack_object *content = dsh_map_get (root, "content");
+        const msgpack_object *is_error = dsh_map_get (root, "isError");
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        dsh_packer_map_begin (&packer);
+        dsh_packer_kv_str (&packer, "callId", dsh_call_id (call->reader));
+        if (!content || content->type != MSGPACK_OBJECT_ARRAY) {
+            dsh_pack_cstr (&packer.pk, "content");
+            msgpack_pack_array (&packer.pk, 0);
+        }
+        if (!is_error || is_error->type != MSGPACK_OBJECT_BOOLEAN) {
+            dsh_pack_cstr (&packer.pk, "isError");
+            msgpack_pack_false (&packer.pk);
+        }
+        for (uint32_t index = 0; index < root->via.map.size; index++) {
+            const msgpack_object_kv *entry = &root->via.map.ptr [index];
+            if (dsh_str_eq (&entry->key, "callId")
+            ||  (entry->val.type != MSGPACK_OBJECT_ARRAY && &entry->val == content)
+            ||  (entry->val.type != MSGPACK_OBJECT_BOOLEAN && &entry->val == is_error))
+                continue;
+            msgpack_pack_object (&packer.pk, entry->key);
+            msgpack_pack_object (&packer.pk, entry->val);
+        }
+        if (dsh_packer_map_end (&packer) == 0)
+            body = dsh_packer_frame (&packer);
+        dsh_packer_release (&packer);
+    }
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&given);
+    return body;
 }
 
 static void
-s_send_up (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **body_p)
+s_send_up (dsh_stage_t *self, s_call_t *call, zframe_t **body_p)
 {
     if (self->inline_mode)
         self->host.up (self->host.arg, call->token, body_p);
@@ -256,28 +294,28 @@ s_send_up (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **body_p)
 }
 
 static void
-s_answer (dsh_stage_t *self, dsh_stage_call_t *call)
+s_answer (dsh_stage_t *self, s_call_t *call)
 {
     zframe_t *body = NULL;
     if (call->answer)
-        body = s_result_body (call, call->answer);
+        body = s_result_body (call, &call->answer);
     if (!body) {
         char text [128];
         snprintf (text, sizeof (text), "Error: stage \"%s\" answered without a result", self->name);
-        body = dsh_proto_error_result (call->head.call_id, DSH_E_MIDDLEWARE_FAILED, text);
+        body = dsh_proto_error_result (dsh_call_id (call->reader), DSH_E_MIDDLEWARE_FAILED, text);
     }
     s_send_up (self, call, &body);
 }
 
 static bool
-s_changed (dsh_stage_call_t *call)
+s_changed (s_call_t *call)
 {
     return call->new_arguments || call->stamps || call->change_agent;
 }
 
 //  The body with the stage's changes spliced in, or NULL with a reason.
 static zframe_t *
-s_splice (dsh_stage_call_t *call, char *error, size_t error_size)
+s_splice (s_call_t *call, char *error, size_t error_size)
 {
     size_t stamp_count = call->stamps? zhashx_size (call->stamps): 0;
     dsh_meta_stamp_t *stamps = (dsh_meta_stamp_t *) zmalloc ((stamp_count + 1) * sizeof (dsh_meta_stamp_t));
@@ -301,7 +339,7 @@ s_splice (dsh_stage_call_t *call, char *error, size_t error_size)
 
 //  Sends the call down; returns false (and answers it) if it cannot go.
 static bool
-s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
+s_pass (dsh_stage_t *self, s_call_t *call)
 {
     //  The DEALER's queue is full: fail before the frames move, while the
     //  call can still be read for its callId
@@ -315,10 +353,9 @@ s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
                 //  Over the limit, or a change that is not msgpack: the call
                 //  cannot go on as the stage wants it, and must not go on as
                 //  it was
-                s_decode (call);
                 char text [320];
                 snprintf (text, sizeof (text), "Error: stage \"%s\" cannot pass the call on: %s", self->name, error);
-                zframe_t *failure = dsh_proto_error_result (call->head.call_id, DSH_E_BAD_REQUEST, text);
+                zframe_t *failure = dsh_proto_error_result (dsh_call_id (call->reader), DSH_E_BAD_REQUEST, text);
                 s_send_up (self, call, &failure);
                 return false;
             }
@@ -346,19 +383,21 @@ s_pass (dsh_stage_t *self, dsh_stage_call_t *call)
         if (body && s_send (call->link->downstream, call->envelope, DSH_CALL, &body, &tool) == 0)
             return true;
     }
+    //  An untouched body went on unread, and is gone once sent: its
+    //  callId is not read from freed bytes
+    const char *call_id = call->body? dsh_call_id (call->reader): NULL;
     zframe_destroy (&body);
     zframe_destroy (&tool);
-    s_decode (call);
     char text [160];
     snprintf (text, sizeof (text), "Error: stage \"%s\" cannot pass the call on", self->name);
-    zframe_t *failure = dsh_proto_error_result (call->head.call_id, DSH_E_MIDDLEWARE_FAILED, text);
+    zframe_t *failure = dsh_proto_error_result (call_id, DSH_E_MIDDLEWARE_FAILED, text);
     s_send_up (self, call, &failure);
     return false;
 }
 
 //  Acts on a verdict; takes the call (keeps it in the table if needed).
 static void
-s_decide (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict)
+s_decide (dsh_stage_t *self, s_call_t *call, dsh_stage_verdict_t verdict)
 {
     if (call->cancelled) {
         //  Answered already, upstream: nothing goes anywhere
@@ -395,13 +434,9 @@ static void
 s_handle_call (s_link_t *link, zmsg_t **envelope_p, zmsg_t *msg)
 {
     dsh_stage_t *self = link->stage;
-    dsh_stage_call_t *call = (dsh_stage_call_t *) zmalloc (sizeof (dsh_stage_call_t));
-    assert (call);
-    call->stage = self;
-    call->link = link;
+    s_call_t *call = s_call_new (self, link, zmsg_pop (msg));
     call->envelope = *envelope_p;
     *envelope_p = NULL;
-    call->body = zmsg_pop (msg);
     call->tool = zmsg_pop (msg);
     //  The time the call has left, in ms, as the hub saw it: made a
     //  deadline on this machine's own clock
@@ -433,41 +468,57 @@ s_handle_call (s_link_t *link, zmsg_t **envelope_p, zmsg_t *msg)
         s_call_destroy (&call);
         return;
     }
-    s_decide (self, call, self->callbacks.on_request (self, call, self->arg));
+    s_decide (self, call, self->callbacks.on_request (self, call->reader, self->arg));
 }
 
-//  The reply body to a CONTROL body {command, args?}.
+//  The reply body to a CONTROL body {command, args?, caller?}: {ok,
+//  message?, data?}; NULL if the stage's data is not one msgpack object.
 static zframe_t *
 s_control_reply (dsh_stage_t *self, zframe_t *request_body)
 {
     char error_text [256] = "";
     char *error = NULL;
-    json_t *reply = NULL;
     dsh_doc_t *doc = request_body? dsh_proto_decode_body (request_body, error_text, sizeof (error_text)): NULL;
-    json_t *request = doc? dsh_json_from_msgpack (dsh_doc_root (doc)): NULL;
-    const char *command = json_string_value (json_object_get (request, "command"));
+    const msgpack_object *request = doc? dsh_doc_root (doc): NULL;
+    const char *command = doc? dsh_doc_strdup (doc, dsh_map_get (request, "command")): NULL;
+    dsh_packer_t data;
+    dsh_packer_init (&data);
     if (!command)
         error = strdup (*error_text? error_text: "CONTROL wants {command, args?}");
     else
     if (!self->callbacks.on_control)
         error = zsys_sprintf ("stage \"%s\" takes no commands", self->name);
     else {
-        json_t *args = json_object_get (request, "args");
-        self->control_caller = json_string_value (json_object_get (request, "caller"));
-        reply = self->callbacks.on_control (self, command, args? args: json_null (), &error, self->arg);
+        self->control_caller = dsh_doc_strdup (doc, dsh_map_get (request, "caller"));
+        int rc = self->callbacks.on_control (self, command, dsh_map_get (request, "args"), &data, &error,
+                                             self->arg);
         self->control_caller = NULL;
-        if (!reply && !error)
+        if (rc && !error)
             error = zsys_sprintf ("stage \"%s\" has no command \"%s\"", self->name, command);
     }
-    json_t *body = json_object ();
-    json_object_set_new (body, "ok", json_boolean (error == NULL));
-    if (error)
-        json_object_set_new (body, "message", json_string (error));
-    if (reply)
-        json_object_set_new (body, "data", reply);
-    zframe_t *frame = s_encode_json (body);
-    json_decref (body);
-    json_decref (request);
+    const char *data_bytes = data.sbuf.data;
+    size_t data_size = error? 0: data.sbuf.size;
+    zframe_t *frame = NULL;
+    if (data_size == 0 || dsh_msgpack_skip (data_bytes, data_size) == data_size) {
+        dsh_packer_t packer;
+        dsh_packer_init (&packer);
+        dsh_packer_map_begin (&packer);
+        dsh_pack_cstr (&packer.pk, "ok");
+        if (error)
+            msgpack_pack_false (&packer.pk);
+        else
+            msgpack_pack_true (&packer.pk);
+        if (error)
+            dsh_packer_kv_str (&packer, "message", error);
+        if (data_size) {
+            dsh_pack_cstr (&packer.pk, "data");
+            dsh_packer_raw (&packer, data_bytes, data_size);
+        }
+        dsh_packer_map_end (&packer);
+        frame = dsh_packer_frame (&packer);
+        dsh_packer_release (&packer);
+    }
+    dsh_packer_release (&data);
     dsh_doc_destroy (&doc);
     zstr_free (&error);
     return frame;
@@ -487,7 +538,7 @@ static void
 s_cancel (s_link_t *link, uint64_t token)
 {
     dsh_stage_t *self = link->stage;
-    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (link->calls, &token);
+    s_call_t *call = (s_call_t *) zhashx_lookup (link->calls, &token);
     if (!call || call->cancelled)
         return;
     if (call->deferred || call->result_deferred) {
@@ -495,7 +546,7 @@ s_cancel (s_link_t *link, uint64_t token)
         //  on): it stays until the stage resumes it, which then sends nothing
         call->cancelled = true;
         if (self->callbacks.on_cancel)
-            self->callbacks.on_cancel (self, call, self->arg);
+            self->callbacks.on_cancel (self, call->reader, self->arg);
     }
     else {
         //  Passed and watched: its result will never come back
@@ -552,7 +603,7 @@ s_upstream_recv (zloop_t *loop, zsock_t *reader, void *arg)
 }
 
 static void
-s_finish_result (dsh_stage_t *self, dsh_stage_call_t *call)
+s_finish_result (dsh_stage_t *self, s_call_t *call)
 {
     if (call->cancelled) {
         //  Answered already, without this stage
@@ -562,7 +613,7 @@ s_finish_result (dsh_stage_t *self, dsh_stage_call_t *call)
     }
     zframe_t *body = NULL;
     if (call->new_result)
-        body = s_result_body (call, call->new_result);
+        body = s_result_body (call, &call->new_result);
     if (!body) {
         body = call->result;
         call->result = NULL;
@@ -575,12 +626,12 @@ s_finish_result (dsh_stage_t *self, dsh_stage_call_t *call)
 //  The result of a watched call comes back: the stage reads it (and may
 //  rewrite or hold it), then it goes up.
 static void
-s_take_result (dsh_stage_t *self, dsh_stage_call_t *call, zframe_t **result_p)
+s_take_result (dsh_stage_t *self, s_call_t *call, zframe_t **result_p)
 {
     call->result = *result_p;
     *result_p = NULL;
     if (self->callbacks.on_result)
-        self->callbacks.on_result (self, call, self->arg);
+        self->callbacks.on_result (self, call->reader, self->arg);
     if (!call->result_deferred)
         s_finish_result (self, call);
 }
@@ -597,11 +648,11 @@ s_downstream_recv_one (zsock_t *reader, void *arg)
     char command [DSH_COMMAND_MAX + 1];
     char error [256];
     uint64_t token;
-    dsh_stage_call_t *call = NULL;
+    s_call_t *call = NULL;
     if (dsh_proto_split (msg, &envelope, command, sizeof (command), error, sizeof (error)) == 0
     &&  streq (command, DSH_RESULT) && zmsg_size (msg) == 1
     &&  s_envelope_token (envelope, &token))
-        call = (dsh_stage_call_t *) zhashx_lookup (link->calls, &token);
+        call = (s_call_t *) zhashx_lookup (link->calls, &token);
     if (call && call->watch && !call->deferred && !call->result) {
         zframe_t *result = zmsg_pop (msg);
         s_take_result (self, call, &result);
@@ -729,9 +780,9 @@ static void
 s_link_move (s_link_t *self, const char *feed, const char *drain)
 {
     zlistx_t *tokens = zlistx_new ();
-    for (dsh_stage_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
+    for (s_call_t *call = zhashx_first (self->calls); call; call = zhashx_next (self->calls))
         zlistx_add_end (tokens, call);
-    for (dsh_stage_call_t *call = zlistx_first (tokens); call; call = zlistx_next (tokens))
+    for (s_call_t *call = zlistx_first (tokens); call; call = zlistx_next (tokens))
         s_cancel (self, call->token);
     zlistx_destroy (&tokens);
     s_link_close (self);
@@ -755,10 +806,12 @@ s_link_ask (s_link_t *self, const char *command)
     dsh_sock_send (self->front, &msg);
 }
 
+static void s_link_follow (s_link_t *self);
+
 static void
 s_link_welcome (s_link_t *self, dsh_doc_t *doc)
 {
-    if (!self->hello_due)
+    if (dsh_link_state (self->session) != DSH_LINK_HELLO)
         return;                 //  an answer to a HELLO re-sent before
     const msgpack_object *root = dsh_doc_root (doc);
     const msgpack_object *slot = dsh_map_get (root, "stage");
@@ -772,19 +825,16 @@ s_link_welcome (s_link_t *self, dsh_doc_t *doc)
     }
     self->heartbeat_ms = dsh_map_int_in (dsh_doc_root (doc), "heartbeatMs", 1, 3600000, DSH_DEFAULT_HEARTBEAT_MS);
     self->liveness = dsh_map_int_in (dsh_doc_root (doc), "liveness", 1, 1000, DSH_DEFAULT_LIVENESS);
+    dsh_link_welcome (self->session, zclock_mono (), broker_id, self->heartbeat_ms, self->liveness);
     char *feed_endpoint = dsh_sock_resolve (feed, self->broker);
     char *drain_endpoint = dsh_sock_resolve (drain, self->broker);
     if (!self->upstream || !streq (self->feed, feed_endpoint) || !streq (self->drain, drain_endpoint))
         s_link_move (self, feed_endpoint, drain_endpoint);
     zstr_free (&feed_endpoint);
     zstr_free (&drain_endpoint);
-    zstr_free (&self->broker_id);
-    self->broker_id = strdup (broker_id);
     const char *version = dsh_doc_strdup (doc, dsh_map_get (slot, "chainVersion"));
     zstr_free (&self->chain_version);
     self->chain_version = version? strdup (version): NULL;
-    self->hello_due = 0;
-    self->ping_due = zclock_mono () + self->heartbeat_ms;
 }
 
 static int
@@ -794,7 +844,7 @@ s_link_front_recv_one (zsock_t *reader, void *arg)
     zmsg_t *msg = zmsg_recv (reader);
     if (!msg)
         return 0;
-    self->heard = zclock_mono ();
+    dsh_link_heard (self->session, zclock_mono ());
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256];
@@ -805,19 +855,18 @@ s_link_front_recv_one (zsock_t *reader, void *arg)
         if (streq (command, DSH_WELCOME))
             s_link_welcome (self, doc);
         else
-        if (streq (command, DSH_PONG) && self->broker_id) {
-            const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "broker"));
-            if (broker_id && !streq (broker_id, self->broker_id) && !self->hello_due) {
-                //  Restarted: its slot may be elsewhere now
-                dsh_log_info ("stage %s: the broker at %s restarted; asking for its slot again",
-                              self->stage->name, self->broker);
-                self->hello_due = zclock_mono ();
-            }
+        if (streq (command, DSH_PONG)) {
+            //  Another instance id than the WELCOME's: restarted (s_link_follow)
+            const msgpack_object *root = dsh_doc_root (doc);
+            dsh_link_pong (self->session, zclock_mono (), dsh_doc_strdup (doc, dsh_map_get (root, "broker")),
+                           dsh_map_int_in (root, "heartbeatMs", 1, 3600000, 0),
+                           dsh_map_int_in (root, "liveness", 1, 1000, 0));
         }
     }
     dsh_doc_destroy (&doc);
     zmsg_destroy (&envelope);
     zmsg_destroy (&msg);
+    s_link_follow (self);
     return 0;
 }
 
@@ -828,8 +877,33 @@ s_link_front_recv (zloop_t *loop, zsock_t *reader, void *arg)
     return dsh_sock_drain (reader, S_BATCH, s_link_front_recv_one, arg);
 }
 
-//  Follows the broker of an attached link: HELLO until its slot is known,
-//  then PING; silence for its liveness window means asking again.
+//  Does what the link's session says, in order. The front stays: each
+//  link has its one broker, and HELLO on it finds the slot wherever it is
+//  now.
+static void
+s_link_follow (s_link_t *self)
+{
+    dsh_link_event_t event;
+    while (dsh_link_next (self->session, &event) == 0) {
+        if (event.type == DSH_LINK_SEND_HELLO)
+            s_link_ask (self, DSH_HELLO);
+        else
+        if (event.type == DSH_LINK_SEND_PING)
+            s_link_ask (self, DSH_PING);
+        else
+        if (event.type == DSH_LINK_DOWN)
+            dsh_log_info ("stage %s: no answer from the broker at %s for %" PRId64 " ms; asking for its slot again",
+                          self->stage->name, self->broker, event.silence_ms);
+        else
+        if (event.type == DSH_LINK_RESTARTED)
+            //  Its slot may be elsewhere now
+            dsh_log_info ("stage %s: the broker at %s restarted; asking for its slot again",
+                          self->stage->name, self->broker);
+    }
+}
+
+//  Follows the broker of each attached link: HELLO until its slot is
+//  known, then PING; silence for its liveness window means asking again.
 static int
 s_links_tick (zloop_t *loop, int timer_id, void *arg)
 {
@@ -837,24 +911,11 @@ s_links_tick (zloop_t *loop, int timer_id, void *arg)
     (void) timer_id;
     dsh_stage_t *stage = (dsh_stage_t *) arg;
     int64_t now = zclock_mono ();
-    for (s_link_t *link = zlistx_first (stage->links); link; link = zlistx_next (stage->links)) {
-        if (!link->front)
-            continue;
-        if (!link->hello_due && now - link->heard > (int64_t) link->heartbeat_ms * link->liveness) {
-            dsh_log_info ("stage %s: no answer from the broker at %s for %d ms; asking for its slot again",
-                          stage->name, link->broker, link->heartbeat_ms * link->liveness);
-            link->hello_due = now;
+    for (s_link_t *link = zlistx_first (stage->links); link; link = zlistx_next (stage->links))
+        if (link->session) {
+            dsh_link_tick (link->session, now);
+            s_link_follow (link);
         }
-        if (link->hello_due && now >= link->hello_due) {
-            s_link_ask (link, DSH_HELLO);
-            link->hello_due = now + 1000;
-        }
-        else
-        if (!link->hello_due && now >= link->ping_due) {
-            s_link_ask (link, DSH_PING);
-            link->ping_due = now + link->heartbeat_ms;
-        }
-    }
     return 0;
 }
 
@@ -879,13 +940,21 @@ s_link_connect (dsh_stage_t *stage, s_slot_t *slot)
             return NULL;
         }
         zloop_reader (stage->loop, self->front, s_link_front_recv, self);
-        self->heard = zclock_mono ();
-        self->broker_id = slot->broker_id? strdup (slot->broker_id): NULL;
         self->chain_version = slot->chain_version? strdup (slot->chain_version): NULL;
-        if (slot->feed)
-            self->ping_due = zclock_mono () + self->heartbeat_ms;
-        else
-            self->hello_due = zclock_mono ();
+        //  Connected above; a slot known is the WELCOME to the HELLO that
+        //  dsh_stage_attach sent, else the session asks now
+        int64_t now = zclock_mono ();
+        self->session = dsh_link_new (DSH_LINK_COMPONENT);
+        dsh_link_add (self->session, slot->broker);
+        dsh_link_start (self->session, now);
+        dsh_link_event_t event;
+        while (dsh_link_next (self->session, &event) == 0)
+            if (event.type == DSH_LINK_SEND_HELLO && !slot->feed)
+                s_link_ask (self, DSH_HELLO);
+        if (slot->feed) {
+            dsh_link_welcome (self->session, now, slot->broker_id, self->heartbeat_ms, self->liveness);
+            s_link_follow (self);
+        }
     }
     return self;
 }
@@ -1160,13 +1229,9 @@ dsh_stage_inline_call (dsh_stage_t *self, uint64_t token, zframe_t **body_p, zfr
 {
     assert (self && self->inline_mode);
     assert (body_p && *body_p);
-    dsh_stage_call_t *call = (dsh_stage_call_t *) zmalloc (sizeof (dsh_stage_call_t));
-    assert (call);
-    call->stage = self;
-    call->link = (s_link_t *) zlistx_first (self->links);
-    call->token = token;
-    call->body = *body_p;
+    s_call_t *call = s_call_new (self, (s_link_t *) zlistx_first (self->links), *body_p);
     *body_p = NULL;
+    call->token = token;
     call->tool = tool? zframe_dup (tool): zframe_new_empty ();
     call->deadline_ms = deadline_ms;
     if (zhashx_lookup (call->link->calls, &call->token)) {
@@ -1174,7 +1239,7 @@ dsh_stage_inline_call (dsh_stage_t *self, uint64_t token, zframe_t **body_p, zfr
         s_call_destroy (&call);
         return;
     }
-    s_decide (self, call, self->callbacks.on_request (self, call, self->arg));
+    s_decide (self, call, self->callbacks.on_request (self, call->reader, self->arg));
 }
 
 bool
@@ -1182,7 +1247,7 @@ dsh_stage_inline_result (dsh_stage_t *self, uint64_t token, zframe_t **body_p)
 {
     assert (self && self->inline_mode);
     s_link_t *link = (s_link_t *) zlistx_first (self->links);
-    dsh_stage_call_t *call = (dsh_stage_call_t *) zhashx_lookup (link->calls, &token);
+    s_call_t *call = (s_call_t *) zhashx_lookup (link->calls, &token);
     if (!call || !call->watch || call->deferred || call->result)
         return false;
     s_take_result (self, call, body_p);
@@ -1221,148 +1286,103 @@ dsh_stage_loop (dsh_stage_t *self)
 }
 
 int
-dsh_stage_resume (dsh_stage_t *self, dsh_stage_call_t *call, dsh_stage_verdict_t verdict)
+dsh_stage_resume (dsh_stage_t *self, dsh_call_t *call, dsh_stage_verdict_t verdict)
 {
     assert (self);
-    if (!call || !call->deferred || verdict == DSH_STAGE_DEFER)
+    s_call_t *record = call? s_record (call): NULL;
+    if (!record || !record->deferred || verdict == DSH_STAGE_DEFER)
         return -1;
-    s_decide (self, call, verdict);
+    s_decide (self, record, verdict);
     return 0;
 }
 
 int
-dsh_stage_resume_result (dsh_stage_t *self, dsh_stage_call_t *call)
+dsh_stage_resume_result (dsh_stage_t *self, dsh_call_t *call)
 {
     assert (self);
-    if (!call || !call->result_deferred)
+    s_call_t *record = call? s_record (call): NULL;
+    if (!record || !record->result_deferred)
         return -1;
-    s_finish_result (self, call);
+    s_finish_result (self, record);
     return 0;
 }
 
 //  ---------------------------------------------------------------------
 //  The call
 
-const char *
-dsh_stage_call_id (dsh_stage_call_t *call)
-{
-    s_decode (call);
-    return call->head.call_id;
-}
-
-const char *
-dsh_stage_call_name (dsh_stage_call_t *call)
-{
-    s_decode (call);
-    return call->head.name;
-}
-
-const char *
-dsh_stage_call_agent (dsh_stage_call_t *call)
-{
-    s_decode (call);
-    if (call->change_agent)
-        return call->new_agent;
-    return call->head.agent;
-}
-
 const msgpack_object *
-dsh_stage_call_arguments (dsh_stage_call_t *call)
+dsh_stage_call_tool (dsh_call_t *call)
 {
-    s_decode (call);
-    return call->head.arguments;
-}
-
-const msgpack_object *
-dsh_stage_call_meta (dsh_stage_call_t *call)
-{
-    s_decode (call);
-    return call->head.meta;
-}
-
-const msgpack_object *
-dsh_stage_call_tool (dsh_stage_call_t *call)
-{
-    s_decode (call);
-    return call->tool_doc? dsh_doc_root (call->tool_doc): NULL;
+    return s_tool (s_record (call));
 }
 
 const byte *
-dsh_stage_call_tool_bytes (dsh_stage_call_t *call, size_t *size)
+dsh_stage_call_tool_bytes (dsh_call_t *call, size_t *size)
 {
-    assert (call);
     assert (size);
-    *size = call->tool? zframe_size (call->tool): 0;
-    return *size? zframe_data (call->tool): NULL;
+    s_call_t *record = s_record (call);
+    *size = record->tool? zframe_size (record->tool): 0;
+    return *size? zframe_data (record->tool): NULL;
 }
 
 int64_t
-dsh_stage_call_deadline (dsh_stage_call_t *call)
+dsh_stage_call_deadline (dsh_call_t *call)
 {
-    return call->deadline_ms;
+    return s_record (call)->deadline_ms;
 }
 
 const char *
-dsh_stage_call_chain_version (dsh_stage_call_t *call)
+dsh_stage_call_chain_version (dsh_call_t *call)
 {
-    assert (call);
-    return call->link? call->link->chain_version: NULL;
+    s_call_t *record = s_record (call);
+    return record->link? record->link->chain_version: NULL;
 }
 
 bool
-dsh_stage_call_annotation (dsh_stage_call_t *call, const char *hint, bool fallback)
+dsh_stage_call_annotation (dsh_call_t *call, const char *hint, bool fallback)
 {
     const msgpack_object *value = dsh_map_get (dsh_map_get (dsh_stage_call_tool (call), "annotations"), hint);
     return value && value->type == MSGPACK_OBJECT_BOOLEAN? value->via.boolean: fallback;
 }
 
-json_t *
-dsh_stage_call_json (dsh_stage_call_t *call)
+void
+dsh_stage_call_set_arguments (dsh_call_t *call, const void *arguments, size_t size)
 {
-    s_decode (call);
-    return call->doc? dsh_json_from_msgpack (dsh_doc_root (call->doc)): NULL;
+    assert (arguments && size);
+    s_call_t *record = s_record (call);
+    zframe_destroy (&record->new_arguments);
+    record->new_arguments = zframe_new (arguments, size);
 }
 
 void
-dsh_stage_call_set_arguments (dsh_stage_call_t *call, json_t *arguments)
+dsh_stage_call_set_agent (dsh_call_t *call, const char *agent)
 {
-    if (!arguments)
-        arguments = json_object ();
-    zframe_destroy (&call->new_arguments);
-    call->new_arguments = s_encode_json (arguments);
-    json_decref (arguments);
+    s_call_t *record = s_record (call);
+    zstr_free (&record->new_agent);
+    record->change_agent = true;
+    record->new_agent = agent? strdup (agent): NULL;
 }
 
 void
-dsh_stage_call_set_agent (dsh_stage_call_t *call, const char *agent)
+dsh_stage_call_note (dsh_call_t *call, json_t *note)
 {
-    zstr_free (&call->new_agent);
-    call->change_agent = true;
-    call->new_agent = agent? strdup (agent): NULL;
-}
-
-void
-dsh_stage_call_note (dsh_stage_call_t *call, json_t *note)
-{
-    assert (call);
-    dsh_stage_t *self = call->stage;
+    dsh_stage_t *self = s_record (call)->stage;
     if (note && self->host.note) {
         char *text = json_dumps (note, JSON_COMPACT);
         if (text)
-            self->host.note (self->host.arg, call->token, text);
+            self->host.note (self->host.arg, s_record (call)->token, text);
         free (text);
     }
     json_decref (note);
 }
 
 void
-dsh_stage_call_note_text (dsh_stage_call_t *call, const char *note)
+dsh_stage_call_note_text (dsh_call_t *call, const char *note)
 {
-    assert (call);
     assert (note);
-    dsh_stage_t *self = call->stage;
+    dsh_stage_t *self = s_record (call)->stage;
     if (self->host.note)
-        self->host.note (self->host.arg, call->token, note);
+        self->host.note (self->host.arg, s_record (call)->token, note);
 }
 
 const char *
@@ -1372,99 +1392,147 @@ dsh_stage_control_caller (dsh_stage_t *self)
     return self? self->control_caller: NULL;
 }
 
-void
-dsh_stage_call_set_meta (dsh_stage_call_t *call, const char *key, json_t *value)
+char *
+dsh_stage_strdup (const msgpack_object *value)
 {
-    if (!call->stamps) {
-        call->stamps = zhashx_new ();
-        zhashx_set_destructor (call->stamps, (zhashx_destructor_fn *) zframe_destroy);
+    if (!value || value->type != MSGPACK_OBJECT_STR || memchr (value->via.str.ptr, 0, value->via.str.size))
+        return NULL;
+    char *text = (char *) malloc (value->via.str.size + 1);
+    assert (text);
+    memcpy (text, value->via.str.ptr, value->via.str.size);
+    text [value->via.str.size] = 0;
+    return text;
+}
+
+void
+dsh_stage_call_set_meta (dsh_call_t *call, const char *key, const void *value, size_t size)
+{
+    assert (key);
+    assert (!value || size);
+    s_call_t *record = s_record (call);
+    if (!record->stamps) {
+        record->stamps = zhashx_new ();
+        zhashx_set_destructor (record->stamps, (zhashx_destructor_fn *) zframe_destroy);
     }
     //  An empty frame stands for a removal
-    zframe_t *packed = value? s_encode_json (value): zframe_new_empty ();
-    json_decref (value);
-    if (packed)
-        zhashx_update (call->stamps, key, packed);
+    zhashx_update (record->stamps, key, value? zframe_new (value, size): zframe_new_empty ());
 }
 
 void
-dsh_stage_call_set_meta_packed (dsh_stage_call_t *call, const char *key, const void *value, size_t size)
-{
-    assert (value && size);
-    if (!call->stamps) {
-        call->stamps = zhashx_new ();
-        zhashx_set_destructor (call->stamps, (zhashx_destructor_fn *) zframe_destroy);
-    }
-    zhashx_update (call->stamps, key, zframe_new (value, size));
-}
-
-void
-dsh_stage_call_answer_error (dsh_stage_call_t *call, const char *code, const char *format, ...)
+dsh_stage_call_answer_error (dsh_call_t *call, const char *code, const char *format, ...)
 {
     va_list args;
     va_start (args, format);
     char *message = zsys_vprintf (format, args);
     va_end (args);
     char *text = zsys_sprintf ("Error: %s", message? message: "");
-    json_decref (call->answer);
-    call->answer = json_pack ("{s:[{s:s, s:s}], s:b, s:{s:s, s:s}}",
-                              "content", "type", "text", "text", text,
-                              "isError", 1,
-                              "error", "name", dsh_proto_error_name (code), "code", code);
+    s_call_t *record = s_record (call);
+    zframe_destroy (&record->answer);
+    record->answer = dsh_proto_error_result (dsh_call_id (call), code, text);
     zstr_free (&text);
     zstr_free (&message);
 }
 
 void
-dsh_stage_call_answer (dsh_stage_call_t *call, json_t *result)
+dsh_stage_call_answer (dsh_call_t *call, zframe_t **result_p)
 {
-    json_decref (call->answer);
-    call->answer = result;
+    assert (result_p);
+    s_call_t *record = s_record (call);
+    zframe_destroy (&record->answer);
+    record->answer = *result_p;
+    *result_p = NULL;
 }
 
 void
-dsh_stage_call_watch_result (dsh_stage_call_t *call)
+dsh_stage_call_watch_result (dsh_call_t *call)
 {
-    call->watch = true;
+    s_record (call)->watch = true;
 }
 
-json_t *
-dsh_stage_call_result (dsh_stage_call_t *call)
+const msgpack_object *
+dsh_stage_call_result (dsh_call_t *call)
 {
-    if (call->new_result)
-        return json_deep_copy (call->new_result);
-    if (!call->result)
-        return NULL;
-    char error [128];
-    dsh_doc_t *doc = dsh_doc_new (zframe_data (call->result), zframe_size (call->result), error, sizeof (error));
-    json_t *result = doc? dsh_json_from_msgpack (dsh_doc_root (doc)): NULL;
-    dsh_doc_destroy (&doc);
-    return result;
-}
-
-void
-dsh_stage_call_set_result (dsh_stage_call_t *call, json_t *result)
-{
-    json_decref (call->new_result);
-    call->new_result = result;
+    s_call_t *record = s_record (call);
+    zframe_t *body = record->new_result? record->new_result: record->result;
+    if (!record->result_read && body) {
+        record->result_read = true;
+        char error [128];
+        record->result_doc = dsh_proto_decode_body (body, error, sizeof (error));
+    }
+    return record->result_doc? dsh_doc_root (record->result_doc): NULL;
 }
 
 void
-dsh_stage_call_defer_result (dsh_stage_call_t *call)
+dsh_stage_call_set_result (dsh_call_t *call, zframe_t **result_p)
 {
-    call->result_deferred = true;
+    assert (result_p);
+    s_call_t *record = s_record (call);
+    //  What was read of the result it replaces goes with it
+    dsh_doc_destroy (&record->result_doc);
+    record->result_read = false;
+    zframe_destroy (&record->new_result);
+    record->new_result = *result_p;
+    *result_p = NULL;
 }
 
 void
-dsh_stage_call_set_data (dsh_stage_call_t *call, void *data, void (*destructor) (void *))
+dsh_stage_call_add_result_text (dsh_call_t *call, const char *text)
 {
-    if (call->data && call->data_destructor)
-        call->data_destructor (call->data);
-    call->data = data;
-    call->data_destructor = destructor;
+    const msgpack_object *result = dsh_stage_call_result (call);
+    if (!result)
+        return;
+    const msgpack_object *content = dsh_map_get (result, "content");
+    bool has_content = content && content->type == MSGPACK_OBJECT_ARRAY;
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_packer_map_begin (&packer);
+    for (uint32_t index = 0; index < result->via.map.size; index++) {
+        const msgpack_object_kv *entry = &result->via.map.ptr [index];
+        if (&entry->val == content && !has_content)
+            continue;           //  not an array: a new one takes its place
+        msgpack_pack_object (&packer.pk, entry->key);
+        if (&entry->val != content)
+            msgpack_pack_object (&packer.pk, entry->val);
+        else {
+            msgpack_pack_array (&packer.pk, content->via.array.size + 1);
+            for (uint32_t block = 0; block < content->via.array.size; block++)
+                msgpack_pack_object (&packer.pk, content->via.array.ptr [block]);
+            msgpack_pack_map (&packer.pk, 2);
+            dsh_packer_kv_str (&packer, "type", "text");
+            dsh_packer_kv_str (&packer, "text", text);
+        }
+    }
+    if (!has_content) {
+        dsh_pack_cstr (&packer.pk, "content");
+        msgpack_pack_array (&packer.pk, 1);
+        msgpack_pack_map (&packer.pk, 2);
+        dsh_packer_kv_str (&packer, "type", "text");
+        dsh_packer_kv_str (&packer, "text", text);
+    }
+    dsh_packer_map_end (&packer);
+    zframe_t *body = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    dsh_stage_call_set_result (call, &body);
+}
+
+void
+dsh_stage_call_defer_result (dsh_call_t *call)
+{
+    s_record (call)->result_deferred = true;
+}
+
+void
+dsh_stage_call_set_data (dsh_call_t *call, void *data, void (*destructor) (void *))
+{
+    s_call_t *record = s_record (call);
+    if (record->data && record->data_destructor)
+        record->data_destructor (record->data);
+    record->data = data;
+    record->data_destructor = destructor;
 }
 
 void *
-dsh_stage_call_data (dsh_stage_call_t *call)
+dsh_stage_call_data (dsh_call_t *call)
 {
-    return call->data;
+    return s_record (call)->data;
 }

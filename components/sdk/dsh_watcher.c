@@ -30,6 +30,9 @@
       broker is gone: the watcher follows the next broker of its list (or
       the same one again, with new sockets) from HELLO on.
 
+    When to say HELLO and PING, and when to move on, is a session's to say
+    (dsh_link, PROTOCOL.md "Client liveness"); the actor keeps the sockets.
+
     Each HELLO and SNAPSHOT request carries an id that the broker echoes: a
     request that gets no reply in time is re-sent with the same id, so
     whichever reply comes first is used, while replies to an abandoned
@@ -44,10 +47,10 @@
 #include "dsh_beacon.h"
 #include "dsh_curve.h"
 #include "dsh_view.h"
+#include "dsh_link.h"
 
 #include <inttypes.h>
 
-#define HELLO_RETRY_MS      1000    //  until a WELCOME comes
 #define SNAPSHOT_RETRY_MS   2000    //  until a SNAPSHOT reply comes, doubling:
 #define SNAPSHOT_RETRY_MAX_MS 16000 //  a broker serves snapshots in turn
 #define COMMAND_TIMEOUT_MS  5000    //  the actor answers at once; this is a backstop
@@ -79,8 +82,9 @@ typedef struct {
 //  The actor's state.
 typedef struct {
     zsock_t *pipe;
-    zlistx_t *brokers;          //  front endpoints, followed one at a time
-    const char *front;          //  the one followed now (an item of brokers)
+    dsh_link_t *session;        //  the brokers, followed one at a time: when
+                                //  to say HELLO and PING, and to move on
+    const char *front;          //  the one followed now (an item of session's)
     zsock_t *front_sock;        //  DEALER to its front; NULL if it cannot connect
     zsock_t *events;            //  SUB, once WELCOME told where
     dsh_handshake_t *events_handshake;
@@ -88,13 +92,7 @@ typedef struct {
     zpoller_t *poller;
     dsh_view_t *view;
     bool terminated;
-    char *broker_id;            //  WELCOME's `broker`: the instance followed
-    int heartbeat_ms;           //  WELCOME's, else the defaults
-    int liveness;
-    int64_t heard;              //  when the front last answered anything
-    int64_t hello_due;          //  when to send HELLO next; 0 once welcomed
     uint64_t hello_id;          //  the HELLO whose WELCOME is awaited
-    int64_t ping_due;           //  when to PING next, once welcomed
     uint64_t request_id;        //  SNAPSHOT request awaited, 0 = none
     uint64_t last_request_id;   //  ids of HELLO and SNAPSHOT requests
     int64_t request_due;        //  when to (re)send it
@@ -120,15 +118,15 @@ s_self_destroy (self_t **self_p)
         zpoller_destroy (&self->poller);
         zsock_destroy (&self->front_sock);
         dsh_view_destroy (&self->view);
-        zlistx_destroy (&self->brokers);
-        zstr_free (&self->broker_id);
+        dsh_link_destroy (&self->session);
         free (self);
         *self_p = NULL;
     }
 }
 
-//  Back to HELLO with the broker followed: its endpoints may have moved.
-//  The view is lost until a snapshot comes from the new SUB.
+//  Back to HELLO with the broker followed (the session sends it): its
+//  endpoints may have moved. The view is lost until a snapshot comes from
+//  the new SUB.
 static void
 s_rediscover (self_t *self)
 {
@@ -136,8 +134,6 @@ s_rediscover (self_t *self)
     dsh_view_lose (self->view);
     self->request_id = 0;
     self->hello_id = ++self->last_request_id;
-    self->hello_due = zclock_mono ();
-    self->heard = zclock_mono ();
 }
 
 //  Follow the broker at front (an item of brokers), with new sockets:
@@ -149,7 +145,6 @@ s_follow (self_t *self, const char *front)
     if (self->front_sock)
         zpoller_remove (self->poller, self->front_sock);
     zsock_destroy (&self->front_sock);
-    zstr_free (&self->broker_id);
     s_rediscover (self);
     zsock_t *front_sock = zsock_new (ZMQ_DEALER);
     assert (front_sock);
@@ -160,7 +155,7 @@ s_follow (self_t *self, const char *front)
     //  No ZMTP heartbeats: PING and PONG on FRONT are the watcher's
     //  liveness (the Clone procedure, rule 7), and a silent broker makes
     //  new sockets
-    dsh_sock_keepalive (front_sock, self->heartbeat_ms, self->liveness);
+    dsh_sock_keepalive (front_sock, dsh_link_heartbeat_ms (self->session), dsh_link_liveness (self->session));
     dsh_curve_client (front_sock);
     if (zsock_connect (front_sock, "%s", front)) {
         //  Not an endpoint this process can connect to: the silence rule
@@ -173,26 +168,40 @@ s_follow (self_t *self, const char *front)
     zpoller_add (self->poller, self->front_sock);
 }
 
-//  The broker followed is silent: follow the next one in the list (the
-//  same one, if it is alone).
+static void s_send_request (self_t *self, const char *command, uint64_t id);
+
+//  Does what the session says, in order. A broker silent for the window
+//  (or never answering at all) is left for the next one in the list (the
+//  same one, if it is alone, on new sockets); one that answers PING under
+//  another instance id than its WELCOME's restarted, and is asked for its
+//  endpoints again.
 static void
-s_fail_over (self_t *self)
+s_session_follow (self_t *self)
 {
-    const char *next = NULL;
-    for (const char *broker = zlistx_first (self->brokers); broker; broker = zlistx_next (self->brokers))
-        if (broker == self->front) {
-            next = zlistx_next (self->brokers);
-            break;
+    dsh_link_event_t event;
+    while (dsh_link_next (self->session, &event) == 0) {
+        if (event.type == DSH_LINK_CONNECT)
+            s_follow (self, event.endpoint);
+        else
+        if (event.type == DSH_LINK_SEND_HELLO)
+            s_send_request (self, DSH_HELLO, self->hello_id);
+        else
+        if (event.type == DSH_LINK_SEND_PING)
+            s_send_request (self, DSH_PING, 0);
+        else
+        if (event.type == DSH_LINK_DOWN && dsh_link_size (self->session) > 1)
+            dsh_log_warning ("dsh_watcher: no answer from \"%s\" for %" PRId64 " ms; following the next broker",
+                             event.endpoint, event.silence_ms);
+        else
+        if (event.type == DSH_LINK_DOWN)
+            dsh_log_info ("dsh_watcher: no answer from \"%s\" for %" PRId64 " ms; connecting again",
+                          event.endpoint, event.silence_ms);
+        else
+        if (event.type == DSH_LINK_RESTARTED) {
+            dsh_log_info ("dsh_watcher: the broker at \"%s\" restarted; resynchronising", event.endpoint);
+            s_rediscover (self);
         }
-    if (!next)
-        next = zlistx_first (self->brokers);
-    if (zlistx_size (self->brokers) > 1)
-        dsh_log_warning ("dsh_watcher: no answer from \"%s\" for %d ms; following \"%s\"",
-                         self->front, self->heartbeat_ms * self->liveness, next);
-    else
-        dsh_log_info ("dsh_watcher: no answer from \"%s\" for %d ms; connecting again",
-                      self->front, self->heartbeat_ms * self->liveness);
-    s_follow (self, next);
+    }
 }
 
 static self_t *
@@ -201,16 +210,17 @@ s_self_new (zsock_t *pipe, zlistx_t **brokers_p)
     self_t *self = (self_t *) zmalloc (sizeof (self_t));
     assert (self);
     self->pipe = pipe;
-    self->brokers = *brokers_p;
-    *brokers_p = NULL;
+    self->session = dsh_link_new (DSH_LINK_WATCHER);
+    for (const char *broker = zlistx_first (*brokers_p); broker; broker = zlistx_next (*brokers_p))
+        dsh_link_add (self->session, broker);
+    zlistx_destroy (brokers_p);
     self->view = dsh_view_new (EVENT_QUEUE_LIMIT);
-    self->heartbeat_ms = DSH_DEFAULT_HEARTBEAT_MS;
-    self->liveness = DSH_DEFAULT_LIVENESS;
     self->poller = zpoller_new (pipe, NULL);
     assert (self->poller);
     //  The caller's SIGINT is the caller's business: the actor ends on $TERM
     zpoller_set_nonstop (self->poller, true);
-    s_follow (self, zlistx_first (self->brokers));
+    dsh_link_start (self->session, zclock_mono ());
+    s_session_follow (self);
     return self;
 }
 
@@ -277,7 +287,7 @@ s_answers (dsh_doc_t *doc, uint64_t id)
 static void
 s_handle_welcome (self_t *self, dsh_doc_t *doc)
 {
-    if (!self->hello_due || !s_answers (doc, self->hello_id))
+    if (dsh_link_state (self->session) != DSH_LINK_HELLO || !s_answers (doc, self->hello_id))
         return;                 //  an answer to a re-sent or abandoned HELLO
     const msgpack_object *root = dsh_doc_root (doc);
     const char *advertised = dsh_doc_strdup (doc, dsh_map_get (root, "events"));
@@ -286,13 +296,13 @@ s_handle_welcome (self_t *self, dsh_doc_t *doc)
         dsh_log_warning ("dsh_watcher: WELCOME from \"%s\" names no events endpoint or broker id", self->front);
         return;
     }
-    self->heartbeat_ms = dsh_map_int_in (dsh_doc_root (doc), "heartbeatMs", 1, 3600000, DSH_DEFAULT_HEARTBEAT_MS);
-    self->liveness = dsh_map_int_in (dsh_doc_root (doc), "liveness", 1, 1000, DSH_DEFAULT_LIVENESS);
+    int heartbeat_ms = dsh_map_int_in (root, "heartbeatMs", 1, 3600000, DSH_DEFAULT_HEARTBEAT_MS);
+    int liveness = dsh_map_int_in (root, "liveness", 1, 1000, DSH_DEFAULT_LIVENESS);
     char *endpoint = dsh_sock_resolve (advertised, self->front);
     zsock_t *events = zsock_new (ZMQ_SUB);
     assert (events);
     dsh_sock_limit (events, MAX_REPLY_BYTES, EVENT_HWM);
-    dsh_sock_keepalive (events, self->heartbeat_ms, self->liveness);
+    dsh_sock_keepalive (events, heartbeat_ms, liveness);
     zsock_set_subscribe (events, "");
     dsh_curve_client (events);
     dsh_handshake_t *handshake = dsh_handshake_new (events);
@@ -307,25 +317,21 @@ s_handle_welcome (self_t *self, dsh_doc_t *doc)
         self->events_handshake = handshake;
         self->events_connections = 0;
         zpoller_add (self->poller, self->events);
-        zstr_free (&self->broker_id);
-        self->broker_id = strdup (broker_id);
-        self->hello_due = 0;
-        self->ping_due = zclock_mono () + self->heartbeat_ms;
+        dsh_link_welcome (self->session, zclock_mono (), broker_id, heartbeat_ms, liveness);
+        s_session_follow (self);
     }
     zstr_free (&endpoint);
 }
 
+//  Another instance id than the WELCOME's: the broker restarted
+//  (s_session_follow)
 static void
 s_handle_pong (self_t *self, dsh_doc_t *doc)
 {
-    if (!self->broker_id)
-        return;                 //  not welcomed yet: HELLO is under way
-    const char *broker_id = dsh_doc_strdup (doc, dsh_map_get (dsh_doc_root (doc), "broker"));
-    if (broker_id && !streq (broker_id, self->broker_id)) {
-        dsh_log_info ("dsh_watcher: the broker at \"%s\" restarted; resynchronising", self->front);
-        zstr_free (&self->broker_id);
-        s_rediscover (self);
-    }
+    const msgpack_object *root = dsh_doc_root (doc);
+    dsh_link_pong (self->session, zclock_mono (), dsh_doc_strdup (doc, dsh_map_get (root, "broker")),
+                   dsh_map_int_in (root, "heartbeatMs", 1, 3600000, 0), dsh_map_int_in (root, "liveness", 1, 1000, 0));
+    s_session_follow (self);
 }
 
 static void
@@ -356,7 +362,7 @@ s_handle_front (zsock_t *reader, void *arg)
     if (!msg)
         return 0;
     //  Any reply at all shows the broker is there
-    self->heard = zclock_mono ();
+    dsh_link_heard (self->session, zclock_mono ());
     zmsg_t *envelope = NULL;
     char command [DSH_COMMAND_MAX + 1];
     char error [256] = "";
@@ -461,27 +467,10 @@ s_handle_pipe (self_t *self)
 static int
 s_run_timers (self_t *self)
 {
+    //  HELLO until WELCOME, PING every heartbeat, and the silence rule
     int64_t now = zclock_mono ();
-    if (now - self->heard > (int64_t) self->heartbeat_ms * self->liveness) {
-        s_fail_over (self);
-        now = zclock_mono ();
-    }
-    int64_t next = now + self->heartbeat_ms;
-    if (self->hello_due) {
-        if (now >= self->hello_due) {
-            s_send_request (self, DSH_HELLO, self->hello_id);
-            self->hello_due = now + HELLO_RETRY_MS;
-        }
-        next = self->hello_due;
-    }
-    else {
-        if (now >= self->ping_due) {
-            s_send_request (self, DSH_PING, 0);
-            self->ping_due = now + self->heartbeat_ms;
-        }
-        if (self->ping_due < next)
-            next = self->ping_due;
-    }
+    int64_t next = dsh_link_tick (self->session, now);
+    s_session_follow (self);
     if (self->events) {
         //  Each connection of the SUB, the first one too, may follow events
         //  it never got (the broker restarted, the link was cut): only a
@@ -508,10 +497,6 @@ s_run_timers (self_t *self)
         if (self->request_due < next)
             next = self->request_due;
     }
-    //  The silence rule is checked at least this often
-    int64_t silence_due = self->heard + (int64_t) self->heartbeat_ms * self->liveness + 1;
-    if (silence_due < next)
-        next = silence_due;
     return (int) (next > now? next - now: 0);
 }
 
