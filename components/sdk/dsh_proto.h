@@ -3,7 +3,8 @@
 
     The one codec that the broker, the SDK and every component share. It
     knows frames and msgpack bodies, never sockets. The protocol itself is
-    specified in schemas/PROTOCOL.md; this module is its C form.
+    specified in schemas/PROTOCOL.md and defined for programs in
+    schemas/dsh_protocol.json; this module is its C form.
 
     Every request/reply message on a ROUTER/DEALER socket is
         [envelope...] "" "DSH1" COMMAND [TOKEN] BODY
@@ -29,82 +30,10 @@
 extern "C" {
 #endif
 
-#define DSH_PROTOCOL            "DSH1"
-#define DSH_PROTOCOL_VERSION    1
-
-//  Commands on the front socket (client -> broker, and the replies)
-#define DSH_HELLO               "HELLO"
-#define DSH_WELCOME             "WELCOME"
-#define DSH_PING                "PING"
-#define DSH_PONG                "PONG"
-#define DSH_LIST                "LIST"
-#define DSH_TOOLS               "TOOLS"
-#define DSH_GET                 "GET"
-#define DSH_TOOL                "TOOL"
-#define DSH_SNAPSHOT            "SNAPSHOT"
-#define DSH_CALL                "CALL"
-#define DSH_RESULT              "RESULT"
-#define DSH_ERROR               "ERROR"
-#define DSH_CHAIN               "CHAIN"
-#define DSH_STATS               "STATS"
-#define DSH_CONTROL             "CONTROL"
-#define DSH_AUDIT               "AUDIT"
-#define DSH_PINS                "PINS"
-
-//  Commands on the announce channel (component PUB -> registry SUB)
-#define DSH_ANNOUNCE            "ANNOUNCE"
-#define DSH_HEARTBEAT           "HEARTBEAT"
-#define DSH_WITHDRAW            "WITHDRAW"
-
-//  Commands on the work socket besides CALL and RESULT
-#define DSH_SYNC                "SYNC"
-#define DSH_REFUSED             "REFUSED"
-#define DSH_CANCEL              "CANCEL"
-#define DSH_PROGRESS            "PROGRESS"
-
-//  Change event kinds (the first frame of every event, so SUB can filter)
-#define DSH_EV_REGISTERED       "tool.registered"
-#define DSH_EV_UPDATED          "tool.updated"
-#define DSH_EV_UNREGISTERED     "tool.unregistered"
-#define DSH_EV_JOINED           "component.joined"
-#define DSH_EV_LEFT             "component.left"
-#define DSH_EV_REFUSED          "component.refused"
-#define DSH_EV_CHANGED          "tool.changed"      //  a definition differs from its pin: quarantined
-#define DSH_EV_ACCEPTED         "tool.accepted"     //  an admin pinned the offered definition
-#define DSH_EV_REJECTED         "tool.rejected"     //  an admin rejected it: it stays quarantined
-#define DSH_EV_FORGOTTEN        "tool.forgotten"    //  an admin deleted the pin
-
-//  Error codes carried in error.code of a RESULT, or code of an ERROR
-#define DSH_E_BAD_REQUEST       "BAD_REQUEST"
-#define DSH_E_UNKNOWN_TOOL      "UNKNOWN_TOOL"
-#define DSH_E_INVALID_ARGS      "INVALID_ARGS"
-#define DSH_E_TOOL_FAILED       "TOOL_FAILED"
-#define DSH_E_TOOL_GONE         "TOOL_GONE"
-#define DSH_E_TIMEOUT           "TIMEOUT"
-#define DSH_E_OVERLOADED        "OVERLOADED"
-#define DSH_E_BAD_RESULT        "BAD_RESULT"
-#define DSH_E_DENIED            "DENIED"
-#define DSH_E_MIDDLEWARE_FAILED "MIDDLEWARE_FAILED"
-#define DSH_E_CANCELLED         "CANCELLED"
-#define DSH_E_FORBIDDEN         "FORBIDDEN"
-#define DSH_E_AUDIT_UNAVAILABLE "AUDIT_UNAVAILABLE"
-#define DSH_E_QUARANTINED       "QUARANTINED"
-#define DSH_E_BROKER_GONE       "BROKER_GONE"     //  made by the client SDK, never sent
-
-//  Limits on untrusted input
-#define DSH_NAME_MAX            128             //  tool names, as MCP
-#define DSH_ID_MAX              128             //  component ids, agent ids
-#define DSH_CALL_ID_MAX         256
-#define DSH_COMMAND_MAX         16
-#define DSH_MAX_MESSAGE_DEFAULT (16 * 1024 * 1024)
-
-//  Defaults every party agrees on until the broker says otherwise
-#define DSH_DEFAULT_ENDPOINT        "tcp://127.0.0.1:7570"
-#define DSH_DEFAULT_HEARTBEAT_MS    1000
-#define DSH_DEFAULT_LIVENESS        3
-#define DSH_DEFAULT_CALL_TIMEOUT_MS 60000
-#define DSH_BROKERS_MAX             16      //  brokers one program may follow
-#define DSH_DEFAULT_BEACON_PORT     7579    //  UDP port of broker beacons
+//  The command names, event kinds, error codes, limits and defaults, and
+//  the commands of each socket with the roles that may send them, are
+//  generated from schemas/dsh_protocol.json (deploy/protocol_gen.py).
+#include "dsh_protocol_def.h"
 
 //  How many maps a packer can hold open at once (dsh_packer_map_begin).
 #define DSH_PACKER_MAX_OPEN     8
@@ -315,9 +244,6 @@ int
 //  concurrencySafe?}. Returns 0 or -1 with a reason naming the tool.
 int
     dsh_proto_check_tool (const msgpack_object *tool, char *error, size_t error_size);
-
-//  The most workers an ANNOUNCE's concurrency may state.
-#define DSH_CONCURRENCY_MAX 65536
 
 //  An ANNOUNCE, HEARTBEAT or WITHDRAW body, decoded. tools, concurrency,
 //  part and parts are set for ANNOUNCE only.

@@ -28,7 +28,9 @@ function answer(object) {
   process.stdout.write(`${JSON.stringify(object)}\n`);
 }
 
-//  The fields every language's results are compared on.
+//  The fields every language's results are compared on, and the result as
+//  the library gave it (wire), which the harness checks against the
+//  protocol's definition and drops before comparing.
 function outcome(id, result, progress) {
   return {
     id,
@@ -37,6 +39,7 @@ function outcome(id, result, progress) {
     text: (result.content ?? []).filter((block) => block.type === 'text').map((block) => block.text).join('\n'),
     structured: result.structuredContent ?? null,
     progress,
+    wire: { result },
   };
 }
 
@@ -69,7 +72,8 @@ async function bench(request) {
 
 const ops = {
   async tools(request) {
-    return { id: request.id, tools: (await client.tools()).map((tool) => tool.name).sort() };
+    const entries = await client.tools();
+    return { id: request.id, tools: entries.map((tool) => tool.name).sort(), wire: { tools: entries } };
   },
   call: (request) => call(request),
   async cancel(request) {
@@ -90,8 +94,9 @@ const ops = {
     }
   },
   async watched(request) {
-    const tools = watcher ? watcher.tools().map((tool) => tool.name).sort() : [];
-    return { id: request.id, tools, resyncs: watcher?.resyncs ?? 0, epoch: watcher?.epoch ?? 0 };
+    const view = watcher ? watcher.tools() : [];
+    const tools = view.map((tool) => tool.name).sort();
+    return { id: request.id, tools, resyncs: watcher?.resyncs ?? 0, epoch: watcher?.epoch ?? 0, wire: { view } };
   },
   bench,
 };
@@ -112,7 +117,12 @@ lines.on('line', (line) => {
   const work = op
     ? Promise.resolve().then(() => op(request)).catch((error) => ({ id: request.id, error: String(error.message ?? error) }))
     : Promise.resolve({ id: request.id, error: `unknown op "${request.op}"` });
-  const pending = work.then(answer);
+  //  What the library received goes with the answer only when asked for
+  const pending = work.then((reply) => {
+    if (request.wire !== true)
+      delete reply.wire;
+    answer(reply);
+  });
   open.add(pending);
   pending.finally(() => open.delete(pending));
 });

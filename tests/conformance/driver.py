@@ -9,6 +9,7 @@ conformance harness's README). Exits 0 at stdin EOF, once every answer is out.
 """
 
 import asyncio
+import base64
 import json
 import os
 import sys
@@ -19,16 +20,26 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import dsh  # noqa: E402
 
 
+def _bytes(value):
+    #  A bin value the wire carried, as Typed JSON shows it
+    if isinstance(value, bytes):
+        return {"$bin": base64.b64encode(value).decode()}
+    raise TypeError("%r is not JSON" % (value,))
+
+
 def answer(reply):
-    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.write(json.dumps(reply, default=_bytes) + "\n")
     sys.stdout.flush()
 
 
 def outcome(result, progress):
+    """The fields every language's results are compared on, and the result
+    as the library gave it (wire), which the harness checks against the
+    protocol's definition and drops before comparing."""
     error = result.body.get("error")
     code = error.get("code") if isinstance(error, dict) else None
     return {"isError": result.is_error, "code": code, "text": result.text,
-            "structured": result.structured, "progress": progress}
+            "structured": result.structured, "progress": progress, "wire": {"result": result.body}}
 
 
 class Driver:
@@ -38,7 +49,8 @@ class Driver:
         self.watching = None
 
     async def op_tools(self, request):
-        return {"tools": sorted((await self.client.tools()).names())}
+        entries = await self.client.tools()
+        return {"tools": sorted(entries.names()), "wire": {"tools": list(entries)}}
 
     async def op_call(self, request):
         timeout = request.get("timeoutMs")
@@ -64,7 +76,8 @@ class Driver:
         return {"ok": False, "error": "no snapshot within 10 s"}
 
     async def op_watched(self, request):
-        return {"tools": sorted(self.watcher.tools), "resyncs": self.watcher.resyncs, "epoch": self.watcher.epoch}
+        return {"tools": sorted(self.watcher.tools), "resyncs": self.watcher.resyncs, "epoch": self.watcher.epoch,
+                "wire": {"view": list(self.watcher.tools.values())}}
 
     async def op_bench(self, request):
         name, arguments = request["name"], request.get("arguments", {})
@@ -102,6 +115,9 @@ class Driver:
                 reply.update(await op(request))
             except (dsh.DshError, KeyError, TypeError, ValueError) as error:
                 reply["error"] = "%s: %s" % (type(error).__name__, error)
+        #  What the library received goes with the answer only when asked for
+        if request.get("wire") is not True:
+            reply.pop("wire", None)
         answer(reply)
 
 

@@ -39,6 +39,7 @@ typedef struct {
     int64_t deadline;           //  this driver's own, past the broker's
     int64_t cancel_at;          //  when to cancel it (0: never), for "cancel"
     json_int_t progress;        //  PROGRESS notifications received
+    bool wire;                  //  the request asked for the RESULT body too
 } s_pending_t;
 
 typedef struct {
@@ -155,11 +156,15 @@ s_pending_free (void **item_p)
     s_pending_destroy ((s_pending_t **) item_p);
 }
 
-//  Answers a pending call from a RESULT body and forgets it.
+//  Answers a pending call from a RESULT body and forgets it. A body the
+//  library received (not one made here) goes with the answer as
+//  wire.result, for the harness to check against the protocol definition.
 static void
-s_finish (driver_t *self, s_pending_t *pending, json_t *body)
+s_finish (driver_t *self, s_pending_t *pending, json_t *body, bool received)
 {
     json_t *answer = s_call_answer (pending->id, body, pending->progress);
+    if (received && pending->wire)
+        json_object_set_new (answer, "wire", json_pack ("{s:O}", "result", body));
     s_answer (&answer);
     zhashx_delete (self->pending, pending->call_id);
 }
@@ -180,10 +185,11 @@ s_on_reply (driver_t *self, dsh_reply_t *reply)
     if (pending && streq (command, DSH_RESULT)) {
         //  A result that has no JSON form (bytes that are not text) still
         //  has its verdict
+        bool received = body != NULL;
         if (!body)
             body = s_made_result (dsh_reply_error_code (reply)? dsh_reply_error_code (reply): "",
                                   dsh_reply_text (reply)? dsh_reply_text (reply): "");
-        s_finish (self, pending, body);
+        s_finish (self, pending, body, received);
     }
     json_decref (body);
 }
@@ -250,6 +256,7 @@ s_send_call (driver_t *self, json_t *id, json_t *request, int64_t cancel_after_m
     s_pending_t *pending = (s_pending_t *) zmalloc (sizeof (s_pending_t));
     assert (pending);
     pending->id = json_incref (id);
+    pending->wire = json_is_true (json_object_get (request, "wire"));
     pending->call_id = strdup (call_id);
     int64_t now = zclock_mono ();
     pending->deadline = now + (timeout_ms > 0? timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS) + S_CALL_MARGIN_MS;
@@ -275,7 +282,7 @@ s_check_calls (driver_t *self, int64_t now)
     }
     for (pending = (s_pending_t *) zlistx_first (expired); pending; pending = (s_pending_t *) zlistx_next (expired)) {
         json_t *body = s_made_result (DSH_E_TIMEOUT, "Error: no answer to the call by its deadline");
-        s_finish (self, pending, body);
+        s_finish (self, pending, body, false);
         json_decref (body);
     }
     zlistx_destroy (&expired);
@@ -490,7 +497,6 @@ s_on_bench (zloop_t *loop, zsock_t *reader, void *arg)
 static void
 s_op_tools (driver_t *self, json_t *id, json_t *request)
 {
-    (void) request;
     char error [256];
     dsh_reply_t *reply = dsh_client_request (self->client, DSH_LIST, NULL, S_QUERY_TIMEOUT_MS, error, sizeof (error));
     json_t *body = reply? dsh_reply_json (reply): NULL;
@@ -504,6 +510,8 @@ s_op_tools (driver_t *self, json_t *id, json_t *request)
         json_array_foreach (json_object_get (body, "tools"), index, entry)
             json_array_append (names, json_object_get (entry, "name"));
         json_t *answer = s_reply_to (id, "tools", s_sorted (names));
+        if (json_is_true (json_object_get (request, "wire")))
+            json_object_set_new (answer, "wire", json_pack ("{s:O}", "tools", json_object_get (body, "tools")));
         s_answer (&answer);
         json_decref (body);
     }

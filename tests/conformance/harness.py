@@ -18,6 +18,14 @@ table of scenario x language and exits 1 on any disagreement or error.
 dsh-bench --drive for the C SDK's own figure, in rounds, and prints calls/s per
 language (the median round) with its ratio to the C driver's.
 
+Every message the run sees is checked against dsh/1's one definition
+(schemas/dsh_protocol.json) and its JSON Schemas (tool entries, results,
+events), with protocol_check.py: each driver's answers carry what its library
+received (wire: the RESULT, the LIST's entries, the watcher's view), which is
+checked and then dropped before answers are compared; and observer.py (where
+/usr/bin/python3 has zmq and msgpack) follows the broker throughout, checking
+every change event and the replies to its own requests. A problem fails the run.
+
 Standard library only; every wait has a timeout.
 """
 
@@ -55,6 +63,33 @@ WATCH_PREFIX = "watched."
 ANSWER_S = 10           # the longest wait for one answer of a quick op
 SETTLE_S = 20           # the longest wait for a view or a broker to settle
 LANGUAGES = ["c", "python", "node"]
+#  The ops whose answers carry what the library received (wire), checked
+#  against the protocol's definition
+WIRE_OPS = ("tools", "call", "cancel", "watched")
+
+
+sys.path.insert(0, HERE)
+import protocol_check  # noqa: E402 - beside this file
+
+#  What every driver's and the observer's messages are checked against, and
+#  the problems found (with the lock: drivers' answers come on their threads)
+CHECKER = protocol_check.Checker()
+CHECK_LOCK = threading.Lock()
+
+
+def check_wire(language, wire):
+    """Problems of what a driver says its library received."""
+    if not isinstance(wire, dict):
+        return ["%s: wire is not an object" % language]
+    problems = []
+    with CHECK_LOCK:
+        if "result" in wire:
+            problems += CHECKER.message("front", "broker", "RESULT", wire["result"])
+        for key in ("tools", "view"):
+            for entry in wire.get(key) or []:
+                problems += ["tool entry %s: %s" % (entry.get("name") if isinstance(entry, dict) else "?", problem)
+                             for problem in CHECKER.schema("tool", entry)]
+    return ["%s: %s" % (language, problem) for problem in problems]
 
 
 class Failure(Exception):
@@ -167,6 +202,7 @@ class Driver:
         self.next_id = 0
         self.answered_at = 0.0      # when its last answer came
         self.gave_up = None         # why it is asked nothing more: it died, or went silent
+        self.protocol_problems = []  # what its library received that the definition does not allow
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True, errors="replace", bufsize=1,
                                      cwd=SOURCE, env=env)
@@ -182,6 +218,8 @@ class Driver:
                 with self.changed:
                     self.garbage.append(line.rstrip("\n"))
                 continue
+            if isinstance(answer, dict) and "wire" in answer:
+                self.protocol_problems += check_wire(self.language, answer.pop("wire"))
             with self.changed:
                 if key in self.answered:
                     self.duplicates.append(key)
@@ -202,6 +240,8 @@ class Driver:
         self.next_id += 1
         request_id = "%s-%d" % (op, self.next_id)
         request = dict(id=request_id, op=op, **fields)
+        if op in WIRE_OPS:
+            request["wire"] = True
         try:
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
@@ -252,6 +292,30 @@ class Driver:
             self.proc.kill()
             self.proc.wait(timeout)
             return "still running %ss after stdin closed" % timeout
+
+
+class Observer:
+    """observer.py: follows the broker, checking what it sees; its one line
+    of findings comes when its stdin closes."""
+
+    def __init__(self, front):
+        self.proc = subprocess.Popen([PYTHON, os.path.join(HERE, "observer.py"), front], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
+                                     cwd=SOURCE)
+
+    def finish(self, timeout=10):
+        """{"checked", "events", "replies", "problems", ...} or a Failure."""
+        try:
+            out, err = self.proc.communicate(input="", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            return Failure("the observer did not finish within %s s of its stdin closing" % timeout)
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return Failure("the observer exited %s without its findings:\n    %s"
+                           % (self.proc.returncode, "\n    ".join((out + err).strip().splitlines()[-12:])))
 
 
 def find_drivers(args, build):
@@ -582,7 +646,35 @@ def print_table(title, header, rows):
         print("  " + "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
-def run_scenarios(bed, drivers, skipped, verbose):
+def protocol_verdict(drivers, observer, languages, skipped):
+    """The row of messages checked against the definition, the problems, and
+    a line saying what was checked."""
+    row, details = [], []
+    for language in languages:
+        if language in skipped:
+            row.append("skipped")
+            continue
+        problems = drivers[language].protocol_problems if language in drivers else []
+        row.append("ok" if not problems else "WRONG")
+        details += ["protocol / %s" % problem for problem in problems[:20]]
+    findings = observer.finish() if observer else None
+    if isinstance(findings, Failure):
+        details.append("protocol / observer: %s" % findings)
+        seen = "the observer failed"
+    elif findings:
+        details += ["protocol / observer: %s" % problem for problem in findings.get("problems", [])]
+        if findings.get("problemCount", 0) > len(findings.get("problems", [])):
+            details.append("protocol / observer: ... %d problems in all" % findings["problemCount"])
+        seen = "the observer checked %d (%d events, %d replies)" % (findings["checked"], findings["events"],
+                                                                     findings["replies"])
+    else:
+        seen = "no observer (%s cannot import zmq and msgpack)" % PYTHON
+    line = "protocol: %d messages the drivers received checked against schemas/dsh_protocol.json and the " \
+           "JSON Schemas; %s" % (CHECKER.checked, seen)
+    return row, details, line
+
+
+def run_scenarios(bed, drivers, skipped, verbose, observer=None):
     languages = [language for language in LANGUAGES if language in drivers or language in skipped]
     rows, details = [], []
 
@@ -625,7 +717,11 @@ def run_scenarios(bed, drivers, skipped, verbose):
         if driver.duplicates:
             details.append("stdout / %s: a second answer to %s" % (language, ", ".join(driver.duplicates[:10])))
     rows.append(["stdout, exit on EOF"] + [exits.get(language, "skipped") for language in languages])
+    protocol_row, protocol_details, protocol_line = protocol_verdict(drivers, observer, languages, skipped)
+    rows.append(["messages vs definition"] + protocol_row)
+    details.extend(protocol_details)
     print_table("conformance (answers compared with the C SDK's):", ["scenario"] + languages, rows)
+    print(protocol_line)
     for language in languages:
         if language in skipped:
             print("  %s skipped: %s" % (language, skipped[language]))
@@ -718,13 +814,18 @@ def main():
         return 1
     bed = Bed(build)
     drivers = {}
+    observer = None
     try:
         bed.start_broker()
         bed.start_demo("conformance-demo")
+        if not args.bench and subprocess.run([PYTHON, "-c", "import zmq, msgpack"], capture_output=True,
+                                             timeout=30).returncode == 0:
+            observer = Observer(bed.front)
         drivers = start_drivers(present, bed.front, args.python_driver)
         #  The demo's tools are listed before any scenario counts on them
         poll(drivers["c"], "tools", lambda answer: answer["tools"] == DEMO_TOOLS, "the demo's tools", 10)
-        good = run_bench(bed, drivers, build, args.seconds, args.rounds) if args.bench else run_scenarios(bed, drivers, skipped, args.verbose)
+        good = run_bench(bed, drivers, build, args.seconds, args.rounds) if args.bench \
+            else run_scenarios(bed, drivers, skipped, args.verbose, observer)
     except Failure as failure:
         print("conformance: the bed failed: %s" % failure)
         good = False
@@ -732,6 +833,8 @@ def main():
         for driver in drivers.values():
             if driver.proc.poll() is None:
                 driver.proc.kill()
+        if observer and observer.proc.poll() is None:
+            observer.proc.kill()
         bed.stop()
     print("conformance: %s in %.1f s" % ("passed" if good else "FAILED", time.monotonic() - started))
     return 0 if good else 1

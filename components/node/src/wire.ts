@@ -2,13 +2,16 @@
 //  endpoint rules and the error result shape. Everything above this file
 //  speaks in plain objects; nothing below it knows about tools.
 import { Decoder, Encoder } from '@msgpack/msgpack';
+//  Names, limits, defaults, error names and who sends what come from
+//  dsh/1's one definition (schemas/dsh_protocol.json, generated into protocol.ts)
+import {
+  BROKERS_MAX, DEFAULT_ENDPOINT, ERROR_NAMES, FRONT_FROM_BROKER, PROTOCOL, UNKNOWN_ERROR_NAME,
+} from './protocol.js';
 
-export const PROTOCOL = 'DSH1';
-export const DEFAULT_BROKER = 'tcp://127.0.0.1:7570';
-export const DEFAULT_HEARTBEAT_MS = 1000;
-export const DEFAULT_LIVENESS = 3;
-export const DEFAULT_CALL_TIMEOUT_MS = 60000;
-export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+export {
+  DEFAULT_CALL_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, PROTOCOL, WORK_FROM_BROKER,
+} from './protocol.js';
+export const DEFAULT_BROKER = DEFAULT_ENDPOINT;
 
 //  The decoder keeps its own stack (no recursion to exhaust) and a body that
 //  fails to decode is dropped, so untrusted input costs at most its frame,
@@ -178,29 +181,21 @@ export function parse(message: Uint8Array[], withToken: (command: string) => boo
 //  a dead broker's port in the ephemeral range can be connected to itself
 //  by TCP simultaneous open, and then reads its own requests back: those
 //  must count neither as replies nor as signs of the broker's life. The
-//  commands that are both requests and replies differ by their fields.
+//  definition lists what a broker sends on FRONT and, for each reply named
+//  as a request (SNAPSHOT, CHAIN, STATS, CONTROL, AUDIT, PINS), its marker:
+//  the field such a reply always carries and the request never does.
 export function fromBroker(command: string, body: Body): boolean {
-  switch (command) {
-    case 'WELCOME': case 'PONG': case 'TOOLS': case 'TOOL': case 'RESULT': case 'PROGRESS': case 'ERROR':
-      return true;
-    case 'SNAPSHOT': return 'seq' in body;
-    case 'STATS': return 'uptimeMs' in body;
-    case 'CHAIN': return 'stages' in body;
-    case 'CONTROL': return 'ok' in body;
-    default: return false;
-  }
+  const marker = FRONT_FROM_BROKER.get(command);
+  return marker !== undefined && (marker === null || marker in body);
 }
-
-//  The same on WORK: what a broker sends a component.
-export const WORK_FROM_BROKER = new Set(['SYNC', 'CALL', 'CANCEL', 'REFUSED', 'HEARTBEAT']);
 
 //  A list of front endpoints: "a,b", an array, $DSH_BROKER, or the default.
 export function brokerList(broker?: string | string[]): string[] {
   const given = broker ?? process.env.DSH_BROKER ?? DEFAULT_BROKER;
   const list = (Array.isArray(given) ? given : given.split(','))
     .map((entry) => entry.trim()).filter((entry) => entry.length > 0);
-  if (list.length === 0 || list.length > 16)
-    throw new TypeError(`a broker list needs 1 to 16 endpoints, not ${list.length}`);
+  if (list.length === 0 || list.length > BROKERS_MAX)
+    throw new TypeError(`a broker list needs 1 to ${BROKERS_MAX} endpoints, not ${list.length}`);
   return list;
 }
 
@@ -236,31 +231,13 @@ export interface CallResult {
   [key: string]: unknown;
 }
 
-const ERROR_NAMES: Record<string, string> = {
-  BAD_REQUEST: 'BadRequestError',
-  UNKNOWN_TOOL: 'UnknownToolError',
-  INVALID_ARGS: 'ToolArgsError',
-  TOOL_FAILED: 'ToolError',
-  TOOL_GONE: 'ToolGoneError',
-  TIMEOUT: 'ToolTimeoutError',
-  OVERLOADED: 'OverloadedError',
-  BAD_RESULT: 'BadResultError',
-  DENIED: 'PermissionDeniedError',
-  MIDDLEWARE_FAILED: 'MiddlewareError',
-  CANCELLED: 'CancelledError',
-  BROKER_GONE: 'BrokerGoneError',
-  FORBIDDEN: 'ForbiddenError',
-  AUDIT_UNAVAILABLE: 'AuditUnavailableError',
-  QUARANTINED: 'QuarantinedToolError',
-};
-
 //  An error result as dsh makes them: one text block, error {name, code}.
 export function errorResult(callId: string, code: string, text: string): CallResult {
   return {
     callId,
     content: [{ type: 'text', text }],
     isError: true,
-    error: { name: ERROR_NAMES[code] ?? 'Error', code },
+    error: { name: ERROR_NAMES[code] ?? UNKNOWN_ERROR_NAME, code },
   };
 }
 

@@ -10,35 +10,16 @@ import os
 import msgpack
 import zmq
 
-PROTOCOL = b"DSH1"
-DEFAULT_BROKER = "tcp://127.0.0.1:7570"
-DEFAULT_HEARTBEAT_MS = 1000
-DEFAULT_LIVENESS = 3
-DEFAULT_CALL_TIMEOUT_MS = 60000
+#  Names, limits, defaults and error names come from dsh/1's one definition
+#  (schemas/dsh_protocol.json, generated into protocol.py)
+from .protocol import (BROKERS_MAX, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_ENDPOINT, DEFAULT_HEARTBEAT_MS,  # noqa: F401
+                       DEFAULT_LIVENESS, ERROR_NAMES, MAX_MESSAGE_BYTES, PROTOCOL, UNKNOWN_ERROR_NAME)
+from .protocol import DEPTH_MAX as MAX_DEPTH
+
+DEFAULT_BROKER = DEFAULT_ENDPOINT
 #  A client waits this much past a call's own deadline: the broker answers
 #  TIMEOUT at the deadline, so only a lost broker makes the client's run out
 CALL_MARGIN_MS = 2000
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-#  Untrusted bodies: nesting deeper than this is refused (Limits on untrusted input)
-MAX_DEPTH = 24
-
-ERROR_NAMES = {
-    "BAD_REQUEST": "BadRequestError",
-    "UNKNOWN_TOOL": "UnknownToolError",
-    "INVALID_ARGS": "ToolArgsError",
-    "TOOL_FAILED": "ToolError",
-    "TOOL_GONE": "ToolGoneError",
-    "TIMEOUT": "ToolTimeoutError",
-    "OVERLOADED": "OverloadedError",
-    "BAD_RESULT": "BadResultError",
-    "DENIED": "PermissionDeniedError",
-    "MIDDLEWARE_FAILED": "MiddlewareError",
-    "CANCELLED": "CancelledError",
-    "FORBIDDEN": "ForbiddenError",
-    "AUDIT_UNAVAILABLE": "AuditUnavailableError",
-    "QUARANTINED": "QuarantinedToolError",
-    "BROKER_GONE": "BrokerGoneError",
-}
 
 
 class WireError(ValueError):
@@ -194,8 +175,8 @@ def brokers(spec=None):
         entries = list(spec)
     else:
         entries = [entry.strip() for entry in spec.split(",") if entry.strip()]
-    if not entries or len(entries) > 16:
-        raise ValueError("a broker list holds 1 to 16 endpoints, not %r" % (spec,))
+    if not entries or len(entries) > BROKERS_MAX:
+        raise ValueError("a broker list holds 1 to %d endpoints, not %r" % (BROKERS_MAX, spec))
     for entry in entries:
         if not entry.startswith(("tcp://", "ipc://", "inproc://")):
             raise ValueError("%r is not a broker endpoint (tcp://HOST:PORT, ipc://, inproc://)" % entry)
@@ -243,4 +224,4 @@ def heal(sock, heartbeat_ms=DEFAULT_HEARTBEAT_MS, liveness=DEFAULT_LIVENESS):
 def error_result(call_id, code, text):
     """A RESULT body made here, as dsh makes them: text starting "Error: "."""
     return {"callId": call_id, "content": [{"type": "text", "text": text}], "isError": True,
-            "error": {"name": ERROR_NAMES.get(code, "Error"), "code": code}}
+            "error": {"name": ERROR_NAMES.get(code, UNKNOWN_ERROR_NAME), "code": code}}
