@@ -3,8 +3,11 @@
 
     A call goes down: enter -> stage 0 -> stage 1 ... -> the host's
     dispatch; its result goes up through the stages it passed, innermost
-    first (the record's hops), -> dsh_inflight_answer. A stage that answers
-    on its way down (a veto) sends the call up from where it is.
+    first (its hops), -> dsh_inflight_answer. A stage that answers on its
+    way down (a veto) sends the call up from where it is. Every step is a
+    move of the record (dsh_inflight_to_chain, _to_broker at the bottom);
+    what the chain keeps of a call for itself (its hops, the body a
+    fail-open stage holds) is an s_call_t in the record's chain slot.
 
     Inline stages report what they did through the host callbacks, which
     only queue a step; the chain acts on its queue when control is back in
@@ -60,6 +63,16 @@ typedef struct {
     zframe_t *feed_id;          //  our feed, as the stage's ROUTER sees it
 } s_hop_t;
 
+//  What the chain keeps of a call, in the record's chain slot. A call
+//  passes each stage at most once, going down: its hops fit an array as
+//  long as the chain, made once when the call enters.
+typedef struct {
+    zframe_t *entry;            //  the tool's registry entry the stages judge, or empty
+    zframe_t *held;             //  the body a fail-open stage holds, to go on without it
+    size_t hop_count;
+    s_hop_t hops [];            //  the stages passed, innermost last
+} s_call_t;
+
 //  What an inline stage did, waiting for the chain to act on it.
 typedef struct {
     uint64_t token;
@@ -93,15 +106,61 @@ struct _dsh_chain_t {
 };
 
 static void
-s_hop_destroy (s_hop_t **self_p)
+s_hop_clear (s_hop_t *self)
 {
-    if (*self_p) {
-        s_hop_t *self = *self_p;
-        zframe_destroy (&self->stage_id);
-        zframe_destroy (&self->feed_id);
+    zframe_destroy (&self->stage_id);
+    zframe_destroy (&self->feed_id);
+}
+
+//  Frees a record's chain slot, with the record (dsh_inflight_set_slot_free).
+static void
+s_call_free (void **self_p)
+{
+    s_call_t *self = (s_call_t *) *self_p;
+    if (self) {
+        zframe_destroy (&self->entry);
+        zframe_destroy (&self->held);
+        for (size_t index = 0; index < self->hop_count; index++)
+            s_hop_clear (&self->hops [index]);
         free (self);
         *self_p = NULL;
     }
+}
+
+//  The chain's state of a call, or NULL if it never entered the chain.
+static s_call_t *
+s_call (dsh_record_t *record)
+{
+    return (s_call_t *) *dsh_inflight_slot (record, DSH_INFLIGHT_SLOT_CHAIN);
+}
+
+//  Whether the stage index holds the call (and, if down_only, on its way
+//  down): what a step or a message from a stage must find to act.
+static bool
+s_held_by (dsh_record_t *record, size_t index, bool down_only)
+{
+    bool down;
+    return dsh_inflight_where (record) == DSH_AT_CHAIN && dsh_inflight_stage (record, &down) == index
+        && (down || !down_only);
+}
+
+//  Whether a stage holds the call on its way down (else it holds its
+//  result on the way up, or no stage holds it).
+static bool
+s_going_down (dsh_record_t *record)
+{
+    bool down;
+    dsh_inflight_stage (record, &down);
+    return dsh_inflight_where (record) == DSH_AT_CHAIN && down;
+}
+
+//  Sets the body the stage holding the call may be skipped with (NULL:
+//  none; the one before is dropped).
+static void
+s_set_held (s_call_t *call, zframe_t *body)
+{
+    zframe_destroy (&call->held);
+    call->held = body? zframe_dup (body): NULL;
 }
 
 static void
@@ -234,7 +293,7 @@ s_note_up (dsh_record_t *record, s_slot_t *slot, zframe_t *body)
 {
     if (!record->trail)
         return;
-    if (record->down) {
+    if (s_going_down (record)) {
         char reason [320];
         s_answer_reason (body, reason, sizeof (reason));
         s_note (record, slot, "answered", reason);
@@ -260,11 +319,7 @@ s_failure (dsh_record_t *record, s_slot_t *slot, const char *why)
 static void
 s_hold (dsh_record_t *record, s_slot_t *slot, bool down)
 {
-    record->where = DSH_AT_CHAIN;
-    record->stage = slot->index;
-    record->down = down;
-    int64_t limit = zclock_mono () + slot->timeout_ms;
-    record->hold_until_ms = limit < record->deadline_ms? limit: record->deadline_ms;
+    dsh_inflight_to_chain (record, slot->index, down, zclock_mono () + slot->timeout_ms);
 }
 
 //  Tells the stage of slot that the call is over for it.
@@ -301,22 +356,21 @@ s_check_decided (dsh_record_t *record, zframe_t *body, char *error, size_t error
 static void
 s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
 {
+    s_call_t *call = s_call (record);
     for (size_t index = from; index < self->slot_count; index++) {
         s_slot_t *slot = self->slots [index];
         s_hold (record, slot, true);
-        zframe_destroy (&record->held);
-        if (slot->fail_open)
-            record->held = zframe_dup (*body_p);
+        s_set_held (call, slot->fail_open? *body_p: NULL);
         s_note_sent (record, *body_p);
         if (slot->stage) {
-            dsh_stage_inline_call (slot->stage, record->token, body_p, record->entry, record->deadline_ms);
+            dsh_stage_inline_call (slot->stage, record->token, body_p, call->entry, record->deadline_ms);
             return;
         }
         int64_t left = record->deadline_ms - zclock_mono ();
         byte budget [8];
         dsh_be64_put ((uint64_t) (left > 0? left: 1), budget);
         zframe_t *budget_frame = zframe_new (budget, sizeof (budget));
-        zframe_t *frames [] = { *body_p, record->entry, budget_frame };
+        zframe_t *frames [] = { *body_p, call->entry, budget_frame };
         int rc = s_send_feed (slot, record->token, DSH_CALL, frames, 3);
         zframe_destroy (&budget_frame);
         if (rc == 0) {
@@ -324,7 +378,7 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
             return;
         }
         slot->failed++;
-        zframe_destroy (&record->held);
+        s_set_held (call, NULL);
         if (!slot->fail_open) {
             zframe_destroy (body_p);
             zframe_t *failure = s_failure (record, slot, "is not connected");
@@ -333,7 +387,10 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
         }
         s_note (record, slot, "skipped", "is not connected (fail-open)");
     }
-    zframe_destroy (&record->held);
+    s_set_held (call, NULL);
+    //  Past the last stage: the broker's again (an empty chain never had it)
+    if (dsh_inflight_where (record) == DSH_AT_CHAIN)
+        dsh_inflight_to_broker (record);
     char error [256];
     if (self->slot_count && s_check_decided (record, *body_p, error, sizeof (error))) {
         zframe_destroy (body_p);
@@ -343,7 +400,6 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
         s_up (self, record, &failure);
         return;
     }
-    record->hold_until_ms = record->deadline_ms;
     self->host.dispatch (self->host.arg, record, body_p);
 }
 
@@ -353,18 +409,20 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
 static void
 s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
 {
-    zframe_destroy (&record->held);
+    s_call_t *call = s_call (record);
+    if (call)
+        s_set_held (call, NULL);
     //  A stage it goes up through may change the result: its outcome is
     //  read off the answer (dsh_inflight_answer)
-    if (record->hops && zlistx_size (record->hops))
+    if (call && call->hop_count)
         record->outcome = DSH_STATS_OUTCOME_UNKNOWN;
-    s_hop_t *hop;
-    while (record->hops && (hop = (s_hop_t *) zlistx_last (record->hops))) {
-        zlistx_detach_cur (record->hops);
-        s_slot_t *slot = self->slots [hop->index];
+    while (call && call->hop_count) {
+        //  Taken off the way back: a stage sees the result once
+        s_hop_t hop = call->hops [--call->hop_count];
+        s_slot_t *slot = self->slots [hop.index];
         s_hold (record, slot, false);
         if (slot->fail_open)
-            record->held = zframe_dup (*body_p);
+            s_set_held (call, *body_p);
         s_note_sent (record, *body_p);
         bool taken = false;
         if (slot->stage)
@@ -374,7 +432,7 @@ s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
             zframe_t *delimiter = zframe_new_empty ();
             zframe_t *protocol = zframe_from (DSH_PROTOCOL);
             zframe_t *command = zframe_from (DSH_RESULT);
-            zframe_t *frames [] = { hop->stage_id, hop->feed_id, token, delimiter, protocol, command, *body_p };
+            zframe_t *frames [] = { hop.stage_id, hop.feed_id, token, delimiter, protocol, command, *body_p };
             taken = s_send_frames (slot->drain, frames, 7) == 0;
             zframe_destroy (&token);
             zframe_destroy (&delimiter);
@@ -390,10 +448,10 @@ s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
                 }
             }
         }
-        s_hop_destroy (&hop);
+        s_hop_clear (&hop);
         if (taken)
             return;
-        zframe_destroy (&record->held);
+        s_set_held (call, NULL);
     }
     dsh_inflight_answer_frame (self->inflight, &record, body_p);
 }
@@ -403,21 +461,19 @@ static void
 s_step (dsh_chain_t *self, s_step_t *step)
 {
     dsh_record_t *record = dsh_inflight_lookup (self->inflight, step->token);
-    if (!record || record->where != DSH_AT_CHAIN || record->stage != step->stage
-    ||  (step->pass && !record->down))
+    if (!record || !s_held_by (record, step->stage, step->pass))
         return;                 //  it moved on (timed out, cancelled): stale
     s_slot_t *slot = self->slots [step->stage];
     if (step->pass) {
         slot->passed++;
         s_note_passed (record, slot, step->body);
-        s_hop_t *hop = (s_hop_t *) zmalloc (sizeof (s_hop_t));
-        assert (hop);
-        hop->index = step->stage;
-        zlistx_add_end (record->hops, hop);
+        s_call_t *call = s_call (record);
+        assert (call->hop_count < self->slot_count);
+        call->hops [call->hop_count++] = (s_hop_t) { step->stage, NULL, NULL };
         s_down (self, record, step->stage + 1, &step->body);
     }
     else {
-        if (record->down)
+        if (s_going_down (record))
             slot->answered++;
         s_note_up (record, slot, step->body);
         s_up (self, record, &step->body);
@@ -539,9 +595,12 @@ dsh_chain_enter (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p, zch
     assert (self);
     assert (record && body_p && *body_p);
     bool outer = s_enter (self);
-    record->hops = zlistx_new ();
-    zlistx_set_destructor (record->hops, (zlistx_destructor_fn *) s_hop_destroy);
-    record->entry = tool? zframe_new (zchunk_data (tool), zchunk_size (tool)): zframe_new_empty ();
+    void **slot = dsh_inflight_slot (record, DSH_INFLIGHT_SLOT_CHAIN);
+    assert (*slot == NULL);     //  a call enters the chain once
+    s_call_t *call = (s_call_t *) zmalloc (sizeof (s_call_t) + self->slot_count * sizeof (s_hop_t));
+    assert (call);
+    *slot = call;
+    call->entry = tool? zframe_new (zchunk_data (tool), zchunk_size (tool)): zframe_new_empty ();
     s_down (self, record, 0, body_p);
     s_leave (self, outer);
 }
@@ -556,25 +615,38 @@ dsh_chain_result (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
     s_leave (self, outer);
 }
 
+zframe_t *
+dsh_chain_entry (dsh_chain_t *self, dsh_record_t *record)
+{
+    assert (self);
+    assert (record);
+    s_call_t *call = s_call (record);
+    return call? call->entry: NULL;
+}
+
 void
 dsh_chain_expire (dsh_chain_t *self, dsh_record_t *record)
 {
     assert (self);
-    assert (record && record->where == DSH_AT_CHAIN && record->stage < self->slot_count);
+    assert (record && dsh_inflight_where (record) == DSH_AT_CHAIN);
+    bool down;
+    size_t stage = dsh_inflight_stage (record, &down);
+    assert (stage < self->slot_count);
     bool outer = s_enter (self);
-    s_slot_t *slot = self->slots [record->stage];
+    s_slot_t *slot = self->slots [stage];
+    s_call_t *call = s_call (record);
     slot->failed++;
-    if (record->down || slot->stage)
+    if (down || slot->stage)
         s_let_go (slot, record->token);
-    if (slot->fail_open && record->held) {
+    if (slot->fail_open && call->held) {
         char why [64];
         snprintf (why, sizeof (why), "did not answer within %d ms (fail-open)", slot->timeout_ms);
         s_note (record, slot, "skipped", why);
         //  Go on as if the stage were not there
-        zframe_t *body = record->held;
-        record->held = NULL;
-        if (record->down)
-            s_down (self, record, record->stage + 1, &body);
+        zframe_t *body = call->held;
+        call->held = NULL;
+        if (down)
+            s_down (self, record, stage + 1, &body);
         else
             s_up (self, record, &body);
     }
@@ -592,11 +664,12 @@ dsh_chain_release (dsh_chain_t *self, dsh_record_t *record)
 {
     assert (self);
     assert (record);
-    if (record->where == DSH_AT_CHAIN && record->stage < self->slot_count)
-        s_let_go (self->slots [record->stage], record->token);
-    for (s_hop_t *hop = record->hops? (s_hop_t *) zlistx_first (record->hops): NULL; hop;
-         hop = (s_hop_t *) zlistx_next (record->hops))
-        s_let_go (self->slots [hop->index], record->token);
+    size_t stage = dsh_inflight_stage (record, NULL);
+    if (dsh_inflight_where (record) == DSH_AT_CHAIN && stage < self->slot_count)
+        s_let_go (self->slots [stage], record->token);
+    s_call_t *call = s_call (record);
+    for (size_t index = 0; call && index < call->hop_count; index++)
+        s_let_go (self->slots [call->hops [index].index], record->token);
 }
 
 void
@@ -777,10 +850,10 @@ s_feed_recv_one (zsock_t *reader, void *arg)
     if (framed && streq (command, DSH_RESULT)) {
         dsh_record_t *record = dsh_inflight_lookup (self->inflight, token);
         //  Anything else is late (the stage timed out) or not ours: dropped
-        if (record && record->where == DSH_AT_CHAIN && record->stage == slot->index) {
+        if (record && s_held_by (record, slot->index, false)) {
             zframe_t *body = zmsg_pop (msg);
             bool outer = s_enter (self);
-            if (record->down)
+            if (s_going_down (record))
                 slot->answered++;
             s_note_up (record, slot, body);
             s_up (self, record, &body);
@@ -820,15 +893,15 @@ s_drain_recv_one (zsock_t *reader, void *arg)
         if (dsh_inflight_token_decode (zframe_data (token_frame), zframe_size (token_frame), &token) == 0)
             record = dsh_inflight_lookup (self->inflight, token);
     }
-    if (record && record->where == DSH_AT_CHAIN && record->down && record->stage == slot->index) {
+    if (record && s_held_by (record, slot->index, true)) {
         bool outer = s_enter (self);
         slot->passed++;
-        s_hop_t *hop = (s_hop_t *) zmalloc (sizeof (s_hop_t));
-        assert (hop);
+        s_call_t *call = s_call (record);
+        assert (call->hop_count < self->slot_count);
+        s_hop_t *hop = &call->hops [call->hop_count++];
         hop->index = slot->index;
         hop->stage_id = zmsg_pop (envelope);
         hop->feed_id = zmsg_pop (envelope);
-        zlistx_add_end (record->hops, hop);
         zframe_t *body = zmsg_pop (msg);
         s_note_passed (record, slot, body);
         s_down (self, record, slot->index + 1, &body);
@@ -996,6 +1069,7 @@ dsh_chain_new (zconfig_t *config, const dsh_stage_kind_t *kinds, const char *bro
     assert (self);
     self->host = *host;
     self->inflight = inflight;
+    dsh_inflight_set_slot_free (inflight, DSH_INFLIGHT_SLOT_CHAIN, s_call_free);
     self->broker = strdup (broker);
     self->steps = zlistx_new ();
     zlistx_set_destructor (self->steps, (zlistx_destructor_fn *) s_step_destroy);

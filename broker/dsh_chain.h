@@ -4,8 +4,9 @@
 
     The registry actor owns one chain and drives it from its loop. A call
     in the chain is a record of dsh_inflight: the chain moves it from stage
-    to stage and keeps, in the record, where it is and until when that
-    stage may hold it (never past the call's own deadline).
+    to stage (dsh_inflight_to_chain: which stage, which way, and until when
+    that stage may hold it, never past the call's own deadline), and keeps
+    what else it needs of the call in the record's chain slot.
 
     Built-in stages (the kinds the host hands in, as dsh-broker's main does
     with the middlewares) run inline, in the registry's thread: a stage's
@@ -82,6 +83,12 @@ void
 //  for it): run it back up through the stages it passed.
 void
     dsh_chain_result (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p);
+
+//  The tool's registry entry the call's stages judged: the one it entered
+//  the chain with (empty if its tool was unknown then), or NULL if the
+//  call never entered the chain. What runs must still be that entry.
+zframe_t *
+    dsh_chain_entry (dsh_chain_t *self, dsh_record_t *record);
 
 //  The record's stage held it past its limit: fail it closed (up through
 //  the stages passed), or skip the stage if it is fail-open.

@@ -11,8 +11,9 @@
 
     Callers are keyed by dsh_inflight_caller's bytes, in hex; a second
     table counts each caller's held calls and bytes across components for
-    its bounds. Nothing here is touched unless a component is busy: an
-    idle broker sends every call straight through.
+    its bounds. A held call's entry is in the record's fair-queue slot,
+    which nothing else reads. Nothing here is touched unless a component
+    is busy: an idle broker sends every call straight through.
     =========================================================================
 */
 
@@ -126,6 +127,13 @@ dsh_fairq_destroy (dsh_fairq_t **self_p)
     }
 }
 
+//  The record's slot: its entry while it is held here, else NULL.
+static s_entry_t **
+s_slot (dsh_record_t *record)
+{
+    return (s_entry_t **) dsh_inflight_slot (record, DSH_INFLIGHT_SLOT_FAIRQ);
+}
+
 //  The caller of a record as a string key.
 static void
 s_caller_key (dsh_record_t *record, char *key)
@@ -146,7 +154,7 @@ dsh_fairq_push (dsh_fairq_t *self, dsh_record_t *record, zmq_msg_t *body, char *
 {
     assert (self);
     assert (record && body);
-    assert (!record->queued);
+    assert (!*s_slot (record));
     char key [S_KEY_MAX];
     s_caller_key (record, key);
     size_t bytes = zmq_msg_size (body);
@@ -200,8 +208,8 @@ dsh_fairq_push (dsh_fairq_t *self, dsh_record_t *record, zmq_msg_t *body, char *
     zmq_msg_move (&entry->body, body);
     entry->lane = lane;
     entry->handle = zlistx_add_end (lane->entries, entry);
-    record->where = DSH_AT_QUEUE;
-    record->queued = entry;
+    dsh_inflight_to_queue (record);
+    *s_slot (record) = entry;
     caller->calls++;
     caller->bytes += bytes;
     self->calls++;
@@ -210,7 +218,8 @@ dsh_fairq_push (dsh_fairq_t *self, dsh_record_t *record, zmq_msg_t *body, char *
 }
 
 //  Takes an entry out of its lane, and frees the lane, the queue and the
-//  caller's counts when they empty. The body stays in the entry.
+//  caller's counts when they empty; its call is the broker's again. The
+//  body stays in the entry.
 static s_entry_t *
 s_take (dsh_fairq_t *self, s_entry_t *entry)
 {
@@ -218,7 +227,8 @@ s_take (dsh_fairq_t *self, s_entry_t *entry)
     s_queue_t *queue = lane->queue;
     size_t bytes = zmq_msg_size (&entry->body);
     zlistx_detach (lane->entries, entry->handle);
-    entry->record->queued = NULL;
+    *s_slot (entry->record) = NULL;
+    dsh_inflight_to_broker (entry->record);
     lane->caller->calls--;
     lane->caller->bytes -= bytes;
     self->calls--;
@@ -263,8 +273,8 @@ void
 dsh_fairq_remove (dsh_fairq_t *self, dsh_record_t *record)
 {
     assert (self);
-    assert (record && record->where == DSH_AT_QUEUE && record->queued);
-    s_entry_t *entry = s_take (self, (s_entry_t *) record->queued);
+    assert (record && dsh_inflight_where (record) == DSH_AT_QUEUE && *s_slot (record));
+    s_entry_t *entry = s_take (self, *s_slot (record));
     s_entry_destroy (&entry);
 }
 

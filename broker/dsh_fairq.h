@@ -9,9 +9,11 @@
     turn, so a caller with thousands of calls waiting gets one slot in
     turn like a caller with one, and cannot starve it.
 
-    A held call keeps its one record in dsh_inflight (where DSH_AT_QUEUE):
-    the deadline scan, CANCEL and a component's departure find it there
-    and take it out of its lane with dsh_fairq_remove or dsh_fairq_pop.
+    A held call keeps its one record in dsh_inflight (DSH_AT_QUEUE, its
+    place in the record's fair-queue slot): the deadline scan, CANCEL and a
+    component's departure find it there and take it out of its lane with
+    dsh_fairq_remove or dsh_fairq_pop, which give it back to the broker
+    (DSH_AT_BROKER).
     The queue is bounded per caller and in total, in calls and in bytes;
     a call over a bound is not taken, and the registry answers it
     OVERLOADED.
@@ -47,22 +49,22 @@ void
     dsh_fairq_destroy (dsh_fairq_t **self_p);
 
 //  Hold a call for the component its record names (record->component),
-//  at the end of its caller's lane: moves the body in and sets the
-//  record's where to DSH_AT_QUEUE. Returns 0, or -1 with a reason if that
-//  would pass a bound (the body and the record are untouched).
+//  at the end of its caller's lane: moves the body in and the record to
+//  DSH_AT_QUEUE. Returns 0, or -1 with a reason if that would pass a bound
+//  (the body and the record are untouched).
 int
     dsh_fairq_push (dsh_fairq_t *self, dsh_record_t *record, zmq_msg_t *body,
                     char *error, size_t error_size);
 
 //  The next call held for component, from the next caller in turn: out of
-//  the queue, its body moved into body (an initialised message). Its where
-//  is still DSH_AT_QUEUE: the caller sends it on or answers it. NULL if
-//  nothing is held for component.
+//  the queue, its body moved into body (an initialised message), and back
+//  in the broker's hands (DSH_AT_BROKER): the caller sends it on or
+//  answers it. NULL if nothing is held for component.
 dsh_record_t *
     dsh_fairq_pop (dsh_fairq_t *self, const char *component, zmq_msg_t *body);
 
-//  Take a held call out of the queue and close its body (the call is
-//  answered from here: deadline, cancel).
+//  Take a held call out of the queue, back to DSH_AT_BROKER, and close its
+//  body (the call is answered from here: deadline, cancel).
 void
     dsh_fairq_remove (dsh_fairq_t *self, dsh_record_t *record);
 

@@ -5,15 +5,25 @@
     A record holds what the broker needs to answer the call without anyone
     else: the caller's route, the callId, the tool name the call was decided
     for, one deadline (the call's timeoutMs from receipt, capped by the
-    broker), and where the call is now: in a chain stage (going down or
-    coming back up) or at a component. Its token is an unguessable 64-bit
+    broker), and where the call is now. Its token is an unguessable 64-bit
     value: the only key a stage or a component ever sees.
+
+    Where a call is belongs to this table alone. A record is opened in the
+    broker's hands (DSH_AT_BROKER) and moves only through the moves below
+    (dsh_inflight_to_chain, _to_broker, _to_queue, _to_component), which
+    assert that the move is legal; no one else writes it. What a module
+    keeps on a call for itself (the chain's stages passed, the fair queue's
+    place) is in that module's own slot (dsh_inflight_slot), out of the
+    public record.
 
     The table is the one place a reply can come from: dsh_inflight_answer
     sends the call's RESULT to its caller and takes the record out, so a
     call is answered once, whoever (the chain's top, a component's result,
     a deadline, a departure) finishes it. Records are found by token, by
-    caller (route and callId, for CANCEL), and by deadline, in one scan.
+    caller (route and callId, for CANCEL), and by when they fall due: a
+    min-heap on each record's due time (its stage's limit while a chain
+    stage holds it, else its deadline), so finding what is due costs what
+    is due, not what is in flight.
     =========================================================================
 */
 
@@ -33,17 +43,37 @@ extern "C" {
 //  Routing frames a caller's envelope may have; deeper ones are refused.
 #define DSH_ROUTE_MAX 8
 
+//  Where a call is. The legal moves (dsh_inflight.c's s_legal), from -> to:
+//      BROKER     -> CHAIN (down into stage 0, or up from past the last
+//                    stage), COMPONENT (sent), QUEUE (held)
+//      CHAIN      -> CHAIN (down to a deeper stage, or up to an outer one;
+//                    never down again once up), BROKER (past the last stage)
+//      COMPONENT  -> CHAIN (up, with its result), COMPONENT (another replica)
+//      QUEUE      -> BROKER (taken off the queue)
+//  and from anywhere out of the table, answered.
 typedef enum {
-    DSH_AT_CHAIN,               //  in stage `stage`, going `down` or up
+    DSH_AT_BROKER,              //  in the broker's hands: just opened, past the chain's
+                                //  last stage, or off the queue; sent, held or answered next
+    DSH_AT_CHAIN,               //  in a chain stage, going down or up (dsh_inflight_stage)
     DSH_AT_COMPONENT,           //  sent to `component`, waiting for its RESULT
-    DSH_AT_QUEUE                //  held in the broker (dsh_fairq) until `component` has room
+    DSH_AT_QUEUE,               //  held in the broker (dsh_fairq) until `component` has room
+    DSH_WHERE_COUNT
 } dsh_where_t;
+
+//  The modules that keep private state on a record, one slot each: a
+//  pointer only that module reads or writes.
+typedef enum {
+    DSH_INFLIGHT_SLOT_CHAIN,    //  dsh_chain: the stages a call passed, the body a fail-open stage holds
+    DSH_INFLIGHT_SLOT_FAIRQ,    //  dsh_fairq: the call's place in its lane
+    DSH_INFLIGHT_SLOTS
+} dsh_inflight_slot_t;
 
 typedef struct _dsh_inflight_t dsh_inflight_t;
 
-//  One call. The table owns it; its fields are the broker's to read and
-//  move along (the chain sets where/stage/down/hold_until_ms, the registry
-//  component/retry).
+//  One call. The table owns it. Where it is, and until when its place may
+//  hold it, are the table's: read them with dsh_inflight_where and
+//  dsh_inflight_stage, change them with the moves. The registry sets
+//  component (where dispatch sends it), caller, the retry and the rows.
 typedef struct {
     uint64_t token;
     zmq_msg_t route [DSH_ROUTE_MAX];    //  the caller's envelope, frame by frame
@@ -52,15 +82,7 @@ typedef struct {
     char tool [DSH_NAME_MAX + 1];       //  decided at FRONT; what is dispatched
     char caller [41];           //  the caller's public key under CURVE, else ""
     int64_t deadline_ms;                //  the call's own, zclock_mono
-    dsh_where_t where;
-    size_t stage;                       //  DSH_AT_CHAIN: the stage holding it
-    bool down;                          //  DSH_AT_CHAIN: on its way down
-    int64_t hold_until_ms;              //  DSH_AT_CHAIN: the stage's limit, <= deadline_ms
-    zlistx_t *hops;                     //  the chain's: stages passed, innermost last
-    zframe_t *held;                     //  the chain's: the body a fail-open stage holds
-    zframe_t *entry;                    //  the chain's: the tool's registry entry, or empty
     char component [DSH_ID_MAX + 1];    //  DSH_AT_COMPONENT: where it went; DSH_AT_QUEUE: where it goes
-    void *queued;                       //  DSH_AT_QUEUE: its place in dsh_fairq
     zmq_msg_t retry_body;               //  kept for an idempotent tool's retry
     bool has_retry_body;
     bool retried;                       //  already sent to a second replica
@@ -72,6 +94,9 @@ typedef struct {
     dsh_audit_trail_t *trail;           //  with the audit on: what the record of it says so far
     zframe_t *audit_sent;               //  with the audit on: the body its stage was handed
 } dsh_record_t;
+
+//  Frees what a module keeps in its slot of a record, when the record goes.
+typedef void (dsh_inflight_slot_free_fn) (void **state_p);
 
 //  Sends a RESULT body to a caller along route (route_size frames, which
 //  it may move out: the record is done with them). Takes the body (moves
@@ -139,15 +164,62 @@ void
     dsh_inflight_answer_error (dsh_inflight_t *self, dsh_record_t **record_p, const char *code,
                                const char *text);
 
-//  Take a record out of the table without answering it, and destroy it
-//  (the caller cancelled it and was answered by the broker already).
-void
-    dsh_inflight_drop (dsh_inflight_t *self, dsh_record_t **record_p);
+//  Where the call is now.
+dsh_where_t
+    dsh_inflight_where (dsh_record_t *record);
 
-//  The records whose deadline or hold limit is at or before now_ms, in a
-//  new list (the records stay in the table; the list does not own them).
+//  The stage that holds the call (DSH_AT_CHAIN only), and in down whether
+//  it is on its way down (NULL: not wanted).
+size_t
+    dsh_inflight_stage (dsh_record_t *record, bool *down);
+
+//  When the call next falls due: its stage's limit while a chain stage
+//  holds it, else its deadline.
+int64_t
+    dsh_inflight_due_ms (dsh_record_t *record);
+
+//  Move the call into chain stage `stage`, going down or up, until
+//  hold_until_ms (the stage's limit; the call's deadline if that is first).
+//  Down is into stage 0 from the broker, or a stage deeper; up is to a
+//  stage outer than the one that holds it.
+void
+    dsh_inflight_to_chain (dsh_record_t *record, size_t stage, bool down, int64_t hold_until_ms);
+
+//  Move the call into the broker's hands: past the chain's last stage, or
+//  off the queue. Due at its deadline.
+void
+    dsh_inflight_to_broker (dsh_record_t *record);
+
+//  Move the call onto the queue for record->component (dsh_fairq's push).
+//  Due at its deadline.
+void
+    dsh_inflight_to_queue (dsh_record_t *record);
+
+//  Move the call to record->component, where it was sent (or, already at
+//  a component, to the replica it was sent again to). Due at its deadline.
+void
+    dsh_inflight_to_component (dsh_record_t *record);
+
+//  Set how the state modules keep in slot is freed with its record (NULL:
+//  it needs no freeing). The module that owns the slot calls this once.
+void
+    dsh_inflight_set_slot_free (dsh_inflight_t *self, dsh_inflight_slot_t slot,
+                                dsh_inflight_slot_free_fn *free_fn);
+
+//  The slot of a record that module slot keeps its state in (NULL until it
+//  sets it). Only that module reads or writes it.
+void **
+    dsh_inflight_slot (dsh_record_t *record, dsh_inflight_slot_t slot);
+
+//  The records due at or before now_ms (deadline, or a stage's limit),
+//  soonest first, in a new list (the records stay in the table; the list
+//  does not own them). Costs what is due, not what is in flight.
 zlistx_t *
     dsh_inflight_due (dsh_inflight_t *self, int64_t now_ms);
+
+//  When the soonest record falls due, or INT64_MAX if the table is empty.
+int64_t
+    dsh_inflight_next_due (dsh_inflight_t *self);
 
 //  The records at component, in a new list (not owning them).
 zlistx_t *

@@ -256,13 +256,6 @@ dsh_stats_answer (dsh_stats_t *self, dsh_stats_tool_t *tool, dsh_stats_agent_t *
 }
 
 void
-dsh_stats_drop (dsh_stats_t *self, dsh_stats_tool_t *tool)
-{
-    if (self && tool)
-        tool->in_flight--;
-}
-
-void
 dsh_stats_refused (dsh_stats_t *self, const char *code)
 {
     if (self)

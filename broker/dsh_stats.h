@@ -84,7 +84,7 @@ const char *
 
 //  A call was decided for tool, from agent (NULL: none given): counts it
 //  in flight and sets the rows its answer is counted in. The rows stay
-//  until that answer (dsh_stats_answer or dsh_stats_drop).
+//  until that answer (dsh_stats_answer).
 void
     dsh_stats_open (dsh_stats_t *self, const char *tool, const char *agent,
                     dsh_stats_tool_t **tool_p, dsh_stats_agent_t **agent_p);
@@ -94,10 +94,6 @@ void
 void
     dsh_stats_answer (dsh_stats_t *self, dsh_stats_tool_t *tool, dsh_stats_agent_t *agent,
                       int outcome, uint64_t latency_us);
-
-//  The call whose row this is went without an answer from the broker.
-void
-    dsh_stats_drop (dsh_stats_t *self, dsh_stats_tool_t *tool);
 
 //  A call was refused at FRONT, before it had a record, with code.
 void

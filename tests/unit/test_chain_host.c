@@ -20,11 +20,11 @@
 //  Test stages
 
 static int s_cancels;                   //  on_cancel calls, any stage
-static dsh_stage_call_t *s_parked;      //  the call a "park" stage holds
+static dsh_call_t *s_parked;      //  the call a "park" stage holds
 static dsh_stage_t *s_parked_stage;
 
 static dsh_stage_verdict_t
-s_veto_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_veto_request (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) arg;
     dsh_stage_call_answer_error (call, DSH_E_DENIED, "vetoed by %s", dsh_stage_name (stage));
@@ -32,7 +32,7 @@ s_veto_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 }
 
 static dsh_stage_verdict_t
-s_wrap_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_wrap_request (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) stage;
     (void) arg;
@@ -42,17 +42,15 @@ s_wrap_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 
 //  Appends the stage's name as a text block: the onion shows in the order.
 static void
-s_wrap_result (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_wrap_result (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) arg;
-    json_t *result = dsh_stage_call_result (call);
-    json_array_append_new (json_object_get (result, "content"),
-                           json_pack ("{s:s, s:s}", "type", "text", "text", dsh_stage_name (stage)));
-    dsh_stage_call_set_result (call, result);
+    assert_non_null (dsh_map_get (dsh_stage_call_result (call), "content"));
+    dsh_stage_call_add_result_text (call, dsh_stage_name (stage));
 }
 
 static dsh_stage_verdict_t
-s_hold_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_hold_request (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) call;
     (void) arg;
@@ -64,7 +62,7 @@ s_hold_request (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 }
 
 static void
-s_hold_cancel (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_hold_cancel (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) arg;
     s_cancels++;
@@ -75,7 +73,7 @@ s_hold_cancel (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
 }
 
 static void
-s_holdup_result (dsh_stage_t *stage, dsh_stage_call_t *call, void *arg)
+s_holdup_result (dsh_stage_t *stage, dsh_call_t *call, void *arg)
 {
     (void) arg;
     s_parked = call;
@@ -288,9 +286,11 @@ test_fail_open_hold_is_skipped (void **state)
                                       "    stage\n        name = \"w\"\n        kind = \"wrap\"\n");
     dsh_record_t *record = s_enter (fixture, "echo", "echo", zclock_mono () + 5000);
     assert_int_equal (s_host.dispatched, 0);
-    assert_int_equal (record->where, DSH_AT_CHAIN);
-    assert_int_equal (record->stage, 0);
-    assert_true (record->hold_until_ms <= zclock_mono () + 1000);
+    bool down;
+    assert_int_equal (dsh_inflight_where (record), DSH_AT_CHAIN);
+    assert_int_equal (dsh_inflight_stage (record, &down), 0);
+    assert_true (down);
+    assert_true (dsh_inflight_due_ms (record) <= zclock_mono () + 1000);
     dsh_chain_expire (fixture->chain, record);
     //  Told to let go, and the call went on as if the stage were not there
     assert_int_equal (s_cancels, 1);
@@ -307,7 +307,7 @@ test_fail_closed_hold (void **state)
     s_fixture_t *fixture = s_fixture ("    stage\n        name = \"w\"\n        kind = \"wrap\"\n"
                                       "    stage\n        name = \"h\"\n        kind = \"hold\"\n");
     dsh_record_t *record = s_enter (fixture, "echo", "echo", zclock_mono () + 5000);
-    assert_int_equal (record->stage, 1);
+    assert_int_equal (dsh_inflight_stage (record, NULL), 1);
     dsh_chain_expire (fixture->chain, record);
     assert_int_equal (s_cancels, 1);
     assert_int_equal (s_host.dispatched, 0);
@@ -326,7 +326,7 @@ test_hold_never_outlives_deadline (void **state)
                                       "        timeout_ms = \"60000\"\n");
     int64_t deadline = zclock_mono () + 300;
     dsh_record_t *record = s_enter (fixture, "echo", "echo", deadline);
-    assert_true (record->hold_until_ms == deadline);
+    assert_true (dsh_inflight_due_ms (record) == deadline);
     //  What the broker does at the deadline: release, then answer TIMEOUT
     dsh_chain_release (fixture->chain, record);
     assert_int_equal (s_cancels, 1);
@@ -346,9 +346,10 @@ test_timeout_on_the_way_up (void **state)
     dsh_record_t *record = s_host.record;
     s_tool_answers (fixture, "tool");
     assert_int_equal (s_host.answers, 0);
-    assert_int_equal (record->where, DSH_AT_CHAIN);
-    assert_false (record->down);
-    assert_int_equal (record->stage, 1);
+    bool down;
+    assert_int_equal (dsh_inflight_where (record), DSH_AT_CHAIN);
+    assert_int_equal (dsh_inflight_stage (record, &down), 1);
+    assert_false (down);
     dsh_chain_expire (fixture->chain, record);
     assert_int_equal (s_host.answers, 1);
     assert_string_equal (s_host.code, DSH_E_MIDDLEWARE_FAILED);

@@ -58,7 +58,8 @@ s_expect_pop (dsh_fairq_t *fairq, const char *component, const char *call_id, si
     if (call_id) {
         assert_non_null (record);
         assert_string_equal (record->call_id, call_id);
-        assert_null (record->queued);
+        //  Off the queue: the broker's to send on or answer
+        assert_int_equal (dsh_inflight_where (record), DSH_AT_BROKER);
         assert_int_equal (zmq_msg_size (&body), size);
     }
     else
@@ -81,8 +82,7 @@ test_round_robin (void **state)
     for (size_t index = 0; index < 6; index++) {
         dsh_record_t *record = s_open (inflight, calls [index][0], calls [index][1], "comp");
         assert_int_equal (s_push (fairq, record, 10, error, sizeof (error)), 0);
-        assert_int_equal (record->where, DSH_AT_QUEUE);
-        assert_non_null (record->queued);
+        assert_int_equal (dsh_inflight_where (record), DSH_AT_QUEUE);
     }
     //  Another component's queue is its own
     dsh_record_t *other = s_open (inflight, "A", "o1", "elsewhere");
@@ -142,14 +142,16 @@ test_remove (void **state)
     assert_int_equal (s_push (fairq, s_open (inflight, "A", "a2", "comp"), 5, error, sizeof (error)), 0);
     assert_int_equal (s_push (fairq, b1, 5, error, sizeof (error)), 0);
     dsh_fairq_remove (fairq, a1);
-    assert_null (a1->queued);
+    assert_int_equal (dsh_inflight_where (a1), DSH_AT_BROKER);
     assert_int_equal (dsh_fairq_size (fairq), 2);
     //  B's only call out: its lane goes, and A's is all that is left
     dsh_fairq_remove (fairq, b1);
     s_expect_pop (fairq, "comp", "a2", 5);
     s_expect_pop (fairq, "comp", NULL, 0);
-    dsh_inflight_drop (inflight, &a1);
-    dsh_inflight_drop (inflight, &b1);
+    //  As the broker does with a cancelled call: out of the queue, answered
+    dsh_inflight_answer_error (inflight, &a1, DSH_E_CANCELLED, "Error: the call was cancelled");
+    dsh_inflight_answer_error (inflight, &b1, DSH_E_CANCELLED, "Error: the call was cancelled");
+    assert_int_equal (dsh_inflight_size (inflight), 1);
     dsh_fairq_destroy (&fairq);
     dsh_inflight_destroy (&inflight);
 }
@@ -169,8 +171,7 @@ test_bounds (void **state)
     assert_int_equal (s_push (fairq, refused, 10, error, sizeof (error)), -1);
     assert_non_null (strstr (error, "from this caller"));
     assert_non_null (strstr (error, "its limit is 2 calls"));
-    assert_int_not_equal (refused->where, DSH_AT_QUEUE);
-    assert_null (refused->queued);
+    assert_int_equal (dsh_inflight_where (refused), DSH_AT_BROKER);
     //  Per caller, in bytes
     assert_int_equal (s_push (fairq, s_open (inflight, "B", "b1", "comp"), 51, error, sizeof (error)), -1);
     assert_non_null (strstr (error, "50 bytes"));
