@@ -256,14 +256,6 @@ dsh_jsonrpc_queue (dsh_jsonrpc_t *self, const json_t *message)
     return 0;
 }
 
-int
-dsh_jsonrpc_send (dsh_jsonrpc_t *self, const json_t *message)
-{
-    if (dsh_jsonrpc_queue (self, message))
-        return -1;
-    return dsh_jsonrpc_flush (self);
-}
-
 size_t
 dsh_jsonrpc_backlog (dsh_jsonrpc_t *self)
 {

@@ -65,14 +65,9 @@ json_t *
 json_t *
     dsh_jsonrpc_find_id (const char *text, size_t size);
 
-//  Queue message as one line and write what the fd takes now. Borrows
-//  message. Returns 0, or -1 if the peer is gone.
-int
-    dsh_jsonrpc_send (dsh_jsonrpc_t *self, const json_t *message);
-
-//  Queue message as one line without writing it yet (a caller that sends
-//  many in one turn writes them together with dsh_jsonrpc_flush). Borrows
-//  message. Returns 0, or -1 if it cannot be encoded.
+//  Queue message as one line without writing it yet (dsh_jsonrpc_flush
+//  writes what is queued, so many messages of one turn go together).
+//  Borrows message. Returns 0, or -1 if it cannot be encoded.
 int
     dsh_jsonrpc_queue (dsh_jsonrpc_t *self, const json_t *message);
 

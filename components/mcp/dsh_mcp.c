@@ -32,17 +32,17 @@
 #include "dsh_json.h"
 #include "dsh_jsonrpc.h"
 #include "dsh_mcp_extras.h"
+#include "dsh_mcp_gateway.h"
 #include "dsh_http.h"
 #include "dsh_mcp_httpd.h"
 #include "dsh_mcp_logs.h"
+#include "dsh_mcp_options.h"
 #include "dsh_proto.h"
 #include "dsh_render.h"
 #include "dsh_sock.h"
 #include "dsh_watcher.h"
 
 #include <fcntl.h>
-#include <getopt.h>
-#include <stdarg.h>
 #include <unistd.h>
 
 #define SERVER_VERSION      "0.1.0"
@@ -457,7 +457,7 @@ s_tools_list (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
     const char *name;
     json_t *entry;
     json_object_foreach (self->entries, name, entry)
-        if (!dsh_mcp_extras_is_gateway (name))
+        if (!dsh_mcp_gateway_named (name))
             json_array_append (known, entry);
     json_t *entries = s_for_agent (self, known);
     json_decref (known);
@@ -881,7 +881,7 @@ typedef enum {
 static int
 s_change_of (const char *name)
 {
-    return dsh_mcp_extras_is_gateway (name)? CHANGED_GATEWAYS: CHANGED_TOOLS;
+    return dsh_mcp_gateway_named (name)? CHANGED_GATEWAYS: CHANGED_TOOLS;
 }
 
 //  Applies a watcher notice to the entries; returns what changed.
@@ -1181,26 +1181,58 @@ s_usage (FILE *stream)
         DSH_HTTP_HEADER_TIMEOUT_MS_MIN, DSH_HTTP_HEADER_TIMEOUT_MS_MAX, DSH_HTTP_HEADER_TIMEOUT_MS);
 }
 
-static int
-s_bad_usage (const char *format, ...) __attribute__ ((format (printf, 1, 2)));
+//  What main learns from the command line besides self's fields.
+typedef struct {
+    self_t *self;
+    dsh_mcp_options_t *options;
+    const char *http;           //  --http HOST:PORT
+    const char *token_file;     //  --http-token-file
+    dsh_http_limits_t limits;   //  --http-per-address, --http-header-ms
+    bool limits_given;
+} s_start_t;
 
+//  One of dsh-mcp's own options (dsh_mcp_options_parse has the shared ones).
 static int
-s_bad_usage (const char *format, ...)
+s_option (int option, const char *value, void *arg)
 {
-    va_list args;
-    va_start (args, format);
-    fprintf (stderr, "dsh-mcp: ");
-    vfprintf (stderr, format, args);
-    fprintf (stderr, " (try --help)\n");
-    va_end (args);
-    return 2;
+    s_start_t *start = (s_start_t *) arg;
+    long number;
+    switch (option) {
+        case 'a': start->self->agent = value; break;
+        case 'H': start->http = value; break;
+        case 'T': start->token_file = value; break;
+        case 't':
+            if (dsh_mcp_options_number (start->options, "--timeout-ms", value, 1, 600000, &number))
+                return DSH_MCP_EXIT_USAGE;
+            start->self->timeout_ms = (int) number;
+            break;
+        case 'A':
+            if (dsh_mcp_options_number (start->options, "--http-per-address", value, 0, DSH_HTTP_PER_ADDRESS_MAX,
+                                        &number))
+                return DSH_MCP_EXIT_USAGE;
+            start->limits.per_address = (unsigned int) number;
+            start->limits_given = true;
+            break;
+        case 'D':
+            if (dsh_mcp_options_number (start->options, "--http-header-ms", value, DSH_HTTP_HEADER_TIMEOUT_MS_MIN,
+                                        DSH_HTTP_HEADER_TIMEOUT_MS_MAX, &number))
+                return DSH_MCP_EXIT_USAGE;
+            start->limits.header_timeout_ms = (unsigned int) number;
+            start->limits_given = true;
+            break;
+        case 'k':
+            if (dsh_mcp_options_number (start->options, "--keepalive-ms", value, 100, 600000, &number))
+                return DSH_MCP_EXIT_USAGE;
+            start->self->keepalive_ms = (int) number;
+            break;
+    }
+    return 0;
 }
 
 int
 main (int argc, char *argv [])
 {
-    static const struct option options [] = {
-        { "broker", required_argument, NULL, 'b' },
+    static const struct option own [] = {
         { "agent", required_argument, NULL, 'a' },
         { "timeout-ms", required_argument, NULL, 't' },
         { "keepalive-ms", required_argument, NULL, 'k' },
@@ -1208,93 +1240,27 @@ main (int argc, char *argv [])
         { "http-token-file", required_argument, NULL, 'T' },
         { "http-per-address", required_argument, NULL, 'A' },
         { "http-header-ms", required_argument, NULL, 'D' },
-        { "cert", required_argument, NULL, 'C' },
-        { "broker-cert", required_argument, NULL, 'K' },
-        { "verbose", no_argument, NULL, 'v' },
-        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
     self_t self = { .agent = NULL, .keepalive_ms = KEEPALIVE_MS };
-    const char *broker = NULL;
-    const char *cert = NULL, *broker_cert = NULL;
-    const char *http = NULL, *token_file = NULL;
-    dsh_http_limits_t limits = { .per_address = DSH_MCP_HTTPD_PER_ADDRESS,
-                                 .header_timeout_ms = DSH_HTTP_HEADER_TIMEOUT_MS };
-    bool limits_given = false;
-    opterr = 0;
-    int option;
-    while ((option = getopt_long (argc, argv, ":vh", options, NULL)) != -1) {
-        switch (option) {
-            case 'b': broker = optarg; break;
-            case 'a': self.agent = optarg; break;
-            case 'v': self.verbose = true; break;
-            case 'C': cert = optarg; break;
-            case 'K': broker_cert = optarg; break;
-            case 'H': http = optarg; break;
-            case 'T': token_file = optarg; break;
-            case 'h': s_usage (stdout); return 0;
-            case 't': {
-                char *end = NULL;
-                long value = strtol (optarg, &end, 10);
-                if (end == optarg || *end || value < 1 || value > 600000)
-                    return s_bad_usage ("--timeout-ms needs a number from 1 to 600000, not \"%s\"", optarg);
-                self.timeout_ms = (int) value;
-                break;
-            }
-            case 'A': {
-                char *end = NULL;
-                long value = strtol (optarg, &end, 10);
-                if (end == optarg || *end || value < 0 || value > DSH_HTTP_PER_ADDRESS_MAX)
-                    return s_bad_usage ("--http-per-address needs a number from 0 to %d, not \"%s\"",
-                                        DSH_HTTP_PER_ADDRESS_MAX, optarg);
-                limits.per_address = (unsigned int) value;
-                limits_given = true;
-                break;
-            }
-            case 'D': {
-                char *end = NULL;
-                long value = strtol (optarg, &end, 10);
-                if (end == optarg || *end || value < DSH_HTTP_HEADER_TIMEOUT_MS_MIN
-                    || value > DSH_HTTP_HEADER_TIMEOUT_MS_MAX)
-                    return s_bad_usage ("--http-header-ms needs a number from %d to %d, not \"%s\"",
-                                        DSH_HTTP_HEADER_TIMEOUT_MS_MIN, DSH_HTTP_HEADER_TIMEOUT_MS_MAX, optarg);
-                limits.header_timeout_ms = (unsigned int) value;
-                limits_given = true;
-                break;
-            }
-            case 'k': {
-                char *end = NULL;
-                long value = strtol (optarg, &end, 10);
-                if (end == optarg || *end || value < 100 || value > 600000)
-                    return s_bad_usage ("--keepalive-ms needs a number from 100 to 600000, not \"%s\"", optarg);
-                self.keepalive_ms = (int) value;
-                break;
-            }
-            case ':':
-                return s_bad_usage ("option %s needs a value", argv [optind - 1]);
-            default:
-                if (optopt)
-                    return s_bad_usage ("unknown option -%c", optopt);
-                return s_bad_usage ("unknown option %s", argv [optind - 1]);
-        }
-    }
+    dsh_mcp_options_t options = { .program = "dsh-mcp" };
+    s_start_t start = { .self = &self, .options = &options,
+                        .limits = { .per_address = DSH_MCP_HTTPD_PER_ADDRESS,
+                                    .header_timeout_ms = DSH_HTTP_HEADER_TIMEOUT_MS } };
+    int exit_code = dsh_mcp_options_parse (&options, argc, argv, own, false, s_option, s_usage, &start);
+    if (exit_code >= 0)
+        return exit_code;
+    self.verbose = options.verbose;
+    const char *http = start.http, *token_file = start.token_file;
     if (optind < argc)
-        return s_bad_usage ("unexpected argument \"%s\"", argv [optind]);
+        return dsh_mcp_options_bad_usage (&options, "unexpected argument \"%s\"", argv [optind]);
     if (self.agent && (!*self.agent || strlen (self.agent) > DSH_ID_MAX))
-        return s_bad_usage ("invalid agent id \"%s\"", self.agent);
-    char curve_error [512];
-    if (dsh_curve_setup (cert, broker_cert, curve_error, sizeof (curve_error)))
-        return s_bad_usage ("%s", curve_error);
-    if (!broker) {
-        broker = getenv ("DSH_BROKER");
-        if (broker && !*broker)
-            broker = NULL;
-    }
+        return dsh_mcp_options_bad_usage (&options, "invalid agent id \"%s\"", self.agent);
+    exit_code = dsh_mcp_options_finish (&options);
+    if (exit_code)
+        return exit_code;
+    const char *broker = options.broker;
     char list_error [512];
-    zlistx_t *brokers = dsh_sock_brokers (broker, list_error, sizeof (list_error));
-    if (!brokers)
-        return s_bad_usage ("%s", list_error);
-    zlistx_destroy (&brokers);
     //  Beacon entries become the brokers heard now, once for the client
     //  and the watcher alike
     char *resolved = NULL;
@@ -1311,13 +1277,13 @@ main (int argc, char *argv [])
     zsys_init ();
     zsys_set_logstream (dsh_log_stream (stderr));
     if (token_file && !http)
-        return s_bad_usage ("--http-token-file needs --http");
-    if (limits_given && !http)
-        return s_bad_usage ("--http-per-address and --http-header-ms need --http");
+        return dsh_mcp_options_bad_usage (&options, "--http-token-file needs --http");
+    if (start.limits_given && !http)
+        return dsh_mcp_options_bad_usage (&options, "--http-per-address and --http-header-ms need --http");
     if (http) {
         char http_error [512];
         char *token = token_file? dsh_http_read_token (token_file, http_error, sizeof http_error): NULL;
-        self.httpd = !token_file || token? dsh_mcp_httpd_new_limited (http, token, &limits, http_error,
+        self.httpd = !token_file || token? dsh_mcp_httpd_new_limited (http, token, &start.limits, http_error,
                                                                            sizeof http_error): NULL;
         zstr_free (&token);
         if (!self.httpd) {

@@ -37,6 +37,7 @@
 #include "dsh_mcp_content.h"
 #include "dsh_mcp_gateway.h"
 #include "dsh_mcp_logs.h"
+#include "dsh_mcp_options.h"
 #include "dsh_mcp_httpc.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
@@ -45,12 +46,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1481,21 +1480,6 @@ s_usage (FILE *stream)
         DSH_DEFAULT_ENDPOINT, DEFAULT_CONCURRENCY);
 }
 
-static int
-s_bad_usage (const char *format, ...) __attribute__ ((format (printf, 1, 2)));
-
-static int
-s_bad_usage (const char *format, ...)
-{
-    va_list args;
-    va_start (args, format);
-    fprintf (stderr, "dsh-mcp-bridge: ");
-    vfprintf (stderr, format, args);
-    fprintf (stderr, " (try --help)\n");
-    va_end (args);
-    return 2;
-}
-
 //  0 if header is "NAME: VALUE" on one line, else -1.
 static int
 s_header_check (const char *header)
@@ -1536,11 +1520,62 @@ s_bearer_header (const char *path, char *header)
     return 0;
 }
 
+//  What main learns from the command line besides self's fields.
+typedef struct {
+    self_t *self;
+    dsh_mcp_options_t *options;
+    const char *id;             //  --id
+    size_t root_count;
+    const char *token_file;     //  --bearer-token-file
+    const char **header_args;   //  --header values, for --url
+    int header_count;
+} s_start_t;
+
+//  One of dsh-mcp-bridge's own options (dsh_mcp_options_parse has the
+//  shared ones).
+static int
+s_option (int option, const char *value, void *arg)
+{
+    s_start_t *start = (s_start_t *) arg;
+    self_t *self = start->self;
+    long number;
+    switch (option) {
+        case 'n': self->name = value; break;
+        case 'p': self->prefix = value; break;
+        case 'i': start->id = value; break;
+        case 'u': self->untrusted = true; break;
+        case 'c': self->confined = true; break;
+        case 'U': self->url = value; break;
+        case 'T': start->token_file = value; break;
+        case 'N':
+            if (dsh_mcp_options_number (start->options, "--concurrency", value, 1, 65536, &number))
+                return DSH_MCP_EXIT_USAGE;
+            self->concurrency = (size_t) number;
+            break;
+        case 'H':
+            if (s_header_check (value))
+                return dsh_mcp_options_bad_usage (start->options,
+                                                  "--header needs \"NAME: VALUE\" on one line, not \"%s\"", value);
+            start->header_args [start->header_count++] = value;
+            break;
+        case 'R':
+            if (start->root_count == MAX_ROOTS)
+                return dsh_mcp_options_bad_usage (start->options, "at most %d --root options", MAX_ROOTS);
+            self->roots [start->root_count++] = value;
+            break;
+        case 'P':
+            if (dsh_mcp_options_number (start->options, "--ping-ms", value, 10, 3600000, &number))
+                return DSH_MCP_EXIT_USAGE;
+            self->ping_ms = (int) number;
+            break;
+    }
+    return 0;
+}
+
 int
 main (int argc, char *argv [])
 {
-    static const struct option options [] = {
-        { "broker", required_argument, NULL, 'b' },
+    static const struct option own [] = {
         { "name", required_argument, NULL, 'n' },
         { "prefix", required_argument, NULL, 'p' },
         { "id", required_argument, NULL, 'i' },
@@ -1549,92 +1584,42 @@ main (int argc, char *argv [])
         { "concurrency", required_argument, NULL, 'N' },
         { "ping-ms", required_argument, NULL, 'P' },
         { "root", required_argument, NULL, 'R' },
-        { "cert", required_argument, NULL, 'C' },
-        { "broker-cert", required_argument, NULL, 'K' },
         { "url", required_argument, NULL, 'U' },
         { "header", required_argument, NULL, 'H' },
         { "bearer-token-file", required_argument, NULL, 'T' },
-        { "verbose", no_argument, NULL, 'v' },
-        { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 }
     };
     self_t self = { .prefix = "", .ping_ms = 5000, .concurrency = DEFAULT_CONCURRENCY, .backoff_ms = BACKOFF_MIN_MS,
                     .stdin_fd = -1, .stdout_fd = -1, .stderr_fd = -1 };
-    const char *id = NULL;
-    size_t root_count = 0;
-    const char *cert = NULL, *broker_cert = NULL;
-    const char *token_file = NULL;
+    dsh_mcp_options_t options = { .program = "dsh-mcp-bridge" };
     //  --url: the --header values, and the bearer header if any
     const char *header_args [argc];
-    int header_count = 0;
+    s_start_t start = { .self = &self, .options = &options, .header_args = header_args };
     char bearer [MAX_TOKEN_BYTES + 32] = "";
-    opterr = 0;
-    int option;
-    //  "+": stop at the first non-option, so COMMAND's own options stay its
-    while ((option = getopt_long (argc, argv, "+:vh", options, NULL)) != -1) {
-        switch (option) {
-            case 'b': self.broker = optarg; break;
-            case 'n': self.name = optarg; break;
-            case 'p': self.prefix = optarg; break;
-            case 'i': id = optarg; break;
-            case 'u': self.untrusted = true; break;
-            case 'c': self.confined = true; break;
-            case 'N': {
-                char *end = NULL;
-                long value = strtol (optarg, &end, 10);
-                if (end == optarg || *end || value < 1 || value > 65536)
-                    return s_bad_usage ("--concurrency needs a number from 1 to 65536, not \"%s\"", optarg);
-                self.concurrency = (size_t) value;
-                break;
-            }
-            case 'v': self.verbose = true; break;
-            case 'C': cert = optarg; break;
-            case 'K': broker_cert = optarg; break;
-            case 'U': self.url = optarg; break;
-            case 'T': token_file = optarg; break;
-            case 'H':
-                if (s_header_check (optarg))
-                    return s_bad_usage ("--header needs \"NAME: VALUE\" on one line, not \"%s\"", optarg);
-                header_args [header_count++] = optarg;
-                break;
-            case 'h': s_usage (stdout); return 0;
-            case 'R':
-                if (root_count == MAX_ROOTS)
-                    return s_bad_usage ("at most %d --root options", MAX_ROOTS);
-                self.roots [root_count++] = optarg;
-                break;
-            case 'P': {
-                char *end = NULL;
-                long value = strtol (optarg, &end, 10);
-                if (end == optarg || *end || value < 10 || value > 3600000)
-                    return s_bad_usage ("--ping-ms needs a number from 10 to 3600000, not \"%s\"", optarg);
-                self.ping_ms = (int) value;
-                break;
-            }
-            case ':':
-                return s_bad_usage ("option %s needs a value", argv [optind - 1]);
-            default:
-                if (optopt)
-                    return s_bad_usage ("unknown option -%c", optopt);
-                return s_bad_usage ("unknown option %s", argv [optind - 1]);
-        }
-    }
+    //  Stop at the first non-option, so COMMAND's own options stay its
+    int exit_code = dsh_mcp_options_parse (&options, argc, argv, own, true, s_option, s_usage, &start);
+    if (exit_code >= 0)
+        return exit_code;
+    self.verbose = options.verbose;
+    const char *id = start.id, *token_file = start.token_file;
+    int header_count = start.header_count;
     if (optind >= argc && !self.url)
-        return s_bad_usage ("no MCP server command or --url given");
+        return dsh_mcp_options_bad_usage (&options, "no MCP server command or --url given");
     if (optind < argc && self.url)
-        return s_bad_usage ("give an MCP server command or --url, not both");
+        return dsh_mcp_options_bad_usage (&options, "give an MCP server command or --url, not both");
     if (!self.url && (header_count || token_file))
-        return s_bad_usage ("--header and --bearer-token-file need --url");
+        return dsh_mcp_options_bad_usage (&options, "--header and --bearer-token-file need --url");
     char host [256] = "";
     if (self.url) {
         char *url_host = dsh_mcp_httpc_host (self.url);
         if (!url_host)
-            return s_bad_usage ("--url needs an http or https URL, not \"%s\"", self.url);
+            return dsh_mcp_options_bad_usage (&options, "--url needs an http or https URL, not \"%s\"", self.url);
         snprintf (host, sizeof host, "%s", url_host);
         free (url_host);
     }
     if (token_file && s_bearer_header (token_file, bearer))
-        return s_bad_usage ("--bearer-token-file %s: not a readable file holding one token", token_file);
+        return dsh_mcp_options_bad_usage (&options, "--bearer-token-file %s: not a readable file holding one token",
+                                          token_file);
     self.command = self.url? NULL: argv + optind;
     if (!self.name && self.url)
         self.name = host;
@@ -1646,7 +1631,7 @@ main (int argc, char *argv [])
     bool prefix_ok = dsh_proto_valid_name (probe, strlen (probe));
     zstr_free (&probe);
     if (!prefix_ok)
-        return s_bad_usage ("prefix \"%s\" makes invalid tool names", self.prefix);
+        return dsh_mcp_options_bad_usage (&options, "prefix \"%s\" makes invalid tool names", self.prefix);
     self.component_id = id? strdup (id): zsys_sprintf ("mcp-%s", self.name);
     for (char *cursor = self.component_id; *cursor; cursor++)
         if (*cursor < 0x21 || *cursor > 0x7e)
@@ -1655,23 +1640,14 @@ main (int argc, char *argv [])
         self.component_id [DSH_ID_MAX] = 0;
     if (id && strneq (id, self.component_id)) {
         zstr_free (&self.component_id);
-        return s_bad_usage ("invalid component id \"%s\"", id);
+        return dsh_mcp_options_bad_usage (&options, "invalid component id \"%s\"", id);
     }
-    char curve_error [512];
-    if (dsh_curve_setup (cert, broker_cert, curve_error, sizeof (curve_error)))
-        return s_bad_usage ("%s", curve_error);
-    if (!self.broker) {
-        self.broker = getenv ("DSH_BROKER");
-        if (self.broker && !*self.broker)
-            self.broker = NULL;
-    }
-    char list_error [512];
-    zlistx_t *brokers = dsh_sock_brokers (self.broker, list_error, sizeof (list_error));
-    if (!brokers) {
+    exit_code = dsh_mcp_options_finish (&options);
+    if (exit_code) {
         zstr_free (&self.component_id);
-        return s_bad_usage ("%s", list_error);
+        return exit_code;
     }
-    zlistx_destroy (&brokers);
+    self.broker = options.broker;
 
     zsys_init ();
     //  stdout carries only the ready lines, for whoever launched us

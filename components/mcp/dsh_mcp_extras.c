@@ -50,18 +50,12 @@ dsh_mcp_extras_capabilities (void)
                       "prompts", "listChanged", 1, "completions", "logging");
 }
 
-bool
-dsh_mcp_extras_is_gateway (const char *tool_name)
-{
-    return tool_name && strncmp (tool_name, DSH_MCP_GATEWAY_PREFIX, strlen (DSH_MCP_GATEWAY_PREFIX)) == 0;
-}
-
 //  The gateway part of entry, or NULL if entry is no gateway.
 static const json_t *
 s_gateway (const json_t *entry)
 {
     const json_t *gateway = json_object_get (entry, DSH_MCP_GATEWAY_KEY);
-    if (!dsh_mcp_extras_is_gateway (json_string_value (json_object_get (entry, "name")))
+    if (!dsh_mcp_gateway_named (json_string_value (json_object_get (entry, "name")))
     || !json_is_object (gateway))
         return NULL;
     return gateway;

@@ -35,11 +35,6 @@ bool
 json_t *
     dsh_mcp_extras_capabilities (void);
 
-//  True if a tool of this name is a gateway (to hide from tools/list,
-//  and to turn its changes into resources and prompts list_changed).
-bool
-    dsh_mcp_extras_is_gateway (const char *tool_name);
-
 //  The plan for one request, given the registry's tool entries (a JSON
 //  array, as LIST or the watcher has them; entries that are not gateways
 //  are skipped). Caller owns the plan, an object with one of:

@@ -32,6 +32,12 @@ static const struct {
 //  server's files) and the one whose cut items stay readable.
 static const char *s_lists [] = { "resources", "resourceTemplates", "prompts", NULL };
 
+bool
+dsh_mcp_gateway_named (const char *tool_name)
+{
+    return tool_name && strncmp (tool_name, DSH_MCP_GATEWAY_PREFIX, strlen (DSH_MCP_GATEWAY_PREFIX)) == 0;
+}
+
 const char *
 dsh_mcp_gateway_capability (const char *method)
 {

@@ -8,7 +8,8 @@
     params} to the server and answers with the server's result whole.
     This module is what the bridge needs to know about that entry: how to
     build it within the broker's size limit, which methods may pass, and
-    the roots the bridge offers. dsh_mcp_extras is the other side.
+    the roots the bridge offers; and, for dsh-mcp, which tools are
+    gateways. dsh_mcp_extras and dsh_mcp_logs are the other side.
     =========================================================================
 */
 
@@ -27,6 +28,12 @@ extern "C" {
 #define DSH_MCP_GATEWAY_PREFIX  "mcp-gateway."
 //  The namespaced key of a tool entry that makes it a gateway.
 #define DSH_MCP_GATEWAY_KEY     "mcpGateway"
+
+//  True if a tool of this name is a gateway (dsh-mcp hides it from
+//  tools/list, and turns its changes into resources and prompts
+//  list_changed).
+bool
+    dsh_mcp_gateway_named (const char *tool_name);
 
 //  The gateway entry for a server: name (a valid tool name), the server's
 //  name, the prefix its tools and prompts get, its capabilities (from

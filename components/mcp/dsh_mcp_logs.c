@@ -4,7 +4,6 @@
 */
 
 #include "dsh_mcp_logs.h"
-#include "dsh_mcp_extras.h"
 #include "dsh_mcp_gateway.h"
 
 #include <czmq.h>
@@ -95,7 +94,7 @@ dsh_mcp_logs_polls (dsh_mcp_logs_t *self, const json_t *entries)
     json_array_foreach (entries, index, entry) {
         const char *tool = json_string_value (json_object_get (entry, "name"));
         const json_t *capabilities = json_object_get (json_object_get (entry, DSH_MCP_GATEWAY_KEY), "capabilities");
-        if (!dsh_mcp_extras_is_gateway (tool) || !json_object_get (capabilities, "logging"))
+        if (!dsh_mcp_gateway_named (tool) || !json_object_get (capabilities, "logging"))
             continue;
         s_follow_t *follow = (s_follow_t *) zhashx_lookup (self->follows, tool);
         if (!follow) {

@@ -2,11 +2,12 @@
     dsh_tooldef - typed tool definitions: a parameter spec written as static
     data, its JSON Schema, and argument validation before the handler runs
 
-    The C counterpart of the original's defineTool / SchemaSpec. An author
-    declares parameters once with designated initializers; dsh derives the
-    JSON Schema that goes on the wire and checks every call's arguments
-    against the spec before the handler sees them. The rules and messages are
-    the original's, to the letter:
+    The C counterpart of defineTool / SchemaSpec in dsh-tools (the
+    single-process design dsh grew from). An author declares parameters
+    once with designated initializers; dsh derives the JSON Schema that goes
+    on the wire and checks every call's arguments against the spec before
+    the handler sees them. The rules and messages are those of dsh-tools,
+    to the letter:
 
       - conversion: {type} plus description only when non-empty, enum when
         present, default when present; an object gets properties, and
