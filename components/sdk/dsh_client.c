@@ -1266,7 +1266,7 @@ dsh_client_batch (dsh_client_t *self, const json_t *calls, const char *agent, in
     for (size_t index = 0; index < json_array_size (results); index++)
         if (json_is_null (json_array_get (results, index)))
             json_array_set_new (results, index, json_pack ("{s:s, s:[{s:s, s:s}], s:b, s:{s:s, s:s}}",
-                "callId", "", "content", "type", "text", "text", "Error: no reply from the broker in time",
+                "callId", "", "content", "type", "text", "text", "Error: no answer from the broker by the call's deadline",
                 "isError", 1, "error", "name", dsh_proto_error_name (DSH_E_TIMEOUT), "code", DSH_E_TIMEOUT));
     zhashx_destroy (&safe);
     return results;

@@ -1,21 +1,23 @@
 //  A component: serves tools to one or more brokers (Component lifecycle).
 //  For each broker it discovers the endpoints on FRONT, claims its id on
 //  WORK, announces on PUB when asked (SYNC), heartbeats, and starts over when
-//  the broker falls silent (a restart, a move). Calls run concurrently up to
-//  a limit, with progress and cancellation; each is answered exactly once
-//  on the WORK connection it came on.
+//  the broker falls silent (a restart, a move): when to say HELLO and
+//  HEARTBEAT and when the broker is gone is each session's link (link.ts,
+//  the component profile); the sockets are the session's. Calls run
+//  concurrently up to a limit, with progress and cancellation; each is
+//  answered exactly once on the WORK connection it came on.
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { EventEmitter } from 'node:events';
 import { Dealer, Publisher } from 'zeromq';
 import { CurveKeys, CurveOptions, Handshake, loadCurve } from './curve.js';
+import { Link } from './link.js';
 import {
-  Body, CallResult, ContentBlock, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, MAX_MESSAGE_BYTES, Outbox, PROTOCOL,
+  Body, CallResult, ContentBlock, MAX_MESSAGE_BYTES, Outbox, PROTOCOL,
   WORK_FROM_BROKER, announceBodies, brokerList, errorResult, frames, nextId, pack, parse, resolveEndpoint,
 } from './wire.js';
 import type { ToolEntry } from './client.js';
 
-const HELLO_RETRY_MS = 1000;
 const QUEUE_LIMIT = 1024;
 
 //  What a handler is given besides the arguments: the original's
@@ -56,7 +58,7 @@ export interface ComponentRefusal {
 }
 
 interface Job {
-  link: Link;
+  link: Session;
   token: Uint8Array;
   body: Body;
   abort: AbortController;
@@ -68,7 +70,7 @@ export class Component extends EventEmitter {
   readonly curve?: CurveKeys;
   private generation = Date.now();
   private readonly tools = new Map<string, { entry: ToolEntry; handler: ToolHandler }>();
-  private readonly links: Link[];
+  private readonly links: Session[];
   private readonly running = new Map<string, Job>();
   private readonly waiting: Job[] = [];
   private readonly log: (line: string) => void;
@@ -86,7 +88,7 @@ export class Component extends EventEmitter {
       throw new TypeError('concurrency must be an integer from 1 to 65536');
     this.curve = loadCurve(options);
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
-    this.links = brokerList(options.broker).map((front) => new Link(this, front));
+    this.links = brokerList(options.broker).map((front) => new Session(this, front));
   }
 
   //  Adds or replaces a tool; the brokers hear of it once the code that
@@ -193,7 +195,7 @@ export class Component extends EventEmitter {
   }
 
   //  A CALL from link: run now, queue, or refuse OVERLOADED.
-  accept(link: Link, token: Uint8Array, body: Body): void {
+  accept(link: Session, token: Uint8Array, body: Body): void {
     const job: Job = { link, token, body, abort: new AbortController() };
     if (this.running.size < this.concurrency)
       void this.run(job);
@@ -206,7 +208,7 @@ export class Component extends EventEmitter {
 
   //  CANCEL: abort a running handler, skip a waiting one. Keyed by token and
   //  link: tokens are each broker's own.
-  cancel(link: Link, token: Uint8Array): void {
+  cancel(link: Session, token: Uint8Array): void {
     const key = jobKey(link, token);
     const job = this.running.get(key);
     if (job) {
@@ -259,7 +261,7 @@ export class Component extends EventEmitter {
   }
 }
 
-function jobKey(link: Link, token: Uint8Array): string {
+function jobKey(link: Session, token: Uint8Array): string {
   return `${link.serial}:${Buffer.from(token).toString('hex')}`;
 }
 
@@ -282,10 +284,12 @@ function toResult(callId: string, value: unknown): CallResult {
 let linkSerial = 0;
 
 //  One broker's connections: FRONT for discovery, PUB for presence, WORK for
-//  calls. Rebuilt whole when the broker falls silent.
-export class Link {
+//  calls, made anew at each CONNECT of its link.
+export class Session {
   readonly serial = ++linkSerial;
+  private readonly link: Link;
   private front?: Dealer;
+  private frontOut?: Outbox;
   private pub?: Publisher;
   private pubOut?: Outbox;
   private work?: Dealer;
@@ -293,45 +297,79 @@ export class Link {
   private frontHandshake?: Handshake;
   private workHandshake?: Handshake;
   private helloId = '';
-  private helloTimer?: NodeJS.Timeout;
-  private beatTimer?: NodeJS.Timeout;
-  private heardAt = 0;
-  private heartbeatMs = DEFAULT_HEARTBEAT_MS;
-  private liveness = DEFAULT_LIVENESS;
+  private welcome?: Body;
+  private toldProtocol = false;
+  private timer?: NodeJS.Timeout;
   private maxMessageBytes = MAX_MESSAGE_BYTES;
   private workHandshakes = 0;
   private running = false;
   private stopping = false;
 
-  constructor(private readonly owner: Component, readonly frontEndpoint: string) {}
+  constructor(private readonly owner: Component, readonly frontEndpoint: string) {
+    this.link = new Link('component', [frontEndpoint]);
+  }
 
   start(): void {
     if (this.running || this.stopping)
       return;
     this.running = true;
-    this.discover();
+    this.link.start(Date.now());
+    this.react();
+    this.schedule();
   }
 
-  //  HELLO on a fresh FRONT connection, again every second, until WELCOME.
+  //  The link's clock: a tick now, and a timer for when it next needs one.
+  private schedule(): void {
+    clearTimeout(this.timer);
+    if (this.stopping)
+      return;
+    const due = this.link.tick(Date.now());
+    this.react();
+    if (due !== null)
+      this.timer = setTimeout(() => this.schedule(), Math.max(due - Date.now(), 0));
+  }
+
+  //  Does what the link's events say, in order.
+  private react(): void {
+    for (const event of this.link.events()) {
+      switch (event.type) {
+        case 'CONNECT':
+          this.discover();
+          break;
+        case 'SEND_HELLO':
+          this.frontOut?.send(frames('HELLO', { id: this.helloId, component: this.owner.id }));
+          break;
+        case 'UP':
+          this.attach(this.welcome!);
+          break;
+        case 'SEND_PING':
+          this.publish('HEARTBEAT');
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  //  A fresh FRONT connection (the old one may lead to a host that is
+  //  gone), read for the WELCOME to the HELLOs the link asks for.
   private discover(): void {
     this.close();
     const front = new Dealer({ linger: 0, maxMessageSize: MAX_MESSAGE_BYTES, ...this.owner.curve });
     this.front = front;
-    const frontOut = new Outbox(front);
+    this.frontOut = new Outbox(front);
     this.frontHandshake = this.watchHandshakes(front);
     front.connect(this.frontEndpoint);
     this.helloId = nextId('hello');
-    const hello = () => frontOut.send(frames('HELLO', { id: this.helloId, component: this.owner.id }));
-    hello();
-    this.helloTimer = setInterval(hello, HELLO_RETRY_MS);
+    this.toldProtocol = false;
     void (async () => {
       try {
         for await (const message of front) {
           const incoming = parse(message, () => false);
           if (incoming?.command === 'WELCOME' && incoming.body.id === this.helloId && front === this.front) {
-            clearInterval(this.helloTimer);
-            this.attach(incoming.body);
-            return;
+            this.welcomed(incoming.body);
+            if (this.work)
+              return;
           }
         }
       } catch {
@@ -340,28 +378,49 @@ export class Link {
     })();
   }
 
-  //  WELCOME: connect PUB and WORK, claim the id, heartbeat.
-  private attach(welcome: Body): void {
+  //  A WELCOME to our HELLO: the link's, if it speaks dsh/1.
+  private welcomed(welcome: Body): void {
     if (welcome.protocol !== 1) {
-      this.owner.emit('error', new Error(`the broker at ${this.frontEndpoint} speaks protocol ${String(welcome.protocol)}, not 1`));
+      //  Told once per connection; the link goes on saying HELLO
+      if (!this.toldProtocol)
+        this.owner.emit('error', new Error(`the broker at ${this.frontEndpoint} speaks protocol ${String(welcome.protocol)}, not 1`));
+      this.toldProtocol = true;
       return;
     }
-    this.heartbeatMs = Number(welcome.heartbeatMs) || DEFAULT_HEARTBEAT_MS;
-    this.liveness = Number(welcome.liveness) || DEFAULT_LIVENESS;
+    //  An untrusted body (as the C SDK checks it): one that names no
+    //  endpoints cannot be acted on; the link goes on saying HELLO
+    const heartbeatMs = welcome.heartbeatMs;
+    if (typeof welcome.announce !== 'string' || typeof welcome.work !== 'string' || typeof heartbeatMs !== 'number'
+      || !Number.isInteger(heartbeatMs) || heartbeatMs <= 0 || heartbeatMs > 3600000)
+      return;
+    this.welcome = welcome;
+    this.link.welcome(Date.now(), typeof welcome.broker === 'string' ? welcome.broker : undefined,
+      welcome.heartbeatMs as number | undefined, welcome.liveness as number | undefined);
+    this.react();
+    this.schedule();
+  }
+
+  //  UP: connect PUB and WORK, claim the id; the FRONT is needed no more.
+  private attach(welcome: Body): void {
+    const heartbeatMs = this.link.heartbeatMs;
+    const liveness = this.link.liveness;
     const maxMessageBytes = Number(welcome.maxMessageBytes);
     this.maxMessageBytes = Number.isInteger(maxMessageBytes) && maxMessageBytes > 0 && maxMessageBytes <= 2 ** 31 - 1
       ? maxMessageBytes : MAX_MESSAGE_BYTES;
+    if (this.front && !this.front.closed)
+      this.front.close();
+    this.front = this.frontOut = this.frontHandshake = undefined;
     const zmtp = {
       linger: 1000,
       maxMessageSize: this.maxMessageBytes,
       //  No ZMTP heartbeats: HEARTBEAT and the broker's answers on WORK
       //  are the liveness (PROTOCOL.md, Liveness: connections)
       tcpKeepalive: 1,
-      tcpKeepaliveIdle: Math.max(Math.floor(this.heartbeatMs * this.liveness / 1000), 1),
-      tcpKeepaliveInterval: Math.max(Math.floor(this.heartbeatMs / 1000), 1),
-      tcpKeepaliveCount: this.liveness,
-      connectTimeout: this.heartbeatMs,
-      reconnectMaxInterval: this.heartbeatMs,
+      tcpKeepaliveIdle: Math.max(Math.floor(heartbeatMs * liveness / 1000), 1),
+      tcpKeepaliveInterval: Math.max(Math.floor(heartbeatMs / 1000), 1),
+      tcpKeepaliveCount: liveness,
+      connectTimeout: heartbeatMs,
+      reconnectMaxInterval: heartbeatMs,
       ...this.owner.curve,
     };
     const pub = new Publisher(zmtp);
@@ -380,9 +439,7 @@ export class Link {
     });
     this.workHandshake = this.watchHandshakes(work);
     work.connect(resolveEndpoint(String(welcome.work), this.frontEndpoint));
-    this.heardAt = Date.now();
     this.hello();
-    this.beatTimer = setInterval(() => this.beat(), this.heartbeatMs);
     void this.receive(work);
   }
 
@@ -433,15 +490,6 @@ export class Link {
     this.publish('ANNOUNCE');
   }
 
-  private beat(): void {
-    if (Date.now() - this.heardAt > this.heartbeatMs * this.liveness) {
-      //  Broker silence: start again from discovery
-      this.discover();
-      return;
-    }
-    this.publish('HEARTBEAT');
-  }
-
   private async receive(work: Dealer): Promise<void> {
     try {
       for await (const message of work) {
@@ -450,7 +498,7 @@ export class Link {
         const incoming = parse(message, (command) => command === 'CALL' || command === 'CANCEL');
         if (!incoming || !WORK_FROM_BROKER.has(incoming.command))
           continue;
-        this.heardAt = Date.now();
+        this.link.heard(Date.now());
         switch (incoming.command) {
           case 'SYNC':
             this.publish('ANNOUNCE');
@@ -492,8 +540,8 @@ export class Link {
   }
 
   private close(): void {
-    clearInterval(this.helloTimer);
-    clearInterval(this.beatTimer);
+    if (this.stopping)
+      clearTimeout(this.timer);
     for (const socket of [this.front, this.pub, this.work])
       if (socket && !socket.closed)
         socket.close();

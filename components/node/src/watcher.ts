@@ -2,20 +2,27 @@
 //  procedure (PROTOCOL.md, Watchers). It resynchronises on a gap or an
 //  epoch change in the events, when its SUB connects again, when PING shows
 //  another broker instance, and when the broker is silent (then it follows
-//  the next broker in its list).
+//  the next broker in its list). When to say HELLO and PING, which broker,
+//  and when it is gone or restarted is the link's (link.ts, the watcher
+//  profile); the sockets and the view are the watcher's.
 import { EventEmitter } from 'node:events';
 import { Dealer, Subscriber } from 'zeromq';
 import { CurveKeys, CurveOptions, Handshake, loadCurve } from './curve.js';
+import { Link } from './link.js';
 import {
-  Body, DEFAULT_HEARTBEAT_MS, DEFAULT_LIVENESS, DshError, MAX_MESSAGE_BYTES, Outbox, brokerList, frames, fromBroker,
+  Body, DshError, MAX_MESSAGE_BYTES, Outbox, brokerList, frames, fromBroker,
   nextId, parse, resolveEndpoint, unpack,
 } from './wire.js';
 import type { ToolEntry } from './client.js';
 
-const HELLO_RETRY_MS = 1000;
 //  After a SUB connection, the wait for the subscription to reach the PUB
 //  before the snapshot is asked for (as the reference watcher does)
 const SUBSCRIBE_SETTLE_MS = 200;
+//  A SNAPSHOT with no reply is sent again, with the same id, after this,
+//  doubling, at most the second (PROTOCOL.md, SNAPSHOT: a broker serves
+//  snapshots in turn, and a watcher does not ask anew while one waits)
+const SNAPSHOT_RETRY_MS = 2000;
+const SNAPSHOT_RETRY_MAX_MS = 16000;
 
 //  A change event as the broker publishes it. Every kind comes through,
 //  also those that change no entry: component.*, and the pins' tool.changed
@@ -58,7 +65,7 @@ export interface Refusal {
 //  of its list first).
 export class Watcher extends EventEmitter {
   readonly endpoints: string[];
-  private index = 0;
+  private readonly link: Link;
   private readonly view = new Map<string, ToolEntry>();
   seq = 0;
   epoch = 0;
@@ -73,13 +80,10 @@ export class Watcher extends EventEmitter {
   private snapshotId = '';
   private syncing = true;
   private queued: ChangeEvent[] = [];
-  private heardAt = Date.now();
-  private lastPing = 0;
-  private heartbeatMs = DEFAULT_HEARTBEAT_MS;
-  private liveness = DEFAULT_LIVENESS;
-  private helloTimer?: NodeJS.Timeout;
+  private welcome?: Body;
   private pingTimer?: NodeJS.Timeout;
   private settleTimer?: NodeJS.Timeout;
+  private snapshotTimer?: NodeJS.Timeout;
   private started?: Promise<void>;
   private closed = false;
   private readonly curve?: CurveKeys;
@@ -88,6 +92,7 @@ export class Watcher extends EventEmitter {
     super();
     this.endpoints = brokerList(broker);
     this.curve = loadCurve(options);
+    this.link = new Link('watcher', this.endpoints);
   }
 
   //  Starts following; resolves once the first snapshot is in (rejects
@@ -97,7 +102,8 @@ export class Watcher extends EventEmitter {
   start(timeoutMs = 10000): Promise<void> {
     if (!this.started) {
       this.started = new Promise((resolve) => this.once('snapshot', () => resolve()));
-      this.discover();
+      this.link.start(Date.now());
+      this.react();
       this.pingTimer = setInterval(() => this.tick(), 100);
     }
     if (timeoutMs <= 0 || this.synced)
@@ -133,25 +139,64 @@ export class Watcher extends EventEmitter {
   }
 
   get endpoint(): string {
-    return this.endpoints[this.index];
+    return this.link.endpoint ?? this.endpoints[0];
   }
 
   close(): void {
     this.closed = true;
     clearInterval(this.pingTimer);
+    clearTimeout(this.snapshotTimer);
     this.closeSockets();
   }
 
   private closeSockets(): void {
-    clearInterval(this.helloTimer);
-    clearTimeout(this.settleTimer);
-    for (const socket of [this.front, this.sub])
-      if (socket && !socket.closed)
-        socket.close();
-    this.front = this.sub = this.frontOut = this.frontHandshake = undefined;
+    this.closeSub();
+    if (this.front && !this.front.closed)
+      this.front.close();
+    this.front = this.frontOut = this.frontHandshake = undefined;
   }
 
-  //  Step 1: HELLO on new sockets, again every second until WELCOME.
+  //  The SUB goes, and the view's session with it: step 1 follows.
+  private closeSub(): void {
+    clearTimeout(this.settleTimer);
+    clearTimeout(this.snapshotTimer);
+    this.snapshotId = '';
+    if (this.sub && !this.sub.closed)
+      this.sub.close();
+    this.sub = undefined;
+    this.brokerId = '';
+    this.syncing = true;
+    this.queued = [];
+  }
+
+  //  Does what the link's events say, in order.
+  private react(): void {
+    for (const event of this.link.events()) {
+      switch (event.type) {
+        case 'CONNECT':
+          this.discover();
+          break;
+        case 'SEND_HELLO':
+          this.frontOut?.send(frames('HELLO', { id: this.helloId }));
+          break;
+        case 'SEND_PING':
+          this.frontOut?.send(frames('PING', { id: nextId('ping') }));
+          break;
+        case 'UP':
+          this.attach(this.welcome!);
+          break;
+        case 'RESTARTED':
+          //  Step 1 again, HELLO with a new id: the events endpoint may have moved
+          this.closeSub();
+          this.helloId = nextId('hello');
+          break;
+        default:
+          break;
+      }
+    }
+  }
+
+  //  Step 1 (CONNECT): a new FRONT, to say HELLO on until WELCOME.
   private discover(): void {
     this.closeSockets();
     if (this.closed)
@@ -161,14 +206,7 @@ export class Watcher extends EventEmitter {
     this.frontOut = new Outbox(front);
     this.frontHandshake = new Handshake(front, this.curve !== undefined, (reason) => this.refusedBy(front, reason));
     front.connect(this.endpoint);
-    this.brokerId = '';
-    this.syncing = true;
-    this.queued = [];
-    this.heardAt = Date.now();
     this.helloId = nextId('hello');
-    const hello = () => this.frontOut?.send(frames('HELLO', { id: this.helloId }));
-    hello();
-    this.helloTimer = setInterval(hello, HELLO_RETRY_MS);
     void this.receiveFront(front);
   }
 
@@ -180,14 +218,20 @@ export class Watcher extends EventEmitter {
         const incoming = parse(message, () => false);
         if (!incoming || !fromBroker(incoming.command, incoming.body))
           continue;
-        this.heardAt = Date.now();
+        const now = Date.now();
+        this.link.heard(now);
         const { command, body } = incoming;
-        if (command === 'WELCOME' && body.id === this.helloId && !this.brokerId)
-          this.attach(body);
-        else if (command === 'PONG' && this.brokerId && body.broker !== this.brokerId)
-          this.discover();
-        else if (command === 'SNAPSHOT' && body.id === this.snapshotId)
+        if (command === 'WELCOME' && body.id === this.helloId && !this.brokerId && body.protocol === 1
+          && typeof body.events === 'string') {
+          this.welcome = body;
+          this.link.welcome(now, typeof body.broker === 'string' ? body.broker : undefined,
+            body.heartbeatMs as number | undefined, body.liveness as number | undefined);
+        } else if (command === 'PONG')
+          this.link.pong(now, typeof body.broker === 'string' ? body.broker : undefined,
+            body.heartbeatMs as number | undefined, body.liveness as number | undefined);
+        else if (command === 'SNAPSHOT' && this.snapshotId !== '' && body.id === this.snapshotId)
           this.takeSnapshot(body);
+        this.react();
       }
     } catch {
       //  closed
@@ -195,19 +239,18 @@ export class Watcher extends EventEmitter {
   }
 
   private attach(welcome: Body): void {
-    clearInterval(this.helloTimer);
     this.brokerId = String(welcome.broker);
-    this.heartbeatMs = Number(welcome.heartbeatMs) || DEFAULT_HEARTBEAT_MS;
-    this.liveness = Number(welcome.liveness) || DEFAULT_LIVENESS;
+    const heartbeatMs = this.link.heartbeatMs;
+    const liveness = this.link.liveness;
     const sub = new Subscriber({
       linger: 0,
       maxMessageSize: Number(welcome.maxMessageBytes) || MAX_MESSAGE_BYTES,
       //  No ZMTP heartbeats: PING and PONG on FRONT are the liveness
       tcpKeepalive: 1,
-      tcpKeepaliveIdle: Math.max(Math.floor(this.heartbeatMs * this.liveness / 1000), 1),
-      tcpKeepaliveInterval: Math.max(Math.floor(this.heartbeatMs / 1000), 1),
-      tcpKeepaliveCount: this.liveness,
-      reconnectMaxInterval: this.heartbeatMs,
+      tcpKeepaliveIdle: Math.max(Math.floor(heartbeatMs * liveness / 1000), 1),
+      tcpKeepaliveInterval: Math.max(Math.floor(heartbeatMs / 1000), 1),
+      tcpKeepaliveCount: liveness,
+      reconnectMaxInterval: heartbeatMs,
       ...this.curve,
     });
     this.sub = sub;
@@ -233,8 +276,8 @@ export class Watcher extends EventEmitter {
       return;
     const broker = this.endpoint;
     if (this.endpoints.length > 1) {
-      this.index = (this.index + 1) % this.endpoints.length;
-      this.discover();
+      this.link.move(Date.now());
+      this.react();
     }
     this.emit('refused', { broker, reason: this.refusal(reason, broker) });
   }
@@ -246,7 +289,19 @@ export class Watcher extends EventEmitter {
   private askSnapshot(): void {
     this.syncing = true;
     this.snapshotId = nextId('snapshot');
-    this.frontOut?.send(frames('SNAPSHOT', { id: this.snapshotId }));
+    this.sendSnapshot(SNAPSHOT_RETRY_MS);
+  }
+
+  //  Sends the SNAPSHOT awaited, and again, with the same id, if no reply
+  //  comes within waitMs: whichever reply comes first is taken.
+  private sendSnapshot(waitMs: number): void {
+    clearTimeout(this.snapshotTimer);
+    const id = this.snapshotId;
+    this.frontOut?.send(frames('SNAPSHOT', { id }));
+    this.snapshotTimer = setTimeout(() => {
+      if (!this.closed && this.snapshotId === id)
+        this.sendSnapshot(Math.min(waitMs * 2, SNAPSHOT_RETRY_MAX_MS));
+    }, waitMs);
   }
 
   private async receiveEvents(sub: Subscriber): Promise<void> {
@@ -272,6 +327,9 @@ export class Watcher extends EventEmitter {
 
   //  Step 3: the snapshot replaces the view; queued events after it apply.
   private takeSnapshot(body: Body): void {
+    //  A later reply to the same request (it was sent again) is not taken twice
+    clearTimeout(this.snapshotTimer);
+    this.snapshotId = '';
     this.view.clear();
     for (const item of Array.isArray(body.tools) ? body.tools : []) {
       const tool = (item as { tool?: ToolEntry }).tool;
@@ -315,20 +373,12 @@ export class Watcher extends EventEmitter {
     this.emit('change', event);
   }
 
-  //  Steps 6 and 7: PING every heartbeat; silence means the broker is gone.
+  //  Steps 1, 6 and 7: the link's clock (HELLO, PING, silence).
   private tick(): void {
-    if (this.closed || !this.front)
+    if (this.closed)
       return;
-    const now = Date.now();
-    if (now - this.heardAt > this.heartbeatMs * this.liveness) {
-      this.index = (this.index + 1) % this.endpoints.length;
-      this.discover();
-      return;
-    }
-    if (this.brokerId && now - this.lastPing >= this.heartbeatMs) {
-      this.lastPing = now;
-      this.frontOut?.send(frames('PING', { id: nextId('ping') }));
-    }
+    this.link.tick(Date.now());
+    this.react();
   }
 }
 

@@ -3,16 +3,20 @@
 AsyncClient holds one DEALER to the broker, so any number of calls are in
 flight at once, matched to their answers by callId; queries are matched by
 the `id` the broker echoes. A ticker answers every call whose reply does not
-come by its own deadline (timeoutMs + 2 s, as the C SDK) and watches the
-broker while anything is awaited (PROTOCOL.md, Client liveness): PING after
-a heartbeat of silence, and after heartbeatMs x liveness the broker is gone:
-the calls in flight are answered BROKER_GONE and the connection is made
-afresh, to the next broker of the list if there is one. So every call gets
-exactly one Result and nothing waits forever. With several brokers, a call
-that cannot have run (its broker was never reached) or whose tool is
-read-only or idempotent by the last LIST goes to the next broker instead,
-until every broker has had it; so does a call answered UNKNOWN_TOOL when it
-is all the client awaits.
+come by its own deadline (timeoutMs + 5 s, as the C SDK's
+dsh_client_call_send: PROTOCOL.md, Execution semantics) and runs the link
+(dsh.link, PROTOCOL.md, Client liveness), which watches the broker while
+anything is awaited and says when to PING, when the broker is gone (DOWN)
+or restarted, and which broker to connect to next. On DOWN or RESTARTED the
+calls in flight are answered BROKER_GONE, or, when they cannot have run (the
+broker was never reached) or their tool is read-only or idempotent by the
+last LIST, sent to the next broker until every broker has had them; so is a
+call answered UNKNOWN_TOOL when it is all the client awaits. Queries go
+again too, but one that decides (a CONTROL, a PINS accept, reject or forget)
+and was at a broker reached, which could apply it twice, is answered
+BROKER_GONE. With several brokers the client asks for LIST on its first
+call, at once after each failover, and when its copy is older than 30 s.
+So every call gets exactly one Result and nothing waits forever.
 
 The socket is read from the loop's file descriptor, draining it at each
 edge, rather than through a pyzmq future per message: that costs half as
@@ -35,6 +39,7 @@ import zmq
 from . import wire
 from .curve import secure
 from .handshake import Handshake
+from .link import CLIENT, CONNECT, DOWN, RESTARTED, SEND_PING, Link
 from .loopthread import LoopThread
 from .render import Tools
 from .result import Result
@@ -44,6 +49,13 @@ log = logging.getLogger("dsh.client")
 #  How often the ticker looks at deadlines and at the broker's silence
 TICK_S = 0.05
 QUERY_TIMEOUT_S = 5.0
+#  How long past its deadline a call waits for the broker's answer before
+#  the client answers it TIMEOUT itself (PROTOCOL.md, Execution semantics:
+#  the C SDK's margin for a call it answers itself)
+CALL_MARGIN_MS = 5000
+#  With several brokers: how old the list of tools whose calls may be sent
+#  again can get before a call asks for it afresh
+TOOLS_MAX_AGE_S = 30
 #  How long a closing client's CANCELs may wait to leave, at most
 _CLOSE_LINGER_MS = 1000
 
@@ -74,12 +86,18 @@ class _Call:
 
 
 class _Query:
-    __slots__ = ("future", "deadline", "frames")
+    __slots__ = ("future", "deadline", "frames", "command", "decides", "tried")
 
-    def __init__(self, future, deadline, frames):
+    def __init__(self, future, deadline, frames, command, body, broker_index):
         self.future = future
         self.deadline = deadline
         self.frames = frames
+        self.command = command
+        #  A CONTROL, and a PINS that is not a list or show, change state:
+        #  sent again, one could apply twice (Client liveness)
+        op = body.get("op")
+        self.decides = command == "CONTROL" or command == "PINS" and isinstance(op, str) and op not in ("list", "show")
+        self.tried = {broker_index}     # the brokers that have had it
 
 
 def _may_run_twice(entry):
@@ -117,7 +135,10 @@ class AsyncClient:
 
     def __init__(self, broker=None, *, cert=None, broker_cert=None, context=None):
         self.endpoints = wire.brokers(broker)
-        self._index = 0
+        #  Which broker, and when it is gone: the link's; the socket is ours
+        self._link = Link(CLIENT, self.endpoints)
+        self._handshakes = 0            # the handshake watch's count at the connect
+        self._resend = []               # _Call and _Query kept for the next connection
         self._cert, self._broker_cert = cert, broker_cert
         self._context = context or zmq.Context.instance()
         self._sock = None
@@ -128,22 +149,37 @@ class AsyncClient:
         self._queries = {}
         self._ids = itertools.count(1)
         self._prefix = "py-" + uuid.uuid4().hex[:12] + "-"
-        self.heartbeat_ms = wire.DEFAULT_HEARTBEAT_MS
-        self.liveness = wire.DEFAULT_LIVENESS
-        self.broker_id = None
-        self._last_heard = self._last_ping = time.monotonic()
-        self._reached = False
         self._closed = False
         #  With several brokers: the tools whose calls may be sent again, from the last LIST
         self._retry_safe = set()
-        self._retry_safe_at = None
+        self._retry_safe_at = None      # when it was last asked for
+        self._own_lists = set()         # the ids of the client's own LISTs awaited
+        self._tools_due = False         # the next connection asks for LIST at once
         self._hello_id = None
         self._wrong_protocol = None
 
     @property
     def endpoint(self):
         """The front endpoint in use."""
-        return self.endpoints[self._index]
+        return self._link.endpoint or self.endpoints[0]
+
+    @property
+    def _index(self):
+        return self.endpoints.index(self.endpoint)
+
+    @property
+    def heartbeat_ms(self):
+        """The broker's heartbeat (from its PONG), else the default."""
+        return self._link.heartbeat_ms
+
+    @property
+    def liveness(self):
+        return self._link.liveness
+
+    @property
+    def broker_id(self):
+        """The instance id the broker's first PONG on this connection named."""
+        return self._link.instance
 
     async def __aenter__(self):
         return self
@@ -151,25 +187,68 @@ class AsyncClient:
     async def __aexit__(self, *exc):
         await self.close()
 
-    def _connect(self):
+    @staticmethod
+    def _now_ms():
+        return time.monotonic() * 1000
+
+    def _react(self):
+        """Does what the link's events say, in order."""
+        for event in self._link.events():
+            if event.type == CONNECT:
+                self._connect(event.endpoint)
+            elif event.type == SEND_PING:
+                self._send("PING", {})
+            elif event.type == DOWN:
+                self._fail_over(event.endpoint, "went silent (no answer for %d ms)" % event.silence_ms,
+                                event.reached)
+            elif event.type == RESTARTED:
+                log.warning("dsh client: the broker at %s restarted (instance %s, was %s)", event.endpoint,
+                            event.instance, event.was)
+                self._fail_over(event.endpoint, "restarted", True)
+
+    def _connect(self, endpoint):
+        """A new connection to endpoint (CONNECT), and what was kept for it."""
+        if self._sock is not None:
+            self._disconnect()
         sock = self._context.socket(zmq.DEALER)
         wire.heal(sock, self.heartbeat_ms, self.liveness)
         secure(sock, self._cert, self._broker_cert)
         self._handshake = Handshake(sock, bool(self._cert))
-        sock.connect(self.endpoint)
+        self._handshakes = 0
+        sock.connect(endpoint)
         self._sock = sock
-        self._reached = False
-        self.broker_id = None
-        self._last_heard = self._last_ping = time.monotonic()
-        self._loop = asyncio.get_running_loop()
         self._loop.add_reader(sock.getsockopt(zmq.FD), self._drain)
         #  The FD signals edges only: anything already queued is read now
         self._loop.call_soon(self._drain)
-        #  Its WELCOME says the broker is reached (a quiet broker is not a
-        #  missing one), which protocol it speaks, and its heartbeat and liveness
+        #  Its WELCOME says which protocol the broker speaks
         self._hello_id = "%shello%d" % (self._prefix, next(self._ids))
         self._wrong_protocol = None
         self._send("HELLO", {"id": self._hello_id})
+        index = self.endpoints.index(endpoint)
+        resend, self._resend = self._resend, []
+        for item in resend:
+            item.tried.add(index)
+            self._post(item.frames)
+        #  The old broker's answers to the client's own LISTs never come;
+        #  after a failover the next broker is asked at once which calls
+        #  may go again (Client liveness)
+        self._own_lists.clear()
+        if self._tools_due:
+            self._tools_due = False
+            self._ask_tools()
+
+    def _ask_tools(self):
+        """A LIST of the client's own (not awaited): its answer says which
+        tools' calls may be sent again to another broker."""
+        if len(self.endpoints) < 2:
+            return
+        list_id = "%stools%d" % (self._prefix, next(self._ids))
+        self._own_lists.add(list_id)
+        self._retry_safe_at = time.monotonic()
+        self._send("LIST", {"id": list_id})
+
+    def _learn_tools(self, entries):
+        self._retry_safe = {entry.get("name") for entry in entries if isinstance(entry, dict) and _may_run_twice(entry)}
 
     def _disconnect(self, linger_ms=0):
         self._loop.remove_reader(self._sock.getsockopt(zmq.FD))
@@ -182,8 +261,15 @@ class AsyncClient:
         if self._closed:
             raise RuntimeError("the client is closed")
         if self._sock is None:
-            self._connect()
-            self._ticker = asyncio.get_running_loop().create_task(self._tick())
+            self._loop = asyncio.get_running_loop()
+            self._link.start(self._now_ms())
+            self._react()
+            self._ticker = self._loop.create_task(self._tick())
+
+    def _awaiting(self):
+        """Something is awaited: the link watches the broker."""
+        self._link.watch(self._now_ms(), True)
+        self._react()
 
     async def close(self):
         """Cancel the calls in flight at the broker (CANCEL each), answer
@@ -225,13 +311,13 @@ class AsyncClient:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            self._last_heard = time.monotonic()
-            self._reached = True
+            self._link.heard(self._now_ms())
             try:
                 command, _, body = wire.parse_dealer(frames)
             except wire.WireError:
                 continue
             self._dispatch(command, body)
+            self._react()
         self._flush()
 
     def _flush(self):
@@ -260,27 +346,18 @@ class AsyncClient:
                 if call.on_progress is not None:
                     self._notify(call.on_progress, body)
             return
-        if command == "PONG" or command == "WELCOME" and body.get("id") == self._hello_id:
-            self._adopt(body)
-            if command == "WELCOME" and body.get("protocol") != 1:
-                self._wrong_protocol = "the broker speaks protocol %r, not 1" % (body.get("protocol"),)
+        if command == "PONG":
+            self._link.pong(self._now_ms(), body.get("broker"), body.get("heartbeatMs"), body.get("liveness"))
+        elif command == "WELCOME" and body.get("id") == self._hello_id and body.get("protocol") != 1:
+            self._wrong_protocol = "the broker speaks protocol %r, not 1" % (body.get("protocol"),)
+        elif command == "TOOLS" and _hashable(body.get("id")) and body.get("id") in self._own_lists:
+            self._own_lists.discard(body.get("id"))
+            if isinstance(body.get("tools"), list):
+                self._learn_tools(body["tools"])
+            return
         query = self._queries.pop(body.get("id"), None) if _hashable(body.get("id")) else None
         if query is not None and not query.future.done():
             query.future.set_result((command, body))
-
-    def _adopt(self, pong):
-        """The broker's heartbeat and liveness, which a client watching it adopts."""
-        if isinstance(pong.get("heartbeatMs"), int) and pong["heartbeatMs"] > 0:
-            self.heartbeat_ms = pong["heartbeatMs"]
-        if isinstance(pong.get("liveness"), int) and pong["liveness"] > 0:
-            self.liveness = pong["liveness"]
-        if isinstance(pong.get("broker"), str):
-            before, self.broker_id = self.broker_id, pong["broker"]
-            #  Another instance answers at this address (a restarted broker,
-            #  or another one that took its port): it has none of our calls
-            if before is not None and before != self.broker_id and self._calls:
-                self._broker_gone("was replaced by another broker instance (%s, was %s)"
-                                  % (self.broker_id, before))
 
     @staticmethod
     def _notify(callback, body):
@@ -319,7 +396,7 @@ class AsyncClient:
                 self._finish(call_id, wire.error_result(
                     call_id, "CANCELLED" if call.cancelled else "TIMEOUT",
                     "Error: the call was cancelled" if call.cancelled
-                    else "Error: no reply from the broker in time"))
+                    else "Error: no answer from the broker by the call's deadline"))
         for query_id, query in list(self._queries.items()):
             if now >= query.deadline:
                 del self._queries[query_id]
@@ -329,48 +406,54 @@ class AsyncClient:
         self._watch(now)
 
     def _watch(self, now):
+        """The link, told of the connection and of whether anything is awaited."""
+        now_ms = now * 1000
         self._handshake.poll()
+        if self._handshake.successes > self._handshakes:
+            self._handshakes = self._handshake.successes
+            self._link.connected(now_ms)
         if not self._calls and not self._queries:
-            self._last_heard = now
-            return
-        if self._handshake.failure or self._wrong_protocol:
+            self._link.watch(now_ms, False)
+        elif self._handshake.failure or self._wrong_protocol:
             self._refused()
-            return
-        silence = now - self._last_heard
-        beat = self.heartbeat_ms / 1000.0
-        if silence >= beat and now - self._last_ping >= beat:
-            self._last_ping = now
-            self._send("PING", {})
-        #  A broker never reached holds none of our calls: with other
-        #  brokers it is passed over after the connect timeout (a
-        #  heartbeat); a client's only broker is waited for until the
-        #  calls' own deadlines
-        several = len(self.endpoints) > 1
-        if self._reached and silence >= beat * self.liveness or several and not self._reached and silence >= beat:
-            self._broker_gone("went silent (no answer for %d ms)" % (silence * 1000))
+        else:
+            self._link.tick(now_ms)
+        self._react()
 
-    def _broker_gone(self, why):
-        """Answer each call in flight BROKER_GONE ("the broker at X <why>
-        with the call in flight"), or keep it for the next broker when it
-        cannot have run here or may run twice (read-only or idempotent by
-        the last LIST) and some broker has not had it."""
-        endpoint, reached = self.endpoint, self._reached
-        again = []
+    def _fail_over(self, endpoint, why, reached):
+        """The broker at endpoint is gone (DOWN) or restarted: answer each
+        call in flight BROKER_GONE ("the broker at X <why> with the call in
+        flight"), or keep it for the next connection when it cannot have run
+        (never reached) or may run twice (read-only or idempotent by the last
+        LIST) and some broker has not had it. Queries are kept likewise, but
+        one that decides (a CONTROL, a PINS accept, reject or forget), which
+        may have applied at a broker reached, is answered BROKER_GONE."""
+        count = len(self.endpoints)
         for call_id, call in list(self._calls.items()):
             if call.cancelled:
                 self._finish(call_id, wire.error_result(call_id, "CANCELLED", "Error: the call was cancelled"))
-            elif len(call.tried) < len(self.endpoints) and (not reached or call.name in self._retry_safe):
-                again.append(call)
+            elif len(call.tried) < count and (not reached or call.name in self._retry_safe):
+                self._resend.append(call)
             else:
                 self._finish(call_id, wire.error_result(
                     call_id, "BROKER_GONE", "Error: the broker at %s %s with the call in flight" % (endpoint, why)))
-        self._move()
-        for call in again:
-            call.tried.add(self._index)
-            self._post(call.frames)
-        #  Queries can run anywhere: they go again to the broker now in use
-        for query in self._queries.values():
-            self._post(query.frames)
+        for query_id, query in list(self._queries.items()):
+            lost = query.decides and reached
+            if not lost and len(query.tried) < count:
+                self._resend.append(query)
+                continue
+            del self._queries[query_id]
+            if query.future.done():
+                continue
+            if lost:
+                query.future.set_exception(DshError("BROKER_GONE", "Error: the broker at %s was lost with the %s in "
+                                                    "flight; it may or may not have been applied"
+                                                    % (endpoint, query.command)))
+            else:
+                query.future.set_exception(DshError("BROKER_GONE", "the broker at %s %s" % (endpoint, why)))
+        #  Which calls may go again: asked of the next broker as soon as
+        #  the client is connected to it
+        self._tools_due = True
 
     def _refused(self):
         """The broker refused the handshake (the keys), or speaks another
@@ -378,7 +461,10 @@ class AsyncClient:
         With other brokers this one is passed over; alone, whatever awaits
         it is answered now instead of at its deadline."""
         if len(self.endpoints) > 1:
-            self._broker_gone("refused this client: %s" % (self._handshake.failure or self._wrong_protocol))
+            why = "refused this client: %s" % (self._handshake.failure or self._wrong_protocol)
+            self._fail_over(self.endpoint, why, self._link.reached)
+            self._link.move(self._now_ms())
+            self._react()
             return
         reason = "cannot talk to broker at %s: %s" % (self.endpoint, self._handshake.failure or self._wrong_protocol)
         for call_id, call in list(self._calls.items()):
@@ -389,13 +475,6 @@ class AsyncClient:
                 query.future.set_exception(DshError("BROKER_GONE", reason))
         self._queries.clear()
 
-    def _move(self):
-        """Connect afresh, to the next broker of the list (the same one if it is alone)."""
-        self._disconnect()
-        self._index = (self._index + 1) % len(self.endpoints)
-        self._connect()
-        self._retry_safe_at = None
-
     def _pass_over(self, call, body):
         """UNKNOWN_TOOL from one of several brokers, for the only thing this
         client awaits: the call goes to the next broker that has not had it
@@ -404,9 +483,10 @@ class AsyncClient:
         if not (isinstance(error, dict) and error.get("code") == "UNKNOWN_TOOL") or len(self._calls) != 1 \
                 or self._queries or len(call.tried) >= len(self.endpoints):
             return False
-        self._move()
-        call.tried.add(self._index)
-        self._post(call.frames)
+        self._resend.append(call)
+        self._tools_due = True
+        self._link.move(self._now_ms())
+        self._react()
         return True
 
     #  ------------------------------------------------------------------
@@ -437,7 +517,8 @@ class AsyncClient:
         body = dict(body or {}, id=query_id)
         frames = wire.dealer_message(command, body)
         future = asyncio.get_running_loop().create_future()
-        self._queries[query_id] = _Query(future, time.monotonic() + timeout, frames)
+        self._queries[query_id] = _Query(future, time.monotonic() + timeout, frames, command, body, self._index)
+        self._awaiting()
         self._post(frames)
         try:
             reply_command, reply = await future
@@ -454,7 +535,7 @@ class AsyncClient:
         """Every tool entry, in registration order (LIST)."""
         reply = await self.request("LIST")
         tools = Tools(entry for entry in reply.get("tools") or [] if isinstance(entry, dict))
-        self._retry_safe = {entry.get("name") for entry in tools if _may_run_twice(entry)}
+        self._learn_tools(tools)
         self._retry_safe_at = time.monotonic()
         return tools
 
@@ -480,7 +561,8 @@ class AsyncClient:
                            on_progress=None, call_id=None):
         """As call, with the number of PROGRESS notifications received."""
         self._ensure()
-        if len(self.endpoints) > 1 and (self._retry_safe_at is None or time.monotonic() - self._retry_safe_at > 30):
+        if len(self.endpoints) > 1 and (self._retry_safe_at is None
+                                        or time.monotonic() - self._retry_safe_at > TOOLS_MAX_AGE_S):
             #  Which calls may go again to another broker (Client liveness)
             try:
                 await self.tools()
@@ -501,8 +583,9 @@ class AsyncClient:
             return Result(wire.error_result(call_id, "BAD_REQUEST", "Error: arguments cannot be sent: %s"
                                             % error)), 0
         future = asyncio.get_running_loop().create_future()
-        wait_s = ((timeout_ms or wire.DEFAULT_CALL_TIMEOUT_MS) + wire.CALL_MARGIN_MS) / 1000.0
+        wait_s = ((timeout_ms or wire.DEFAULT_CALL_TIMEOUT_MS) + CALL_MARGIN_MS) / 1000.0
         self._calls[call_id] = _Call(future, time.monotonic() + wait_s, on_progress, name, frames, self._index)
+        self._awaiting()
         self._post(frames)
         try:
             return await future

@@ -1,16 +1,18 @@
 """Serving Python functions as dsh tools: the component side of the protocol
 (PROTOCOL.md: The announce channel, The work socket, Liveness, Component
-lifecycle), with each broker of its list followed on its own link:
+lifecycle), with each broker of its list followed on its own link. When to
+say HELLO and HEARTBEAT and when the broker is gone is the link's (dsh.link,
+PROTOCOL.md, Client liveness, the component profile); the sockets are ours:
 
     HELLO on FRONT (every 1 s until WELCOME) -> PUB to announce, DEALER to
     work (a routing id of its own) -> HELLO {component, generation} on WORK
     -> SYNC -> ANNOUNCE; then HEARTBEAT every heartbeatMs, CALL -> RESULT
     on the link it came on, CANCEL stops the handler; nothing heard on WORK
-    for heartbeatMs x liveness: close both and discover again; a WORK
-    connection made again (a handshake seen by a monitor): HELLO again at
-    the next heartbeat; WITHDRAW on a clean exit. WORK is read from the
-    loop's file descriptor, drained at each edge (half the cost per call of
-    a pyzmq future per message).
+    for heartbeatMs x liveness (DOWN): close both and discover again on a
+    new FRONT; a WORK connection made again (a handshake seen by a monitor):
+    HELLO again at the next heartbeat; WITHDRAW on a clean exit. WORK is read
+    from the loop's file descriptor, drained at each edge (half the cost per
+    call of a pyzmq future per message).
 
 Arguments are checked against the schema the hints give before a handler
 runs (INVALID_ARGS, with the C SDK's texts). Handlers run at most
@@ -36,6 +38,7 @@ import zmq.asyncio
 from . import schema, wire
 from .curve import secure
 from .handshake import Handshake
+from .link import COMPONENT, CONNECT, DOWN, SEND_HELLO, SEND_PING, UP, Link
 from .result import Result
 
 log = logging.getLogger("dsh.component")
@@ -145,21 +148,43 @@ def result_body(call_id, value):
     return body
 
 
+def _now_ms():
+    return time.monotonic() * 1000
+
+
+def _usable_welcome(body):
+    """Whether a WELCOME can be acted on (as the C SDK checks it): its
+    announce and work endpoints are strings, its heartbeatMs 1-3600000."""
+    heartbeat_ms = body.get("heartbeatMs")
+    return isinstance(body.get("announce"), str) and isinstance(body.get("work"), str) \
+        and isinstance(heartbeat_ms, int) and not isinstance(heartbeat_ms, bool) and 0 < heartbeat_ms <= 3600000
+
+
 class _Link:
-    """One broker's connections, remade whenever that broker is lost."""
+    """One broker's connections, remade whenever that broker is lost; when
+    is its follow's (a dsh.link of the component profile)."""
 
     def __init__(self, index, front):
         self.index = index
         self.front = front
+        self.follow = Link(COMPONENT, [front])
+        self.discovery = None           # the FRONT socket, until WELCOME
+        self.hello_id = None
+        self.welcome = None             # the WELCOME being acted on
         self.work = None
         self.pub = None
-        self.heartbeat_ms = wire.DEFAULT_HEARTBEAT_MS
-        self.liveness = wire.DEFAULT_LIVENESS
         self.max_message_bytes = wire.MAX_MESSAGE_BYTES
-        self.last_heard = time.monotonic()
         self.handshake = None
         self.hellos_for = 1             # the WORK handshakes a HELLO was sent after
         self.outbox = collections.deque()
+
+    @property
+    def heartbeat_ms(self):
+        return self.follow.heartbeat_ms
+
+    @property
+    def liveness(self):
+        return self.follow.liveness
 
 
 class Component:
@@ -327,48 +352,85 @@ class Component:
     #  One broker's lifecycle
 
     async def _follow(self, link):
-        while not self._stopping.is_set():
-            welcome = await self._discover(link)
-            if welcome is None:
-                return
-            await self._connect(link, welcome)
-            try:
-                await self._beat(link)
-            finally:
-                self._close(link, withdraw=self._stopping.is_set())
-
-    async def _discover(self, link):
-        """HELLO on a new FRONT connection every second until a WELCOME that
-        echoes it (None when stopping)."""
-        front = self._context.socket(zmq.DEALER)
-        wire.keepalive(front)
-        secure(front, self._cert, self._broker_cert)
-        front.connect(link.front)
-        hello_id = uuid.uuid4().hex
+        """Runs the link's table for one broker until stop()."""
+        link.follow.start(_now_ms())
         try:
             while not self._stopping.is_set():
-                front.send_multipart(wire.dealer_message("HELLO", {"id": hello_id, "component": self.id}))
-                deadline = time.monotonic() + 1.0
-                while (left := deadline - time.monotonic()) > 0 and not self._stopping.is_set():
-                    if not await front.poll(min(left, 0.25) * 1000):
-                        continue
+                await self._react(link)
+                due = link.follow.tick(_now_ms())
+                await self._react(link)
+                wait_s = None if due is None else max(due - _now_ms(), 0) / 1000.0
+                if link.discovery is not None:
+                    #  Polled a little at a time, so a stop is seen
+                    await self._discover(link, 0.25 if wait_s is None else min(wait_s, 0.25))
+                else:
                     try:
-                        command, _, body = wire.parse_dealer(await front.recv_multipart())
-                    except wire.WireError:
-                        continue
-                    if command == "WELCOME" and body.get("id") == hello_id:
-                        if body.get("protocol") != 1:
-                            log.error("%s: the broker at %s speaks protocol %r, not 1", self.id, link.front,
-                                      body.get("protocol"))
-                            continue
-                        return body
-            return None
+                        await asyncio.wait_for(self._stopping.wait(), wait_s)
+                    except asyncio.TimeoutError:
+                        pass
         finally:
-            front.close(linger=0)
+            self._close_discovery(link)
+            if link.work is not None:
+                self._close(link, withdraw=self._stopping.is_set())
+
+    async def _react(self, link):
+        """Does what the link's events say, in order."""
+        for event in link.follow.events():
+            if event.type == CONNECT:
+                #  A new FRONT connection: the old one may lead to a host that is gone
+                if link.work is not None:
+                    self._close(link, withdraw=False)
+                self._close_discovery(link)
+                front = self._context.socket(zmq.DEALER)
+                wire.keepalive(front)
+                secure(front, self._cert, self._broker_cert)
+                front.connect(link.front)
+                link.discovery = front
+                link.hello_id = uuid.uuid4().hex
+            elif event.type == SEND_HELLO and link.discovery is not None:
+                link.discovery.send_multipart(wire.dealer_message("HELLO", {"id": link.hello_id,
+                                                                            "component": self.id}))
+            elif event.type == UP:
+                self._close_discovery(link)
+                await self._connect(link, link.welcome)
+            elif event.type == SEND_PING and link.work is not None:
+                self._beat(link)
+            elif event.type == DOWN:
+                log.warning("%s: nothing from the broker at %s for %d ms; finding it again", self.id,
+                            link.front, event.silence_ms)
+
+    async def _discover(self, link, wait_s):
+        """Waits at most wait_s for a WELCOME that echoes the HELLO on FRONT."""
+        front = link.discovery
+        if not await front.poll(wait_s * 1000):
+            return
+        while link.discovery is front:
+            try:
+                command, _, body = wire.parse_dealer(await front.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            except wire.WireError:
+                continue
+            if command == "WELCOME" and body.get("id") == link.hello_id:
+                if body.get("protocol") != 1:
+                    log.error("%s: the broker at %s speaks protocol %r, not 1", self.id, link.front,
+                              body.get("protocol"))
+                    continue
+                if not _usable_welcome(body):
+                    #  An untrusted body: one that names no endpoints cannot
+                    #  be acted on; the link goes on saying HELLO
+                    log.warning("%s: malformed WELCOME from %s; asking again", self.id, link.front)
+                    continue
+                link.welcome = body
+                link.follow.welcome(_now_ms(), body.get("broker"), body.get("heartbeatMs"), body.get("liveness"))
+                return
+
+    def _close_discovery(self, link):
+        if link.discovery is not None:
+            link.discovery.close(linger=0)
+            link.discovery = None
 
     async def _connect(self, link, welcome):
-        link.heartbeat_ms = welcome.get("heartbeatMs") or wire.DEFAULT_HEARTBEAT_MS
-        link.liveness = welcome.get("liveness") or wire.DEFAULT_LIVENESS
         max_bytes = welcome.get("maxMessageBytes")
         link.max_message_bytes = max_bytes if isinstance(max_bytes, int) and 0 < max_bytes <= 2**31 - 1 \
             else wire.MAX_MESSAGE_BYTES
@@ -394,7 +456,6 @@ class Component:
         link.handshake = Handshake(link.work, bool(self._cert))
         link.hellos_for = 1
         link.work.connect(wire.resolve(welcome["work"], link.front))
-        link.last_heard = time.monotonic()
         self._loop.add_reader(link.work.getsockopt(zmq.FD), self._drain, link)
         self._hello(link)
 
@@ -471,27 +532,16 @@ class Component:
                 self._hello(link)
                 self._announce(link)
 
-    async def _beat(self, link):
-        """Heartbeats until the broker is silent too long, or we stop."""
-        while True:
-            self._presence(link, "HEARTBEAT")
-            #  Every WORK connection after the first (a restarted broker, a
-            #  cut link) needs a HELLO, which the SYNC that answers repairs
-            link.handshake.poll()
-            if link.handshake.successes > link.hellos_for:
-                link.hellos_for = link.handshake.successes
-                self._hello(link)
-            self._drain(link)
-            try:
-                await asyncio.wait_for(self._stopping.wait(), link.heartbeat_ms / 1000.0)
-                return
-            except asyncio.TimeoutError:
-                pass
-            silence_ms = (time.monotonic() - link.last_heard) * 1000
-            if silence_ms > link.heartbeat_ms * link.liveness:
-                log.warning("%s: nothing from the broker at %s for %d ms; finding it again", self.id,
-                            link.front, silence_ms)
-                return
+    def _beat(self, link):
+        """A heartbeat (SEND_PING): HEARTBEAT, and HELLO on a WORK connection made again."""
+        self._presence(link, "HEARTBEAT")
+        #  Every WORK connection after the first (a restarted broker, a
+        #  cut link) needs a HELLO, which the SYNC that answers repairs
+        link.handshake.poll()
+        if link.handshake.successes > link.hellos_for:
+            link.hellos_for = link.handshake.successes
+            self._hello(link)
+        self._drain(link)
 
     def _drain(self, link):
         """Everything WORK holds, then whatever waits to be sent. A ZeroMQ
@@ -502,7 +552,7 @@ class Component:
                 frames = work.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
-            link.last_heard = time.monotonic()
+            link.follow.heard(_now_ms())
             try:
                 command, token, body = wire.parse_dealer(frames)
             except wire.WireError as error:

@@ -1,17 +1,24 @@
 """Following the tool set: the Clone procedure of PROTOCOL.md (Watchers).
 
     1. HELLO on FRONT, WELCOME; a SUB on `events`, subscribed to everything.
-    2. Queue events; send SNAPSHOT.
+    2. Queue events; send SNAPSHOT, once the SUB has connected and 200 ms
+       more (so the subscription has reached the PUB); send it again, with
+       the same id, after 2, 4, 8 and then every 16 s without a reply.
     3. SNAPSHOT: take its state, drop queued events with seq <= its seq,
        apply the rest in order.
     4. Each event: another epoch, or seq > view seq + 1 (a gap): resync
        (discard the view and the queue, step 2); seq <= view seq: drop it;
        else apply it.
     5. The SUB connects again (a handshake after the first): resync, 200 ms
-       later, so the subscription has reached the PUB.
-    6. PING every heartbeatMs; a PONG from another broker id: step 1.
+       later, as for the first.
+    6. PING every heartbeatMs; a PONG from another broker id: step 1 (HELLO
+       again on the same FRONT, a new SUB).
     7. Nothing on FRONT for heartbeatMs x liveness: step 1 on new sockets,
        with the next broker of the list.
+
+Steps 1, 6 and 7 (when to say HELLO and PING, which broker, when it is gone
+or restarted) are the link's (dsh.link, PROTOCOL.md, Client liveness, the
+watcher profile); the sockets and the view are the watcher's.
 
 on_change(kind, event) runs after each applied event and on_snapshot() after
 each snapshot, on the watcher's loop. Every kind comes through, those that
@@ -29,20 +36,21 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from . import wire
+from .link import CONNECT, DOWN, RESTARTED, SEND_HELLO, SEND_PING, UP, WATCHER, Link
 from .loopthread import LoopThread
 from .curve import secure
 from .render import Tools
 
-#  Wait after a SUB reconnects before the SNAPSHOT: the subscription must reach the PUB
+#  Wait after a SUB connects before the SNAPSHOT: the subscription must reach the PUB
 SUBSCRIBE_SETTLE_S = 0.2
+#  A SNAPSHOT with no reply is sent again after this, doubling, at most the
+#  second (PROTOCOL.md, SNAPSHOT: a broker serves snapshots in turn)
+SNAPSHOT_RETRY_S = 2.0
+SNAPSHOT_RETRY_MAX_S = 16.0
 
 
-class _Restart(Exception):
-    """Leave this broker's session: step 1 (move=True: the next broker)."""
-
-    def __init__(self, move):
-        super().__init__()
-        self.move = move
+def _now_ms():
+    return time.monotonic() * 1000
 
 
 class AsyncWatcher:
@@ -62,6 +70,20 @@ class AsyncWatcher:
         self.snapshots = 0
         self._first = None
         self._task = None
+        self._link = Link(WATCHER, self.endpoints)
+        self._front = self._sub = self._monitor = None
+        self._hello_id = None
+        self._welcome = None
+        self._session_reset()
+
+    def _session_reset(self):
+        """What one SUB connection's view knows: nothing yet."""
+        self._queued, self._view_ready = [], False
+        self._snapshot_id = None
+        self._snapshot_due = None       # when the SNAPSHOT awaited is sent again
+        self._snapshot_wait = SNAPSHOT_RETRY_S
+        self._resync_at = None
+        self._handshakes = 0
 
     @property
     def resyncs(self):
@@ -90,114 +112,138 @@ class AsyncWatcher:
             self._task = None
 
     async def _run(self):
-        index = 0
-        while True:
-            self.endpoint = self.endpoints[index]
-            try:
-                await self._session()
-            except _Restart as restart:
-                if restart.move:
-                    index = (index + 1) % len(self.endpoints)
-
-    async def _session(self):
-        front = self._context.socket(zmq.DEALER)
-        sub = self._context.socket(zmq.SUB)
-        monitor = None
+        link = self._link
+        link.start(_now_ms())
         try:
-            wire.keepalive(front)
-            secure(front, self._cert, self._broker_cert)
-            front.connect(self.endpoint)
-            welcome = await self._hello(front)
-            heartbeat = (welcome.get("heartbeatMs") or wire.DEFAULT_HEARTBEAT_MS) / 1000.0
-            window = heartbeat * (welcome.get("liveness") or wire.DEFAULT_LIVENESS)
-            wire.keepalive(sub, int(heartbeat * 1000), int(window / heartbeat))
-            secure(sub, self._cert, self._broker_cert)
-            sub.setsockopt(zmq.SUBSCRIBE, b"")
-            monitor = sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-            sub.connect(wire.resolve(welcome["events"], self.endpoint))
-            await self._follow(front, sub, monitor, welcome["broker"], heartbeat, window)
+            while True:
+                self._react()
+                now = time.monotonic()
+                if self._resync_at is not None and now >= self._resync_at and self._front is not None:
+                    self._resync_at, self._view_ready, self._queued = None, False, []
+                    self._snapshot_id = uuid.uuid4().hex
+                    self._snapshot_wait = SNAPSHOT_RETRY_S
+                    self._ask_snapshot(now)
+                elif self._snapshot_id is not None and now >= self._snapshot_due and self._front is not None:
+                    #  No reply yet: the same request again, whichever reply comes first is taken
+                    self._snapshot_wait = min(self._snapshot_wait * 2, SNAPSHOT_RETRY_MAX_S)
+                    self._ask_snapshot(now)
+                due = link.tick(now * 1000)
+                self._react()
+                wait_ms = 50 if due is None else min(max(due - _now_ms(), 0), 50)
+                poller = zmq.asyncio.Poller()
+                for sock in (self._front, self._sub, self._monitor):
+                    if sock is not None:
+                        poller.register(sock, zmq.POLLIN)
+                ready = dict(await poller.poll(wait_ms))
+                if self._monitor is not None and self._monitor in ready:
+                    event = parse_monitor_message(await self._monitor.recv_multipart())
+                    if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                        #  Steps 2 and 5: every connection of the SUB, the
+                        #  first too, is followed by a snapshot once the
+                        #  subscription has reached the PUB
+                        self._handshakes += 1
+                        self._snapshot_id, self._view_ready, self._queued = None, False, []
+                        self._resync_at = time.monotonic() + SUBSCRIBE_SETTLE_S
+                if self._front is not None and self._front in ready:
+                    self._front_message(await self._front.recv_multipart())
+                    self._react()
+                if self._sub is not None and self._sub in ready:
+                    self._sub_message(await self._sub.recv_multipart())
         finally:
-            if monitor is not None:
-                sub.disable_monitor()
-                monitor.close(linger=0)
-            sub.close(linger=0)
-            front.close(linger=0)
+            self._close_sub()
+            self._close_front()
 
-    async def _hello(self, front):
-        """WELCOME for a HELLO with a new id (repeated every second), or
-        _Restart(move) after the default liveness window."""
-        hello_id = uuid.uuid4().hex
-        give_up = time.monotonic() + wire.DEFAULT_HEARTBEAT_MS * wire.DEFAULT_LIVENESS / 1000.0
-        next_hello = 0.0
-        while time.monotonic() < give_up:
-            if time.monotonic() >= next_hello:
-                front.send_multipart(wire.dealer_message("HELLO", {"id": hello_id}))
-                next_hello = time.monotonic() + 1.0
-            if await front.poll(100):
-                try:
-                    command, _, body = wire.parse_dealer(await front.recv_multipart())
-                except wire.WireError:
-                    continue
-                if command == "WELCOME" and body.get("id") == hello_id and body.get("protocol") == 1:
-                    return body
-        raise _Restart(move=True)
+    def _ask_snapshot(self, now):
+        self._snapshot_due = now + self._snapshot_wait
+        self._front.send_multipart(wire.dealer_message("SNAPSHOT", {"id": self._snapshot_id}))
 
-    async def _follow(self, front, sub, monitor, broker_id, heartbeat, window):
-        poller = zmq.asyncio.Poller()
-        for sock in (front, sub, monitor):
-            poller.register(sock, zmq.POLLIN)
-        queued, view_ready = [], False
-        snapshot_id = None
-        resync_at = time.monotonic()       # step 2 at once
-        handshakes = 0
-        last_heard = last_ping = time.monotonic()
-        while True:
-            now = time.monotonic()
-            if resync_at is not None and now >= resync_at:
-                resync_at, view_ready, queued = None, False, []
-                snapshot_id = uuid.uuid4().hex
-                front.send_multipart(wire.dealer_message("SNAPSHOT", {"id": snapshot_id}))
-            if now - last_ping >= heartbeat:
-                last_ping = now
-                front.send_multipart(wire.dealer_message("PING", {}))
-            if now - last_heard > window:
-                raise _Restart(move=True)
-            ready = dict(await poller.poll(50))
-            if monitor in ready:
-                event = parse_monitor_message(await monitor.recv_multipart())
-                if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                    handshakes += 1
-                    if handshakes > 1:
-                        resync_at = time.monotonic() + SUBSCRIBE_SETTLE_S
-            if front in ready:
-                last_heard = time.monotonic()
-                try:
-                    command, _, body = wire.parse_dealer(await front.recv_multipart())
-                except wire.WireError:
-                    continue
-                if command == "PONG" and body.get("broker") != broker_id:
-                    raise _Restart(move=False)
-                if command == "SNAPSHOT" and body.get("id") == snapshot_id and resync_at is None:
-                    snapshot_id = None
-                    self._take_snapshot(body, broker_id)
-                    view_ready = True
-                    pending, queued = queued, []
-                    for event in pending:
-                        if not self._event(event):
-                            resync_at = time.monotonic()
-                            break
-            if sub in ready:
-                frames = await sub.recv_multipart()
-                if len(frames) != 2:
-                    continue
-                try:
-                    event = wire.unpack(frames[1])
-                except wire.WireError:
-                    continue
-                if not view_ready:
-                    queued.append(event)
-                elif resync_at is None and not self._event(event):
-                    resync_at = time.monotonic()
+    def _react(self):
+        """Does what the link's events say, in order."""
+        for event in self._link.events():
+            if event.type == CONNECT:
+                self._close_sub()
+                self._close_front()
+                self.endpoint = event.endpoint
+                front = self._context.socket(zmq.DEALER)
+                wire.keepalive(front)
+                secure(front, self._cert, self._broker_cert)
+                front.connect(self.endpoint)
+                self._front = front
+                self._hello_id = uuid.uuid4().hex
+            elif event.type == SEND_HELLO and self._front is not None:
+                self._front.send_multipart(wire.dealer_message("HELLO", {"id": self._hello_id}))
+            elif event.type == SEND_PING and self._front is not None:
+                self._front.send_multipart(wire.dealer_message("PING", {}))
+            elif event.type == UP:
+                self._subscribe(self._welcome)
+            elif event.type == RESTARTED:
+                #  Step 1 again with a new HELLO id: the events endpoint may have moved
+                self._close_sub()
+                self._hello_id = uuid.uuid4().hex
+            elif event.type == DOWN:
+                self._close_sub()
+
+    def _subscribe(self, welcome):
+        """A SUB on the events endpoint the WELCOME names; step 2 once it has connected."""
+        sub = self._context.socket(zmq.SUB)
+        wire.keepalive(sub, self._link.heartbeat_ms, self._link.liveness)
+        secure(sub, self._cert, self._broker_cert)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self._monitor = sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        sub.connect(wire.resolve(welcome["events"], self.endpoint))
+        self._sub = sub
+        self._session_reset()
+
+    def _close_sub(self):
+        if self._monitor is not None:
+            self._sub.disable_monitor()
+            self._monitor.close(linger=0)
+            self._monitor = None
+        if self._sub is not None:
+            self._sub.close(linger=0)
+            self._sub = None
+        self._session_reset()
+
+    def _close_front(self):
+        if self._front is not None:
+            self._front.close(linger=0)
+            self._front = None
+
+    def _front_message(self, frames):
+        now = _now_ms()
+        self._link.heard(now)
+        try:
+            command, _, body = wire.parse_dealer(frames)
+        except wire.WireError:
+            return
+        if command == "WELCOME" and body.get("id") == self._hello_id and body.get("protocol") == 1 \
+                and isinstance(body.get("events"), str):
+            self._welcome = body
+            self._link.welcome(now, body.get("broker"), body.get("heartbeatMs"), body.get("liveness"))
+        elif command == "PONG":
+            self._link.pong(now, body.get("broker"), body.get("heartbeatMs"), body.get("liveness"))
+        elif command == "SNAPSHOT" and body.get("id") == self._snapshot_id and self._snapshot_id is not None \
+                and self._resync_at is None:
+            self._snapshot_id = None
+            self._take_snapshot(body, self._link.instance)
+            self._view_ready = True
+            pending, self._queued = self._queued, []
+            for event in pending:
+                if not self._event(event):
+                    self._resync_at = time.monotonic()
+                    break
+
+    def _sub_message(self, frames):
+        if len(frames) != 2:
+            return
+        try:
+            event = wire.unpack(frames[1])
+        except wire.WireError:
+            return
+        if not self._view_ready:
+            self._queued.append(event)
+        elif self._resync_at is None and not self._event(event):
+            self._resync_at = time.monotonic()
 
     def _take_snapshot(self, body, broker_id):
         self.tools = {}

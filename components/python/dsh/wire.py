@@ -17,9 +17,6 @@ from .protocol import (BROKERS_MAX, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_ENDPOINT, D
 from .protocol import DEPTH_MAX as MAX_DEPTH
 
 DEFAULT_BROKER = DEFAULT_ENDPOINT
-#  A client waits this much past a call's own deadline: the broker answers
-#  TIMEOUT at the deadline, so only a lost broker makes the client's run out
-CALL_MARGIN_MS = 2000
 
 
 class WireError(ValueError):
