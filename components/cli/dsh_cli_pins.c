@@ -35,7 +35,8 @@ s_pins_at (dsh_cli_options_t *options, const char *endpoint, json_t *request, in
     if (!streq (dsh_reply_command (reply), DSH_PINS)) {
         const char *text = dsh_reply_text (reply);
         snprintf (error, error_size, "%s", text? text: "the broker refused the request");
-        *exit_code = EXIT_TOOL_ERROR;
+        const char *code = dsh_reply_error_code (reply);
+        *exit_code = code && streq (code, DSH_E_BROKER_GONE)? EXIT_NO_BROKER: EXIT_TOOL_ERROR;
     }
     else
         body = dsh_cli_reply_body (reply, exit_code, error, error_size);

@@ -127,7 +127,10 @@ dsh_cli_control_at (dsh_cli_options_t *options, const char *endpoint, const char
         //  cannot take CONTROL
         const char *text = dsh_reply_text (reply);
         snprintf (error, error_size, "%s", text? text: "the stage refused the command");
-        *exit_code = EXIT_TOOL_ERROR;
+        //  Lost with the broker, it may or may not have applied: no
+        //  answer to rely on, as when no broker answers at all
+        const char *code = dsh_reply_error_code (reply);
+        *exit_code = code && streq (code, DSH_E_BROKER_GONE)? EXIT_NO_BROKER: EXIT_TOOL_ERROR;
     }
     else
     if (!streq (dsh_reply_command (reply), DSH_CONTROL)) {

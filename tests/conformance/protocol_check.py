@@ -26,6 +26,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCHEMAS = os.path.join(HERE, "..", "..", "schemas")
 SCHEMA_NAMES = ("tool", "result", "event")
+STRICT = os.environ.get("DSH_PROTOCOL_STRICT") == "1"
 
 KEYWORDS = {"$schema", "$id", "$ref", "$defs", "$comment", "title", "description", "type", "enum", "const",
             "pattern", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "required",
@@ -230,8 +231,10 @@ class Checker:
         problems = []
         kind = entry.get("body")
         if kind == "result":
+            #  Its fields are the JSON Schema's, not the entry's
             problems += ["%s: %s" % (where, problem) for problem in self.schemas.validate("result", body)]
-        self._fields(entry.get("fields", {}), body, where, problems)
+        else:
+            self._fields(entry.get("fields", {}), body, where, problems)
         return problems
 
     def event(self, kind, body):
@@ -251,6 +254,13 @@ class Checker:
         return self.schemas.validate(name, value)
 
     def _fields(self, fields, body, where, problems):
+        #  A receiver ignores fields it does not know (Versioning), so they
+        #  are not an error; DSH_PROTOCOL_STRICT=1 lists them, to find what
+        #  the definition has left out
+        if STRICT and isinstance(body, dict):
+            for name in body:
+                if name not in fields:
+                    problems.append("%s field %s is not in the definition" % (where, name))
         for name, field in fields.items():
             label = "%s field %s" % (where, name)
             if name not in body:
