@@ -73,10 +73,6 @@ extern char **environ;
 //  Calls the server may have in flight at once: what the broker is told
 //  this component takes (MCP servers take many over one pipe).
 #define DEFAULT_CONCURRENCY     64
-//  How long after the broker first asks for our tools its refusals are
-//  awaited before the "serving N tools" line (they come within a round
-//  trip; a later one prints the line again).
-#define REFUSALS_SETTLE_MS      100
 //  The gateway entry's budget as JSON, under the broker's default
 //  max_tool_bytes (65536) for its canonical msgpack, which is smaller.
 #define MAX_GATEWAY_BYTES       60000
@@ -184,7 +180,6 @@ typedef struct {
     dsh_provider_t *provider;
     zhashx_t *tools;            //  dsh name -> s_tool_t
     bool report_due;            //  the "serving N tools" line is not out yet
-    int64_t broker_ready_at;    //  when the broker first asked for our tools
     int64_t next_refusals_at;
     //  Resources, prompts and the rest: the gateway tool
     const char *roots [MAX_ROOTS + 1];  //  --root directories, NULL-terminated
@@ -1166,7 +1161,6 @@ s_on_list (self_t *self, const json_t *message)
         self->ready_since = zclock_mono ();
         self->next_ping_at = self->ready_since + self->ping_ms;
         self->report_due = true;
-        self->broker_ready_at = 0;
         s_catalog_start (self);
     }
     if (self->relist) {
@@ -1275,14 +1269,16 @@ s_report (self_t *self)
 }
 
 //  Tools the broker refused are not served (a call for one is answered
-//  UNKNOWN_TOOL); the ready line counts only the rest, so it waits for the
-//  broker's first request and the refusals that follow it.
+//  UNKNOWN_TOOL); the ready line counts only the rest, so it waits until
+//  a broker has applied our ANNOUNCE. Its refusals came before it said
+//  so: asked first, then the refusals taken, the line has them all.
 static void
 s_check_refusals (self_t *self, int64_t now)
 {
     if (!self->provider || now < self->next_refusals_at)
         return;
     self->next_refusals_at = now + POLL_TICK_MS;
+    bool applied = self->report_due && dsh_provider_wait_applied (self->provider, 0) == 0;
     size_t refused = 0;
     char *refusal;
     while ((refusal = dsh_provider_refusal (self->provider, 0))) {
@@ -1296,14 +1292,9 @@ s_check_refusals (self_t *self, int64_t now)
         }
         zstr_free (&refusal);
     }
-    if (self->report_due && dsh_provider_wait_ready (self->provider, 0) == 0) {
-        if (!self->broker_ready_at)
-            self->broker_ready_at = now;
-        else
-        if (now - self->broker_ready_at >= REFUSALS_SETTLE_MS) {
-            self->report_due = false;
-            s_report (self);
-        }
+    if (applied) {
+        self->report_due = false;
+        s_report (self);
     }
     else
     if (refused && !self->report_due)

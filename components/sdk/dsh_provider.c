@@ -148,6 +148,15 @@ typedef struct {
                                     //  have not heard from it since
     zlistx_t *retired;              //  zsock_t *, readers dropped in this
                                     //  loop pass, closed in a later one
+    //  The broker takes what comes on the announce socket in order, and
+    //  answers a HEARTBEAT on WORK after the REFUSEDs of an ANNOUNCE
+    //  before it: more answers since the last ANNOUNCE than heartbeats
+    //  were unanswered then says that ANNOUNCE is applied, its refusals in
+    uint64_t beats;                 //  HEARTBEATs sent on this announce socket
+    uint64_t beats_answered;        //  HEARTBEATs the broker sent on WORK
+    uint64_t beats_unanswered;      //  at the last ANNOUNCE
+    uint64_t beats_answered_then;   //  beats_answered at the last ANNOUNCE
+    bool announced;                 //  an ANNOUNCE went on this socket
 } s_link_t;
 
 struct _self_t {
@@ -164,6 +173,7 @@ struct _self_t {
     int64_t unannounced_ms;         //  the first change since the last
                                     //  ANNOUNCE was made then, or 0
     bool ready;                     //  a broker asked for our tools
+    bool applied;                   //  a broker applied our ANNOUNCE (s_link_t)
     zlistx_t *refusals;             //  char *, "tool: reason"
     dsh_pool_t *pool;
     size_t workers;                 //  the pool's: what ANNOUNCE states as concurrency
@@ -387,6 +397,19 @@ s_publish (s_link_t *link, const char *command)
     dsh_packer_release (&packer);
     zmsg_t *msg = dsh_proto_pub_message (command, &body);
     dsh_sock_send (link->announce, &msg);
+    if (streq (command, DSH_HEARTBEAT))
+        link->beats++;
+}
+
+//  An ANNOUNCE was sent on link: a HEARTBEAT right after it is answered
+//  once the broker has applied it (s_link_t).
+static void
+s_announced (s_link_t *link)
+{
+    link->beats_unanswered = link->beats > link->beats_answered? link->beats - link->beats_answered: 0;
+    link->beats_answered_then = link->beats_answered;
+    link->announced = true;
+    s_publish (link, DSH_HEARTBEAT);
 }
 
 //  An ANNOUNCE of count tools from tools, as part of parts (0: the whole
@@ -447,6 +470,7 @@ s_announce (s_link_t *link)
     if (set_bytes <= limit) {
         s_publish_tools (link, tools, count, 0, 0);
         free (tools);
+        s_announced (link);
         return;
     }
     //  Slices of what fits, each as long as a message takes: no fewer
@@ -479,6 +503,7 @@ s_announce (s_link_t *link)
     }
     free (starts);
     free (tools);
+    s_announced (link);
 }
 
 //  The same to every broker.
@@ -784,6 +809,8 @@ s_welcomed (s_link_t *link, dsh_doc_t *doc)
     char *work_endpoint = dsh_sock_resolve (work, link->broker);
     link->announce = zsock_new (ZMQ_PUB);
     assert (link->announce);
+    link->beats = link->beats_answered = link->beats_unanswered = link->beats_answered_then = 0;
+    link->announced = false;
     dsh_sock_limit (link->announce, link->max_message_bytes, S_QUEUE_LIMIT);
     dsh_sock_keepalive (link->announce, heartbeat_ms, liveness);
     //  A clean exit's WITHDRAW must get out before the socket closes
@@ -1032,7 +1059,12 @@ s_work_recv_one (zsock_t *reader, void *arg)
     if (streq (msg.command, DSH_REFUSED))
         s_handle_refused (link, &msg);
     else
-    if (!streq (msg.command, DSH_HEARTBEAT))
+    if (streq (msg.command, DSH_HEARTBEAT)) {
+        link->beats_answered++;
+        if (link->announced && link->beats_answered - link->beats_answered_then > link->beats_unanswered)
+            link->owner->applied = true;
+    }
+    else
         dsh_log_warning ("%s: unknown command \"%s\" from the broker at %s", link->owner->id, msg.command,
                          link->broker);
     dsh_sock_msg_close (&msg);
@@ -1256,6 +1288,9 @@ s_self_handle_pipe (zloop_t *loop, zsock_t *reader, void *arg)
     else
     if (streq (command, "READY"))
         zsock_signal (self->pipe, self->ready? 0: 1);
+    else
+    if (streq (command, "APPLIED"))
+        zsock_signal (self->pipe, self->applied? 0: 1);
     else
     if (streq (command, "REFUSAL")) {
         char *refusal = (char *) zlistx_first (self->refusals);
@@ -1521,6 +1556,21 @@ dsh_provider_wait_ready (dsh_provider_t *self, int timeout_ms)
     int64_t give_up = zclock_mono () + timeout_ms;
     while (true) {
         zsock_send (self->actor, "s", "READY");
+        if (zsock_wait (self->actor) == 0)
+            return 0;
+        if (zclock_mono () >= give_up)
+            return -1;
+        zclock_sleep (20);
+    }
+}
+
+int
+dsh_provider_wait_applied (dsh_provider_t *self, int timeout_ms)
+{
+    assert (self);
+    int64_t give_up = zclock_mono () + timeout_ms;
+    while (true) {
+        zsock_send (self->actor, "s", "APPLIED");
         if (zsock_wait (self->actor) == 0)
             return 0;
         if (zclock_mono () >= give_up)

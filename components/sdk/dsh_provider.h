@@ -115,6 +115,12 @@ int
 int
     dsh_provider_wait_ready (dsh_provider_t *self, int timeout_ms);
 
+//  Wait until a broker has applied an ANNOUNCE of this provider (it
+//  answered a HEARTBEAT sent after it) or timeout_ms passed: every refusal
+//  of that ANNOUNCE is in (dsh_provider_refusal) by then. Returns 0 or -1.
+int
+    dsh_provider_wait_applied (dsh_provider_t *self, int timeout_ms);
+
 //  The next refusal the broker sent ("tool: reason"), or NULL if none came
 //  within timeout_ms. Caller frees it.
 char *

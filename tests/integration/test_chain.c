@@ -5,7 +5,8 @@
     Onion order with three stages; a veto skips later stages and the tool;
     a rewrite reaches the tool; a wrap changes the result; an external stage
     over tcp behaves as a built-in one; a stage killed mid-call fails that
-    call and new ones with MIDDLEWARE_FAILED until it returns; a fail-open
+    call and new ones with MIDDLEWARE_FAILED until it returns; a client
+    away from its receive calls after a send keeps its broker; a fail-open
     stage that is missing is skipped; `dsh chain` counts what each did.
     =========================================================================
 */
@@ -293,6 +294,29 @@ test_external_stage (void **state)
     s_chain_stop (&chain);
 }
 
+//  A program away from its receive calls for longer than the broker's
+//  liveness window (the 200 ms heartbeat's 600 ms) after a send, whose
+//  last receive had nothing open, gets its answer: no PING could go
+//  meanwhile, so the silence says nothing about the broker
+static void
+test_away_after_send (void **state)
+{
+    (void) state;
+    chain_t *chain = s_chain_start (s_three_traces);
+    dsh_reply_t *reply = s_call (chain, "echo", "{\"message\":\"m\"}");
+    dsh_reply_destroy (&reply);
+    assert_null (dsh_client_recv (chain->client, 100));
+    assert_non_null (dsh_testkit_send_json (chain->client, "away", "sleep_ms", "{\"ms\": 1000}", 10000));
+    zclock_sleep (700);
+    reply = dsh_client_recv (chain->client, 10000);
+    assert_non_null (reply);
+    assert_string_equal (dsh_reply_call_id (reply), "away");
+    if (dsh_reply_is_error (reply))
+        fail_msg ("%s: %s", dsh_reply_error_code (reply), dsh_reply_text (reply));
+    dsh_reply_destroy (&reply);
+    s_chain_stop (&chain);
+}
+
 static void
 test_fail_open_stage_is_skipped (void **state)
 {
@@ -324,6 +348,7 @@ main (void)
         cmocka_unit_test (test_onion_order),
         cmocka_unit_test (test_veto_skips_the_rest),
         cmocka_unit_test (test_external_stage),
+        cmocka_unit_test (test_away_after_send),
         cmocka_unit_test (test_fail_open_stage_is_skipped),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);

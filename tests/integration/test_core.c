@@ -406,21 +406,7 @@ test_refused_name_freed (void **state)
 static int
 s_free_ports (void)
 {
-    //  Below both czmq's range for "*" binds (from 49152, which every other
-    //  test broker scans) and the kernel's for outgoing connections (from
-    //  32768), so nothing else takes these ports while the broker restarts
-    for (int attempt = 0; attempt < 50; attempt++) {
-        int port = 20000 + randof (12000);
-        bool all_free = true;
-        for (int offset = 0; offset <= 3 && all_free; offset++) {
-            zsock_t *probe = zsock_new (ZMQ_ROUTER);
-            all_free = zsock_bind (probe, "tcp://127.0.0.1:%d", port + offset) != -1;
-            zsock_destroy (&probe);
-        }
-        if (all_free)
-            return port;
-    }
-    return -1;
+    return dsh_testkit_free_ports (4);
 }
 
 static void

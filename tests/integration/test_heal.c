@@ -34,21 +34,12 @@
 #define HEARTBEAT "500"
 #define BACK_MS 20000           //  tools back after a broker returns, at most
 
-//  A free loopback port for a broker's front, below czmq's range for "!"
-//  and "*" binds and the kernel's for outgoing connections, so nothing
-//  else takes it while the broker is down.
+//  A free loopback port for a broker's front, that nothing else takes
+//  while the broker is down (dsh_testkit_free_ports).
 static int
 s_free_port (void)
 {
-    for (int attempt = 0; attempt < 50; attempt++) {
-        int port = 20000 + randof (12000);
-        zsock_t *probe = zsock_new (ZMQ_ROUTER);
-        bool free_port = zsock_bind (probe, "tcp://127.0.0.1:%d", port) != -1;
-        zsock_destroy (&probe);
-        if (free_port)
-            return port;
-    }
-    return -1;
+    return dsh_testkit_free_ports (1);
 }
 
 //  A broker on a fixed front whose other sockets take random ports, so

@@ -658,6 +658,22 @@ test_refused_texts (void **state)
             fail_msg ("REFUSED reason \"%s\"", s_str (refused, "reason"));
         json_decref (refused);
     }
+    //  Those in line hear the owner's heartbeats (Liveness), and so did
+    //  the first while it was in line: on a slow machine the claims take
+    //  longer than a heartbeat. One at the ninth, in line since the first
+    //  was pushed out, comes after what the first was sent; that is
+    //  dropped, so that what follows is what came since
+    json_t *beat = s_expect (waiting [8], DSH_HEARTBEAT, NULL, 3000);
+    if (!beat)
+        fail_msg ("the ninth connection, in line, heard no HEARTBEAT");
+    json_decref (beat);
+    char before [DSH_COMMAND_MAX + 1];
+    json_t *early;
+    while ((early = s_recv (waiting [0], before, NULL, 0))) {
+        json_decref (early);
+        if (!streq (before, DSH_HEARTBEAT))
+            fail_msg ("the connection pushed out of the line got %s", before);
+    }
     //  The owner goes: the one that has waited longest of those in line
     dsh_testproc_destroy (&demo);
     json_t *sync = s_expect (waiting [1], DSH_SYNC, NULL, 3000);
@@ -896,46 +912,100 @@ s_stage_attach (const char *front, s_stage_t *stage)
     json_decref (welcome);
 }
 
+//  The probe's answer from the stage: its RESULT, no error, no content,
+//  up the slot's feed as [feed-id] [token] "" DSH1 RESULT BODY. Takes the
+//  CALL (down) and its callId.
+static void
+s_stage_answer (s_stage_t *stage, zmsg_t **down_p, const char *call_id)
+{
+    zmsg_t *down = *down_p;
+    zframe_t *feed = zmsg_pop (down);
+    zframe_t *token = zmsg_pop (down);
+    zmsg_destroy (down_p);
+    char answer [512];
+    snprintf (answer, sizeof (answer), "{\"callId\": \"%s\", \"isError\": false, \"content\": []}", call_id);
+    zmsg_t *up = zmsg_new ();
+    zmsg_append (up, &feed);
+    zmsg_append (up, &token);
+    zmsg_addmem (up, NULL, 0);
+    zmsg_addstr (up, DSH_PROTOCOL);
+    zmsg_addstr (up, DSH_RESULT);
+    zframe_t *body = s_pack (answer);
+    zmsg_append (up, &body);
+    assert_int_equal (zmsg_send (&up, stage->router), 0);
+}
+
+//  The callId of a CALL on the stage's ROUTER ([feed-id] [token] "" DSH1
+//  CALL BODY TOOL BUDGET), or "" if it is not one (a CANCEL).
+static void
+s_stage_call_id (zmsg_t *down, char *call_id, size_t size)
+{
+    *call_id = 0;
+    if (zmsg_size (down) != 8)
+        return;
+    zframe_t *frame = zmsg_first (down);
+    for (int skip = 0; skip < 5; skip++)
+        frame = zmsg_next (down);               //  feed id, token, "" DSH1 CALL
+    json_t *call = s_unpack (frame);
+    snprintf (call_id, size, "%s", s_str (call, "callId"));
+    json_decref (call);
+}
+
 //  Waits until the slot is joined: a probe call reaches the stage (which
-//  answers it, a veto), rather than failing closed as "not connected".
+//  answers it), rather than failing closed as "not connected". A probe
+//  that reached the stage after its round (a slow broker) is not the
+//  round's: it is left to the broker's timeout, whose CANCEL s_stage_take
+//  skips. Returns once every probe has had its one answer, so that no
+//  probe's call or result is taken for a later call's.
 static void
 s_stage_ready (dsh_client_t *client, s_stage_t *stage)
 {
     int64_t give_up = zclock_mono () + 10000;
     zpoller_t *poller = zpoller_new (stage->router, NULL);
+    zhashx_t *unanswered = zhashx_new ();       //  callId -> 1: probes sent
     bool joined = false;
     while (!joined && zclock_mono () < give_up) {
-        assert_non_null (dsh_testkit_send_json (client, NULL, "echo", "{\"message\": \"probe\"}", 10000));
-        if (zpoller_wait (poller, 500) == stage->router) {
+        const char *sent = dsh_testkit_send_json (client, NULL, "echo", "{\"message\": \"probe\"}", 10000);
+        assert_non_null (sent);
+        char probe [DSH_CALL_ID_MAX + 1];
+        snprintf (probe, sizeof (probe), "%s", sent);
+        zhashx_insert (unanswered, probe, (void *) 1);
+        int64_t round_ends = zclock_mono () + 500;
+        while (!joined && zclock_mono () < round_ends
+           &&  zpoller_wait (poller, (int) (round_ends - zclock_mono ())) == stage->router) {
             zmsg_t *down = zmsg_recv (stage->router);
-            zframe_t *feed = zmsg_pop (down);
-            zframe_t *token = zmsg_pop (down);
-            zframe_t *frame = zmsg_first (down);
-            for (int skip = 0; skip < 3 && frame; skip++)
-                frame = zmsg_next (down);       //  "" DSH1 CALL, then the body
-            json_t *call = s_unpack (frame);
-            char answer [512];
-            snprintf (answer, sizeof (answer), "{\"callId\": \"%s\", \"isError\": false, \"content\": []}",
-                      s_str (call, "callId"));
-            json_decref (call);
+            char call_id [DSH_CALL_ID_MAX + 1];
+            s_stage_call_id (down, call_id, sizeof (call_id));
+            if (streq (call_id, probe)) {
+                s_stage_answer (stage, &down, call_id);
+                joined = true;
+            }
             zmsg_destroy (&down);
-            zmsg_t *veto = zmsg_new ();
-            zmsg_append (veto, &feed);
-            zmsg_append (veto, &token);
-            zmsg_addmem (veto, NULL, 0);
-            zmsg_addstr (veto, DSH_PROTOCOL);
-            zmsg_addstr (veto, DSH_RESULT);
-            zframe_t *body = s_pack (answer);
-            zmsg_append (veto, &body);
-            assert_int_equal (zmsg_send (&veto, stage->router), 0);
-            joined = true;
         }
-        dsh_reply_t *reply = dsh_client_recv (client, 5000);
-        assert_non_null (reply);
-        dsh_reply_destroy (&reply);
+        //  This probe's answer (the stage's, or "not connected"), and any
+        //  earlier one's that comes first
+        int64_t answered_by = zclock_mono () + 10000;
+        while (zhashx_lookup (unanswered, probe) && zclock_mono () < answered_by) {
+            dsh_reply_t *reply = dsh_client_recv (client, (int) (answered_by - zclock_mono ()));
+            assert_non_null (reply);
+            zhashx_delete (unanswered, dsh_reply_call_id (reply));
+            dsh_reply_destroy (&reply);
+        }
+        assert_null (zhashx_lookup (unanswered, probe));
         if (!joined)
             zclock_sleep (100);
     }
+    //  The probes that reached the stage late: the broker's timeout
+    //  answers them
+    int64_t answered_by = zclock_mono () + 10000;
+    while (zhashx_size (unanswered) && zclock_mono () < answered_by) {
+        dsh_reply_t *reply = dsh_client_recv (client, (int) (answered_by - zclock_mono ()));
+        assert_non_null (reply);
+        zhashx_delete (unanswered, dsh_reply_call_id (reply));
+        dsh_reply_destroy (&reply);
+    }
+    assert_int_equal (zhashx_size (unanswered), 0);
+    zhashx_destroy (&unanswered);
     zpoller_destroy (&poller);
     if (!joined)
         fail_msg ("the stage's slot was not joined within 10 s");

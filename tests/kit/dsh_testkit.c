@@ -6,7 +6,9 @@
 #include "dsh_testkit.h"
 #include "dsh.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -733,4 +735,25 @@ dsh_testkit_approver (dsh_client_t *client, const char *stage, int timeout_ms)
     if (!streq (command, "HEARTBEAT"))
         zsock_destroy (&approver);
     return approver;
+}
+
+int
+dsh_testkit_free_ports (int count)
+{
+    for (int attempt = 0; attempt < 50; attempt++) {
+        int port = 20000 + randof (12000);
+        bool all_free = true;
+        for (int offset = 0; offset < count && all_free; offset++) {
+            int probe = socket (AF_INET, SOCK_STREAM, 0);
+            if (probe < 0)
+                return -1;
+            struct sockaddr_in address = { .sin_family = AF_INET, .sin_port = htons ((uint16_t) (port + offset)),
+                                           .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
+            all_free = bind (probe, (struct sockaddr *) &address, sizeof (address)) == 0;
+            close (probe);
+        }
+        if (all_free)
+            return port;
+    }
+    return -1;
 }

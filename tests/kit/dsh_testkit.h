@@ -23,6 +23,18 @@
 
 typedef struct _dsh_testproc_t dsh_testproc_t;
 
+//  A loopback port from which count ports in a row are free, for a broker
+//  that must come back on the same ports: below czmq's range for "*" binds
+//  (from 49152, which every other test broker scans) and the kernel's for
+//  outgoing connections (from 32768), so nothing else takes them while
+//  the broker is down. -1 if none was found. The probe is a plain socket,
+//  bound and never listening: close gives the port back at once. (A ZMQ
+//  socket closes in its I/O thread, later, and until then its listener
+//  completes ZMTP handshakes: a client connecting at once would count
+//  that as its broker reached.)
+int
+    dsh_testkit_free_ports (int count);
+
 //  The path of a built program, e.g. "broker/dsh-broker". Caller frees.
 char *
     dsh_testkit_program (const char *relative);
