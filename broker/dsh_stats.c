@@ -11,15 +11,15 @@
 
 #include "dsh_stats.h"
 
-//  "ok" and PROTOCOL.md's error codes, the outcomes a call may have; the
+//  "ok" and the definition's error codes, the outcomes a call may have; the
 //  index is the outcome (0: not known yet). BROKER_GONE is the client
-//  SDK's, never an answer.
+//  SDK's, never an answer, so never counted.
+#define S_OUTCOME(CODE, code, name) CODE,
 static const char *s_outcomes [] = {
     NULL, "ok",
-    DSH_E_BAD_REQUEST, DSH_E_UNKNOWN_TOOL, DSH_E_INVALID_ARGS, DSH_E_TOOL_FAILED, DSH_E_TOOL_GONE,
-    DSH_E_TIMEOUT, DSH_E_OVERLOADED, DSH_E_BAD_RESULT, DSH_E_DENIED, DSH_E_MIDDLEWARE_FAILED,
-    DSH_E_CANCELLED, DSH_E_FORBIDDEN, DSH_E_AUDIT_UNAVAILABLE, DSH_E_QUARANTINED,
+    DSH_ERROR_CODES (S_OUTCOME)
 };
+#undef S_OUTCOME
 #define S_OUTCOMES (sizeof (s_outcomes) / sizeof (s_outcomes [0]))
 #define S_OK 1
 
@@ -41,6 +41,7 @@ struct _dsh_stats_agent_t {
     char name [DSH_ID_MAX + 1];
     uint64_t calls;
     uint64_t errors;
+    uint64_t outcomes [S_OUTCOMES];
 };
 
 struct _dsh_stats_t {
@@ -250,6 +251,7 @@ dsh_stats_answer (dsh_stats_t *self, dsh_stats_tool_t *tool, dsh_stats_agent_t *
     tool->sum_us += latency_us;
     if (agent) {
         agent->calls++;
+        agent->outcomes [outcome]++;
         if (outcome != S_OK)
             agent->errors++;
     }
@@ -407,6 +409,15 @@ s_pack_agents (dsh_stats_t *self, dsh_packer_t *packer)
         msgpack_pack_uint64 (pk, row->calls);
         dsh_pack_cstr (pk, "errors");
         msgpack_pack_uint64 (pk, row->errors);
+        //  Only codes that happened: an agent's row is small
+        dsh_pack_cstr (pk, "outcomes");
+        dsh_packer_map_begin (packer);
+        for (size_t index = S_OK; index < S_OUTCOMES; index++)
+            if (row->outcomes [index]) {
+                dsh_pack_cstr (pk, s_outcomes [index]);
+                msgpack_pack_uint64 (pk, row->outcomes [index]);
+            }
+        dsh_packer_map_end (packer);
         dsh_packer_map_end (packer);
     }
     zlistx_destroy (&agents);

@@ -21,6 +21,7 @@
 #include "dsh_cli_audit.h"
 #include "dsh_cli_call.h"
 #include "dsh_cli_chain.h"
+#include "dsh_cli_limit.h"
 #include "dsh_cli_pins.h"
 #include "dsh_cli_query.h"
 #include "dsh_cli_setup.h"
@@ -88,6 +89,13 @@ static const dsh_cli_command_t s_commands [] = {
       "and ask for it: y once, n deny, t this agent and tool, a these exact arguments, for\n"
       "--grant-minutes N (default: the stage's); runs until interrupted or stdin ends",
       "stage auto grant-minutes", 0, 0, dsh_cli_approver },
+    { "limit", "limit [STAGE] [list | set AGENT TOOL [--rate R] [--burst B] [--in-flight N] | reset [AGENT]]",
+      "show the quotas of a limit stage (default \"limit\") and each agent's state now, as JSON;\n"
+      "set replaces the rule on AGENT and TOOL (globs) or adds it, with what it names; reset\n"
+      "forgets the counters (of one agent). set and reset go to every broker of the list:\n"
+      "limits are per broker, and what they set lasts until the broker restarts. Needs an\n"
+      "admin key under CURVE (list: admin or auditor)",
+      "rate burst in-flight", 0, 4, dsh_cli_limit },
     { "grants", "grants [list | revoke ID] [--json]",
       "list the live grants of every permission stage of every broker (a table: agent, tool,\n"
       "scope, arguments digest, expiry, who gave it; --json: a JSON array), or end one",
@@ -368,6 +376,15 @@ s_parse (int argc, char *argv [], int index, const dsh_cli_command_t *command,
         else
         if (streq (name, "for"))
             options->grant_for = value;
+        else
+        if (streq (name, "rate"))
+            options->rate = value;
+        else
+        if (streq (name, "burst"))
+            options->burst = value;
+        else
+        if (streq (name, "in-flight"))
+            options->in_flight = value;
         else
         if (streq (name, "grant-minutes")) {
             if (!s_parse_count (value, 1, 1000000, &number)) {

@@ -62,7 +62,10 @@ typedef struct {
     const char *grant_for;      //  approve --for: minutes, or 30s, 15m, 2h
     bool grant_args;            //  approve --args: for these exact arguments
     long grant_minutes;         //  approver --grant-minutes; 0 = the request's
-    const char *args [2];       //  positional arguments
+    const char *rate;           //  limit set --rate, --burst, --in-flight: as typed
+    const char *burst;
+    const char *in_flight;
+    const char *args [4];       //  positional arguments
     int nargs;
 } dsh_cli_options_t;
 

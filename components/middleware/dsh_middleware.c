@@ -8,6 +8,7 @@
 
 #include "dsh_middleware.h"
 #include "dsh_hooks.h"
+#include "dsh_limit.h"
 #include "dsh_pass.h"
 #include "dsh_permission.h"
 #include "dsh_planmode.h"
@@ -18,6 +19,7 @@ const dsh_stage_kind_t dsh_middleware_kinds [] = {
     //  Each default is longer than the stage itself waits (an ask's
     //  approval_timeout_ms, a hook's own timeout), so the stage answers
     //  before the chain gives up on it; the call's deadline comes first
+    { "limit", dsh_limit_setup, 5000 },
     { "permission", dsh_permission_setup, 120000 + 10000 },
     { "plan", dsh_planmode_setup, 5000 },
     { "hooks", dsh_hooks_setup, DSH_HOOKS_DEFAULT_TIMEOUT_MS + 5000 },
@@ -44,7 +46,7 @@ dsh_middleware_setup (const char *kind, zconfig_t *settings, const dsh_middlewar
     assert (arg);
     int index = s_kind_index (kind);
     if (index == -1) {
-        snprintf (error, error_size, "kind: unknown middleware \"%s\" (permission, plan, hooks, sandbox, trace, pass)",
+        snprintf (error, error_size, "kind: unknown middleware \"%s\" (limit, permission, plan, hooks, sandbox, trace, pass)",
                   kind? kind: "");
         return -1;
     }

@@ -28,7 +28,7 @@ s_usage (FILE *stream)
         "usage: dsh-stage --name NAME --kind KIND [--broker ENDPOINT[,ENDPOINT...]] [--config FILE]\n"
         "Run a built-in middleware as the external stage NAME of a broker's chain.\n"
         "  --name NAME        the stage's name in the broker's chain config (required)\n"
-        "  --kind KIND        permission, plan, hooks, sandbox or trace (required)\n"
+        "  --kind KIND        limit, permission, plan, hooks, sandbox, trace or pass (required)\n"
         "  --broker ENDPOINT[,ENDPOINT...]\n"
         "                     the broker's front endpoint, or a list of brokers: the stage\n"
         "                     attaches to each (default: $DSH_BROKER, else %s)\n"
@@ -120,7 +120,7 @@ main (int argc, char *argv [])
     if (allow && !dsh_curve_on ())
         return s_fail ("--allow needs --cert and --broker-cert: the approvals socket serves with this stage's key");
     if (!dsh_middleware_known (kind))
-        return s_fail ("unknown kind \"%s\" (permission, plan, hooks, sandbox, trace)", kind);
+        return s_fail ("unknown kind \"%s\" (limit, permission, plan, hooks, sandbox, trace, pass)", kind);
     if (!broker) {
         broker = getenv ("DSH_BROKER");
         if (!broker || !*broker)

@@ -97,6 +97,7 @@ struct _dsh_reply_t {
     const char *call_id;
     const char *code;
     const char *text;
+    int64_t retry_after_ms;     //  a RESULT's error.retryAfterMs, or -1
     bool is_error;
 };
 
@@ -280,6 +281,11 @@ static void
 s_watch (dsh_client_t *self)
 {
     int64_t now = zclock_mono ();
+    //  A watch that begins now was last looked at now (s_check_broker): a
+    //  program away from its receive calls after this send is not taken
+    //  for a broker's silence, though no receive ran since the last wait
+    if (!s_awaiting (self))
+        self->looked_ms = now;
     dsh_link_watch (self->link, now, s_awaiting (self));
     dsh_link_watch (self->link, now, true);
     s_follow (self);
@@ -357,6 +363,7 @@ s_reply_new (const char *command, zmq_msg_t *body)
     assert (self);
     assert (strlen (command) < sizeof (self->command));
     strcpy (self->command, command);
+    self->retry_after_ms = -1;
     //  The reply takes the body before decoding: a short body lives inside
     //  its zmq_msg_t, and the document will point into it
     zmq_msg_init (&self->body);
@@ -401,6 +408,9 @@ s_reply_new (const char *command, zmq_msg_t *body)
         self->call_id = dsh_doc_strdup (self->doc, call_id);
         self->is_error = is_error->via.boolean;
         self->code = dsh_doc_strdup (self->doc, dsh_map_get (error_map, "code"));
+        const msgpack_object *retry = dsh_map_get (error_map, "retryAfterMs");
+        if (retry && retry->type == MSGPACK_OBJECT_POSITIVE_INTEGER && retry->via.u64 <= INT64_MAX)
+            self->retry_after_ms = (int64_t) retry->via.u64;
         for (uint32_t index = 0; index < content->via.array.size && !self->text; index++) {
             const msgpack_object *block = &content->via.array.ptr [index];
             if (dsh_str_eq (dsh_map_get (block, "type"), "text"))
@@ -1321,6 +1331,13 @@ dsh_reply_error_code (dsh_reply_t *self)
 {
     assert (self);
     return self->code;
+}
+
+int64_t
+dsh_reply_retry_after_ms (dsh_reply_t *self)
+{
+    assert (self);
+    return self->retry_after_ms;
 }
 
 const char *

@@ -189,6 +189,11 @@ bool
 const char *
     dsh_reply_error_code (dsh_reply_t *self);
 
+//  A RATE_LIMITED RESULT's error.retryAfterMs: the ms until the limit
+//  that refused the call admits one again; -1 if the reply carries none.
+int64_t
+    dsh_reply_retry_after_ms (dsh_reply_t *self);
+
 //  The text of the first text block of a RESULT, or the message of an
 //  ERROR, or NULL.
 const char *

@@ -891,27 +891,16 @@ dsh_proto_splice_call (const void *body, size_t body_size, const dsh_call_change
 const char *
 dsh_proto_error_name (const char *code)
 {
+    //  The definition's table (schemas/dsh_protocol.json), as generated
+#define S_NAME(CODE, code, name) { CODE, name },
     static const struct { const char *code, *name; } names [] = {
-        { DSH_E_BAD_REQUEST,  "BadRequestError" },
-        { DSH_E_UNKNOWN_TOOL, "UnknownToolError" },
-        { DSH_E_INVALID_ARGS, "ToolArgsError" },
-        { DSH_E_TOOL_FAILED,  "ToolError" },
-        { DSH_E_TOOL_GONE,    "ToolGoneError" },
-        { DSH_E_TIMEOUT,      "ToolTimeoutError" },
-        { DSH_E_OVERLOADED,   "OverloadedError" },
-        { DSH_E_BAD_RESULT,   "BadResultError" },
-        { DSH_E_DENIED,       "PermissionDeniedError" },
-        { DSH_E_MIDDLEWARE_FAILED, "MiddlewareError" },
-        { DSH_E_CANCELLED,    "CancelledError" },
-        { DSH_E_FORBIDDEN,    "ForbiddenError" },
-        { DSH_E_AUDIT_UNAVAILABLE, "AuditUnavailableError" },
-        { DSH_E_QUARANTINED, "QuarantinedToolError" },
-        { DSH_E_BROKER_GONE,  "BrokerGoneError" },
+        DSH_ERROR_CODES (S_NAME)
     };
+#undef S_NAME
     for (size_t index = 0; index < sizeof (names) / sizeof (names [0]); index++)
         if (streq (code, names [index].code))
             return names [index].name;
-    return "Error";
+    return DSH_ERROR_NAME_UNKNOWN;
 }
 
 zframe_t *

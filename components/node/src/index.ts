@@ -19,5 +19,5 @@ export { loadCurve } from './curve.js';
 export type { CurveKeys, CurveOptions } from './curve.js';
 export { DshTools, DshTools as default } from './cordis.js';
 export type { PendingExecution } from './cordis.js';
-export { DshError, errorResult } from './wire.js';
+export { DshError, errorResult, retryAfterMs } from './wire.js';
 export type { CallResult, ContentBlock, ErrorInfo } from './wire.js';

@@ -49,6 +49,7 @@ export const ERROR_NAMES: Readonly<Record<string, string>> = {
   FORBIDDEN: 'ForbiddenError',
   QUARANTINED: 'QuarantinedToolError',
   AUDIT_UNAVAILABLE: 'AuditUnavailableError',
+  RATE_LIMITED: 'RateLimitedError',
 };
 export const UNKNOWN_ERROR_NAME = 'Error';
 
@@ -122,7 +123,7 @@ export const COMMANDS: readonly Command[] = [
     required: ["broker", "epoch", "uptimeMs", "enabled", "bucketsUs", "calls", "inFlight", "heartbeatMs", "liveness", "refused", "events", "tools", "components", "agents", "audit"],
     limits: {"tools": 4096, "agents": 1024} },
   { socket: "front", name: "CONTROL", from: "client", to: "broker", kind: "request", roles: ["admin"],
-    rolesWhen: [{"field": "command", "match": "value", "values": ["approve", "deny", "pending", "approvals", "grants", "revoke"], "roles": ["approver", "admin"]}, {"field": "command", "match": "value", "values": ["allowed", "modes"], "roles": ["agent", "admin"]}],
+    rolesWhen: [{"field": "command", "match": "value", "values": ["approve", "deny", "pending", "approvals", "grants", "revoke"], "roles": ["approver", "admin"]}, {"field": "command", "match": "value", "values": ["allowed", "modes"], "roles": ["agent", "admin"]}, {"field": "command", "match": "value", "values": ["limits"], "roles": ["auditor", "admin"]}],
     replies: ["CONTROL", "ERROR"], token: false, required: ["stage", "command"], limits: {"stage": 128} },
   { socket: "front", name: "CONTROL", from: "broker", to: "client", kind: "reply", roles: ["broker"],
     replyTo: "CONTROL", marker: "ok", token: false, required: ["ok"] },

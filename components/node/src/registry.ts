@@ -8,7 +8,7 @@ import { Client, Progress, isQuarantined } from './client.js';
 import { Component, ToolExecution, ToolHandler } from './component.js';
 import { Watcher, ChangeEvent, SnapshotNotice } from './watcher.js';
 import { ToolDefinition, ToolSchema } from './schema.js';
-import { CallResult, ContentBlock, brokerList, errorResult, nextId, pack } from './wire.js';
+import { CallResult, ContentBlock, brokerList, errorResult, nextId, pack, retryAfterMs } from './wire.js';
 
 export interface ToolRegistryOptions {
   //  Front endpoint(s): "tcp://h:p", "a,b" or a list; default $DSH_BROKER,
@@ -179,7 +179,9 @@ export class ToolRegistry {
           //  A result's text starts "Error: "; an Error says that itself
           const text = result.content.map((block) => block.type === 'text' ? block.text : '').join('\n')
             .replace(/^Error: /, '');
-          throw Object.assign(new Error(text), { code: result.error?.code, result });
+          const retry = retryAfterMs(result);
+          throw Object.assign(new Error(text), { code: result.error?.code, result },
+            retry === undefined ? {} : { retryAfterMs: retry });
         }
         return result.content;
       },

@@ -219,6 +219,9 @@ export type ContentBlock =
 export interface ErrorInfo {
   name: string;
   code: string;
+  //  RATE_LIMITED: the ms until the limit that refused the call admits one
+  //  again (absent when a cap on calls in flight refused it)
+  retryAfterMs?: number;
   [key: string]: unknown;
 }
 
@@ -243,13 +246,32 @@ export function errorResult(callId: string, code: string, text: string): CallRes
 
 //  A failed query (LIST, GET, ...): code as in Error codes, or TIMEOUT and
 //  BROKER_GONE made by this library.
+//  A call's failure as an Error is fromResult's: RATE_LIMITED with its
+//  retryAfterMs, if the result carried one.
 export class DshError extends Error {
   readonly code: string;
-  constructor(code: string, message: string) {
+  readonly retryAfterMs?: number;
+  constructor(code: string, message: string, retryAfterMs?: number) {
     super(message);
     this.name = ERROR_NAMES[code] ?? 'DshError';
     this.code = code;
+    if (retryAfterMs !== undefined)
+      this.retryAfterMs = retryAfterMs;
   }
+
+  //  The error of a failed result: its code (TOOL_FAILED without one), its
+  //  text without the "Error: " prefix, error.retryAfterMs when it is a uint.
+  static fromResult(result: CallResult): DshError {
+    const text = result.content.map((block) => block.type === 'text' ? block.text : '').join('\n')
+      .replace(/^Error: /, '');
+    return new DshError(result.error?.code ?? 'TOOL_FAILED', text, retryAfterMs(result));
+  }
+}
+
+//  error.retryAfterMs of a result, if it is a whole number of ms.
+export function retryAfterMs(result: CallResult): number | undefined {
+  const value = result.error?.retryAfterMs;
+  return typeof value === 'number' && Number.isInteger(value) && value >= 0 ? value : undefined;
 }
 
 //  Sends on one socket in order. zeromq 6 allows one blocked send at a time

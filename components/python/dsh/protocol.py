@@ -52,6 +52,7 @@ ERROR_NAMES = {
     "FORBIDDEN": "ForbiddenError",
     "QUARANTINED": "QuarantinedToolError",
     "AUDIT_UNAVAILABLE": "AuditUnavailableError",
+    "RATE_LIMITED": "RateLimitedError",
 }
 UNKNOWN_ERROR_NAME = "Error"
 
@@ -109,7 +110,7 @@ COMMANDS = (
      "limits": {"tools": 4096, "agents": 1024}},
     {"socket": "front", "name": "CONTROL", "from": "client", "to": "broker", "kind": "request",
      "roles": ["admin"],
-     "rolesWhen": [{"field": "command", "match": "value", "values": ["approve", "deny", "pending", "approvals", "grants", "revoke"], "roles": ["approver", "admin"]}, {"field": "command", "match": "value", "values": ["allowed", "modes"], "roles": ["agent", "admin"]}],
+     "rolesWhen": [{"field": "command", "match": "value", "values": ["approve", "deny", "pending", "approvals", "grants", "revoke"], "roles": ["approver", "admin"]}, {"field": "command", "match": "value", "values": ["allowed", "modes"], "roles": ["agent", "admin"]}, {"field": "command", "match": "value", "values": ["limits"], "roles": ["auditor", "admin"]}],
      "replies": ["CONTROL", "ERROR"], "token": False, "required": ["stage", "command"],
      "limits": {"stage": 128}},
     {"socket": "front", "name": "CONTROL", "from": "broker", "to": "client", "kind": "reply",

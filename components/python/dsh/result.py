@@ -1,8 +1,11 @@
 """A call's one answer, as the caller sees it: a RESULT body with accessors.
 
 Failures are results too (PROTOCOL.md, Result format): a caller decides by
-is_error and code, never by catching an exception.
+is_error and code, never by catching an exception; so an error's class is
+its code (RATE_LIMITED, ...) and error_name, not a Python exception type.
 """
+
+from . import protocol
 
 
 class Result:
@@ -30,6 +33,25 @@ class Result:
         if isinstance(error, dict) and isinstance(error.get("code"), str):
             return error["code"]
         return "TOOL_FAILED" if self.is_error else None
+
+    @property
+    def error_name(self):
+        """error.name of a failed result, from the definition's table by its
+        code (e.g. RateLimitedError for RATE_LIMITED); None when it succeeded."""
+        if not self.is_error:
+            return None
+        return protocol.ERROR_NAMES.get(self.code, protocol.UNKNOWN_ERROR_NAME)
+
+    @property
+    def retry_after_ms(self):
+        """error.retryAfterMs of a RATE_LIMITED result: the ms until the
+        limit that refused the call admits one again; None if it has none
+        (a cap on calls in flight refused it, or it is no such result)."""
+        error = self.body.get("error")
+        value = error.get("retryAfterMs") if isinstance(error, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        return None
 
     @property
     def content(self):
