@@ -363,7 +363,27 @@ struct _dsh_handshake_t {
     size_t closed;              //  handshakes the peer closed, or that timed out
     int closed_errno;           //  why the last of them ended
     char progress [256];
+    //  The greeting probe (s_probe_start): at most one in flight, at most
+    //  one started a second
+    char probe_endpoint [256];  //  where the last handshake closed unexplained
+    bool probe_due;             //  one is wanted there
+    zsock_t *probe;             //  STREAM, connected to probe_endpoint
+    bool probe_connected;       //  its connection was made
+    byte probe_greeting [32];   //  the peer's greeting, up to its mechanism
+    size_t probe_read;
+    int64_t probe_started;      //  zclock_mono time the last one started
 };
+
+//  The probe's timings: how often one may start, how long one may take
+#define S_PROBE_INTERVAL_MS     1000
+#define S_PROBE_DEADLINE_MS     2000
+
+//  ZMTP 3's greeting (RFC 23): the signature, the major and minor
+//  versions, then the mechanism, a name null-padded to 20 bytes
+#define S_GREETING_SIGNATURE    10
+#define S_GREETING_MAJOR        10
+#define S_GREETING_MECHANISM    12
+#define S_GREETING_NAME_MAX     20
 
 dsh_handshake_t *
 dsh_handshake_new (zsock_t *sock)
@@ -400,13 +420,123 @@ dsh_handshake_destroy (dsh_handshake_t **self_p)
         if (self->monitor)
             zmq_socket_monitor (self->watched, NULL, 0);
         zsock_destroy (&self->monitor);
+        zsock_destroy (&self->probe);
         free (self);
         *self_p = NULL;
     }
 }
 
+//  The verdict of a mechanism mismatch, whichever way it was seen.
 static void
-s_handshake_event (dsh_handshake_t *self, uint16_t event, uint32_t value)
+s_handshake_mismatch (dsh_handshake_t *self)
+{
+    self->failed = true;
+    snprintf (self->failure, sizeof (self->failure), "%s",
+              dsh_curve_on ()? "the broker does not speak CURVE, and this party does (drop --cert)"
+                             : "the broker requires CURVE: give --cert and --broker-cert "
+                               "(or $DSH_CERT and $DSH_BROKER_CERT)");
+}
+
+static void
+s_probe_end (dsh_handshake_t *self)
+{
+    zsock_destroy (&self->probe);
+    self->probe_connected = false;
+    self->probe_read = 0;
+}
+
+//  A handshake the peer closed giving no reason may be a mechanism
+//  mismatch that libzmq could not tell: the server side sees it in this
+//  side's greeting and closes, and its own greeting, which names its
+//  mechanism, may not have gone out first (libzmq then reports EPIPE, the
+//  end of the stream in the greeting). Whether it did is a race, lost on
+//  a loaded machine. So the watch asks the peer itself: a connection of
+//  its own (a STREAM socket: raw TCP, through libzmq) sends the greeting
+//  only up to its major version, which is what makes a ZMTP 3 peer send
+//  the rest of its own, mechanism included; never having this side's
+//  mechanism, the peer cannot find a mismatch and close first. The probe
+//  is driven from the drain, a step at a time, and never blocks.
+static void
+s_probe_start (dsh_handshake_t *self)
+{
+    self->probe_due = false;
+    self->probe_started = zclock_mono ();
+    self->probe = zsock_new (ZMQ_STREAM);
+    if (!self->probe)
+        return;
+    zsock_set_linger (self->probe, 0);
+    //  One connection: a probe whose connection fails or closes is done
+    zsock_set_reconnect_ivl (self->probe, -1);
+    if (strncmp (self->probe_endpoint, "tcp://[", 7) == 0)
+        zsock_set_ipv6 (self->probe, 1);
+    if (zsock_connect (self->probe, "%s", self->probe_endpoint))
+        s_probe_end (self);
+}
+
+//  Reads the peer's greeting so far: a verdict once it names a mechanism
+//  that is not this side's. Returns true when the probe is done.
+static bool
+s_probe_judge (dsh_handshake_t *self)
+{
+    const byte *greeting = self->probe_greeting;
+    size_t read = self->probe_read;
+    //  Not ZMTP 3 (no signature, or an older version): it names no mechanism
+    if ((read >= 1 && greeting [0] != 0xFF)
+    ||  (read >= S_GREETING_SIGNATURE && !(greeting [S_GREETING_SIGNATURE - 1] & 0x01))
+    ||  (read > S_GREETING_MAJOR && greeting [S_GREETING_MAJOR] < 3))
+        return true;
+    if (read < S_GREETING_MECHANISM + S_GREETING_NAME_MAX)
+        return false;
+    char ours [S_GREETING_NAME_MAX] = { 0 };
+    memcpy (ours, dsh_curve_on ()? "CURVE": "NULL", dsh_curve_on ()? 5: 4);
+    if (memcmp (greeting + S_GREETING_MECHANISM, ours, S_GREETING_NAME_MAX))
+        s_handshake_mismatch (self);
+    return true;
+}
+
+//  Takes what the probe's connection has for it, without blocking: the
+//  connection's notice (an empty frame; then the greeting goes out), the
+//  peer's greeting, or the notice that the connection closed.
+static void
+s_probe_step (dsh_handshake_t *self)
+{
+    void *probe = zsock_resolve (self->probe);
+    bool done = zclock_mono () - self->probe_started > S_PROBE_DEADLINE_MS;
+    while (!done) {
+        byte peer [256];
+        int peer_size = zmq_recv (probe, peer, sizeof (peer), ZMQ_DONTWAIT);
+        if (peer_size < 0)
+            break;
+        byte data [64];
+        int size = zsock_rcvmore (self->probe)? zmq_recv (probe, data, sizeof (data), ZMQ_DONTWAIT): -1;
+        if (size < 0 || (size_t) peer_size > sizeof (peer))
+            done = true;
+        else
+        if (size == 0 && !self->probe_connected) {
+            //  Connected: the signature and the major version, no more
+            static const byte opening [S_GREETING_MAJOR + 1] = { 0xFF, 0, 0, 0, 0, 0, 0, 0, 0, 0x7F, 3 };
+            self->probe_connected = true;
+            done = zmq_send (probe, peer, (size_t) peer_size, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0
+                || zmq_send (probe, opening, sizeof (opening), ZMQ_DONTWAIT) < 0;
+        }
+        else
+        if (size == 0)
+            done = true;        //  the peer closed the connection
+        else {
+            size_t take = (size_t) size < sizeof (data)? (size_t) size: sizeof (data);
+            if (take > sizeof (self->probe_greeting) - self->probe_read)
+                take = sizeof (self->probe_greeting) - self->probe_read;
+            memcpy (self->probe_greeting + self->probe_read, data, take);
+            self->probe_read += take;
+            done = s_probe_judge (self);
+        }
+    }
+    if (done)
+        s_probe_end (self);
+}
+
+static void
+s_handshake_event (dsh_handshake_t *self, uint16_t event, uint32_t value, zframe_t *endpoint)
 {
     if (event == ZMQ_EVENT_CONNECTED)
         self->connections++;
@@ -416,16 +546,29 @@ s_handshake_event (dsh_handshake_t *self, uint16_t event, uint32_t value)
         self->successes++;
         self->connections = 0;
         self->closed = 0;
+        self->probe_due = false;
+        s_probe_end (self);
     }
     else
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
         //  The connection closed, or its handshake timed out, before the
         //  handshake said anything: a broker starting, stopped or
         //  restarting does that, so it is no verdict and libzmq connects
-        //  again. A mechanism mismatch shows as one (below)
+        //  again. A mechanism mismatch may show as one (s_probe_step
+        //  tells it apart), on TCP
         self->closed++;
         self->closed_errno = (int) value;
+        size_t size = endpoint? zframe_size (endpoint): 0;
+        if (size > 6 && size < sizeof (self->probe_endpoint)
+        &&  memcmp (zframe_data (endpoint), "tcp://", 6) == 0) {
+            memcpy (self->probe_endpoint, zframe_data (endpoint), size);
+            self->probe_endpoint [size] = 0;
+            self->probe_due = true;
+        }
     }
+    else
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+        s_handshake_mismatch (self);
     else {
         self->failed = true;
         if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
@@ -433,18 +576,12 @@ s_handshake_event (dsh_handshake_t *self, uint16_t event, uint32_t value)
                       "the broker refused this party's key (ZAP status %u): it is not in the broker's allow-list",
                       value);
         else
-        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
-            snprintf (self->failure, sizeof (self->failure), "%s",
-                      dsh_curve_on ()? "the broker does not speak CURVE, and this party does (drop --cert)"
-                                     : "the broker requires CURVE: give --cert and --broker-cert "
-                                       "(or $DSH_CERT and $DSH_BROKER_CERT)");
-        else
             snprintf (self->failure, sizeof (self->failure), "%s",
                       "the handshake with the broker failed (protocol error; is --broker-cert the broker's key?)");
     }
 }
 
-//  Takes every event waiting.
+//  Takes every event waiting, and moves the greeting probe on.
 static void
 s_handshake_drain (dsh_handshake_t *self)
 {
@@ -457,10 +594,15 @@ s_handshake_drain (dsh_handshake_t *self)
             uint32_t value;
             memcpy (&event, data, 2);
             memcpy (&value, data + 2, 4);
-            s_handshake_event (self, event, value);
+            s_handshake_event (self, event, value, zmsg_next (msg));
         }
         zmsg_destroy (&msg);
     }
+    if (self->probe)
+        s_probe_step (self);
+    if (!self->probe && self->probe_due && !self->failed
+    &&  zclock_mono () - self->probe_started >= S_PROBE_INTERVAL_MS)
+        s_probe_start (self);
 }
 
 const char *

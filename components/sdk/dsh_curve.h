@@ -149,7 +149,9 @@ bool
 
 //  Watches a connecting socket's handshakes (a libzmq socket monitor) to
 //  tell why a broker does not answer: its key was refused, or it does not
-//  speak the same mechanism.
+//  speak the same mechanism (libzmq says so only when the broker's greeting
+//  arrived before the broker closed; else the watch reads the greeting
+//  itself).
 typedef struct _dsh_handshake_t dsh_handshake_t;
 
 //  Watch sock's handshakes. Call before connecting.
@@ -163,7 +165,9 @@ void
 //  Why the last handshake failed, in words, when the handshake said why
 //  (the key was refused, the mechanisms differ, a protocol error), or NULL
 //  if none did since the last success. A connection closed or silent in
-//  the handshake is no failure (see dsh_handshake_progress). Does not block.
+//  the handshake is no failure (see dsh_handshake_progress), unless the
+//  peer's greeting, which the watch then reads on a TCP connection of its
+//  own, names another mechanism than this side's. Does not block.
 const char *
     dsh_handshake_failure (dsh_handshake_t *self);
 

@@ -7,7 +7,7 @@
 //  gives a refused party no reply at all), in the C SDK's words
 //  (components/sdk/dsh_curve.c).
 import { existsSync, readFileSync } from 'node:fs';
-import type { Socket } from 'zeromq';
+import { Stream, type Socket } from 'zeromq';
 
 export interface CurveOptions {
   //  This party's certificate (PATH, with PATH_secret beside it); default
@@ -93,6 +93,61 @@ function curveSection(text: string): Record<string, string> | undefined {
   return pairs;
 }
 
+//  The greeting probe's timings: how often one may start, how long one may take
+const PROBE_INTERVAL_MS = 1000;
+const PROBE_DEADLINE_MS = 2000;
+//  ZMTP 3's greeting (RFC 23) up to its major version: what makes a ZMTP 3
+//  peer send the rest of its own, the mechanism at offset 12, 20 bytes
+//  null-padded
+const OPENING = Buffer.from([0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 3]);
+const MECHANISM_AT = 12;
+const MECHANISM_END = 32;
+
+//  The mechanism a ZMTP peer at endpoint (tcp://) names in its greeting,
+//  read on a connection of its own (a Stream socket: raw TCP through
+//  ZeroMQ) that sends only the opening of one, so the peer never has this
+//  side's mechanism and cannot close first; undefined if it names none
+//  (not ZMTP 3, closed, or no answer within the deadline, or abort()ed).
+async function probeMechanism(endpoint: string, abort?: { close?: () => void }): Promise<string | undefined> {
+  //  One connection: a probe whose connection fails or closes is done
+  const probe = new Stream({ linger: 0, reconnectInterval: -1, ipv6: endpoint.startsWith('tcp://[') });
+  const end = () => {
+    if (!probe.closed)
+      probe.close();
+  };
+  if (abort)
+    abort.close = end;
+  const deadline = setTimeout(end, PROBE_DEADLINE_MS);
+  try {
+    probe.connect(endpoint);
+    let peer: Buffer | undefined;
+    let greeting = Buffer.alloc(0);
+    for await (const [id, data] of probe) {
+      if (data.length === 0) {
+        if (peer)
+          return undefined;     //  the peer closed the connection
+        //  Connected (the Stream's notice): the opening, no more
+        peer = id;
+        await probe.send([id, OPENING]);
+        continue;
+      }
+      greeting = Buffer.concat([greeting, data]);
+      //  Not ZMTP 3 (no signature, or an older version): no mechanism named
+      if (greeting[0] !== 0xff || (greeting.length >= 10 && !(greeting[9] & 0x01))
+        || (greeting.length > 10 && greeting[10] < 3))
+        return undefined;
+      if (greeting.length >= MECHANISM_END)
+        return greeting.subarray(MECHANISM_AT, MECHANISM_END).toString('latin1').replace(/\0+$/, '');
+    }
+    return undefined;
+  } catch {
+    return undefined;
+  } finally {
+    clearTimeout(deadline);
+    end();
+  }
+}
+
 //  Follows a socket's handshakes: failure is why the last one failed
 //  (undefined once one succeeds), successes how many succeeded. onFailure
 //  hears each new reason (libzmq retries, and fails the same way, every
@@ -101,30 +156,83 @@ export class Handshake {
   failure?: string;
   successes = 0;
   closed = 0;                 //  handshakes the broker's side closed with no detail
+  //  The greeting probe: at most one in flight, at most one started a second
+  private probe?: { close?: () => void };
+  private probeDue?: string;
+  private probeStarted = -Infinity;
+  private probeTimer?: NodeJS.Timeout;
+  private ended = false;
 
-  constructor(socket: Socket, private readonly curveOn: boolean, onFailure?: (failure: string) => void) {
-    const fail = (failure: string) => {
-      const fresh = failure !== this.failure;
-      this.failure = failure;
-      if (fresh)
-        onFailure?.(failure);
-    };
+  constructor(socket: Socket, private readonly curveOn: boolean, private readonly onFailure?: (failure: string) => void) {
     socket.events.on('handshake', () => {
       this.failure = undefined;
       this.successes += 1;
+      this.probeDue = undefined;
+      this.probe?.close?.();
     });
-    socket.events.on('handshake:error:auth', (event) => fail(
+    socket.events.on('handshake:error:auth', (event) => this.fail(
       `the broker refused this party's key (ZAP status ${event.error.status}): it is not in the broker's allow-list`));
-    socket.events.on('handshake:error:protocol', (event) => fail(event.error.code === 'ERR_ZMTP_MECHANISM_MISMATCH'
-      ? (this.curveOn ? 'the broker does not speak CURVE, and this party does (drop cert and $DSH_CERT)'
-        : 'the broker requires CURVE: give cert and brokerCert (or $DSH_CERT and $DSH_BROKER_CERT)')
-      : "the handshake with the broker failed (protocol error; is brokerCert the broker's key?)"));
+    socket.events.on('handshake:error:protocol', (event) => {
+      if (event.error.code === 'ERR_ZMTP_MECHANISM_MISMATCH')
+        this.mismatch();
+      else
+        this.fail("the handshake with the broker failed (protocol error; is brokerCert the broker's key?)");
+    });
     //  The connection closed or timed out in the handshake: what a
     //  starting, stopped or restarting broker does too, so no verdict (as
     //  the C SDK): counted, and ZeroMQ tries again. A mechanism mismatch
-    //  shows as its own event
-    socket.events.on('handshake:error:other', () => {
+    //  may show as one too, when the broker closed before its greeting
+    //  named its mechanism (libzmq's EPIPE): the probe tells, on TCP
+    socket.events.on('handshake:error:other', (event) => {
       this.closed += 1;
+      if (event.address?.startsWith('tcp://')) {
+        this.probeDue = event.address;
+        this.startProbe();
+      }
+    });
+    socket.events.on('end', () => {
+      this.ended = true;
+      clearTimeout(this.probeTimer);
+      this.probe?.close?.();
+    });
+  }
+
+  private fail(failure: string): void {
+    const fresh = failure !== this.failure;
+    this.failure = failure;
+    if (fresh)
+      this.onFailure?.(failure);
+  }
+
+  private mismatch(): void {
+    this.fail(this.curveOn ? 'the broker does not speak CURVE, and this party does (drop cert and $DSH_CERT)'
+      : 'the broker requires CURVE: give cert and brokerCert (or $DSH_CERT and $DSH_BROKER_CERT)');
+  }
+
+  private startProbe(): void {
+    if (this.probe || this.probeTimer || !this.probeDue || this.failure || this.ended)
+      return;
+    const wait = this.probeStarted + PROBE_INTERVAL_MS - Date.now();
+    if (wait > 0) {
+      this.probeTimer = setTimeout(() => {
+        this.probeTimer = undefined;
+        this.startProbe();
+      }, wait);
+      this.probeTimer.unref();
+      return;
+    }
+    const endpoint = this.probeDue;
+    this.probeDue = undefined;
+    this.probeStarted = Date.now();
+    const probe: { close?: () => void } = {};
+    this.probe = probe;
+    void probeMechanism(endpoint, probe).then((mechanism) => {
+      this.probe = undefined;
+      if (this.ended)
+        return;
+      if (mechanism !== undefined && mechanism !== (this.curveOn ? 'CURVE' : 'NULL'))
+        this.mismatch();
+      this.startProbe();
     });
   }
 }
