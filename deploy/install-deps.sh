@@ -18,6 +18,8 @@ set -euo pipefail
 #  SQLite or PostgreSQL), libssl-dev its SHA-256 (libcrypto, the audit's
 #  digests and hash chain; libsodium-dev's is the unit test's second opinion);
 #  postgresql is the server tests/kit/pg_scratch.sh runs for its tests.
+#  libprotobuf-c-dev and protobuf-c-compiler (protoc-c) build libdsh's OTLP
+#  trace exporter from the official .proto files in schemas/otlp.
 packages=(gcc pkg-config meson ninja-build python3
           clang libfuzzer-14-dev
           libzmq3-dev libczmq-dev libmsgpack-dev libjansson-dev libcmocka-dev
@@ -27,7 +29,8 @@ packages=(gcc pkg-config meson ninja-build python3
           libsystemd-dev systemd
           nats-server libnats-dev
           python3-zmq python3-msgpack python3-pytest python3-venv
-          libsqlite3-dev libpq-dev libssl-dev libsodium-dev postgresql)
+          libsqlite3-dev libpq-dev libssl-dev libsodium-dev postgresql
+          libprotobuf-c-dev protobuf-c-compiler)
 
 #  The MCP tests run real MCP software from npm, and the node suite builds
 #  and tests @dsh/tools (components/node: zeromq 6 ships its linux-x64

@@ -13,7 +13,7 @@
 #include "dsh_permission.h"
 #include "dsh_planmode.h"
 #include "dsh_sandbox.h"
-#include "dsh_trace.h"
+#include "dsh_tracemark.h"
 
 const dsh_stage_kind_t dsh_middleware_kinds [] = {
     //  Each default is longer than the stage itself waits (an ask's
@@ -24,7 +24,7 @@ const dsh_stage_kind_t dsh_middleware_kinds [] = {
     { "plan", dsh_planmode_setup, 5000 },
     { "hooks", dsh_hooks_setup, DSH_HOOKS_DEFAULT_TIMEOUT_MS + 5000 },
     { "sandbox", dsh_sandbox_setup, 5000 },
-    { "trace", dsh_trace_setup, 5000 },
+    { "trace", dsh_tracemark_setup, 5000 },
     { "pass", dsh_pass_setup, 5000 },
     { NULL, NULL, 0 }
 };

@@ -1,9 +1,9 @@
 /*  =========================================================================
-    dsh_trace - a stage that marks calls and results, to show the chain work
+    dsh_tracemark - the "trace" stage kind: a stage that marks calls and results, to show the chain work
     =========================================================================
 */
 
-#include "dsh_trace.h"
+#include "dsh_tracemark.h"
 #include "dsh_proto.h"
 #include "dsh_settings.h"
 
@@ -152,7 +152,7 @@ s_on_destroy (void *arg)
 }
 
 int
-dsh_trace_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
+dsh_tracemark_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
                  dsh_stage_callbacks_t *callbacks, void **arg, char *error, size_t error_size)
 {
     assert (callbacks);

@@ -1,5 +1,5 @@
 /*  =========================================================================
-    dsh_trace - a stage that marks calls and results, to show the chain work
+    dsh_tracemark - the "trace" stage kind: a stage that marks calls and results, to show the chain work
 
     For tests and demos. On the way down it appends its label to the call's
     meta "trace" (an array: the labels of the stages passed so far), and if
@@ -17,8 +17,8 @@
     =========================================================================
 */
 
-#ifndef DSH_TRACE_H_INCLUDED
-#define DSH_TRACE_H_INCLUDED
+#ifndef DSH_TRACEMARK_H_INCLUDED
+#define DSH_TRACEMARK_H_INCLUDED
 
 #include <czmq.h>
 
@@ -30,7 +30,7 @@ extern "C" {
 
 //  Set up a trace stage (see dsh_middleware_setup).
 int
-    dsh_trace_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
+    dsh_tracemark_setup (zconfig_t *settings, const dsh_middleware_context_t *context,
                      dsh_stage_callbacks_t *callbacks, void **arg, char *error, size_t error_size);
 
 #ifdef __cplusplus
