@@ -87,6 +87,7 @@ struct _dsh_audit_trail_t {
     char approval_decision [32];
     char approval_grant [DSH_ID_MAX + 1];   //  the grant that allowed the call, or made, or ""
     int64_t approval_ms;
+    char trace_id [33];         //  the call's W3C trace id in hex, or ""
     //  A writer's own: a record saying records were lost
     uint64_t lost;
 };
@@ -195,6 +196,7 @@ dsh_audit_trail_new (dsh_audit_t *self, zmq_msg_t *body)
     trail->decisions = trail->decisions_tail = NULL;
     trail->approval_request [0] = trail->approver [0] = trail->approval_decision [0] = 0;
     trail->approval_grant [0] = 0;
+    trail->trace_id [0] = 0;
     trail->approval_ms = 0;
     trail->lost = 0;
     trail->received_ms = zclock_time ();
@@ -255,6 +257,14 @@ dsh_audit_trail_call (dsh_audit_trail_t *self, const char *call_id, const char *
         return;
     S_SET (self->call_id, call_id);
     S_SET (self->tool, tool);
+}
+
+void
+dsh_audit_trail_trace (dsh_audit_trail_t *self, const char *trace_id)
+{
+    if (!self)
+        return;
+    S_SET (self->trace_id, trace_id);
 }
 
 //  The verdicts a stage can have, as the record spells them
@@ -657,6 +667,8 @@ s_record (dsh_audit_t *self, dsh_audit_trail_t *trail, dsh_store_row_t *row, cha
             s_field_str (&record, "claimedAgent", trail->claimed_agent);
         s_field_str (&record, "callId", trail->call_id);
         s_field_str (&record, "tool", trail->tool);
+        if (*trail->trace_id)
+            s_field_str (&record, "traceId", trail->trace_id);
         if (trail->dispatched) {
             s_field_key (&record, "component");
             s_text_open (&record);

@@ -100,6 +100,10 @@ void
 void
     dsh_audit_trail_call (dsh_audit_trail_t *self, const char *call_id, const char *tool);
 
+//  The call's trace id (32 hex digits), when it had a trace context.
+void
+    dsh_audit_trail_trace (dsh_audit_trail_t *self, const char *trace_id);
+
 //  One stage's decision, in order: verdict is "passed", "rewrote",
 //  "answered", "failed", "skipped" or "rewrote-result"; reason may be NULL.
 void

@@ -7,6 +7,7 @@
 */
 
 #include "dsh_beacon.h"
+#include "dsh_calltrace.h"
 #include "dsh_log.h"
 #include "dsh_config.h"
 #include "dsh_curve.h"
@@ -251,6 +252,13 @@ main (int argc, char *argv [])
         dsh_config_destroy (&config);
         return 2;
     }
+    //  Tracing is configured by the standard OTEL_* variables, and off
+    //  unless an exporter endpoint is set; a bad value stops the start
+    if (dsh_calltrace_start (error, sizeof (error))) {
+        fprintf (stderr, "dsh-broker: tracing: %s\n", error);
+        dsh_config_destroy (&config);
+        return 2;
+    }
     //  Under CURVE, the keystore answers every handshake in this process
     //  from the allow-list directory, loaded once and checked for changes
     //  every DSH_KEYSTORE_CHECK_MS (a removed certificate is refused on the
@@ -301,6 +309,8 @@ main (int argc, char *argv [])
         if (beacon)
             printf ("dsh-broker: beacon on UDP port %d every %d ms (interface %s)\n", config->beacon_port,
                     config->beacon_interval_ms, *zsys_interface ()? zsys_interface (): "the first broadcast one");
+        if (dsh_calltrace_on ())
+            printf ("dsh-broker: tracing on: spans exported over OTLP/HTTP (OTEL_EXPORTER_OTLP_*)\n");
         printf ("dsh-broker: events queue %d events per subscriber (events_queue_bytes / 4096); "
                 "%zu I/O threads\n", dsh_config_events_hwm (config), io_threads);
         if (config->chain) {
@@ -331,6 +341,8 @@ main (int argc, char *argv [])
     zstr_free (&work);
     zstr_free (&events);
     zactor_destroy (&registry);
+    //  After the registry: the spans of the calls it answered at its stop
+    dsh_calltrace_stop (2000);
     dsh_curve_set_server (NULL);
     zactor_destroy (&keystore);
     dsh_config_destroy (&config);

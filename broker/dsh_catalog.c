@@ -59,6 +59,11 @@ typedef struct {
     double rate;                //  calls it finishes per second, smoothed
     int64_t paced_ms;           //  when rate was last updated
     int64_t unreachable_ms;     //  when a send to it first failed; 0 once it speaks on WORK
+    //  What its last ANNOUNCE said of itself, for an operator (STATS)
+    char *host;                 //  or NULL
+    char *version;              //  or NULL
+    uint64_t pid;               //  or 0
+    int64_t started_ms;         //  when it started as its uptimeMs says (zclock_mono), or 0
 } s_component_t;
 
 struct _dsh_catalog_t {
@@ -98,6 +103,8 @@ s_component_destroy (s_component_t **self_p)
         s_component_t *self = *self_p;
         zstr_free (&self->id);
         zlistx_destroy (&self->tools);
+        zstr_free (&self->host);
+        zstr_free (&self->version);
         free (self);
         *self_p = NULL;
     }
@@ -1027,6 +1034,51 @@ dsh_catalog_component_ids (dsh_catalog_t *self)
     zlistx_set_comparator (ids, (zlistx_comparator_fn *) strcmp);
     zlistx_sort (ids);
     return ids;
+}
+
+void
+dsh_catalog_set_details (dsh_catalog_t *self, const char *component, const dsh_presence_t *presence,
+                         int64_t now_ms)
+{
+    assert (self);
+    assert (presence);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (!record)
+        return;
+    zstr_free (&record->host);
+    zstr_free (&record->version);
+    record->host = presence->host? strdup (presence->host): NULL;
+    record->version = presence->version? strdup (presence->version): NULL;
+    record->pid = presence->pid;
+    //  A start on our clock: the component's may be another host's
+    record->started_ms = presence->has_uptime? now_ms - (int64_t) presence->uptime_ms: 0;
+}
+
+void
+dsh_catalog_pack_details (dsh_catalog_t *self, const char *component, dsh_packer_t *packer, int64_t now_ms)
+{
+    assert (self);
+    assert (packer);
+    s_component_t *record = (s_component_t *) zhashx_lookup (self->components, component);
+    if (!record)
+        return;
+    msgpack_packer *pk = &packer->pk;
+    dsh_pack_cstr (pk, "workers");
+    msgpack_pack_uint64 (pk, record->concurrency);
+    dsh_pack_cstr (pk, "queued");
+    msgpack_pack_uint64 (pk, record->waiting);
+    if (record->host)
+        dsh_packer_kv_str (packer, "host", record->host);
+    if (record->pid) {
+        dsh_pack_cstr (pk, "pid");
+        msgpack_pack_uint64 (pk, record->pid);
+    }
+    if (record->version)
+        dsh_packer_kv_str (packer, "version", record->version);
+    if (record->started_ms) {
+        dsh_pack_cstr (pk, "uptimeMs");
+        msgpack_pack_uint64 (pk, (uint64_t) (now_ms > record->started_ms? now_ms - record->started_ms: 0));
+    }
 }
 
 int

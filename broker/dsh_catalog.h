@@ -269,6 +269,19 @@ zlistx_t *
 zlistx_t *
     dsh_catalog_component_ids (dsh_catalog_t *self);
 
+//  Keep what a component's ANNOUNCE (borrowed) says of itself: host, pid,
+//  version, and its uptimeMs as a start on our clock (now_ms, zclock_mono).
+//  An unknown component is ignored.
+void
+    dsh_catalog_set_details (dsh_catalog_t *self, const char *component, const dsh_presence_t *presence,
+                             int64_t now_ms);
+
+//  Add to packer's open map what STATS shows of a component: workers (its
+//  concurrency), queued (calls held for it), and host, pid, version and
+//  uptimeMs where its ANNOUNCE said them. An unknown component adds nothing.
+void
+    dsh_catalog_pack_details (dsh_catalog_t *self, const char *component, dsh_packer_t *packer, int64_t now_ms);
+
 //  A component's calls outstanding and when it was last heard from
 //  (zclock_mono). Returns 0, or -1 if it is unknown.
 int

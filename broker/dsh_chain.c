@@ -24,6 +24,7 @@
 */
 
 #include "dsh_chain.h"
+#include "dsh_calltrace.h"
 #include "dsh_digest.h"
 #include "dsh_curve.h"
 #include "dsh_log.h"
@@ -69,6 +70,9 @@ typedef struct {
 typedef struct {
     zframe_t *entry;            //  the tool's registry entry the stages judge, or empty
     zframe_t *held;             //  the body a fail-open stage holds, to go on without it
+    dsh_span_t **spans;         //  with the call's span on: each stage's span while open, by index
+    int64_t stage_started_ns;   //  when the stage that holds the call going down was handed it
+    size_t span_count;          //  ... spans has one per stage
     size_t hop_count;
     s_hop_t hops [];            //  the stages passed, innermost last
 } s_call_t;
@@ -122,6 +126,15 @@ s_call_free (void **self_p)
         zframe_destroy (&self->held);
         for (size_t index = 0; index < self->hop_count; index++)
             s_hop_clear (&self->hops [index]);
+        //  Spans still open (the call was let go, or answered past them)
+        //  end innermost first, before the call's
+        for (size_t index = self->hop_count; self->spans && index > 0; index--)
+            dsh_span_end (&self->spans [self->hops [index - 1].index], 0);
+        if (self->spans) {
+            for (size_t index = 0; index < self->span_count; index++)
+                dsh_span_end (&self->spans [index], 0);
+            free (self->spans);
+        }
         free (self);
         *self_p = NULL;
     }
@@ -257,19 +270,108 @@ s_answer_reason (zframe_t *body, char *reason, size_t size)
     dsh_doc_destroy (&doc);
 }
 
-//  Notes a stage's verdict on the record's trail (with the audit on).
+//  ---------------------------------------------------------------------
+//  Spans: one per stage a traced call goes into, from when the stage is
+//  handed the call until its result leaves the stage going up (or the
+//  stage answers, fails or is skipped), so that the stages nest as the
+//  call passes them, the dispatch innermost
+
+//  The open span of stage index, or NULL (the call is not traced).
+static dsh_span_t *
+s_span (dsh_record_t *record, size_t index)
+{
+    s_call_t *call = s_call (record);
+    return call && call->spans && index < call->span_count? call->spans [index]: NULL;
+}
+
+//  The span a child of the call at this point hangs from: the innermost
+//  stage it passed whose span is open, else the call's.
+static dsh_span_t *
+s_parent_span (dsh_record_t *record)
+{
+    s_call_t *call = s_call (record);
+    for (size_t index = call? call->hop_count: 0; call && call->spans && index > 0; index--) {
+        dsh_span_t *span = call->spans [call->hops [index - 1].index];
+        if (span)
+            return span;
+    }
+    return record->trace.call;
+}
+
+//  Starts the span of stage slot, which is handed the call going down,
+//  and gives the body its context.
+static void
+s_span_start (dsh_record_t *record, s_slot_t *slot, zframe_t **body_p)
+{
+    s_call_t *call = s_call (record);
+    if (!call->spans)
+        return;
+    dsh_trace_ctx_t parent;
+    if (dsh_span_context (s_parent_span (record), &parent))
+        return;
+    char name [128];
+    snprintf (name, sizeof (name), "dsh.stage %s", slot->name);
+    call->stage_started_ns = dsh_trace_now_ns ();
+    //  An external stage is another process: a client span, as a call out
+    dsh_span_t *span = dsh_span_start (name, slot->external? DSH_SPAN_CLIENT: DSH_SPAN_INTERNAL, &parent,
+                                       call->stage_started_ns);
+    dsh_span_set_str (span, "dsh.stage.name", slot->name);
+    dsh_span_set_str (span, "dsh.stage.kind", slot->kind);
+    dsh_span_set_int (span, "dsh.stage.index", (int64_t) slot->index);
+    dsh_span_set_str (span, "gen_ai.tool.name", record->tool);
+    dsh_span_end (&call->spans [slot->index], 0);
+    call->spans [slot->index] = span;
+    if (span)
+        dsh_calltrace_stamp_frame (record, span, body_p);
+}
+
+//  Says what stage slot did, on its span: attribute key = what, and an
+//  event named what with the reason, if there is one.
+static void
+s_span_says (dsh_record_t *record, s_slot_t *slot, const char *key, const char *what, const char *reason)
+{
+    dsh_span_t *span = s_span (record, slot->index);
+    dsh_span_set_str (span, key, what);
+    if (reason)
+        dsh_span_add_event (span, what, 0, "dsh.reason", reason);
+}
+
+//  The call or its result left stage slot: its span ends.
+static void
+s_span_end (dsh_record_t *record, s_slot_t *slot)
+{
+    s_call_t *call = s_call (record);
+    if (call && call->spans && slot->index < call->span_count)
+        dsh_span_end (&call->spans [slot->index], 0);
+}
+
+//  ---------------------------------------------------------------------
+//  The audit and the spans: what each stage did with a call
+
+//  Notes a stage's verdict on the record's trail (with the audit on), and
+//  on its span (traced).
 static void
 s_note (dsh_record_t *record, s_slot_t *slot, const char *verdict, const char *reason)
 {
     if (record->trail)
         dsh_audit_trail_stage (record->trail, slot->name, slot->kind, verdict, reason);
+    s_span_says (record, slot, "dsh.stage.decision", verdict, reason);
+}
+
+//  Whether the body handed to a stage is kept, to tell whether it changed
+//  it: for the audit, or the stage's span.
+static bool
+s_keeps_sent (dsh_record_t *record)
+{
+    s_call_t *call = s_call (record);
+    return record->trail || (call && call->spans);
 }
 
 //  The body a stage is handed, kept to tell whether it changed it.
 static void
 s_note_sent (dsh_record_t *record, zframe_t *body)
 {
-    if (record->trail) {
+    if (s_keeps_sent (record)) {
         zframe_destroy (&record->audit_sent);
         record->audit_sent = zframe_dup (body);
     }
@@ -279,7 +381,7 @@ s_note_sent (dsh_record_t *record, zframe_t *body)
 static void
 s_note_passed (dsh_record_t *record, s_slot_t *slot, zframe_t *body)
 {
-    if (record->trail) {
+    if (s_keeps_sent (record)) {
         bool same = record->audit_sent && body && zframe_eq (record->audit_sent, body);
         s_note (record, slot, same? "passed": "rewrote", NULL);
         zframe_destroy (&record->audit_sent);
@@ -287,30 +389,37 @@ s_note_passed (dsh_record_t *record, s_slot_t *slot, zframe_t *body)
 }
 
 //  A stage sent a result up: its answer (on the way down: a veto), or the
-//  result it watched, changed or not.
+//  result it watched, changed or not. Its span ends.
 static void
 s_note_up (dsh_record_t *record, s_slot_t *slot, zframe_t *body)
 {
-    if (!record->trail)
+    if (!s_keeps_sent (record))
         return;
     if (s_going_down (record)) {
         char reason [320];
         s_answer_reason (body, reason, sizeof (reason));
         s_note (record, slot, "answered", reason);
     }
-    else
-    if (!(record->audit_sent && body && zframe_eq (record->audit_sent, body)))
-        s_note (record, slot, "rewrote-result", NULL);
+    else {
+        bool same = record->audit_sent && body && zframe_eq (record->audit_sent, body);
+        if (!same && record->trail)
+            dsh_audit_trail_stage (record->trail, slot->name, slot->kind, "rewrote-result", NULL);
+        s_span_says (record, slot, "dsh.stage.result", same? "passed": "rewrote", NULL);
+    }
+    s_span_end (record, slot);
     zframe_destroy (&record->audit_sent);
 }
 
 //  A MIDDLEWARE_FAILED result for the record: "Error: stage "<name>" <why>".
+//  The stage's span ends with it.
 static zframe_t *
 s_failure (dsh_record_t *record, s_slot_t *slot, const char *why)
 {
     char text [256];
     snprintf (text, sizeof (text), "Error: stage \"%s\" %s", slot->name, why);
     s_note (record, slot, "failed", text);
+    dsh_span_set_error (s_span (record, slot->index), DSH_E_MIDDLEWARE_FAILED, text);
+    s_span_end (record, slot);
     return dsh_proto_error_result (record->call_id, DSH_E_MIDDLEWARE_FAILED, text);
 }
 
@@ -360,6 +469,7 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
     for (size_t index = from; index < self->slot_count; index++) {
         s_slot_t *slot = self->slots [index];
         s_hold (record, slot, true);
+        s_span_start (record, slot, body_p);
         s_set_held (call, slot->fail_open? *body_p: NULL);
         s_note_sent (record, *body_p);
         if (slot->stage) {
@@ -386,6 +496,7 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
             return;
         }
         s_note (record, slot, "skipped", "is not connected (fail-open)");
+        s_span_end (record, slot);
     }
     s_set_held (call, NULL);
     //  Past the last stage: the broker's again (an empty chain never had it)
@@ -451,6 +562,8 @@ s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
         s_hop_clear (&hop);
         if (taken)
             return;
+        //  Past a stage that does not watch results, or is gone
+        s_span_end (record, slot);
         s_set_held (call, NULL);
     }
     dsh_inflight_answer_frame (self->inflight, &record, body_p);
@@ -554,22 +667,65 @@ s_inline_up (void *arg, uint64_t token, zframe_t **body_p)
     s_post (slot->chain, token, slot, false, body_p);
 }
 
+//  An approval a traced call waited for, as a span under its stage's:
+//  from the ask (askedMs, if the stage says; else when the stage was
+//  handed the call, which asks at once) to the decision (atMs). A call a
+//  standing grant let through waited for no one: an event says which.
+static void
+s_span_approval (dsh_record_t *record, dsh_span_t *stage_span, json_t *approval)
+{
+    const char *request = json_string_value (json_object_get (approval, "request"));
+    json_t *grant = json_object_get (approval, "grant");
+    const char *grant_id = json_is_object (grant)? json_string_value (json_object_get (grant, "id")):
+                           json_string_value (grant);
+    if (!request) {
+        dsh_span_add_event (stage_span, "dsh.grant", 0, "dsh.approval.grant", grant_id);
+        return;
+    }
+    dsh_trace_ctx_t parent;
+    if (dsh_span_context (stage_span, &parent))
+        return;
+    int64_t asked_ms = (int64_t) json_integer_value (json_object_get (approval, "askedMs"));
+    int64_t at_ms = (int64_t) json_integer_value (json_object_get (approval, "atMs"));
+    int64_t start_ns = asked_ms > 0? asked_ms * 1000000: s_call (record)->stage_started_ns;
+    int64_t end_ns = at_ms > 0? at_ms * 1000000: dsh_trace_now_ns ();
+    if (end_ns < start_ns)
+        end_ns = start_ns;
+    char name [DSH_NAME_MAX + 16];
+    snprintf (name, sizeof (name), "dsh.approval %s", record->tool);
+    dsh_span_t *span = dsh_span_start (name, DSH_SPAN_INTERNAL, &parent, start_ns);
+    dsh_span_set_str (span, "gen_ai.tool.name", record->tool);
+    dsh_span_set_str (span, "dsh.approval.request", request);
+    const char *approver = json_string_value (json_object_get (approval, "approver"));
+    if (approver)
+        dsh_span_set_str (span, "dsh.approval.approver", approver);
+    const char *decision = json_string_value (json_object_get (approval, "decision"));
+    if (decision)
+        dsh_span_set_str (span, "dsh.approval.decision", decision);
+    if (grant_id)
+        dsh_span_set_str (span, "dsh.approval.grant", grant_id);
+    dsh_span_end (&span, end_ns);
+}
+
 //  An inline stage's note on a call for the audit: an approval.
 static void
 s_inline_note (void *arg, uint64_t token, const char *note)
 {
     s_slot_t *slot = (s_slot_t *) arg;
     dsh_record_t *record = dsh_inflight_lookup (slot->chain->inflight, token);
+    dsh_span_t *span = record? s_span (record, slot->index): NULL;
     //  The host keeps what outlives the call (a grant) whether or not the
     //  call is recorded
-    if (!record || (!record->trail && !slot->chain->host.note))
+    if (!record || (!record->trail && !slot->chain->host.note && !span))
         return;
     //  Unrecorded, only a grant's making matters: a call a grant let
     //  through (every granted call) is not parsed for nothing
-    if (!record->trail && !strstr (note, "\"expiresMs\""))
+    if (!record->trail && !span && !strstr (note, "\"expiresMs\""))
         return;
     json_t *json = json_loads (note, 0, NULL);
     json_t *approval = json_object_get (json, "approval");
+    if (span && json_is_object (approval))
+        s_span_approval (record, span, approval);
     if (record->trail && json_is_object (approval)) {
         //  grant: the id of the grant that let the call through, or the
         //  grant this decision made
@@ -601,6 +757,12 @@ dsh_chain_enter (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p, zch
     assert (call);
     *slot = call;
     call->entry = tool? zframe_new (zchunk_data (tool), zchunk_size (tool)): zframe_new_empty ();
+    if (record->trace.call && self->slot_count) {
+        //  Only a traced call pays for its stages' spans
+        call->spans = (dsh_span_t **) zmalloc (self->slot_count * sizeof (dsh_span_t *));
+        assert (call->spans);
+        call->span_count = self->slot_count;
+    }
     s_down (self, record, 0, body_p);
     s_leave (self, outer);
 }
@@ -613,6 +775,14 @@ dsh_chain_result (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
     bool outer = s_enter (self);
     s_up (self, record, body_p);
     s_leave (self, outer);
+}
+
+dsh_span_t *
+dsh_chain_span (dsh_chain_t *self, dsh_record_t *record)
+{
+    assert (self);
+    assert (record);
+    return s_parent_span (record);
 }
 
 zframe_t *
@@ -642,6 +812,8 @@ dsh_chain_expire (dsh_chain_t *self, dsh_record_t *record)
         char why [64];
         snprintf (why, sizeof (why), "did not answer within %d ms (fail-open)", slot->timeout_ms);
         s_note (record, slot, "skipped", why);
+        dsh_span_set_bool (s_span (record, slot->index), "dsh.stage.timeout", true);
+        s_span_end (record, slot);
         //  Go on as if the stage were not there
         zframe_t *body = call->held;
         call->held = NULL;
@@ -653,6 +825,7 @@ dsh_chain_expire (dsh_chain_t *self, dsh_record_t *record)
     else {
         char why [64];
         snprintf (why, sizeof (why), "did not answer within %d ms", slot->timeout_ms);
+        dsh_span_set_bool (s_span (record, slot->index), "dsh.stage.timeout", true);
         zframe_t *failure = s_failure (record, slot, why);
         s_up (self, record, &failure);
     }

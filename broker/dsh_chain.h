@@ -29,6 +29,7 @@
 
 #include "dsh_inflight.h"
 #include "dsh_stage.h"
+#include "dsh_trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -83,6 +84,12 @@ void
 //  for it): run it back up through the stages it passed.
 void
     dsh_chain_result (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p);
+
+//  The span a child of the call hangs from where it leaves the chain:
+//  the innermost stage's it passed, else the call's own; NULL when the
+//  call is not traced.
+dsh_span_t *
+    dsh_chain_span (dsh_chain_t *self, dsh_record_t *record);
 
 //  The tool's registry entry the call's stages judged: the one it entered
 //  the chain with (empty if its tool was unknown then), or NULL if the

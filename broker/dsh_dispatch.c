@@ -86,6 +86,8 @@ dsh_dispatch_reply_route (void *arg, zmq_msg_t *route, size_t route_size, zmq_ms
 void
 dsh_dispatch_answer (self_t *self, dsh_record_t **record_p, zmq_msg_t *body)
 {
+    //  The dispatch is over, whoever answers it
+    dsh_calltrace_dispatch_end (*record_p);
     if (dsh_chain_size (self->chain)) {
         zframe_t *frame = dsh_dispatch_frame_of (body);
         zmq_msg_close (body);
@@ -103,6 +105,7 @@ dsh_dispatch_answer_error (self_t *self, dsh_record_t **record_p, const char *co
     zframe_t *frame = dsh_proto_error_result ((*record_p)->call_id, code, text);
     zmq_msg_t body;
     dsh_sock_part_frame (&body, &frame);
+    dsh_span_set_error ((*record_p)->trace.dispatch, code, text);
     if (self->stats)
         (*record_p)->outcome = dsh_stats_outcome (code);
     dsh_dispatch_answer (self, record_p, &body);
@@ -233,6 +236,7 @@ s_send_dispatched (self_t *self, dsh_record_t *record, zmq_msg_t *body)
     if (rc == 0) {
         if (record->trail)
             s_trail_dispatch (self, record, NULL);
+        dsh_span_set_str (record->trace.dispatch, "dsh.component", record->component);
         dsh_inflight_to_component (record);
         dsh_catalog_outstanding (self->catalog, record->component, +1);
         self->calls++;
@@ -266,6 +270,7 @@ s_hold (self_t *self, dsh_record_t *record, zmq_msg_t *body)
     char reason [256];
     if (dsh_fairq_push (self->fairq, record, body, reason, sizeof (reason)) == 0) {
         dsh_catalog_waiting (self->catalog, record->component, +1);
+        dsh_span_add_event (record->trace.dispatch, "dsh.queued", 0, "dsh.component", record->component);
         return;
     }
     zmq_msg_close (body);
@@ -306,6 +311,27 @@ dsh_dispatch_refill (self_t *self, const char *component)
     }
 }
 
+//  A traced call starts its dispatch (a client span under the innermost
+//  stage it passed, or the call's), and its body carries that context:
+//  what the component's span is a child of. A call held and sent again
+//  (its provider went before it was sent) keeps the one it has.
+static void
+s_dispatch_span (self_t *self, dsh_record_t *record, zmq_msg_t *body)
+{
+    dsh_trace_ctx_t parent;
+    if (dsh_span_context (dsh_chain_span (self->chain, record), &parent))
+        return;
+    char name [DSH_NAME_MAX + 16];
+    snprintf (name, sizeof (name), "dsh.dispatch %s", record->tool);
+    dsh_span_t *span = dsh_span_start (name, DSH_SPAN_CLIENT, &parent, 0);
+    dsh_span_set_str (span, "gen_ai.tool.name", record->tool);
+    dsh_span_set_str (span, "gen_ai.tool.call.id", record->call_id);
+    dsh_span_set_int (span, "dsh.replicas", (int64_t) dsh_catalog_replicas (self->catalog, record->tool));
+    record->trace.dispatch = span;
+    if (span)
+        dsh_calltrace_stamp_msg (record, span, body, (size_t) self->max_message_bytes);
+}
+
 //  Sends a decided call to a provider of its tool, holds it until the
 //  provider has room, or answers it at once. Takes the body.
 void
@@ -319,6 +345,8 @@ dsh_dispatch_call (self_t *self, dsh_record_t *record, zmq_msg_t *body)
         dsh_dispatch_answer_error (self, &record, DSH_E_UNKNOWN_TOOL, text);
         return;
     }
+    if (record->trace.call && !record->trace.dispatch)
+        s_dispatch_span (self, record, body);
     if (zmq_msg_size (body) > (size_t) self->max_message_bytes) {
         //  Only what a stage stamped in can make it so: the front took it
         snprintf (text, sizeof (text), "Error: the call is %zu bytes with what the chain added to it, "
@@ -430,6 +458,8 @@ s_retry (self_t *self, dsh_record_t *record, const char *gone)
         return false;
     }
     record->retried = true;
+    dsh_span_add_event (record->trace.dispatch, "dsh.retry", 0, "dsh.component", provider);
+    dsh_span_set_str (record->trace.dispatch, "dsh.retry.component", provider);
     snprintf (record->component, sizeof (record->component), "%s", provider);
     dsh_inflight_to_component (record);
     dsh_catalog_outstanding (self->catalog, provider, +1);

@@ -292,3 +292,10 @@ dsh_fairq_size (dsh_fairq_t *self)
     assert (self);
     return self->calls;
 }
+
+size_t
+dsh_fairq_bytes (dsh_fairq_t *self)
+{
+    assert (self);
+    return self->bytes;
+}

@@ -77,6 +77,10 @@ zlistx_t *
 size_t
     dsh_fairq_size (dsh_fairq_t *self);
 
+//  Bytes of the calls held (their bodies), as the bounds count them.
+size_t
+    dsh_fairq_bytes (dsh_fairq_t *self);
+
 #ifdef __cplusplus
 }
 #endif

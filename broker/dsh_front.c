@@ -351,14 +351,25 @@ s_handle_call (self_t *self, s_request_t *request)
     record->trail = s_trail (self, request, head.agent);
     dsh_audit_trail_call (record->trail, head.call_id, head.name);
     //  Under CURVE the key's agent, which the body's must be if it names one
-    dsh_stats_open (self->stats, record->tool, head.agent? head.agent: self->curve? request->peer.agent: NULL,
-                    &record->stats_tool, &record->stats_agent);
+    const char *agent = head.agent? head.agent: self->curve? request->peer.agent: NULL;
+    dsh_stats_open (self->stats, record->tool, agent, &record->stats_tool, &record->stats_agent);
+    //  Its trace context, read off the one decode of the call
+    bool stamp_trace = dsh_calltrace_open (record, head.meta, agent);
+    if (record->trail && record->trace.known) {
+        char trace_id [33];
+        dsh_calltrace_id_hex (record, trace_id);
+        dsh_audit_trail_trace (record->trail, trace_id);
+    }
     //  The head points into the body; done with it before the body moves
     dsh_doc_destroy (&request->doc);
     if (stamped) {
         zmq_msg_close (request->body);
         dsh_sock_part_frame (request->body, &stamped);
     }
+    //  A trace the broker started and records no span of: the hops get it
+    //  as it is, once, here (a body the splice refuses goes on without it)
+    if (stamp_trace)
+        dsh_calltrace_stamp_msg (record, NULL, request->body, (size_t) self->max_message_bytes);
     if (dsh_chain_size (self->chain)) {
         //  The waterfall runs first, even for a tool nobody serves
         zframe_t *body = dsh_dispatch_frame_of (request->body);
@@ -1034,6 +1045,44 @@ s_handle_pins (self_t *self, s_request_t *request)
     zlistx_destroy (&events);
 }
 
+//  The broker's resident set in bytes (VmRSS of /proc/self/status), or 0
+//  where there is none.
+static uint64_t
+s_rss_bytes (void)
+{
+    FILE *status = fopen ("/proc/self/status", "r");
+    if (!status)
+        return 0;
+    char line [256];
+    unsigned long long kib = 0;
+    while (fgets (line, sizeof (line), status))
+        if (sscanf (line, "VmRSS: %llu kB", &kib) == 1)
+            break;
+    fclose (status);
+    return (uint64_t) kib * 1024;
+}
+
+//  STATS tracing: the span exporter's counters, or nil with tracing off.
+static void
+s_pack_tracing (msgpack_packer *pk)
+{
+    dsh_pack_cstr (pk, "tracing");
+    if (!dsh_calltrace_on ()) {
+        msgpack_pack_nil (pk);
+        return;
+    }
+    dsh_trace_stats_t counts;
+    dsh_trace_stats (&counts);
+    const char *names [] = { "spansEnded", "spansExported", "spansDropped", "queueBytes", "exportFailures" };
+    uint64_t values [] = { counts.spans_ended, counts.spans_exported, counts.spans_dropped, counts.queue_bytes,
+                           counts.export_failures };
+    msgpack_pack_map (pk, sizeof (values) / sizeof (values [0]));
+    for (size_t index = 0; index < sizeof (values) / sizeof (values [0]); index++) {
+        dsh_pack_cstr (pk, names [index]);
+        msgpack_pack_uint64 (pk, values [index]);
+    }
+}
+
 //  The statistics (PROTOCOL.md, "STATS"): the table's, and what the
 //  catalog and the in-flight table know now.
 static void
@@ -1049,6 +1098,16 @@ s_handle_stats (self_t *self, s_request_t *request)
     msgpack_pack_uint64 (pk, (uint64_t) (zclock_time () - self->started_ms));
     dsh_pack_cstr (pk, "inFlight");
     msgpack_pack_uint64 (pk, dsh_inflight_size (self->inflight));
+    //  The broker's own figures: its memory, the WORK connections it routes
+    //  to (one a component), and the calls it holds for busy components
+    dsh_pack_cstr (pk, "rssBytes");
+    msgpack_pack_uint64 (pk, s_rss_bytes ());
+    dsh_pack_cstr (pk, "connections");
+    msgpack_pack_uint64 (pk, dsh_routes_size (self->routes));
+    dsh_pack_cstr (pk, "queued");
+    msgpack_pack_uint64 (pk, self->fairq? dsh_fairq_size (self->fairq): 0);
+    dsh_pack_cstr (pk, "queueBytes");
+    msgpack_pack_uint64 (pk, self->fairq? dsh_fairq_bytes (self->fairq): 0);
     //  What a component's heartbeatAgeMs is read against
     s_pack_liveness (self, pk);
     dsh_pack_cstr (pk, "audit");
@@ -1071,6 +1130,7 @@ s_handle_stats (self_t *self, s_request_t *request)
     }
     else
         msgpack_pack_nil (pk);
+    s_pack_tracing (pk);
     zlistx_t *tools = dsh_catalog_tool_names (self->catalog);
     dsh_stats_pack (self->stats, &packer, tools);
     zlistx_destroy (&tools);
@@ -1090,6 +1150,7 @@ s_handle_stats (self_t *self, s_request_t *request)
         msgpack_pack_uint64 (pk, outstanding);
         dsh_pack_cstr (pk, "heartbeatAgeMs");
         msgpack_pack_uint64 (pk, (uint64_t) (now_ms > last_seen_ms? now_ms - last_seen_ms: 0));
+        dsh_catalog_pack_details (self->catalog, id, &packer, now_ms);
         dsh_packer_map_end (&packer);
     }
     zlistx_destroy (&ids);

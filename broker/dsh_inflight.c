@@ -24,6 +24,7 @@
 */
 
 #include "dsh_inflight.h"
+#include "dsh_calltrace.h"
 #include "dsh_sock.h"
 
 #include <sys/random.h>
@@ -255,6 +256,8 @@ s_record_destroy (dsh_inflight_t *self, dsh_record_t **record_p)
             if (record->slots [slot] && self->slot_free [slot])
                 self->slot_free [slot] (&record->slots [slot]);
         dsh_record_t *public = &record->public;
+        //  After the stages' spans, which the slots end: the call's ends last
+        dsh_calltrace_close (public);
         for (size_t index = 0; index < public->route_size; index++)
             zmq_msg_close (&public->route [index]);
         zframe_destroy (&public->audit_sent);
@@ -447,6 +450,8 @@ dsh_inflight_answer (dsh_inflight_t *self, dsh_record_t **record_p, zmq_msg_t *b
     assert (record_p && *record_p);
     dsh_record_t *record = *record_p;
     s_unlink (self, record);
+    //  With tracing on, the answer carries the call's context back
+    dsh_calltrace_answer (record, body);
     if (self->stats) {
         //  Read from the body only when no one said: a stage passed it
         int outcome = record->outcome? record->outcome

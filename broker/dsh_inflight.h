@@ -35,6 +35,7 @@
 #include "dsh_proto.h"
 #include "dsh_stats.h"
 #include "dsh_audit.h"
+#include "dsh_trace.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,6 +71,22 @@ typedef enum {
 
 typedef struct _dsh_inflight_t dsh_inflight_t;
 
+//  A call's trace context and the broker's spans on it (dsh_calltrace).
+//  All zero when the call has no context and tracing is off.
+typedef struct {
+    byte trace_id [16];                 //  with known: the call's trace
+    byte span_id [8];                   //  ... the id its hops continue from (a span's of
+                                        //  the broker's, or the caller's parent id)
+    byte flags;                         //  ... W3C trace flags (bit 0: sampled)
+    bool known;                         //  it has a valid context, the caller's or the broker's
+    bool stamps;                        //  the broker writes its context into what it sends on
+    bool restarted;                     //  the broker started the trace: the caller's context
+                                        //  was absent or invalid (its tracestate is dropped)
+    char stamped [56];                  //  the traceparent last written into the body, or ""
+    dsh_span_t *call;                   //  the call's span, or NULL (not recorded)
+    dsh_span_t *dispatch;               //  the dispatch to a component, while it runs
+} dsh_call_trace_t;
+
 //  One call. The table owns it. Where it is, and until when its place may
 //  hold it, are the table's: read them with dsh_inflight_where and
 //  dsh_inflight_stage, change them with the moves. The registry sets
@@ -92,7 +109,8 @@ typedef struct {
     dsh_stats_agent_t *stats_agent;
     int outcome;                        //  its answer's, once known (dsh_stats_outcome); else 0
     dsh_audit_trail_t *trail;           //  with the audit on: what the record of it says so far
-    zframe_t *audit_sent;               //  with the audit on: the body its stage was handed
+    zframe_t *audit_sent;               //  with the audit or a span on: the body its stage was handed
+    dsh_call_trace_t trace;             //  its trace context and spans (dsh_calltrace)
 } dsh_record_t;
 
 //  Frees what a module keeps in its slot of a record, when the record goes.

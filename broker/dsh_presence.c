@@ -79,6 +79,7 @@ s_handle_announce (self_t *self, dsh_presence_t *presence, dsh_identity_t *peer)
     if (offered.via.array.ptr != presence->tools->via.array.ptr)
         free (offered.via.array.ptr);
     dsh_catalog_set_concurrency (self->catalog, presence->component, (size_t) presence->concurrency);
+    dsh_catalog_set_details (self->catalog, presence->component, presence, zclock_mono ());
     dsh_registry_publish (self, events);
     for (dsh_refusal_t *refusal = zlistx_first (refusals); refusal; refusal = zlistx_next (refusals)) {
         dsh_log_warning ("dsh-broker: refused from component %s: %s", refusal->component, refusal->reason);

@@ -25,6 +25,7 @@
 
 #include "dsh_registry.h"
 #include "dsh_audit.h"
+#include "dsh_calltrace.h"
 #include "dsh_catalog.h"
 #include "dsh_chain.h"
 #include "dsh_config.h"

@@ -41,6 +41,7 @@ struct _dsh_stats_agent_t {
     char name [DSH_ID_MAX + 1];
     uint64_t calls;
     uint64_t errors;
+    uint64_t in_flight;         //  its calls decided for a tool and not answered yet
     uint64_t outcomes [S_OUTCOMES];
 };
 
@@ -232,6 +233,7 @@ dsh_stats_open (dsh_stats_t *self, const char *tool, const char *agent,
     *tool_p = s_tool_row (self, tool);
     (*tool_p)->in_flight++;
     *agent_p = s_agent_row (self, agent? agent: "");
+    (*agent_p)->in_flight++;
 }
 
 void
@@ -250,6 +252,8 @@ dsh_stats_answer (dsh_stats_t *self, dsh_stats_tool_t *tool, dsh_stats_agent_t *
     tool->histogram [bucket]++;
     tool->sum_us += latency_us;
     if (agent) {
+        if (agent->in_flight)
+            agent->in_flight--;
         agent->calls++;
         agent->outcomes [outcome]++;
         if (outcome != S_OK)
@@ -409,6 +413,8 @@ s_pack_agents (dsh_stats_t *self, dsh_packer_t *packer)
         msgpack_pack_uint64 (pk, row->calls);
         dsh_pack_cstr (pk, "errors");
         msgpack_pack_uint64 (pk, row->errors);
+        dsh_pack_cstr (pk, "inFlight");
+        msgpack_pack_uint64 (pk, row->in_flight);
         //  Only codes that happened: an agent's row is small
         dsh_pack_cstr (pk, "outcomes");
         dsh_packer_map_begin (packer);

@@ -170,6 +170,7 @@ s_handle_result (self_t *self, const char *component, zmq_msg_t *token_part, zmq
         //  goes up through may change it (dsh_chain then forgets it)
         if (self->stats)
             record->outcome = dsh_stats_outcome_of (dsh_doc_root (doc));
+        dsh_calltrace_dispatch_result (record, dsh_doc_root (doc));
         dsh_doc_destroy (&doc);
         zmq_msg_t result;
         zmq_msg_init (&result);

@@ -144,6 +144,27 @@ s_call_batch (dsh_cli_options_t *options)
     return exit_code;
 }
 
+//  The call's meta when $TRACEPARENT holds a W3C traceparent (and
+//  $TRACESTATE its tracestate): the environment carrier OpenTelemetry
+//  specifies for processes, so a script a traced program runs continues
+//  its trace. NULL when it is unset; an invalid one is said and ignored,
+//  as W3C says of a traceparent that does not parse.
+static zchunk_t *
+s_trace_meta (void)
+{
+    const char *traceparent = getenv ("TRACEPARENT");
+    if (!traceparent || !*traceparent)
+        return NULL;
+    const char *tracestate = getenv ("TRACESTATE");
+    dsh_trace_ctx_t ctx;
+    if (dsh_trace_parse_meta (&ctx, traceparent, strlen (traceparent), tracestate,
+                              tracestate? strlen (tracestate): 0)) {
+        fprintf (stderr, "dsh: ignoring $TRACEPARENT: not a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>)\n");
+        return NULL;
+    }
+    return dsh_client_trace_meta (&ctx, NULL, 0);
+}
+
 int
 dsh_cli_call (dsh_cli_options_t *options)
 {
@@ -159,7 +180,7 @@ dsh_cli_call (dsh_cli_options_t *options)
         return EXIT_USAGE;
     }
     const char *args_json = options->nargs > 1? options->args [1]: "{}";
-    //  Checked here so that bad input is a usage error and nothing is sent
+//  Checked here so that bad input is a usage error and nothing is sent
     char error [512];
     msgpack_sbuffer args;
     if (dsh_json_text_to_msgpack (args_json, &args, error, sizeof (error))) {
@@ -172,8 +193,11 @@ dsh_cli_call (dsh_cli_options_t *options)
         msgpack_sbuffer_destroy (&args);
         return EXIT_NO_BROKER;
     }
+    zchunk_t *meta = s_trace_meta ();
     const char *sent = dsh_client_call_send (client, NULL, options->args [0], args.data, args.size,
-                                             options->agent, NULL, 0, options->timeout_ms);
+                                             options->agent, meta? zchunk_data (meta): NULL,
+                                             meta? zchunk_size (meta): 0, options->timeout_ms);
+    zchunk_destroy (&meta);
     msgpack_sbuffer_destroy (&args);
     if (!sent) {
         fprintf (stderr, "dsh: cannot send to broker at %s: %s\n", dsh_cli_endpoint (options), zmq_strerror (errno));

@@ -158,6 +158,32 @@ dsh_call_meta (dsh_call_t *self)
     return s_head (self)->meta;
 }
 
+int
+dsh_call_trace (dsh_call_t *self, dsh_trace_ctx_t *ctx)
+{
+    return dsh_call_trace_from (s_head (self)->meta, ctx);
+}
+
+int
+dsh_call_trace_from (const msgpack_object *map, dsh_trace_ctx_t *ctx)
+{
+    assert (ctx);
+    const msgpack_object *traceparent = dsh_map_get (map, "traceparent");
+    dsh_trace_ctx_t parsed;
+    if (!traceparent || traceparent->type != MSGPACK_OBJECT_STR
+    ||  dsh_trace_parse (&parsed, traceparent->via.str.ptr, traceparent->via.str.size))
+        return -1;
+    //  A tracestate is kept as it came, or dropped whole: never parsed
+    const msgpack_object *tracestate = dsh_map_get (map, "tracestate");
+    if (tracestate && tracestate->type == MSGPACK_OBJECT_STR && tracestate->via.str.size <= DSH_TRACESTATE_MAX
+    &&  !memchr (tracestate->via.str.ptr, 0, tracestate->via.str.size)) {
+        memcpy (parsed.tracestate, tracestate->via.str.ptr, tracestate->via.str.size);
+        parsed.tracestate [tracestate->via.str.size] = 0;
+    }
+    *ctx = parsed;
+    return 0;
+}
+
 const msgpack_object *
 dsh_call_arg (dsh_call_t *self, const char *key)
 {

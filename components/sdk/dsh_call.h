@@ -19,6 +19,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dsh_trace.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -69,6 +71,19 @@ const msgpack_object *
 //  The meta map passed through from the caller, or NULL.
 const msgpack_object *
     dsh_call_meta (dsh_call_t *self);
+
+//  The call's W3C trace context, read from its meta's traceparent and
+//  tracestate (PROTOCOL.md, Trace context): in a handler, the broker's
+//  span for the dispatch to this component; in a stage, the broker's span
+//  for this stage. Returns 0 with ctx filled (tracestate "" if none or
+//  invalid), or -1 with ctx untouched if meta holds no valid traceparent.
+int
+    dsh_call_trace (dsh_call_t *self, dsh_trace_ctx_t *ctx);
+
+//  The same read of any map holding traceparent and tracestate (a CALL's
+//  meta, a RESULT body). Returns 0 with ctx filled, or -1 (ctx untouched).
+int
+    dsh_call_trace_from (const msgpack_object *map, dsh_trace_ctx_t *ctx);
 
 //  The argument under key, or NULL if absent or the arguments are no map.
 const msgpack_object *

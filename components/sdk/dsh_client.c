@@ -15,6 +15,7 @@
 */
 
 #include "dsh_client.h"
+#include "dsh_call.h"
 #include "dsh_json.h"
 #include "dsh_log.h"
 #include "dsh_proto.h"
@@ -474,6 +475,39 @@ s_filter_cancelled (dsh_client_t *self, dsh_reply_t *reply)
     }
     dsh_reply_destroy (&reply);
     return NULL;
+}
+
+zchunk_t *
+dsh_client_trace_meta (const dsh_trace_ctx_t *ctx, const void *meta, size_t meta_size)
+{
+    assert (ctx);
+    char error [256];
+    dsh_doc_t *doc = meta? dsh_doc_new (meta, meta_size, error, sizeof (error)): NULL;
+    const msgpack_object *root = doc? dsh_doc_root (doc): NULL;
+    if (meta && (!root || root->type != MSGPACK_OBJECT_MAP)) {
+        dsh_doc_destroy (&doc);
+        return NULL;
+    }
+    dsh_packer_t packer;
+    dsh_packer_init (&packer);
+    dsh_packer_map_begin (&packer);
+    for (uint32_t index = 0; root && index < root->via.map.size; index++) {
+        const msgpack_object_kv *entry = &root->via.map.ptr [index];
+        if (dsh_str_eq (&entry->key, "traceparent") || dsh_str_eq (&entry->key, "tracestate"))
+            continue;
+        msgpack_pack_object (&packer.pk, entry->key);
+        msgpack_pack_object (&packer.pk, entry->val);
+    }
+    char traceparent [DSH_TRACEPARENT_SIZE + 1];
+    dsh_trace_format (ctx, traceparent);
+    dsh_packer_kv_str (&packer, "traceparent", traceparent);
+    if (*ctx->tracestate)
+        dsh_packer_kv_str (&packer, "tracestate", ctx->tracestate);
+    dsh_packer_map_end (&packer);
+    zchunk_t *chunk = zchunk_new (packer.sbuf.data, packer.sbuf.size);
+    dsh_packer_release (&packer);
+    dsh_doc_destroy (&doc);
+    return chunk;
 }
 
 int
@@ -1338,6 +1372,16 @@ dsh_reply_retry_after_ms (dsh_reply_t *self)
 {
     assert (self);
     return self->retry_after_ms;
+}
+
+int
+dsh_reply_trace (dsh_reply_t *self, dsh_trace_ctx_t *ctx)
+{
+    assert (self);
+    assert (ctx);
+    if (!streq (self->command, DSH_RESULT))
+        return -1;
+    return dsh_call_trace_from (dsh_doc_root (self->doc), ctx);
 }
 
 const char *

@@ -35,6 +35,8 @@
 #include <jansson.h>
 #include <msgpack.h>
 
+#include "dsh_trace.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -87,6 +89,15 @@ const char *
     dsh_client_call_send (dsh_client_t *self, const char *call_id, const char *name,
                           const void *args, size_t args_size, const char *agent,
                           const void *meta, size_t meta_size, int timeout_ms);
+
+//  A CALL meta for dsh_client_call_send that carries ctx (PROTOCOL.md,
+//  Trace context): the entries of meta (msgpack of a map; NULL: none) with
+//  traceparent set to ctx's, and tracestate to ctx's if it has one (else
+//  removed), so that the broker's span for the call is a child of ctx.
+//  Returns the new map's msgpack (caller destroys), or NULL if meta is not
+//  one msgpack map.
+zchunk_t *
+    dsh_client_trace_meta (const dsh_trace_ctx_t *ctx, const void *meta, size_t meta_size);
 
 //  Cancel a call in flight by its callId: the broker answers it CANCELLED
 //  (exactly one reply, even if the cancel races the result) and tells the
@@ -193,6 +204,13 @@ const char *
 //  that refused the call admits one again; -1 if the reply carries none.
 int64_t
     dsh_reply_retry_after_ms (dsh_reply_t *self);
+
+//  For a RESULT: the trace context it carries back (its traceparent, and
+//  tracestate if any: the broker's span for the call, in the caller's
+//  trace or the one the broker started). Returns 0 with ctx filled, or -1
+//  (ctx untouched) if it carries none or the reply is no RESULT.
+int
+    dsh_reply_trace (dsh_reply_t *self, dsh_trace_ctx_t *ctx);
 
 //  The text of the first text block of a RESULT, or the message of an
 //  ERROR, or NULL.

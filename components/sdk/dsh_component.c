@@ -9,6 +9,7 @@
 #include "dsh_proto.h"
 #include "dsh_curve.h"
 #include "dsh_sock.h"
+#include "dsh_trace.h"
 
 #include <getopt.h>
 #include <stdarg.h>
@@ -28,6 +29,8 @@ static const struct option s_common [] = {
 };
 #define COMMON_COUNT (sizeof (s_common) / sizeof (s_common [0]))
 #define EXTRA_MAX 16
+//  How long the spans still queued at exit may take to go out
+#define S_TRACE_FLUSH_MS 2000
 
 int
 dsh_component_usage_error (const dsh_component_options_t *self, const char *format, ...)
@@ -148,8 +151,13 @@ dsh_component_serve (const dsh_component_options_t *self, const dsh_component_to
         zsys_init ();
         //  stdout carries only the start line, for whoever launched us
         zsys_set_logstream (dsh_log_stream (stderr));
-        //  "beacon[:PORT]" entries become the brokers heard on the LAN
+        //  Every component exports its spans (each call's execute_tool,
+        //  dsh_provider) when the standard OTEL_ variables say where; a
+        //  variable it cannot read leaves tracing off, and the tools served
         char error [512];
+        if (dsh_trace_start (self->program, error, sizeof (error)))
+            fprintf (stderr, "%s: tracing is off: %s\n", self->program, error);
+        //  "beacon[:PORT]" entries become the brokers heard on the LAN
         brokers = dsh_beacon_resolve (self->broker, 0, error, sizeof (error));
         if (!brokers) {
             fprintf (stderr, "%s: %s\n", self->program, error);
@@ -188,8 +196,10 @@ dsh_component_serve (const dsh_component_options_t *self, const dsh_component_to
         while (!zsys_interrupted)
             zclock_sleep (100);
     }
-    //  Withdraws first: no handler runs once this returns
+    //  Withdraws first: no handler runs once this returns, so every span
+    //  has ended, and what is still queued goes out before exit
     dsh_provider_destroy (&provider);
+    dsh_trace_stop (S_TRACE_FLUSH_MS);
     zstr_free (&brokers);
     for (size_t index = 0; index < count; index++)
         zstr_free (&names [index]);

@@ -83,7 +83,9 @@ int
         CHECK_PRINTF (2);
 
 //  Serve tools (their names prefixed) until SIGINT or SIGTERM, arg going
-//  to every handler; print "<program>: component <id> serving <what> via
+//  to every handler; start the process's tracer (dsh_trace_start, named
+//  after the program; the OTEL_ variables say whether and where spans go)
+//  and flush it on the way out; print "<program>: component <id> serving <what> via
 //  <broker>" once the broker has answered (what NULL: the tool names);
 //  withdraw on the way out. A "beacon[:PORT]" broker is first resolved by
 //  listening for beacons (dsh_beacon_resolve). Returns the exit status: 0,

@@ -1067,6 +1067,36 @@ dsh_proto_check_tool (const msgpack_object *tool, char *error, size_t error_size
     return 0;
 }
 
+//  A detail string of an ANNOUNCE: absent, or 1 to max_size bytes of
+//  text without a control character (it is shown to an operator).
+static int
+s_get_detail (dsh_doc_t *doc, const char *key, size_t max_size, const char **value, char *error, size_t error_size)
+{
+    if (s_get_str (doc, key, max_size, value, error, error_size))
+        return -1;
+    for (const char *cursor = *value; cursor && *cursor; cursor++)
+        if ((unsigned char) *cursor < 0x20 || *cursor == 0x7f)
+            return s_fail (error, error_size, "field \"%s\" holds a control character", key);
+    return 0;
+}
+
+//  ANNOUNCE's optional details: host, pid, version, uptimeMs.
+static int
+s_get_presence_details (dsh_doc_t *doc, dsh_presence_t *presence, char *error, size_t error_size)
+{
+    if (s_get_detail (doc, "host", DSH_PRESENCE_HOST_MAX, &presence->host, error, error_size)
+    ||  s_get_detail (doc, "version", DSH_PRESENCE_VERSION_MAX, &presence->version, error, error_size)
+    ||  s_get_uint (doc, "pid", &presence->pid, error, error_size)
+    ||  s_get_uint (doc, "uptimeMs", &presence->uptime_ms, error, error_size))
+        return -1;
+    if (dsh_map_get (dsh_doc_root (doc), "pid") && (presence->pid < 1 || presence->pid > DSH_PRESENCE_PID_MAX))
+        return s_fail (error, error_size, "field \"pid\" must be from 1 to %llu", DSH_PRESENCE_PID_MAX);
+    presence->has_uptime = dsh_map_get (dsh_doc_root (doc), "uptimeMs") != NULL;
+    if (presence->uptime_ms > DSH_PRESENCE_UPTIME_MAX)
+        return s_fail (error, error_size, "field \"uptimeMs\" must be at most %llu", DSH_PRESENCE_UPTIME_MAX);
+    return 0;
+}
+
 int
 dsh_proto_decode_presence (dsh_doc_t *doc, const char *command, dsh_presence_t *presence,
                            char *error, size_t error_size)
@@ -1101,6 +1131,8 @@ dsh_proto_decode_presence (dsh_doc_t *doc, const char *command, dsh_presence_t *
         if (has_parts && presence->part >= presence->parts)
             return s_fail (error, error_size, "field \"part\" must be below \"parts\" (%" PRIu64 ")",
                            presence->parts);
+        if (s_get_presence_details (doc, presence, error, error_size))
+            return -1;
     }
     return 0;
 }

@@ -255,7 +255,21 @@ typedef struct {
     uint64_t part;              //  of a set in parts: this one's index, from 0
     uint64_t parts;             //  ... and how many there are (2 or more);
                                 //  0 when the ANNOUNCE is the whole set
+    //  What an operator is shown of the component (all optional: NULL or
+    //  0 when it does not say): where it runs, its process, its software
+    //  and how long it had run when it sent the ANNOUNCE
+    const char *host;           //  1 to DSH_PRESENCE_HOST_MAX bytes, no control character
+    uint64_t pid;               //  1 to DSH_PRESENCE_PID_MAX
+    const char *version;        //  1 to DSH_PRESENCE_VERSION_MAX bytes, no control character
+    uint64_t uptime_ms;
+    bool has_uptime;            //  uptimeMs was sent (0 is a value)
 } dsh_presence_t;
+
+//  The bounds of ANNOUNCE's details (PROTOCOL.md, ANNOUNCE).
+#define DSH_PRESENCE_HOST_MAX       255
+#define DSH_PRESENCE_VERSION_MAX    128
+#define DSH_PRESENCE_PID_MAX        4294967295ULL
+#define DSH_PRESENCE_UPTIME_MAX     9007199254740991ULL
 
 //  Decode and check a presence body of the given command: an ANNOUNCE's
 //  part and parts come both or neither, parts 2 or more, part below it

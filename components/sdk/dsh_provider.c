@@ -34,6 +34,7 @@
 #include "dsh_curve.h"
 #include "dsh_beacon.h"
 #include "dsh_link.h"
+#include "dsh_trace.h"
 
 #include <stdatomic.h>
 
@@ -105,6 +106,9 @@ typedef struct {
     atomic_int holder;              //  S_WITH_WORKER, S_DEFERRED, S_FINISHED
     zmq_msg_t encoded;              //  the RESULT body, once finished
     bool is_encoded;
+    dsh_span_t *span;               //  its execute_tool span while it runs, or
+                                    //  NULL (tracing off, or not sampled)
+    bool trace_content;             //  the span records arguments and result
 } s_job_t;
 
 //  A progress report of a running call, on its way to the broker.
@@ -178,6 +182,7 @@ struct _self_t {
     dsh_pool_t *pool;
     size_t workers;                 //  the pool's: what ANNOUNCE states as concurrency
     bool inline_handlers;           //  handlers run on this thread, not the pool's
+    bool trace_content;             //  spans record arguments and results (opt-in)
     zhashx_t *running;              //  &key -> s_job_t *, queued, running or deferred
 };
 
@@ -222,6 +227,8 @@ s_job_destroy (s_job_t **self_p)
 {
     if (*self_p) {
         s_job_t *self = *self_p;
+        //  A call that never finished (the provider stopped) still ends its span
+        dsh_span_end (&self->span, 0);
         dsh_call_destroy (&self->call);
         dsh_result_destroy (&self->result);
         zmq_msg_close (&self->body);
@@ -229,6 +236,97 @@ s_job_destroy (s_job_t **self_p)
         free (self);
         *self_p = NULL;
     }
+}
+
+//  ---------------------------------------------------------------------
+//  The execute_tool span (the OpenTelemetry GenAI conventions,
+//  gen-ai-spans.md "Execute tool span"): one per handler run, kind
+//  INTERNAL, a child of the context the broker gave the call, from before
+//  the arguments are checked to the result. Off (no span, no cost beyond
+//  one test) unless the process's tracer is on (dsh_trace_start).
+
+//  Whether spans record a tool's arguments and result, which the
+//  conventions make opt-in (they may be sensitive): DSH_TRACE_TOOL_CONTENT=1,
+//  or the conventions' own OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true.
+static bool
+s_trace_content (void)
+{
+    const char *dsh = getenv ("DSH_TRACE_TOOL_CONTENT");
+    const char *otel = getenv ("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT");
+    return (dsh && streq (dsh, "1")) || (otel && strcasecmp (otel, "true") == 0);
+}
+
+//  Sets key to obj as JSON text (the conventions allow JSON text where
+//  structured values are not supported), in the lossless typed view.
+static void
+s_span_set_json (dsh_span_t *span, const char *key, const msgpack_object *obj)
+{
+    json_t *view = obj? dsh_json_view (obj): json_null ();
+    char *text = view? json_dumps (view, JSON_COMPACT | JSON_ENCODE_ANY): NULL;
+    if (text)
+        dsh_span_set_str (span, key, text);
+    free (text);
+    json_decref (view);
+}
+
+//  Starts the job's span, if the call is traced.
+static void
+s_job_span_start (s_job_t *job)
+{
+    if (!dsh_trace_enabled ())
+        return;
+    dsh_trace_ctx_t parent;
+    bool has_parent = dsh_call_trace (job->call, &parent) == 0;
+    char name [DSH_NAME_MAX + 16];
+    snprintf (name, sizeof (name), "execute_tool %s", dsh_call_name (job->call));
+    job->span = dsh_span_start (name, DSH_SPAN_INTERNAL, has_parent? &parent: NULL, 0);
+    if (!job->span)
+        return;
+    dsh_span_set_str (job->span, "gen_ai.operation.name", "execute_tool");
+    dsh_span_set_str (job->span, "gen_ai.tool.name", dsh_call_name (job->call));
+    dsh_span_set_str (job->span, "gen_ai.tool.call.id", dsh_call_id (job->call));
+    if (job->trace_content)
+        s_span_set_json (job->span, "gen_ai.tool.call.arguments", dsh_call_arguments (job->call));
+}
+
+//  Ends the job's span with what the call came to, read from the RESULT
+//  body just encoded: a failed result (isError: a handler's error, invalid
+//  arguments, a tool's own failure) is status ERROR with error.type its dsh
+//  error code and its first text as the message; the result is recorded
+//  (opt-in) only when the call succeeded, as the conventions say. A call
+//  cancelled meanwhile is an error CANCELLED: nobody gets its result.
+static void
+s_job_span_end (s_job_t *job)
+{
+    if (!job->span)
+        return;
+    if (dsh_call_cancelled (job->call))
+        dsh_span_set_error (job->span, DSH_E_CANCELLED, "the call was cancelled");
+    else
+    if (job->is_encoded && (dsh_result_is_error (job->result) || job->trace_content)) {
+        char error [128];
+        dsh_doc_t *doc = dsh_doc_new (zmq_msg_data (&job->encoded), zmq_msg_size (&job->encoded),
+                                      error, sizeof (error));
+        const msgpack_object *root = doc? dsh_doc_root (doc): NULL;
+        if (root && dsh_result_is_error (job->result)) {
+            const msgpack_object *code = dsh_map_get (dsh_map_get (root, "error"), "code");
+            const msgpack_object *content = dsh_map_get (root, "content");
+            const msgpack_object *text = content && content->type == MSGPACK_OBJECT_ARRAY
+                                      && content->via.array.size? dsh_map_get (content->via.array.ptr, "text"): NULL;
+            char *code_text = code? dsh_doc_strdup (doc, code): NULL;
+            char *message = text? dsh_doc_strdup (doc, text): NULL;
+            dsh_span_set_error (job->span, code_text? code_text: DSH_E_TOOL_FAILED,
+                                message? message: "the tool failed");
+        }
+        else
+        if (root) {
+            const msgpack_object *structured = dsh_map_get (root, "structuredContent");
+            s_span_set_json (job->span, "gen_ai.tool.call.result",
+                             structured? structured: dsh_map_get (root, "content"));
+        }
+        dsh_doc_destroy (&doc);
+    }
+    dsh_span_end (&job->span, 0);
 }
 
 //  Packs the job's result into encoded; from whichever thread finishes it.
@@ -243,6 +341,7 @@ s_job_encode (s_job_t *self)
         zmq_msg_init (&self->encoded);
         zsys_error ("dsh_provider: cannot allocate the result of call %s", dsh_call_id (self->call));
     }
+    s_job_span_end (self);
 }
 
 //  The running table's key is the job's own s_key_t: nothing to copy.
@@ -334,6 +433,7 @@ s_job_run (void *arg)
     s_job_t *job = (s_job_t *) arg;
     if (dsh_call_cancelled (job->call))
         return true;            //  answered already: the handler need not run
+    s_job_span_start (job);
     //  Counting first builds no list and no text for the calls that pass
     const msgpack_object *arguments = dsh_call_arguments (job->call);
     char *violations = job->typed && dsh_params_validate (job->params, arguments, NULL)?
@@ -362,6 +462,34 @@ s_job_run (void *arg)
 //  A presence body's fields before its tools: component and generation,
 //  and for an ANNOUNCE (announce set) its concurrency, and part and parts
 //  when parts is not 0 (a set in parts).
+//  The version ANNOUNCE gives: the SDK's (meson's project version)
+#define S_SDK_VERSION           "dsh-c/0.1.0"
+
+//  What an operator is shown of us (ANNOUNCE's host, pid, version and
+//  uptimeMs, PROTOCOL.md): the uptime counts from the process's first
+//  ANNOUNCE, which comes as it starts.
+static void
+s_pack_presence_details (dsh_packer_t *packer)
+{
+    static _Atomic int64_t started_ms = 0;
+    int64_t now_ms = zclock_mono ();
+    int64_t unset = 0;
+    atomic_compare_exchange_strong (&started_ms, &unset, now_ms);
+    char host [DSH_PRESENCE_HOST_MAX + 1] = "";
+    if (gethostname (host, sizeof (host)) == 0 && *host) {
+        host [DSH_PRESENCE_HOST_MAX] = 0;
+        for (char *cursor = host; *cursor; cursor++)
+            if ((unsigned char) *cursor < 0x20 || *cursor == 0x7f)
+                *cursor = '?';
+        dsh_packer_kv_str (packer, "host", host);
+    }
+    dsh_pack_cstr (&packer->pk, "pid");
+    msgpack_pack_uint64 (&packer->pk, (uint64_t) getpid ());
+    dsh_packer_kv_str (packer, "version", S_SDK_VERSION);
+    dsh_pack_cstr (&packer->pk, "uptimeMs");
+    msgpack_pack_uint64 (&packer->pk, (uint64_t) (now_ms - atomic_load (&started_ms)));
+}
+
 static void
 s_pack_presence_head (dsh_packer_t *packer, self_t *self, bool announce, uint32_t part, uint32_t parts)
 {
@@ -373,6 +501,7 @@ s_pack_presence_head (dsh_packer_t *packer, self_t *self, bool announce, uint32_
         //  the rest itself, where it can serve its callers in turn
         dsh_pack_cstr (&packer->pk, "concurrency");
         msgpack_pack_uint64 (&packer->pk, self->workers);
+        s_pack_presence_details (packer);
     }
     if (parts) {
         dsh_pack_cstr (&packer->pk, "part");
@@ -943,6 +1072,7 @@ s_handle_call (s_link_t *link, dsh_sock_msg_t *msg)
     job->handler = tool->handler;
     job->arg = tool->arg;
     job->pool = self->pool;
+    job->trace_content = self->trace_content;
     dsh_call_hooks_t hooks = { s_job_progress, s_job_finish };
     dsh_call_set_hooks (job->call, &hooks, job);
     //  In the table before a worker can have it
@@ -1327,6 +1457,7 @@ s_provider_actor (zsock_t *pipe, void *args)
     assert (self->pool);
     self->workers = settings->workers;
     self->inline_handlers = settings->inline_handlers;
+    self->trace_content = s_trace_content ();
     self->running = zhashx_new ();
     //  Keys are the jobs' own key fields: nothing to copy or free
     zhashx_set_key_hasher (self->running, s_key_hash);

@@ -242,6 +242,10 @@ int
 //  Read the call with dsh_call's accessors (dsh_call_id, dsh_call_name,
 //  dsh_call_agent, dsh_call_arguments, dsh_call_meta, dsh_call_string, ...):
 //  they read it as it came to this stage, before this stage's changes.
+//  dsh_call_trace gives the call's trace context as it came to this stage
+//  (an external stage's: the broker's span for this stage, the parent of
+//  any span the stage makes; PROTOCOL.md, Trace context). A stage leaves
+//  meta's traceparent as it is: the broker gives each hop its own.
 
 //  The called tool's registry entry (name, parameters, annotations, ...),
 //  or NULL if no such tool is registered.

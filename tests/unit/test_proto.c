@@ -1559,6 +1559,55 @@ test_decode_presence (void **state)
 
 //  An ANNOUNCE in parts: part and parts both or neither, parts 2 or more,
 //  part below it; without them the ANNOUNCE is the whole set (parts 0)
+//  ANNOUNCE's details for an operator (host, pid, version, uptimeMs): all
+//  optional, each bounded and typed, a bad one refused by name.
+static void
+test_decode_presence_details (void **state)
+{
+    (void) state;
+    dsh_presence_t presence;
+    char error [256] = "";
+    dsh_doc_t *doc = s_doc ("{\"component\":\"c\",\"generation\":1,\"tools\":[]}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), 0);
+    assert_null (presence.host);
+    assert_null (presence.version);
+    assert_int_equal (presence.pid, 0);
+    assert_false (presence.has_uptime);
+    doc = s_doc ("{\"component\":\"c\",\"generation\":1,\"tools\":[],\"host\":\"node-7\",\"pid\":4242,"
+                 "\"version\":\"dsh-c/0.1.0\",\"uptimeMs\":0}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), 0);
+    assert_string_equal (presence.host, "node-7");
+    assert_string_equal (presence.version, "dsh-c/0.1.0");
+    assert_int_equal (presence.pid, 4242);
+    assert_true (presence.has_uptime);
+    assert_int_equal (presence.uptime_ms, 0);
+    char long_host [300];
+    memset (long_host, 'h', sizeof long_host - 1);
+    long_host [sizeof long_host - 1] = 0;
+    char *too_long = zsys_sprintf ("{\"component\":\"c\",\"generation\":1,\"tools\":[],\"host\":\"%s\"}", long_host);
+    const struct { const char *json; const char *reason; } bad [] = {
+        { "{\"component\":\"c\",\"generation\":1,\"tools\":[],\"host\":7}", "field \"host\" must be a string" },
+        { "{\"component\":\"c\",\"generation\":1,\"tools\":[],\"host\":\"\"}", "field \"host\" must be 1 to 255 bytes" },
+        { too_long, "field \"host\" must be 1 to 255 bytes" },
+        { "{\"component\":\"c\",\"generation\":1,\"tools\":[],\"host\":\"a\\nb\"}", "field \"host\" holds a control" },
+        { "{\"component\":\"c\",\"generation\":1,\"tools\":[],\"version\":\"\\u001b[31m\"}", "field \"version\" holds a control" },
+        { "{\"component\":\"c\",\"generation\":1,\"tools\":[],\"pid\":0}", "field \"pid\" must be from 1 to 4294967295" },
+        { "{\"component\":\"c\",\"generation\":1,\"tools\":[],\"pid\":4294967296}", "field \"pid\" must be from 1" },
+        { "{\"component\":\"c\",\"generation\":1,\"tools\":[],\"pid\":-3}", "field \"pid\" must be a non-negative integer" },
+        { "{\"component\":\"c\",\"generation\":1,\"tools\":[],\"uptimeMs\":\"5\"}", "field \"uptimeMs\" must be a non-negative" },
+        { "{\"component\":\"c\",\"generation\":1,\"tools\":[],\"uptimeMs\":9007199254740992}", "field \"uptimeMs\" must be at most" },
+    };
+    for (size_t index = 0; index < sizeof bad / sizeof bad [0]; index++) {
+        doc = s_doc (bad [index].json);
+        assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), -1);
+        s_assert_contains (error, bad [index].reason);
+    }
+    zstr_free (&too_long);
+    //  A HEARTBEAT's are not read
+    doc = s_doc ("{\"component\":\"c\",\"generation\":1,\"pid\":0}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_HEARTBEAT, &presence, error, sizeof error), 0);
+}
+
 static void
 test_decode_presence_parts (void **state)
 {
@@ -1757,6 +1806,7 @@ main (void)
         cmocka_unit_test_setup_teardown (test_check_tool, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_decode_presence, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_decode_presence_parts, s_setup, s_teardown),
+        cmocka_unit_test_setup_teardown (test_decode_presence_details, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_packer, s_setup, s_teardown),
         cmocka_unit_test_setup_teardown (test_packer_map, s_setup, s_teardown),
     };

@@ -36,6 +36,11 @@ export interface CallOptions {
   timeoutMs?: number;
   agent?: string;
   meta?: Record<string, unknown>;
+  //  W3C trace context for the call (PROTOCOL.md, Trace context), sent as
+  //  meta.traceparent and meta.tracestate: the broker's span for the call
+  //  becomes a child of it. The one that comes back: resultTrace(result).
+  traceparent?: string;
+  tracestate?: string;
   signal?: AbortSignal;
   onProgress?: (progress: Progress) => void;
   callId?: string;
@@ -140,7 +145,9 @@ export class Client {
     //  (so the call would wait out its deadline) is answered here at once
     if (callId.length === 0 || Buffer.byteLength(callId) > 256 || callId.includes('\0'))
       return Promise.resolve(errorResult(callId, 'BAD_REQUEST', 'field "callId" must be 1-256 bytes without NUL'));
-    const body: Body = { callId, name, arguments: args, agent, meta: options.meta, timeoutMs };
+    const meta = options.traceparent === undefined && options.tracestate === undefined ? options.meta
+      : { ...options.meta, traceparent: options.traceparent, tracestate: options.tracestate };
+    const body: Body = { callId, name, arguments: args, agent, meta, timeoutMs };
     let message: Uint8Array[];
     try {
       message = frames('CALL', body);

@@ -17,11 +17,14 @@ import {
   WORK_FROM_BROKER, announceBodies, brokerList, errorResult, frames, nextId, pack, parse, resolveEndpoint,
 } from './wire.js';
 import type { ToolEntry } from './client.js';
+import { TraceContext, inToolSpan, loadOtel, metaTrace } from './trace.js';
 
 const QUEUE_LIMIT = 1024;
 
 //  What a handler is given besides the arguments: the original's
-//  ToolExecution, with the call's meta and a progress reporter.
+//  ToolExecution, with the call's meta, its trace context (the broker's
+//  span for the dispatch to this component: meta.traceparent and
+//  meta.tracestate, read) and a progress reporter.
 export interface ToolExecution {
   callId: string;
   name: string;
@@ -29,6 +32,7 @@ export interface ToolExecution {
   agent?: string;
   signal?: AbortSignal;
   meta?: Record<string, unknown>;
+  trace?: TraceContext;
   progress?: (progress: number, total?: number, message?: string) => void;
 }
 
@@ -89,6 +93,9 @@ export class Component extends EventEmitter {
     this.curve = loadCurve(options);
     this.log = options.log ?? ((line) => process.stderr.write(`${line}\n`));
     this.links = brokerList(options.broker).map((front) => new Session(this, front));
+    //  The OpenTelemetry API, if the application has it, is loaded now, so
+    //  that the first call does not wait for it
+    void loadOtel();
   }
 
   //  Adds or replaces a tool; the brokers hear of it once the code that
@@ -170,6 +177,12 @@ export class Component extends EventEmitter {
     const body: Body = { component: this.id, generation: this.generation };
     if (command === 'ANNOUNCE') {
       body.concurrency = this.concurrency;
+      //  What an operator is shown of us (PROTOCOL.md, ANNOUNCE)
+      const host = hostname().replace(/[\x00-\x1f\x7f]/g, '?');
+      if (host && Buffer.byteLength(host) <= 255) body.host = host;
+      body.pid = process.pid;
+      body.version = `dsh-node/0.1.0 node/${process.versions.node}`;
+      body.uptimeMs = Math.floor(process.uptime() * 1000);
       body.tools = [...this.tools.values()].map(({ entry }) => entry);
     }
     return body;
@@ -239,25 +252,30 @@ export class Component extends EventEmitter {
     const tool = this.tools.get(name);
     if (!tool)
       return errorResult(callId, 'UNKNOWN_TOOL', `Error: unknown tool "${name}"`);
+    const meta = isMap(job.body.meta) ? job.body.meta as Record<string, unknown> : undefined;
     const exec: ToolExecution = {
       callId, name,
       arguments: job.body.arguments,
       agent: typeof job.body.agent === 'string' ? job.body.agent : undefined,
       signal: job.abort.signal,
-      meta: isMap(job.body.meta) ? job.body.meta as Record<string, unknown> : undefined,
+      meta,
+      trace: metaTrace(meta),
       progress: (progress, total, message) => {
         if (!job.abort.signal.aborted && Number.isFinite(progress))
           job.link.send(frames('PROGRESS', { callId, progress, total, message }, job.token));
       },
     };
-    try {
-      const value = await tool.handler(job.body.arguments, exec);
-      return toResult(callId, value);
-    } catch (error) {
-      const code = typeof (error as { code?: unknown })?.code === 'string' ? (error as { code: string }).code : 'TOOL_FAILED';
-      const message = error instanceof Error && error.message ? error.message : 'handler failed';
-      return errorResult(callId, /^[A-Z_]+$/.test(code) ? code : 'TOOL_FAILED', `Error: ${message}`);
-    }
+    //  In an execute_tool span when the application has OpenTelemetry (trace.ts)
+    return inToolSpan(exec, async () => {
+      try {
+        const value = await tool.handler(job.body.arguments, exec);
+        return toResult(callId, value);
+      } catch (error) {
+        const code = typeof (error as { code?: unknown })?.code === 'string' ? (error as { code: string }).code : 'TOOL_FAILED';
+        const message = error instanceof Error && error.message ? error.message : 'handler failed';
+        return errorResult(callId, /^[A-Z_]+$/.test(code) ? code : 'TOOL_FAILED', `Error: ${message}`);
+      }
+    });
   }
 }
 

@@ -20,4 +20,6 @@ export type { CurveKeys, CurveOptions } from './curve.js';
 export { DshTools, DshTools as default } from './cordis.js';
 export type { PendingExecution } from './cordis.js';
 export { DshError, errorResult, retryAfterMs } from './wire.js';
+export { parseTraceparent, resultTrace } from './trace.js';
+export type { TraceContext } from './trace.js';
 export type { CallResult, ContentBlock, ErrorInfo } from './wire.js';

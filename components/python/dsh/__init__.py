@@ -11,7 +11,8 @@ from .client import AsyncClient, CallHandle, Client, DshError
 from .component import Component, Context, ToolError
 from .render import Tools, render
 from .result import Result
+from .trace import TraceContext, parse_traceparent
 from .watcher import AsyncWatcher, Watcher
 
 __all__ = ["AsyncClient", "AsyncWatcher", "CallHandle", "Client", "Component", "Context", "DshError", "Result", "ToolError",
-           "Tools", "Watcher", "render"]
+           "Tools", "TraceContext", "Watcher", "parse_traceparent", "render"]

@@ -43,6 +43,7 @@ from .link import CLIENT, CONNECT, DOWN, RESTARTED, SEND_PING, Link
 from .loopthread import LoopThread
 from .render import Tools
 from .result import Result
+from .trace import with_trace
 
 log = logging.getLogger("dsh.client")
 
@@ -548,18 +549,22 @@ class AsyncClient:
         return "%sc%d" % (self._prefix, next(self._ids))
 
     async def call(self, name, arguments=None, *, timeout=None, agent=None, meta=None, on_progress=None,
-                   call_id=None):
+                   call_id=None, traceparent=None, tracestate=None):
         """Call a tool; its Result, always. timeout in seconds (None: the
         broker's default, 60 s). on_progress(progress) gets each PROGRESS
-        ({progress, total, message}). Cancelling the awaiting task sends
-        CANCEL to the broker."""
+        ({progress, total, message}). traceparent and tracestate (W3C trace
+        context) go in meta: the broker's span for the call is then a child
+        of that context; the Result's trace is the one that comes back.
+        Cancelling the awaiting task sends CANCEL to the broker."""
         result, _ = await self.call_counted(name, arguments, timeout=timeout, agent=agent, meta=meta,
-                                            on_progress=on_progress, call_id=call_id)
+                                            on_progress=on_progress, call_id=call_id, traceparent=traceparent,
+                                            tracestate=tracestate)
         return result
 
     async def call_counted(self, name, arguments=None, *, timeout=None, agent=None, meta=None,
-                           on_progress=None, call_id=None):
+                           on_progress=None, call_id=None, traceparent=None, tracestate=None):
         """As call, with the number of PROGRESS notifications received."""
+        meta = with_trace(meta, traceparent, tracestate)
         self._ensure()
         if len(self.endpoints) > 1 and (self._retry_safe_at is None
                                         or time.monotonic() - self._retry_safe_at > TOOLS_MAX_AGE_S):
@@ -689,17 +694,20 @@ class Client:
     def get(self, name):
         return self._thread.run(self._async.get(name))
 
-    def start(self, name, arguments=None, *, timeout=None, agent=None, meta=None, on_progress=None):
+    def start(self, name, arguments=None, *, timeout=None, agent=None, meta=None, on_progress=None,
+              traceparent=None, tracestate=None):
         """Start a call without waiting: a CallHandle."""
         call_id = self._async.new_call_id()
         future = self._thread.submit(self._async.call_counted(
-            name, arguments, timeout=timeout, agent=agent, meta=meta, on_progress=on_progress, call_id=call_id))
+            name, arguments, timeout=timeout, agent=agent, meta=meta, on_progress=on_progress, call_id=call_id,
+            traceparent=traceparent, tracestate=tracestate))
         return CallHandle(self, call_id, future)
 
-    def call(self, name, arguments=None, *, timeout=None, agent=None, meta=None, on_progress=None):
+    def call(self, name, arguments=None, *, timeout=None, agent=None, meta=None, on_progress=None,
+             traceparent=None, tracestate=None):
         """Call a tool and wait for its Result (see AsyncClient.call)."""
-        return self.start(name, arguments, timeout=timeout, agent=agent, meta=meta,
-                          on_progress=on_progress).result()
+        return self.start(name, arguments, timeout=timeout, agent=agent, meta=meta, on_progress=on_progress,
+                          traceparent=traceparent, tracestate=tracestate).result()
 
     def cancel(self, call_id):
         self._thread.run(self._async.cancel(call_id))

@@ -23,11 +23,15 @@ loop; `queue` more wait, and past that a call is answered OVERLOADED.
 import asyncio
 import collections
 import concurrent.futures
+import contextvars
 import functools
 import inspect
 import json
 import logging
+import os
 import signal
+import socket
+import sys
 import threading
 import time
 import uuid
@@ -40,6 +44,7 @@ from .curve import secure
 from .handshake import Handshake
 from .link import COMPONENT, CONNECT, DOWN, SEND_HELLO, SEND_PING, UP, Link
 from .result import Result
+from .trace import ToolSpan, meta_trace
 
 log = logging.getLogger("dsh.component")
 
@@ -48,6 +53,22 @@ log = logging.getLogger("dsh.component")
 #  but never later than a while after the first one not announced yet, so
 #  a steady stream still announces: the C SDK's times
 _ANNOUNCE_QUIET_S = 0.010
+#  What an operator is shown of the component (ANNOUNCE's host, pid,
+#  version and uptimeMs, PROTOCOL.md); the uptime counts from this import
+_STARTED_S = time.monotonic()
+_VERSION = "dsh-python/0.1.0 python/%d.%d.%d" % sys.version_info[:3]
+
+
+def _presence_details():
+    host = "".join(c if 0x20 <= ord(c) != 0x7f else "?" for c in socket.gethostname())
+    while len(host.encode()) > 255:
+        host = host[:-1]
+    details = dict(pid=os.getpid(), version=_VERSION, uptimeMs=int((time.monotonic() - _STARTED_S) * 1000))
+    if host:
+        details["host"] = host
+    return details
+
+
 _ANNOUNCE_MAX_WAIT_S = 0.250
 
 _CONTENT_TYPES = ("text", "image", "audio", "resource_link", "resource")
@@ -74,9 +95,22 @@ class Context:
         self.name = body.get("name")
         self.agent = body.get("agent")
         self.meta = body.get("meta") if isinstance(body.get("meta"), dict) else {}
+        #  The call's trace context (a dsh.trace.TraceContext, or None): the
+        #  broker's span for the dispatch to this component
+        self.trace = meta_trace(self.meta)
         self.arguments = body.get("arguments")
         self._cancelled = threading.Event()
         self.done = False
+
+    @property
+    def traceparent(self):
+        """The W3C traceparent the call carries (meta.traceparent, checked), or None."""
+        return self.trace.traceparent if self.trace else None
+
+    @property
+    def tracestate(self):
+        """The W3C tracestate the call carries, or None."""
+        return self.trace.tracestate if self.trace else None
 
     @property
     def cancelled(self):
@@ -505,7 +539,8 @@ class Component:
             log.warning("%s: tool %s is %d bytes, more than an ANNOUNCE to the broker at %s can carry (its "
                         "messages are at most %d bytes): it is not announced there", self.id, entry.get("name"),
                         size, link.front, link.max_message_bytes)
-        head = dict(component=self.id, generation=self.generation, concurrency=self.concurrency)
+        head = dict(component=self.id, generation=self.generation, concurrency=self.concurrency,
+                    **_presence_details())
         for body in wire.announce_bodies(head, self.entries(), link.max_message_bytes, too_large):
             self._presence(link, "ANNOUNCE", body)
         self._ready.set()
@@ -624,12 +659,15 @@ class Component:
         async with self._slots:
             if context.cancelled:
                 return
-            violations = schema.validate(tool.params, context.arguments)
-            if violations:
-                body = wire.error_result(context.call_id, "INVALID_ARGS",
-                                         "Error: invalid arguments: " + "; ".join(violations))
-            else:
-                body = await self._invoke(tool, context)
+            #  An execute_tool span when the application has OpenTelemetry (dsh.trace)
+            with ToolSpan(context.name, context.call_id, context.arguments, context.trace) as span:
+                violations = schema.validate(tool.params, context.arguments)
+                if violations:
+                    body = wire.error_result(context.call_id, "INVALID_ARGS",
+                                             "Error: invalid arguments: " + "; ".join(violations))
+                else:
+                    body = await self._invoke(tool, context)
+                span.finish(body)
         context.done = True
         if not context.cancelled:
             self._send_result(link, token, body)
@@ -647,7 +685,9 @@ class Component:
             if tool.is_async:
                 value = await tool.function(**kwargs)
             else:
-                value = await self._loop.run_in_executor(self._pool, functools.partial(tool.function, **kwargs))
+                #  In this task's context (its current span, say), as asyncio.to_thread does
+                value = await self._loop.run_in_executor(self._pool, functools.partial(
+                    contextvars.copy_context().run, tool.function, **kwargs))
             return result_body(context.call_id, value)
         except asyncio.CancelledError:
             raise

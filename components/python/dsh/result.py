@@ -6,6 +6,7 @@ its code (RATE_LIMITED, ...) and error_name, not a Python exception type.
 """
 
 from . import protocol
+from .trace import parse_traceparent
 
 
 class Result:
@@ -52,6 +53,19 @@ class Result:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             return value
         return None
+
+    @property
+    def trace(self):
+        """The trace context the RESULT carries back (its traceparent and
+        tracestate: the broker's span for the call), a dsh.trace.TraceContext,
+        or None."""
+        return parse_traceparent(self.body.get("traceparent"), self.body.get("tracestate"))
+
+    @property
+    def traceparent(self):
+        """The traceparent the RESULT carries back, or None."""
+        trace = self.trace
+        return trace.traceparent if trace else None
 
     @property
     def content(self):
