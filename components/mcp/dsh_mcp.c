@@ -20,8 +20,12 @@
     server's own JSON-RPC error behind a bridge, as that error). Registry
     changes become list_changed notifications; notifications/cancelled
     cancels the dsh call; dsh progress becomes notifications/progress, and
-    a call that waits long sends progress of its own. stdout carries only
-    MCP messages, one JSON line each; logs go to stderr.
+    a call that waits long sends progress of its own. A request's
+    params._meta traceparent, tracestate and baggage go on in the CALL's
+    meta; with OTEL_EXPORTER_OTLP_ENDPOINT set, each request sent through
+    the broker is an MCP server span (dsh_mcp_trace), the parent of the
+    broker's. stdout carries only MCP messages, one JSON line each; logs
+    go to stderr.
     =========================================================================
 */
 
@@ -37,6 +41,7 @@
 #include "dsh_mcp_httpd.h"
 #include "dsh_mcp_logs.h"
 #include "dsh_mcp_options.h"
+#include "dsh_mcp_trace.h"
 #include "dsh_proto.h"
 #include "dsh_render.h"
 #include "dsh_sock.h"
@@ -114,6 +119,7 @@ typedef struct {
     bool tool_progress;         //  the tool reports progress itself
     bool extras;                //  a gateway call: answered by dsh_mcp_extras_response
     bool log_poll;              //  a log poll (no request), for dsh_mcp_logs_answer
+    dsh_span_t *span;           //  the MCP server span, while tracing
 } s_pending_t;
 
 struct _self_t {
@@ -235,6 +241,69 @@ s_answer_error (self_t *self, s_origin_t *origin, const json_t *id, int code, co
     s_answer (self, origin, dsh_jsonrpc_error (id, code, message));
 }
 
+//  ---------------------------------------------------------------------
+//  Tracing: a request that goes through the broker (tools/call, and what
+//  dsh_mcp_extras forwards) is an MCP server span, the parent of the
+//  broker's call span; the CALL's meta carries its context
+
+//  Starts the span of request id from origin's session; trace holds the
+//  context the client sent in _meta, and becomes what the CALL carries.
+static dsh_span_t *
+s_span_start (s_origin_t *origin, const char *method, const char *target, const json_t *id,
+              dsh_mcp_trace_t *trace)
+{
+    dsh_span_t *span = dsh_mcp_span_start (method, target, DSH_SPAN_SERVER, trace);
+    if (!span)
+        return NULL;
+    if (json_is_string (id))
+        dsh_span_set_str (span, "jsonrpc.request.id", json_string_value (id));
+    else
+    if (json_is_integer (id)) {
+        char text [32];
+        snprintf (text, sizeof text, "%" JSON_INTEGER_FORMAT, json_integer_value (id));
+        dsh_span_set_str (span, "jsonrpc.request.id", text);
+    }
+    s_session_t *session = origin->session;
+    dsh_span_set_str (span, "mcp.protocol.version", session->version);
+    if (session->id) {
+        dsh_span_set_str (span, "mcp.session.id", session->id);
+        dsh_span_set_str (span, "network.transport", "tcp");
+        dsh_span_set_str (span, "network.protocol.name", "http");
+    }
+    else
+        dsh_span_set_str (span, "network.transport", "pipe");
+    return span;
+}
+
+//  Answers a request whose span (may be NULL) ends with the answer;
+//  dsh_code is the dsh error code the answer came from, if any.
+static void
+s_span_answer (self_t *self, s_origin_t *origin, dsh_span_t **span_p, json_t *response, const char *dsh_code)
+{
+    dsh_mcp_span_end (span_p, response, dsh_code);
+    s_answer (self, origin, response);
+}
+
+//  Sends a CALL with trace (may be NULL) as its meta; returns the callId
+//  (see dsh_client_call_send) or NULL. call_id is made here, into
+//  call_id_buf (32 bytes).
+static const char *
+s_call_send (self_t *self, char *call_id_buf, const char *tool, const msgpack_sbuffer *args,
+             const dsh_mcp_trace_t *trace)
+{
+    snprintf (call_id_buf, 32, "mcp-%" PRIu64, ++self->call_count);
+    msgpack_sbuffer meta;
+    msgpack_sbuffer_init (&meta);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &meta, msgpack_sbuffer_write);
+    //  No context, no meta: the CALL is byte for byte what it was before tracing
+    bool traced = trace && dsh_mcp_trace_pack (trace, &pk) == 0;
+    const char *sent = dsh_client_call_send (self->client, call_id_buf, tool, args->data, args->size, self->agent,
+                                             traced? meta.data: NULL, traced? meta.size: 0, self->timeout_ms);
+    msgpack_sbuffer_destroy (&meta);
+    return sent;
+}
+
 //  Sends notification (taken) to every session that finished initialize.
 static void
 s_broadcast (self_t *self, json_t *notification)
@@ -253,6 +322,8 @@ s_pending_destroy (void **item_p)
     s_pending_t *pending = (s_pending_t *) *item_p;
     if (pending) {
         s_batch_release (&pending->origin.batch);
+        //  Still open: the client cancelled it, or went away
+        dsh_mcp_span_fail (&pending->span, DSH_E_CANCELLED, "the MCP client cancelled the call or went away");
         json_decref (pending->request_id);
         json_decref (pending->progress_token);
         zstr_free (&pending->tool);
@@ -485,10 +556,12 @@ s_tools_list (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
 //  call to a gateway tool, through the chain like any call
 
 //  Sends one gateway call; with an origin, its answer goes to that
-//  request (id); a log poll's to dsh_mcp_logs_answer for session.
+//  request (id); a log poll's to dsh_mcp_logs_answer for session. trace
+//  and span_p (NULL: none) are the request's context and span, which the
+//  pending call takes.
 static void
 s_extras_call (self_t *self, s_origin_t *origin, s_session_t *session, const json_t *id,
-               const json_t *call, bool log_poll)
+               const json_t *call, bool log_poll, const dsh_mcp_trace_t *trace, dsh_span_t **span_p)
 {
     const char *tool = json_string_value (json_object_get (call, "tool"));
     msgpack_sbuffer sbuf;
@@ -497,19 +570,22 @@ s_extras_call (self_t *self, s_origin_t *origin, s_session_t *session, const jso
     msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
     const char *sent = NULL;
     char call_id [32];
-    snprintf (call_id, sizeof call_id, "mcp-%" PRIu64, ++self->call_count);
     if (tool && dsh_json_to_msgpack (&pk, json_object_get (call, "arguments")) == 0)
-        sent = dsh_client_call_send (self->client, call_id, tool, sbuf.data, sbuf.size,
-                                     self->agent, NULL, 0, self->timeout_ms);
+        sent = s_call_send (self, call_id, tool, &sbuf, trace);
     msgpack_sbuffer_destroy (&sbuf);
     if (!origin && !(log_poll && sent))
         return;                 //  nobody waits for it: its result is dropped as unknown
     if (!sent) {
-        s_answer_error (self, origin, id, DSH_JSONRPC_INTERNAL_ERROR, "cannot send the call to the dsh broker");
+        s_span_answer (self, origin, span_p, dsh_jsonrpc_error (id, DSH_JSONRPC_INTERNAL_ERROR,
+                                                                "cannot send the call to the dsh broker"), NULL);
         return;
     }
     s_pending_t *pending = (s_pending_t *) zmalloc (sizeof (s_pending_t));
     assert (pending);
+    if (span_p) {
+        pending->span = *span_p;
+        *span_p = NULL;
+    }
     if (origin) {
         pending->origin = *origin;
         origin->batch = NULL;
@@ -527,13 +603,16 @@ s_extras_call (self_t *self, s_origin_t *origin, s_session_t *session, const jso
     zhashx_insert (self->pending, call_id, pending);
 }
 
-//  Sends a plan's answer ({result} or {error}) to the request.
+//  Sends a plan's answer ({result} or {error}) to the request, ending its
+//  span (span_p NULL: none).
 static void
-s_extras_answer (self_t *self, s_origin_t *origin, const json_t *id, const json_t *answer)
+s_extras_answer (self_t *self, s_origin_t *origin, const json_t *id, const json_t *answer, dsh_span_t **span_p)
 {
     json_t *message = json_pack ("{s:s, s:O}", "jsonrpc", "2.0", "id", id? id: json_null ());
     const char *key = json_object_get (answer, "error")? "error": "result";
     json_object_set (message, key, json_object_get (answer, key));
+    if (span_p)
+        dsh_mcp_span_end (span_p, message, NULL);
     s_answer (self, origin, message);
 }
 
@@ -564,7 +643,7 @@ s_extras_polls (self_t *self, s_session_t *session, const json_t *entries)
     size_t index;
     const json_t *poll;
     json_array_foreach (polls, index, poll)
-        s_extras_call (self, NULL, session, NULL, poll, true);
+        s_extras_call (self, NULL, session, NULL, poll, true, NULL, NULL);
     json_decref (polls);
 }
 
@@ -583,7 +662,7 @@ s_extras_logs (self_t *self, s_session_t *session, const char *tool, const json_
     }
     const json_t *poll = json_object_get (answer, "poll");
     if (poll)
-        s_extras_call (self, NULL, session, NULL, poll, true);
+        s_extras_call (self, NULL, session, NULL, poll, true, NULL, NULL);
     json_decref (answer);
 }
 
@@ -600,14 +679,23 @@ s_extras (self_t *self, s_origin_t *origin, const json_t *id, const char *method
     bool level_set = streq (method, "logging/setLevel") && json_object_get (plan, "result")
                   && dsh_mcp_logs_set_level (session->logs,
                                              json_string_value (json_object_get (params, "level"))) == 0;
-    if (call)
-        s_extras_call (self, origin, session, id, call, false);
+    if (call) {
+        //  Forwarded to a bridged server: traced as a call is. The target
+        //  is a prompt's name; a resource's URI is not, as the conventions
+        //  say (high cardinality)
+        dsh_mcp_trace_t trace;
+        dsh_mcp_trace_from_json (&trace, json_object_get (params, "_meta"));
+        const char *prompt = streq (method, "prompts/get")? json_string_value (json_object_get (params, "name")): NULL;
+        dsh_span_t *span = s_span_start (origin, method, prompt, id, &trace);
+        s_extras_call (self, origin, session, id, call, false, &trace, &span);
+        dsh_mcp_trace_clear (&trace);
+    }
     else
-        s_extras_answer (self, origin, id, plan);
+        s_extras_answer (self, origin, id, plan, NULL);
     size_t index;
     const json_t *also;
     json_array_foreach (json_object_get (plan, "also"), index, also)
-        s_extras_call (self, NULL, session, NULL, also, false);
+        s_extras_call (self, NULL, session, NULL, also, false, NULL, NULL);
     if (level_set)
         s_extras_polls (self, session, entries);
     json_decref (plan);
@@ -617,18 +705,14 @@ s_extras (self_t *self, s_origin_t *origin, const json_t *id, const char *method
 //  ---------------------------------------------------------------------
 //  tools/call
 
-static void
-s_tools_call (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params)
+//  Sends a well-formed tools/call through the broker: the pending call
+//  takes the span. Returns NULL, or the answer when none was sent.
+static json_t *
+s_tools_call_send (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params,
+                   const dsh_mcp_trace_t *trace, dsh_span_t **span_p)
 {
     const char *name = json_string_value (json_object_get (params, "name"));
     const json_t *arguments = json_object_get (params, "arguments");
-    if (!name || (arguments && !json_is_object (arguments))) {
-        s_answer_error (self, origin, id, DSH_JSONRPC_INVALID_PARAMS,
-                        "tools/call needs a name and an arguments object");
-        return;
-    }
-    if (s_held_early (self, origin, "tools/call", id, params))
-        return;
     if (!self->synced) {
         //  Nothing known of the broker yet: say so now, not at the deadline
         char *text = zsys_sprintf ("Error: the dsh broker at %s has not been reached yet, so no tool "
@@ -637,8 +721,7 @@ s_tools_call (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
         json_t *result = json_pack ("{s:[{s:s, s:s}], s:b}", "content", "type", "text", "text", text,
                                     "isError", 1);
         zstr_free (&text);
-        s_answer (self, origin, dsh_jsonrpc_result (id, result));
-        return;
+        return dsh_jsonrpc_result (id, result);
     }
     msgpack_sbuffer sbuf;
     msgpack_sbuffer_init (&sbuf);
@@ -649,18 +732,13 @@ s_tools_call (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
     json_decref (empty);
     if (rc) {
         msgpack_sbuffer_destroy (&sbuf);
-        s_answer_error (self, origin, id, DSH_JSONRPC_INVALID_PARAMS, "arguments nest too deep");
-        return;
+        return dsh_jsonrpc_error (id, DSH_JSONRPC_INVALID_PARAMS, "arguments nest too deep");
     }
     char call_id [32];
-    snprintf (call_id, sizeof call_id, "mcp-%" PRIu64, ++self->call_count);
-    const char *sent = dsh_client_call_send (self->client, call_id, name, sbuf.data, sbuf.size,
-                                             self->agent, NULL, 0, self->timeout_ms);
+    const char *sent = s_call_send (self, call_id, name, &sbuf, trace);
     msgpack_sbuffer_destroy (&sbuf);
-    if (!sent) {
-        s_answer_error (self, origin, id, DSH_JSONRPC_INTERNAL_ERROR, "cannot send the call to the dsh broker");
-        return;
-    }
+    if (!sent)
+        return dsh_jsonrpc_error (id, DSH_JSONRPC_INTERNAL_ERROR, "cannot send the call to the dsh broker");
     s_pending_t *pending = (s_pending_t *) zmalloc (sizeof (s_pending_t));
     assert (pending);
     pending->origin = *origin;
@@ -671,6 +749,9 @@ s_tools_call (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
     if (json_is_string (token) || json_is_integer (token))
         pending->progress_token = json_deep_copy (token);
     pending->tool = strdup (name);
+    dsh_span_set_str (*span_p, "dsh.call.id", call_id);
+    pending->span = *span_p;
+    *span_p = NULL;
     int timeout_ms = self->timeout_ms? self->timeout_ms: DSH_DEFAULT_CALL_TIMEOUT_MS;
     pending->sent_at = zclock_mono ();
     pending->give_up_at = pending->sent_at + timeout_ms + DEADLINE_MARGIN_MS;
@@ -678,6 +759,28 @@ s_tools_call (self_t *self, s_origin_t *origin, const json_t *id, const json_t *
     zhashx_insert (self->pending, call_id, pending);
     if (self->verbose)
         zsys_info ("dsh-mcp: tools/call %s as %s", name, call_id);
+    return NULL;
+}
+
+//  A tools/call: its _meta's traceparent, tracestate and baggage go on in
+//  the CALL's meta (with our span as the parent, while tracing); the rest
+//  of _meta stays here (progressToken is ours to answer).
+static void
+s_tools_call (self_t *self, s_origin_t *origin, const json_t *id, const json_t *params)
+{
+    const char *name = json_string_value (json_object_get (params, "name"));
+    const json_t *arguments = json_object_get (params, "arguments");
+    bool well_formed = name && (!arguments || json_is_object (arguments));
+    if (well_formed && s_held_early (self, origin, "tools/call", id, params))
+        return;
+    dsh_mcp_trace_t trace;
+    dsh_mcp_trace_from_json (&trace, json_object_get (params, "_meta"));
+    dsh_span_t *span = s_span_start (origin, "tools/call", name, id, &trace);
+    json_t *answer = well_formed? s_tools_call_send (self, origin, id, params, &trace, &span)
+                   : dsh_jsonrpc_error (id, DSH_JSONRPC_INVALID_PARAMS, "tools/call needs a name and an arguments object");
+    if (answer)
+        s_span_answer (self, origin, &span, answer, NULL);
+    dsh_mcp_trace_clear (&trace);
 }
 
 //  The client gave up on a request: cancel its dsh call and answer nothing.
@@ -745,9 +848,12 @@ s_mcp_answer (const json_t *request_id, const char *tool, const char *code, json
         zstr_free (&message);
         return answer;
     }
-    //  The body is ours and used no more: it becomes the result as it is
+    //  The body is ours and used no more: it becomes the result as it is,
+    //  less what is dsh's (the trace context the broker sends back)
     json_object_del (body, "callId");
     json_object_del (body, "error");
+    json_object_del (body, "traceparent");
+    json_object_del (body, "tracestate");
     if (strcmp (version, "2025-06-18") < 0)
         s_downgrade (json_object_get (body, "content"), version);
     return dsh_jsonrpc_result (request_id, json_incref (body));
@@ -766,17 +872,17 @@ s_on_result (self_t *self, dsh_reply_t *reply)
     else
     if (pending->extras) {
         json_t *answer = dsh_mcp_extras_response (body);
-        s_extras_answer (self, &pending->origin, pending->request_id, answer);
+        s_extras_answer (self, &pending->origin, pending->request_id, answer, &pending->span);
         json_decref (answer);
     }
-    else
-    if (!json_is_array (json_object_get (body, "content")))
-        s_answer_error (self, &pending->origin, pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
-                        "the tool's result has no JSON form");
-    else
-        s_answer (self, &pending->origin, s_mcp_answer (pending->request_id, pending->tool,
-                                                        dsh_reply_error_code (reply), body,
-                                                        pending->origin.session->version));
+    else {
+        const char *code = dsh_reply_error_code (reply);
+        json_t *answer = json_is_array (json_object_get (body, "content"))
+                       ? s_mcp_answer (pending->request_id, pending->tool, code, body, pending->origin.session->version)
+                       : dsh_jsonrpc_error (pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
+                                            "the tool's result has no JSON form");
+        s_span_answer (self, &pending->origin, &pending->span, answer, code);
+    }
     json_decref (body);
     zhashx_delete (self->pending, call_id);
 }
@@ -847,8 +953,10 @@ s_check_pending (self_t *self)
             if (pending->log_poll)
                 s_extras_logs (self, pending->origin.session, pending->tool, NULL);
             else
-                s_answer_error (self, &pending->origin, pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
-                                "no answer from the dsh broker before the call's deadline");
+                s_span_answer (self, &pending->origin, &pending->span,
+                               dsh_jsonrpc_error (pending->request_id, DSH_JSONRPC_INTERNAL_ERROR,
+                                                  "no answer from the dsh broker before the call's deadline"),
+                               DSH_E_TIMEOUT);
             zlistx_add_end (expired, (void *) zhashx_cursor (self->pending));
         }
         else
@@ -1176,7 +1284,9 @@ s_usage (FILE *stream)
         "                     connection's accept (or of its previous request's end), else\n"
         "                     the connection is closed, %d to %d (default %d)\n"
         "  -v, --verbose      log every call on stderr\n"
-        "  -h, --help         show this help\n",
+        "  -h, --help         show this help\n"
+        "Tracing: with OTEL_EXPORTER_OTLP_ENDPOINT set (and the other OTEL_* variables),\n"
+        "each tools/call is an MCP server span, continuing the client's _meta.traceparent.\n",
         DSH_DEFAULT_ENDPOINT, DSH_HTTP_PER_ADDRESS_MAX, DSH_MCP_HTTPD_PER_ADDRESS,
         DSH_HTTP_HEADER_TIMEOUT_MS_MIN, DSH_HTTP_HEADER_TIMEOUT_MS_MAX, DSH_HTTP_HEADER_TIMEOUT_MS);
 }
@@ -1324,10 +1434,16 @@ main (int argc, char *argv [])
     self.stdio = s_session_new (NULL, self.log_wait_ms);
     zsys_info ("dsh-mcp: serving the tools of %s%s%s", dsh_client_endpoint (self.client),
                self.agent? " as agent ": "", self.agent? self.agent: "");
+    //  Spans go out over OTLP when the standard variables say where; a bad
+    //  value leaves tracing off and says why, it does not stop the server
+    char trace_error [256];
+    if (dsh_trace_start ("dsh-mcp", trace_error, sizeof trace_error))
+        zsys_warning ("dsh-mcp: tracing is off: %s", trace_error);
 
     s_run (&self);
 
     zhashx_destroy (&self.pending);
+    dsh_trace_stop (2000);
     zlistx_destroy (&self.early);
     s_session_destroy (&self.stdio);
     zhashx_destroy (&self.sessions);

@@ -28,6 +28,10 @@
     A server that exits or stops answering pings is withdrawn (its
     provider destroyed, calls in flight answered TOOL_GONE), then started
     again after a back-off that doubles from 100 ms to 10 s.
+
+    A call's meta.traceparent (the broker's dispatch span), tracestate and
+    baggage reach the server in params._meta; with OTEL_EXPORTER_OTLP_ENDPOINT
+    set, each request is an MCP client span (dsh_mcp_trace) between the two.
     =========================================================================
 */
 
@@ -39,6 +43,7 @@
 #include "dsh_mcp_logs.h"
 #include "dsh_mcp_options.h"
 #include "dsh_mcp_httpc.h"
+#include "dsh_mcp_trace.h"
 #include "dsh_json.h"
 #include "dsh_proto.h"
 #include "dsh_sock.h"
@@ -135,6 +140,7 @@ typedef struct {
     char task_id [MAX_TASK_ID_BYTES + 1];   //  "" unless the call runs as a task
     json_int_t log_after;       //  CALL_LOG_POLL: answer with the messages after this one
     int64_t log_due;            //  ... or with none at this time
+    dsh_span_t *span;           //  the MCP client span of a call, while tracing
 } s_request_t;
 
 typedef enum {
@@ -184,6 +190,7 @@ typedef struct {
     //  Resources, prompts and the rest: the gateway tool
     const char *roots [MAX_ROOTS + 1];  //  --root directories, NULL-terminated
     json_t *capabilities;       //  the server's, from initialize
+    char version [16];          //  the MCP revision the server agreed to
     json_t *catalog;            //  lists gathered by the catalog listing under way, or NULL
     size_t catalog_step;        //  which of s_catalog_lists is being listed
     size_t catalog_pages;
@@ -471,6 +478,49 @@ s_finish_error (dsh_call_t *call, dsh_result_t *result, const char *code, const 
     dsh_call_finish (call);
 }
 
+//  Finishes a call sent to the server that got no answer from it: its
+//  span ends failed with the dsh code.
+static void
+s_request_fail (s_request_t *request, const char *code, const char *message)
+{
+    dsh_mcp_span_fail (&request->span, code, message);
+    s_finish_error (request->call, request->result, code, message);
+}
+
+//  Starts the MCP client span of a request for call, child of the context
+//  the broker gave the call (its meta); trace becomes what the server is
+//  sent in _meta.
+static dsh_span_t *
+s_span_start (self_t *self, const char *method, const char *target, dsh_call_t *call, dsh_mcp_trace_t *trace)
+{
+    dsh_mcp_trace_from_msgpack (trace, dsh_call_meta (call));
+    dsh_span_t *span = dsh_mcp_span_start (method, target, DSH_SPAN_CLIENT, trace);
+    if (!span)
+        return NULL;
+    dsh_span_set_str (span, "mcp.protocol.version", self->version);
+    dsh_span_set_str (span, "network.transport", self->url? "tcp": "pipe");
+    if (self->url)
+        dsh_span_set_str (span, "network.protocol.name", "http");
+    char session [1025] = "";          //  dsh_mcp_httpc takes ids up to 1024 bytes
+    if (self->httpc)
+        dsh_mcp_httpc_session_id (self->httpc, session, sizeof session);
+    if (*session)
+        dsh_span_set_str (span, "mcp.session.id", session);
+    dsh_span_set_str (span, "gen_ai.tool.call.id", dsh_call_id (call));
+    if (target && strneq (target, dsh_call_name (call)))
+        dsh_span_set_str (span, "dsh.tool.name", dsh_call_name (call));
+    return span;
+}
+
+//  The request's JSON-RPC id, on its span.
+static void
+s_span_request_id (s_request_t *request)
+{
+    char text [32];
+    snprintf (text, sizeof text, "%" JSON_INTEGER_FORMAT, request->id);
+    dsh_span_set_str (request->span, "jsonrpc.request.id", text);
+}
+
 //  ---------------------------------------------------------------------
 //  Resources, prompts, completions, log levels and roots: the gateway
 //  tool (dsh_mcp_gateway.h) and the client side of MCP the bridge plays
@@ -751,11 +801,26 @@ s_gateway_start (self_t *self, dsh_call_t *call, dsh_result_t *result)
     if (streq (method, DSH_MCP_LOGS_POLL))
         s_log_poll_start (self, call, result, params);
     else {
-        s_request_t *request = s_request (self, REQUEST_CALL, method,
-                                          params? json_deep_copy (params): json_object ());
+        //  The server is told our span as its parent, in place of whatever
+        //  context the MCP client put in these params
+        dsh_mcp_trace_t trace;
+        const char *prompt = streq (method, "prompts/get")? json_string_value (json_object_get (params, "name")): NULL;
+        dsh_span_t *span = s_span_start (self, method, prompt, call, &trace);
+        json_t *forwarded = params? json_deep_copy (params): json_object ();
+        json_t *meta = json_object_get (forwarded, "_meta");
+        if (trace.valid && !meta) {
+            meta = json_object ();
+            json_object_set_new (forwarded, "_meta", meta);
+        }
+        if (json_is_object (meta))
+            dsh_mcp_trace_to_json (&trace, meta);
+        dsh_mcp_trace_clear (&trace);
+        s_request_t *request = s_request (self, REQUEST_CALL, method, forwarded);
         request->call = call;
         request->result = result;
         request->step = CALL_GATEWAY;
+        request->span = span;
+        s_span_request_id (request);
         if (self->verbose)
             zsys_info ("%s: call %s -> %s (id %" JSON_INTEGER_FORMAT ")", self->name, dsh_call_id (call),
                        method, request->id);
@@ -773,10 +838,15 @@ s_gateway_answered (self_t *self, s_request_t *request, const json_t *message)
     if (json_is_object (error) || !json_is_object (answer)) {
         json_t *made = json_is_object (error)? NULL:
             json_pack ("{s:i, s:s}", "code", DSH_JSONRPC_INTERNAL_ERROR, "message", "the MCP server sent no result");
+        if (made)
+            dsh_mcp_span_fail (&request->span, DSH_E_TOOL_FAILED, "the MCP server sent no result");
+        else
+            dsh_mcp_span_end (&request->span, message, NULL);
         s_gateway_error (request->call, request->result, made? made: error);
         json_decref (made);
         return;
     }
+    dsh_mcp_span_end (&request->span, message, NULL);
     msgpack_sbuffer sbuf;
     msgpack_sbuffer_init (&sbuf);
     msgpack_packer pk;
@@ -800,14 +870,17 @@ s_task_created (self_t *self, s_request_t *request, const json_t *message)
     const json_t *task = json_object_get (json_object_get (message, "result"), "task");
     const char *task_id = json_string_value (json_object_get (task, "taskId"));
     if (!task_id || strlen (task_id) > MAX_TASK_ID_BYTES) {
-        s_finish_error (request->call, request->result, DSH_E_TOOL_FAILED,
-                        "the MCP server did not create the task the tool requires");
+        s_request_fail (request, DSH_E_TOOL_FAILED, "the MCP server did not create the task the tool requires");
         return;
     }
     s_request_t *fetch = s_request (self, REQUEST_CALL, "tasks/result", json_pack ("{s:s}", "taskId", task_id));
     fetch->call = request->call;
     fetch->result = request->result;
     fetch->step = CALL_TOOL;
+    //  One span for the tool call, over both requests
+    fetch->span = request->span;
+    request->span = NULL;
+    dsh_span_set_str (fetch->span, "dsh.mcp.task.id", task_id);
     snprintf (fetch->task_id, sizeof fetch->task_id, "%s", task_id);
     if (self->verbose)
         zsys_info ("%s: call %s runs as task %s", self->name, dsh_call_id (request->call), task_id);
@@ -981,7 +1054,7 @@ s_fail_calls (self_t *self, const char *code, const char *message, bool closing)
     s_request_t *request = zhashx_first (self->requests);
     while (request) {
         if (request->kind == REQUEST_CALL)
-            s_finish_error (request->call, request->result, code, message);
+            s_request_fail (request, code, message);
         free (request);
         request = zhashx_next (self->requests);
     }
@@ -1050,13 +1123,21 @@ s_call_start (self_t *self, dsh_call_t *call, dsh_result_t *result)
     json_t *params = json_pack ("{s:s, s:o}", "name", tool->mcp_name, "arguments", arguments);
     //  The progress token is the request id: one lookup serves both
     json_int_t token = self->next_id + 1;
-    json_object_set_new (params, "_meta", json_pack ("{s:I}", "progressToken", token));
+    json_t *meta = json_pack ("{s:I}", "progressToken", token);
+    //  The trace context goes on with our span as the parent
+    dsh_mcp_trace_t trace;
+    dsh_span_t *span = s_span_start (self, "tools/call", tool->mcp_name, call, &trace);
+    dsh_mcp_trace_to_json (&trace, meta);
+    dsh_mcp_trace_clear (&trace);
+    json_object_set_new (params, "_meta", meta);
     if (tool->task_required)
         json_object_set_new (params, "task", json_object ());
     s_request_t *request = s_request (self, REQUEST_CALL, "tools/call", params);
     request->call = call;
     request->result = result;
     request->step = tool->task_required? CALL_TASK_CREATE: CALL_TOOL;
+    request->span = span;
+    s_span_request_id (request);
     if (self->verbose)
         zsys_info ("%s: call %s -> tools/call %s (id %" JSON_INTEGER_FORMAT ")", self->name,
                    dsh_call_id (call), tool->mcp_name, request->id);
@@ -1070,6 +1151,7 @@ s_call_answered (self_t *self, s_request_t *request, const json_t *message)
     if (error) {
         //  The server's error, exactly: code, message and data go on in
         //  the dsh error (error.mcp) for dsh-mcp to answer with
+        dsh_mcp_span_end (&request->span, message, NULL);
         dsh_mcp_content_from_error (error, request->result);
         if (dsh_mcp_content_unknown_tool ((int) json_integer_value (json_object_get (error, "code")),
                                           json_string_value (json_object_get (error, "message")))
@@ -1078,9 +1160,13 @@ s_call_answered (self_t *self, s_request_t *request, const json_t *message)
     }
     else {
         char reason [256] = "";
-        if (dsh_mcp_content_to_result (call_result, request->result, reason, sizeof reason))
+        if (dsh_mcp_content_to_result (call_result, request->result, reason, sizeof reason)) {
             dsh_result_error (request->result, DSH_E_TOOL_FAILED,
                               "the MCP server \"%s\" sent a malformed result: %s", self->name, reason);
+            dsh_mcp_span_fail (&request->span, DSH_E_TOOL_FAILED, reason);
+        }
+        else
+            dsh_mcp_span_end (&request->span, message, NULL);
     }
     dsh_call_finish (request->call);
 }
@@ -1106,7 +1192,7 @@ s_calls_check_cancelled (self_t *self)
             s_request (self, REQUEST_IGNORED, "tasks/cancel", json_pack ("{s:s}", "taskId", request->task_id));
         if (self->verbose)
             zsys_info ("%s: call %s cancelled", self->name, dsh_call_id (request->call));
-        s_finish_error (request->call, request->result, DSH_E_CANCELLED, "the call was cancelled");
+        s_request_fail (request, DSH_E_CANCELLED, "the call was cancelled");
         s_request_forget (self, request);
     }
     zlistx_destroy (&cancelled);
@@ -1132,6 +1218,7 @@ s_on_initialize (self_t *self, const json_t *message)
     }
     const char *server = json_string_value (json_object_get (json_object_get (result, "serverInfo"), "name"));
     zsys_info ("%s: MCP %s, server %s", self->name, version, server? server: "(unnamed)");
+    snprintf (self->version, sizeof self->version, "%s", version);
     json_decref (self->capabilities);
     self->capabilities = json_deep_copy (json_object_get (result, "capabilities"));
     s_send (self, dsh_jsonrpc_notification ("notifications/initialized", NULL));
@@ -1251,6 +1338,7 @@ s_on_unreadable (self_t *self, const json_t *id, const char *reason)
     if (!request || request->kind != REQUEST_CALL)
         return;
     zhashx_delete (self->requests, key);
+    dsh_mcp_span_fail (&request->span, DSH_E_TOOL_FAILED, "the MCP server sent an answer that is not JSON-RPC");
     dsh_result_error (request->result, DSH_E_TOOL_FAILED,
                       "the MCP server \"%s\" sent an answer that is not JSON-RPC: %s", self->name, reason);
     dsh_call_finish (request->call);
@@ -1467,7 +1555,9 @@ s_usage (FILE *stream)
         "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
         "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
         "  -v, --verbose      log every call\n"
-        "  -h, --help         show this help\n",
+        "  -h, --help         show this help\n"
+        "Tracing: with OTEL_EXPORTER_OTLP_ENDPOINT set (and the other OTEL_* variables),\n"
+        "each call is an MCP client span, whose context the server gets in _meta.\n",
         DSH_DEFAULT_ENDPOINT, DEFAULT_CONCURRENCY);
 }
 
@@ -1666,7 +1756,14 @@ main (int argc, char *argv [])
     if (*bearer)
         zlistx_add_end (self.headers, bearer);
 
+    //  Spans go out over OTLP when the standard variables say where; a bad
+    //  value leaves tracing off and says why
+    char trace_error [256];
+    if (dsh_trace_start ("dsh-mcp-bridge", trace_error, sizeof trace_error))
+        zsys_warning ("dsh-mcp-bridge: tracing is off: %s", trace_error);
+
     int status = s_run (&self);
+    dsh_trace_stop (2000);
 
     zhashx_destroy (&self.tools);
     zhashx_destroy (&self.requests);

@@ -119,7 +119,8 @@ struct _dsh_mcp_httpc_t {
     size_t output_start;
     zlistx_t *transfers;        //  s_transfer_t
     s_transfer_t *get;          //  the GET stream, or NULL
-    char *session_id;
+    char *session_id;           //  set by the thread, under session_lock
+    pthread_mutex_t session_lock;   //  for dsh_mcp_httpc_session_id's readers
     char *protocol_version;
     char *get_last_event_id;    //  where the GET stream is taken up again
     int64_t get_at;             //  when to open the GET stream; 0: not now
@@ -550,8 +551,10 @@ s_on_header (char *data, size_t size, size_t count, void *arg)
         for (const char *cursor = value; visible && cursor < end; cursor++)
             visible = (unsigned char) *cursor > 0x20 && (unsigned char) *cursor < 0x7f;
         if (visible) {
+            pthread_mutex_lock (&self->session_lock);
             zstr_free (&self->session_id);
             self->session_id = strndup (value, (size_t) (end - value));
+            pthread_mutex_unlock (&self->session_lock);
         }
         else
             s_log (self, "POST %s: an Mcp-Session-Id that is not visible ASCII; ignored", self->url);
@@ -847,7 +850,9 @@ s_request_done (dsh_mcp_httpc_t *self, s_transfer_t *transfer, CURLcode result, 
         return;
     }
     if (status == 404 && transfer->with_session) {
+        pthread_mutex_lock (&self->session_lock);
         zstr_free (&self->session_id);
+        pthread_mutex_unlock (&self->session_lock);
         s_end (self, "%s %s: HTTP 404: the server ended the session", verb, self->url);
         return;
     }
@@ -1030,6 +1035,7 @@ dsh_mcp_httpc_new (const char *url, zlistx_t *headers, size_t max_message,
     self->log_fd = logs [1];
     self->lines = dsh_jsonrpc_new (self->input_fd, -1, max_message);
     atomic_init (&self->stopping, false);
+    pthread_mutex_init (&self->session_lock, NULL);
     int rc = pthread_create (&self->thread, NULL, s_thread, self);
     if (rc) {
         zsys_error ("dsh_mcp_httpc: cannot start a thread: %s", strerror (rc));
@@ -1070,12 +1076,22 @@ dsh_mcp_httpc_destroy (dsh_mcp_httpc_t **self_p)
         s_buffer_free (&self->output);
         zlistx_destroy (&self->headers);
         zstr_free (&self->session_id);
+        pthread_mutex_destroy (&self->session_lock);
         zstr_free (&self->protocol_version);
         zstr_free (&self->get_last_event_id);
         zstr_free (&self->url);
         free (self);
         *self_p = NULL;
     }
+}
+
+void
+dsh_mcp_httpc_session_id (dsh_mcp_httpc_t *self, char *id, size_t size)
+{
+    assert (self);
+    pthread_mutex_lock (&self->session_lock);
+    snprintf (id, size, "%s", self->session_id? self->session_id: "");
+    pthread_mutex_unlock (&self->session_lock);
 }
 
 char *

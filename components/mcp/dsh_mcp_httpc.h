@@ -39,6 +39,11 @@ dsh_mcp_httpc_t *
 void
     dsh_mcp_httpc_destroy (dsh_mcp_httpc_t **self_p);
 
+//  The session's Mcp-Session-Id, copied into id (size bytes): "" before
+//  the server named one, or after it ended it. Safe from any thread.
+void
+    dsh_mcp_httpc_session_id (dsh_mcp_httpc_t *self, char *id, size_t size);
+
 //  The host of an http or https URL (caller frees), or NULL if url is not
 //  one.
 char *
