@@ -3,16 +3,21 @@
 
         dsh-monitor [--broker ENDPOINT[,ENDPOINT...]] [--http HOST:PORT] [--token-file FILE]
                     [--http-per-address N] [--http-header-ms N]
-                    [--poll-ms N] [--events N] [--cert FILE --broker-cert FILE] [-v]
+                    [--poll-ms N] [--events N] [--history-step-ms N] [--history N]
+                    [--cert FILE --broker-cert FILE] [-v]
 
     A watcher: it follows the tool set by the Clone procedure (dsh_watcher)
     and, every --poll-ms, asks the broker for its call statistics (STATS),
     its chain's counters (CHAIN) and each permission stage's pending
     approvals. What it learns goes into the model (dsh_monitor_model), and
     from there to HTTP (dsh_monitor_httpd) as finished documents and
-    Server-Sent Events: the page at /, /metrics, /api/tools, /api/stats and
-    /api/events. The loop never waits for an HTTP client, and a broker that
-    does not answer costs one query timeout per poll, said on the page.
+    Server-Sent Events: the page at /, /metrics, /api/tools, /api/stats,
+    /api/history (a ring of rate samples, 15 minutes by default, that
+    outlives a page's reload) and /api/events. The loop never waits for
+    an HTTP client, and a broker that does not answer costs one query
+    timeout per poll, said on the page. Each poll also reads the audit
+    trail's newest calls (where the broker keeps one), for the latest
+    failed calls.
 
     /api/audit (the page's latest calls) is asked per request: the loop
     takes the requests waiting, asks the broker each different AUDIT query
@@ -70,6 +75,14 @@
 #define APPROVALS_PATH          "/api/approvals"
 #define PINS_ACCEPT_PATH        "/api/pins/accept"
 #define PIN_NAME_MAX            255
+//  The audit trail's newest calls each poll reads for the latest failed calls
+#define LATEST_CALLS            100
+//  ... and after the first poll, the calls since the last one read, at most
+#define LATEST_CALLS_MAX        500
+//  ... from this long before the newest one read
+#define AUDIT_SLACK_MS          2000
+//  Where the history is served
+#define HISTORY_PATH            "/api/history"
 
 typedef struct {
     const char *broker;
@@ -86,6 +99,11 @@ typedef struct {
     zpoller_t *poller;
     dsh_monitor_approver_t *approver;
     bool reachable;             //  as of the last poll
+    bool polling;               //  in a poll that reached the broker
+    json_int_t audit_cursor_ms; //  the newest answeredMs read of the audit trail, 0 before
+    bool audit_behind;          //  the last read was full: more calls wait
+    int history_step_ms;
+    int history_kept;
     int64_t next_poll;          //  monotonic ms
     int64_t watched;            //  a page session's last poll, monotonic ms
     json_t *pins;               //  tool name -> pin, as the last PINS list said
@@ -94,6 +112,9 @@ typedef struct {
 
 //  ---------------------------------------------------------------------
 //  Polling the broker
+
+static json_t *
+    s_ask_audit (self_t *self, const json_t *query);
 
 //  A query's reply body as JSON without its id, or NULL with the reason.
 static json_t *
@@ -225,6 +246,52 @@ s_poll_pins (self_t *self, json_t *poll)
     json_decref (body);
 }
 
+//  The newest calls of the audit trail, for the latest failed calls: the
+//  poll's latestCalls (records parsed, no arguments), or failuresError
+//  {code?, error} when the broker refused or did not answer; nothing
+//  with the audit off (STATS says).
+static void
+s_poll_latest_calls (self_t *self, json_t *poll)
+{
+    json_t *audit = json_object_get (json_object_get (poll, "stats"), "audit");
+    if (!json_is_object (audit))
+        return;
+    //  The newest at first; then every call since, oldest first, from a
+    //  little before the newest seen (a record may be stored a moment
+    //  after a later one was answered), or right from it while behind
+    json_t *query = self->audit_cursor_ms
+        ? json_pack ("{s:i, s:s, s:I}", "limit", LATEST_CALLS_MAX, "order", "oldest", "since",
+                     self->audit_behind || self->audit_cursor_ms < AUDIT_SLACK_MS? self->audit_cursor_ms
+                     : self->audit_cursor_ms - AUDIT_SLACK_MS)
+        : json_pack ("{s:i, s:s}", "limit", LATEST_CALLS, "order", "newest");
+    bool oldest_first = self->audit_cursor_ms != 0;
+    json_t *answer = s_ask_audit (self, query);
+    json_decref (query);
+    unsigned int status;
+    json_t *view = dsh_monitor_audit_view (answer, false, &status);
+    if (json_is_true (json_object_get (view, "ok"))) {
+        json_t *records = json_object_get (view, "records");
+        json_t *newest_first = json_array ();
+        size_t index;
+        json_t *row;
+        json_array_foreach (records, index, row) {
+            json_int_t answered = json_integer_value (json_object_get (json_object_get (row, "record"), "answeredMs"));
+            if (answered > self->audit_cursor_ms)
+                self->audit_cursor_ms = answered;
+            json_array_insert (newest_first, oldest_first? 0: json_array_size (newest_first), row);
+        }
+        if (!self->audit_cursor_ms)
+            self->audit_cursor_ms = zclock_time ();
+        self->audit_behind = oldest_first && json_is_true (json_object_get (view, "more"));
+        json_object_set_new (poll, "latestCalls", newest_first);
+    }
+    else
+        json_object_set_new (poll, "failuresError", json_pack ("{s:O?, s:O?}", "code", json_object_get (view, "code"),
+                                                               "error", json_object_get (view, "error")));
+    json_decref (view);
+    json_decref (answer);
+}
+
 //  One poll: {reachable, error?, stats?, statsError?, ping?, chain?, pending?,
 //  pins?, pinsError?}. While a page watches, the approver follows the chain.
 static json_t *
@@ -254,8 +321,20 @@ s_poll (self_t *self)
         json_object_set_new (poll, "error", json_string (failure? failure: error));
         return poll;
     }
+    self->polling = true;
     reply = dsh_client_request (self->client, DSH_CHAIN, NULL, QUERY_TIMEOUT_MS, error, sizeof error);
-    json_t *chain = reply? s_reply_json (reply, DSH_CHAIN, error, sizeof error): NULL;
+    if (!reply) {
+        //  It answered STATS, then went (a broker stopping): the poll says
+        //  it does not answer, so that the page keeps the last known chain
+        //  rather than show none
+        json_object_del (poll, "stats");
+        json_object_del (poll, "ping");
+        json_object_set_new (poll, "reachable", json_false ());
+        json_object_set_new (poll, "error", json_string (error));
+        self->polling = false;
+        return poll;
+    }
+    json_t *chain = s_reply_json (reply, DSH_CHAIN, error, sizeof error);
     dsh_reply_destroy (&reply);
     json_t *stages = json_object_get (chain, "stages");
     if (json_is_array (stages)) {
@@ -265,6 +344,8 @@ s_poll (self_t *self)
     }
     json_decref (chain);
     s_poll_pins (self, poll);
+    s_poll_latest_calls (self, poll);
+    self->polling = false;
     //  Replies that came after their query gave up are of no use now
     while ((reply = dsh_client_recv (self->client, 0)))
         dsh_reply_destroy (&reply);
@@ -281,7 +362,7 @@ static json_t *
 s_ask_audit (self_t *self, const json_t *query)
 {
     json_t *answer = json_pack ("{s:O}", "query", (json_t *) query);
-    if (!self->reachable) {
+    if (!self->reachable && !self->polling) {
         json_object_set_new (answer, "error", json_string ("the broker does not answer the monitor's polls"));
         return answer;
     }
@@ -324,6 +405,15 @@ s_broadcast (self_t *self, dsh_monitor_httpd_viewers_t viewers, const char *even
     if (text)
         dsh_monitor_httpd_broadcast (self->httpd, viewers, event, text);
     free (text);
+}
+
+//  The history ring, as the page loads it (no call's arguments in it).
+static void
+s_publish_history (self_t *self)
+{
+    json_t *history = dsh_monitor_model_history (self->model);
+    s_publish_json (self, DSH_MONITOR_HTTPD_EVERYONE, HISTORY_PATH, history);
+    json_decref (history);
 }
 
 //  Everything, for a stream's first event and after each resync. Takes
@@ -423,6 +513,13 @@ s_take_poll (self_t *self)
     dsh_monitor_model_poll (self->model, poll, zclock_mono (), zclock_time ());
     json_decref (poll);
     s_publish (self, "stats");
+    //  A new sample of the history: the document a page loads, and the
+    //  sample to the pages open
+    const json_t *sample = dsh_monitor_model_history_added (self->model);
+    if (sample) {
+        s_publish_history (self);
+        s_broadcast (self, DSH_MONITOR_HTTPD_EVERYONE, "sample", (json_t *) sample);
+    }
 }
 
 //  ---------------------------------------------------------------------
@@ -707,12 +804,14 @@ s_usage (FILE *stream)
     fprintf (stream,
         "usage: dsh-monitor [--broker ENDPOINT[,ENDPOINT...]] [--http HOST:PORT] [--token-file FILE]\n"
         "                   [--http-per-address N] [--http-header-ms N]\n"
-        "                   [--poll-ms N] [--events N] [--cert FILE --broker-cert FILE] [-v]\n"
+        "                   [--poll-ms N] [--events N] [--history-step-ms N] [--history N]\n"
+        "                   [--cert FILE --broker-cert FILE] [-v]\n"
         "Watch a dsh swarm: a live page at /, Prometheus metrics at /metrics, JSON at\n"
-        "/api/tools, /api/stats and /api/audit (the latest calls, from the broker's audit\n"
-        "trail), Server-Sent Events at /api/events. While a page is open the monitor is an\n"
-        "approver of the chain's permission stages: the page's Allow and Deny decide pending\n"
-        "calls, and its Accept releases a quarantined tool (PINS accept; an admin key's).\n"
+        "/api/tools, /api/stats, /api/history (15 minutes of rates) and /api/audit (the\n"
+        "latest calls, from the broker's audit trail), Server-Sent Events at /api/events.\n"
+        "While a page is open the monitor is an approver of the chain's permission stages:\n"
+        "the page's Allow and Deny decide pending calls, and its Accept releases a\n"
+        "quarantined tool (PINS accept; an admin key's).\n"
         "  --broker ENDPOINT[,ENDPOINT...]\n"
         "                     the broker's front endpoint, or a list of brokers followed one\n"
         "                     at a time (default: $DSH_BROKER, else %s)\n"
@@ -732,6 +831,10 @@ s_usage (FILE *stream)
         "                     approvals, 50 to 3600000 (default %d)\n"
         "  --events N         the last change events kept for the page, 1 to 100000\n"
         "                     (default %d)\n"
+        "  --history-step-ms N\n"
+        "                     the history's charts (/api/history) take a sample of the rates\n"
+        "                     every N ms, %d to 3600000 (default %d)\n"
+        "  --history N        samples kept, 1 to %d (default %d: 15 minutes)\n"
         "  --cert FILE        our CURVE keypair (default: $DSH_CERT)\n"
         "  --broker-cert FILE the broker's public certificate (default: $DSH_BROKER_CERT)\n"
         "  -v, --verbose      log each resynchronisation on stderr (default: off)\n"
@@ -739,7 +842,8 @@ s_usage (FILE *stream)
         "Ready, it prints \"dsh-monitor: serving http://HOST:PORT/\" on stdout.\n",
         DSH_DEFAULT_ENDPOINT, DEFAULT_HTTP, DSH_HTTP_PER_ADDRESS_MAX, DSH_MONITOR_HTTPD_PER_ADDRESS,
         DSH_HTTP_HEADER_TIMEOUT_MS_MIN, DSH_HTTP_HEADER_TIMEOUT_MS_MAX, DSH_HTTP_HEADER_TIMEOUT_MS,
-        DEFAULT_POLL_MS, DEFAULT_EVENTS);
+        DEFAULT_POLL_MS, DEFAULT_EVENTS, DSH_MONITOR_HISTORY_STEP_MS_MIN, DSH_MONITOR_HISTORY_STEP_MS,
+        DSH_MONITOR_HISTORY_MAX, DSH_MONITOR_HISTORY_KEPT);
 }
 
 //  A number option within [min, max], or -1.
@@ -762,6 +866,8 @@ main (int argc, char *argv [])
         { "http-header-ms", required_argument, NULL, 'D' },
         { "poll-ms", required_argument, NULL, 'p' },
         { "events", required_argument, NULL, 'e' },
+        { "history-step-ms", required_argument, NULL, 'S' },
+        { "history", required_argument, NULL, 'L' },
         { "cert", required_argument, NULL, 'C' },
         { "broker-cert", required_argument, NULL, 'K' },
         { "verbose", no_argument, NULL, 'v' },
@@ -769,6 +875,7 @@ main (int argc, char *argv [])
         { NULL, 0, NULL, 0 }
     };
     self_t self = { .http = DEFAULT_HTTP, .poll_ms = DEFAULT_POLL_MS, .events = DEFAULT_EVENTS,
+                    .history_step_ms = DSH_MONITOR_HISTORY_STEP_MS, .history_kept = DSH_MONITOR_HISTORY_KEPT,
                     .limits = { .per_address = DSH_MONITOR_HTTPD_PER_ADDRESS,
                                 .header_timeout_ms = DSH_HTTP_HEADER_TIMEOUT_MS } };
     int number;
@@ -803,6 +910,16 @@ main (int argc, char *argv [])
                                                       "not \"%s\"", DSH_HTTP_HEADER_TIMEOUT_MS_MIN,
                                                       DSH_HTTP_HEADER_TIMEOUT_MS_MAX, optarg);
                 self.limits.header_timeout_ms = (unsigned int) number;
+                break;
+            case 'S':
+                if ((self.history_step_ms = s_number (optarg, DSH_MONITOR_HISTORY_STEP_MS_MIN, 3600000)) < 0)
+                    return dsh_component_usage_error (&program, "--history-step-ms needs a number from %d to "
+                                                      "3600000, not \"%s\"", DSH_MONITOR_HISTORY_STEP_MS_MIN, optarg);
+                break;
+            case 'L':
+                if ((self.history_kept = s_number (optarg, 1, DSH_MONITOR_HISTORY_MAX)) < 0)
+                    return dsh_component_usage_error (&program, "--history needs a number from 1 to %d, not \"%s\"",
+                                                      DSH_MONITOR_HISTORY_MAX, optarg);
                 break;
             case 'e':
                 if ((self.events = s_number (optarg, 1, 100000)) < 0)
@@ -872,6 +989,7 @@ main (int argc, char *argv [])
         return 1;
     }
     self.model = dsh_monitor_model_new ((size_t) self.events);
+    dsh_monitor_model_set_history (self.model, self.history_step_ms, (size_t) self.history_kept);
     self.pins = json_object ();
     self.pin_shows = json_object ();
     for (size_t index = 0; index < QUESTION_PATHS; index++)
@@ -880,6 +998,7 @@ main (int argc, char *argv [])
     dsh_monitor_httpd_publish (self.httpd, DSH_MONITOR_HTTPD_EVERYONE, "/", "text/html; charset=utf-8",
                                dsh_monitor_page, dsh_monitor_page_size);
     s_publish (&self, NULL);
+    s_publish_history (&self);
     //  The host as given, the port as bound
     const char *colon = strrchr (self.http, ':');
     printf ("dsh-monitor: serving http://%.*s:%d/\n", (int) (colon - self.http), self.http,

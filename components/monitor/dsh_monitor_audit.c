@@ -12,7 +12,7 @@
 #define OUTCOME_MAX             64
 
 //  The filters a query may give, each an AUDIT field of the same name
-static const char *s_filters [] = { "agent", "tool", "outcome" };
+static const char *s_filters [] = { "agent", "tool", "outcome", "callId" };
 
 //  A parameter's name as an error message may quote it: short, printable
 //  ASCII, else not at all.
@@ -118,10 +118,10 @@ dsh_monitor_audit_query (const json_t *parameters, char *error, size_t error_siz
             rc = s_take_limit (query, value, error, error_size);
         else
         if (s_quotable (name))
-            snprintf (error, error_size, "unknown parameter \"%s\": %s takes agent, tool, outcome and limit",
-                      name, DSH_MONITOR_AUDIT_PATH);
+            snprintf (error, error_size, "unknown parameter \"%s\": %s takes agent, tool, outcome, callId "
+                      "and limit", name, DSH_MONITOR_AUDIT_PATH);
         else
-            snprintf (error, error_size, "an unknown parameter: %s takes agent, tool, outcome and limit",
+            snprintf (error, error_size, "an unknown parameter: %s takes agent, tool, outcome, callId and limit",
                       DSH_MONITOR_AUDIT_PATH);
         if (rc) {
             json_decref (query);

@@ -31,8 +31,8 @@ extern "C" {
 #define DSH_MONITOR_AUDIT_FILTER_MAX    255
 
 //  The AUDIT body (caller owns; newest first) for an HTTP query's
-//  parameters ({name: value}, UTF-8 strings, borrowed): agent, tool and
-//  outcome (exact filters; absent or "" for none) and limit (1 to
+//  parameters ({name: value}, UTF-8 strings, borrowed): agent, tool,
+//  outcome and callId (exact filters; absent or "" for none) and limit (1 to
 //  DSH_MONITOR_AUDIT_LIMIT_MAX; absent or "": DSH_MONITOR_AUDIT_LIMIT). NULL
 //  with why in error for any other parameter, a filter longer than
 //  DSH_MONITOR_AUDIT_FILTER_MAX or with a control character, an outcome

@@ -144,6 +144,35 @@ s_parties (FILE *out, const json_t *stats)
     s_family (out, "dsh_agent_errors_total", "counter", "Calls by the calling agent that were answered with an error.");
     json_array_foreach (agents, index, row)
         s_sample (out, "dsh_agent_errors_total", "agent", json_object_get (row, "agent"), s_int (row, "errors"));
+    s_family (out, "dsh_agent_inflight", "gauge", "Calls by the calling agent open now.");
+    json_array_foreach (agents, index, row)
+        s_sample (out, "dsh_agent_inflight", "agent", json_object_get (row, "agent"), s_int (row, "inFlight"));
+    s_family (out, "dsh_component_workers", "gauge",
+              "Calls a component runs at once, as its ANNOUNCE said (8 if not).");
+    json_array_foreach (components, index, row)
+        s_sample (out, "dsh_component_workers", "component", json_object_get (row, "id"), s_int (row, "workers"));
+    s_family (out, "dsh_component_queued", "gauge", "Calls the broker holds for a busy component.");
+    json_array_foreach (components, index, row)
+        s_sample (out, "dsh_component_queued", "component", json_object_get (row, "id"), s_int (row, "queued"));
+}
+
+//  The broker's own figures (STATS: rssBytes, connections, queued,
+//  queueBytes), each where the broker gives it.
+static void
+s_broker_figures (FILE *out, const json_t *stats)
+{
+    const struct { const char *key; const char *name; const char *help; } figures [] = {
+        { "rssBytes", "dsh_broker_resident_memory_bytes", "The broker's resident memory (VmRSS)." },
+        { "connections", "dsh_broker_connections", "WORK connections the broker routes calls to, one a component." },
+        { "queued", "dsh_broker_queued_calls", "Calls the broker holds for busy components." },
+        { "queueBytes", "dsh_broker_queue_bytes", "Bytes of the calls the broker holds for busy components." },
+    };
+    for (size_t index = 0; index < sizeof figures / sizeof figures [0]; index++) {
+        if (!json_is_integer (json_object_get (stats, figures [index].key)))
+            continue;
+        s_family (out, figures [index].name, "gauge", figures [index].help);
+        fprintf (out, "%s %" JSON_INTEGER_FORMAT "\n", figures [index].name, s_int (stats, figures [index].key));
+    }
 }
 
 //  The audit trail's writer, from STATS audit (PROTOCOL.md, STATS): the
@@ -238,6 +267,7 @@ dsh_monitor_metrics (const json_t *tools, const json_t *stats)
             s_map_samples (out, "dsh_refused_calls_total", "code", json_object_get (body, "refused"));
             s_family (out, "dsh_events_total", "counter", "Change events the broker published, by kind.");
             s_map_samples (out, "dsh_events_total", "kind", json_object_get (body, "events"));
+            s_broker_figures (out, body);
             s_tools (out, body);
             s_parties (out, body);
             //  Nil with the audit off

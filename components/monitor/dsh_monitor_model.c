@@ -14,6 +14,11 @@
 #define RATE_WINDOW_MS          10000
 //  At most this many polls are kept for the window
 #define RATE_SAMPLES            10
+//  A history sample names at most this many tools, those with most calls
+//  (a broker may have thousands), so that the history stays small
+#define HISTORY_TOOLS           DSH_MONITOR_HISTORY_TOOLS
+//  Failed calls the model keeps, newest first
+#define FAILURES_KEPT           DSH_MONITOR_FAILURES_KEPT
 
 //  One poll's STATS body, kept to measure rates from.
 typedef struct {
@@ -33,6 +38,17 @@ struct _dsh_monitor_model_t {
     json_t *last;               //  the last poll with its rates
     json_t *pending;            //  the open approval requests, arguments and all
     zlistx_t *samples;          //  s_sample_t of the current epoch, oldest first
+    //  The history: a sample of the rates every history_step_ms, the last
+    //  history_kept of them, measured from history_base (the STATS body
+    //  of the poll that ended the previous sample, or NULL after a gap)
+    int64_t history_step_ms;
+    size_t history_kept;
+    json_t *history;            //  [sample], oldest first
+    json_t *history_base;
+    int64_t history_base_mono;
+    json_t *history_added;      //  the sample the last poll added, or NULL
+    json_t *failures;           //  the latest failed calls, newest first
+    json_t *failures_seq;       //  broker -> the highest audit seq taken for them
 };
 
 static void
@@ -67,6 +83,11 @@ dsh_monitor_model_new (size_t events_kept)
     self->pending = json_array ();
     self->samples = zlistx_new ();
     zlistx_set_destructor (self->samples, s_sample_destroy);
+    self->history_step_ms = DSH_MONITOR_HISTORY_STEP_MS;
+    self->history_kept = DSH_MONITOR_HISTORY_KEPT;
+    self->history = json_array ();
+    self->failures = json_array ();
+    self->failures_seq = json_object ();
     return self;
 }
 
@@ -83,6 +104,10 @@ dsh_monitor_model_destroy (dsh_monitor_model_t **self_p)
         json_decref (self->last);
         json_decref (self->pending);
         zlistx_destroy (&self->samples);
+        json_decref (self->history);
+        json_decref (self->history_base);
+        json_decref (self->failures);
+        json_decref (self->failures_seq);
         free (self);
         *self_p = NULL;
     }
@@ -346,7 +371,7 @@ s_quantile_ms (const json_t *bounds, const uint64_t *counts, double q)
 //  Per-second rates of one tool between rows before and now (before may
 //  be NULL: its first calls), or NULL if its counters went back.
 static json_t *
-s_tool_rates (const json_t *bounds, const json_t *before, const json_t *now, double seconds)
+s_tool_rates (const json_t *bounds, const json_t *before, const json_t *now, double seconds, uint64_t *total)
 {
     json_int_t calls = s_sum_values (json_object_get (now, "outcomes"))
                      - s_sum_values (json_object_get (before, "outcomes"));
@@ -367,6 +392,8 @@ s_tool_rates (const json_t *bounds, const json_t *before, const json_t *now, dou
         counts [index] = delta > 0? (uint64_t) delta: 0;
     }
     json_t *rates = NULL;
+    for (size_t index = 0; !went_back && index < buckets; index++)
+        total [index] += counts [index];
     if (!went_back)
         rates = json_pack ("{s:f, s:f, s:o, s:o}", "calls", (double) calls / seconds,
                            "errors", (double) (calls - ok) / seconds,
@@ -376,11 +403,15 @@ s_tool_rates (const json_t *bounds, const json_t *before, const json_t *now, dou
     return rates;
 }
 
+//  Rates between the STATS bodies before and now, interval_ms apart:
+//  {intervalMs, calls, errors, p99Ms (of every tool's calls), tools}.
 static json_t *
 s_rates (const json_t *before, const json_t *now, int64_t interval_ms)
 {
     double seconds = (double) interval_ms / 1000.0;
     json_t *bounds = json_object_get (now, "bucketsUs");
+    uint64_t *total = (uint64_t *) calloc (json_array_size (bounds) + 1, sizeof (uint64_t));
+    assert (total);
     json_t *tools = json_object ();
     double errors = 0;
     size_t index;
@@ -388,7 +419,7 @@ s_rates (const json_t *before, const json_t *now, int64_t interval_ms)
     json_array_foreach (json_object_get (now, "tools"), index, row) {
         const char *name = json_string_value (json_object_get (row, "name"));
         json_t *rates = name? s_tool_rates (bounds, s_row_named (json_object_get (before, "tools"), name),
-                                            row, seconds): NULL;
+                                            row, seconds, total): NULL;
         if (rates) {
             errors += json_real_value (json_object_get (rates, "errors"));
             json_object_set_new (tools, name, rates);
@@ -401,8 +432,181 @@ s_rates (const json_t *before, const json_t *now, int64_t interval_ms)
         errors += (double) refused / seconds;
     json_int_t calls = json_integer_value (json_object_get (now, "calls"))
                      - json_integer_value (json_object_get (before, "calls"));
-    return json_pack ("{s:I, s:f, s:f, s:o}", "intervalMs", (json_int_t) interval_ms,
-                      "calls", calls > 0? (double) calls / seconds: 0.0, "errors", errors, "tools", tools);
+    json_t *p99 = s_quantile_ms (bounds, total, 0.99);
+    free (total);
+    return json_pack ("{s:I, s:f, s:f, s:o, s:o}", "intervalMs", (json_int_t) interval_ms,
+                      "calls", calls > 0? (double) calls / seconds: 0.0, "errors", errors, "p99Ms", p99,
+                      "tools", tools);
+}
+
+//  ---------------------------------------------------------------------
+//  The history
+
+void
+dsh_monitor_model_set_history (dsh_monitor_model_t *self, int64_t step_ms, size_t kept)
+{
+    assert (self);
+    self->history_step_ms = step_ms < DSH_MONITOR_HISTORY_STEP_MS_MIN? DSH_MONITOR_HISTORY_STEP_MS_MIN: step_ms;
+    self->history_kept = kept < 1? 1: kept > DSH_MONITOR_HISTORY_MAX? DSH_MONITOR_HISTORY_MAX: kept;
+    while (json_array_size (self->history) > self->history_kept)
+        json_array_remove (self->history, 0);
+}
+
+static int
+s_compare_calls (const void *one, const void *other)
+{
+    double left = json_real_value (json_object_get (*(json_t * const *) one, "calls"));
+    double right = json_real_value (json_object_get (*(json_t * const *) other, "calls"));
+    return left < right? 1: left > right? -1: 0;
+}
+
+//  A sample from rates: the totals, and the HISTORY_TOOLS tools with most
+//  calls in it (a tool without calls is left out).
+static json_t *
+s_history_sample (const json_t *rates, int64_t at)
+{
+    json_t *sample = json_pack ("{s:I, s:O, s:O, s:O, s:O}", "at", (json_int_t) at,
+                                "intervalMs", json_object_get (rates, "intervalMs"),
+                                "calls", json_object_get (rates, "calls"), "errors", json_object_get (rates, "errors"),
+                                "p99Ms", json_object_get (rates, "p99Ms"));
+    json_t *all = json_object_get (rates, "tools");
+    size_t count = json_object_size (all), used = 0;
+    json_t **rows = (json_t **) calloc (count? count: 1, sizeof (json_t *));
+    assert (rows);
+    const char *name;
+    json_t *row;
+    json_object_foreach (all, name, row) {
+        if (json_real_value (json_object_get (row, "calls")) <= 0)
+            continue;
+        //  The row remembers its name, for after the sort
+        json_t *copy = json_pack ("{s:s, s:O, s:O, s:O}", "name", name, "calls", json_object_get (row, "calls"),
+                                  "errors", json_object_get (row, "errors"), "p99Ms", json_object_get (row, "p99Ms"));
+        rows [used++] = copy;
+    }
+    qsort (rows, used, sizeof (json_t *), s_compare_calls);
+    json_t *tools = json_object ();
+    for (size_t index = 0; index < used; index++) {
+        if (index < HISTORY_TOOLS) {
+            const char *its_name = json_string_value (json_object_get (rows [index], "name"));
+            json_t *copy = json_copy (rows [index]);
+            json_object_del (copy, "name");
+            json_object_set_new (tools, its_name, copy);
+        }
+        json_decref (rows [index]);
+    }
+    free (rows);
+    json_object_set_new (sample, "tools", tools);
+    return sample;
+}
+
+//  Takes a poll's STATS body (NULL: a poll without one, a gap) into the
+//  history: a sample once a step has passed since its base.
+static void
+s_history_take (dsh_monitor_model_t *self, json_t *stats, int64_t mono_ms, int64_t at)
+{
+    self->history_added = NULL;
+    if (!stats) {
+        json_decref (self->history_base);
+        self->history_base = NULL;
+        return;
+    }
+    //  A new broker, or counters that went back: no sample across them
+    json_t *base = self->history_base;
+    if (base && (!json_equal (json_object_get (stats, "epoch"), json_object_get (base, "epoch"))
+             ||  json_integer_value (json_object_get (stats, "calls"))
+                 < json_integer_value (json_object_get (base, "calls")))) {
+        json_decref (base);
+        base = self->history_base = NULL;
+    }
+    if (base && mono_ms - self->history_base_mono < self->history_step_ms)
+        return;
+    if (base && mono_ms > self->history_base_mono) {
+        json_t *rates = s_rates (base, stats, mono_ms - self->history_base_mono);
+        json_t *sample = s_history_sample (rates, at);
+        json_decref (rates);
+        json_array_append_new (self->history, sample);
+        while (json_array_size (self->history) > self->history_kept)
+            json_array_remove (self->history, 0);
+        self->history_added = sample;
+    }
+    json_decref (self->history_base);
+    self->history_base = json_incref (stats);
+    self->history_base_mono = mono_ms;
+}
+
+json_t *
+dsh_monitor_model_history (dsh_monitor_model_t *self)
+{
+    assert (self);
+    return json_pack ("{s:I, s:I, s:I, s:O}", "stepMs", (json_int_t) self->history_step_ms,
+                      "kept", (json_int_t) self->history_kept, "tools", (json_int_t) HISTORY_TOOLS,
+                      "samples", self->history);
+}
+
+const json_t *
+dsh_monitor_model_history_added (dsh_monitor_model_t *self)
+{
+    assert (self);
+    return self->history_added;
+}
+
+//  ---------------------------------------------------------------------
+//  The latest failed calls
+
+//  The row a failed call's audit record (parsed) gives the page: what
+//  says which call failed and how, never its arguments.
+static json_t *
+s_failure_row (const json_t *row)
+{
+    json_t *record = json_object_get (row, "record");
+    json_t *failure = json_pack ("{s:O?, s:O?}", "broker", json_object_get (row, "broker"),
+                                 "seq", json_object_get (row, "seq"));
+    const char *fields [] = { "answeredMs", "tool", "agent", "outcome", "callId", "traceId", "durationUs",
+                              "component" };
+    for (size_t index = 0; index < sizeof fields / sizeof fields [0]; index++) {
+        json_t *value = json_object_get (record, fields [index]);
+        if (json_is_string (value) || json_is_integer (value))
+            json_object_set (failure, fields [index], value);
+    }
+    return failure;
+}
+
+//  Takes the latest calls (newest first, each {broker, seq, record} with
+//  its record parsed): the failed ones past the highest seq taken of
+//  their broker's chain join the failures (rows seen again are not).
+static void
+s_failures_take (dsh_monitor_model_t *self, const json_t *calls)
+{
+    json_t *fresh = json_array ();
+    json_t *highest = json_object ();       //  broker -> the highest seq of these rows
+    size_t index;
+    json_t *row;
+    json_array_foreach (calls, index, row) {
+        json_t *seq = json_object_get (row, "seq");
+        const char *broker = json_string_value (json_object_get (row, "broker"));
+        if (!json_is_integer (seq) || !broker)
+            continue;
+        json_t *taken = json_object_get (self->failures_seq, broker);
+        if (taken && json_integer_value (seq) <= json_integer_value (taken))
+            continue;
+        json_t *high = json_object_get (highest, broker);
+        if (!high || json_integer_value (seq) > json_integer_value (high))
+            json_object_set (highest, broker, seq);
+        const char *outcome = json_string_value (json_object_get (json_object_get (row, "record"), "outcome"));
+        if (!outcome || streq (outcome, "ok") || json_array_size (fresh) >= FAILURES_KEPT)
+            continue;
+        json_array_append_new (fresh, s_failure_row (row));
+    }
+    //  A bounded map: brokers that share a store are few
+    if (json_object_size (self->failures_seq) > 64)
+        json_object_clear (self->failures_seq);
+    json_object_update (self->failures_seq, highest);
+    json_decref (highest);
+    json_array_extend (fresh, self->failures);
+    while (json_array_size (fresh) > FAILURES_KEPT)
+        json_array_remove (fresh, json_array_size (fresh) - 1);
+    json_decref (self->failures);
+    self->failures = fresh;
 }
 
 //  The pending requests as the page shows them: arguments as a short
@@ -458,6 +662,13 @@ dsh_monitor_model_poll (dsh_monitor_model_t *self, const json_t *poll, int64_t m
     assert (self);
     json_t *doc = json_copy ((json_t *) poll);
     json_object_set_new (doc, "at", json_integer (at));
+    //  The latest calls are for the failures, not for every page
+    json_object_del (doc, "latestCalls");
+    if (json_is_array (json_object_get (poll, "latestCalls")))
+        s_failures_take (self, json_object_get (poll, "latestCalls"));
+    json_object_set (doc, "failures", self->failures);
+    s_history_take (self, json_is_true (json_object_get (poll, "reachable"))? json_object_get (poll, "stats"): NULL,
+                    mono_ms, at);
     if (!json_is_true (json_object_get (poll, "reachable"))) {
         s_keep_last_known (self, doc);
         json_object_set_new (doc, "rates", json_null ());

@@ -25,6 +25,16 @@ extern "C" {
 
 typedef struct _dsh_monitor_model_t dsh_monitor_model_t;
 
+//  The history's defaults: a sample every 5 s, the last 180 (15 minutes);
+//  a step of at least 100 ms, at most 100 000 samples, each naming at most
+//  16 tools. The latest failed calls kept: 20.
+#define DSH_MONITOR_HISTORY_STEP_MS     5000
+#define DSH_MONITOR_HISTORY_STEP_MS_MIN 100
+#define DSH_MONITOR_HISTORY_KEPT        180
+#define DSH_MONITOR_HISTORY_MAX         100000
+#define DSH_MONITOR_HISTORY_TOOLS       16
+#define DSH_MONITOR_FAILURES_KEPT       20
+
 //  A model that keeps the last events_kept change events (at least 1).
 dsh_monitor_model_t *
     dsh_monitor_model_new (size_t events_kept);
@@ -49,8 +59,37 @@ const json_t *
 //  unreachable poll keeps the last answered one's stats, ping,
 //  statsError, chain, pending, pins and pinsError, as they were at
 //  lastKnownAt (ms since the Unix epoch), and has no rates.
+//  A poll may have latestCalls, the broker's newest audit rows ({broker,
+//  seq, record} with record parsed, newest first): their failed calls
+//  (outcome not "ok") past the highest seq taken of their broker join the
+//  model's failures, which every poll's doc
+//  has (failures, newest first, at most DSH_MONITOR_FAILURES_KEPT, each
+//  {broker, seq, answeredMs?, tool?, agent?, outcome, callId?, traceId?,
+//  durationUs?, component?}: no arguments), in place of latestCalls.
 void
     dsh_monitor_model_poll (dsh_monitor_model_t *self, const json_t *poll, int64_t mono_ms, int64_t at);
+
+//  Keep a history sample every step_ms (at least
+//  DSH_MONITOR_HISTORY_STEP_MS_MIN), the last kept (1 to
+//  DSH_MONITOR_HISTORY_MAX) of them; fewer kept drops the oldest now.
+void
+    dsh_monitor_model_set_history (dsh_monitor_model_t *self, int64_t step_ms, size_t kept);
+
+//  The history (caller owns), a ring the polls fill: {stepMs, kept, tools,
+//  samples: [{at, intervalMs, calls, errors, p99Ms, tools: {name: {calls,
+//  errors, p99Ms}}}]}, oldest first, one a step: calls and errors per
+//  second and p99Ms (null when no call ended) over the intervalMs before
+//  at (ms since the Unix epoch), in total and for the `tools` tools with
+//  most calls in it. A poll that did not reach the broker, a new epoch or
+//  counters that went back leave a gap: the next sample is a step after
+//  the next poll that answered.
+json_t *
+    dsh_monitor_model_history (dsh_monitor_model_t *self);
+
+//  The sample the last poll added (borrowed, valid until the next poll),
+//  or NULL.
+const json_t *
+    dsh_monitor_model_history_added (dsh_monitor_model_t *self);
 
 //  The tool set (caller owns): {synced, broker?, epoch?, seq?, components:
 //  [{id, tools: [name]}] sorted by id, tools: [{name, title?, readOnly,
@@ -62,7 +101,7 @@ json_t *
 
 //  The last poll with what was derived from it (caller owns): the poll's
 //  fields, plus at, and rates {intervalMs, calls, errors, tools: {name:
-//  {calls, errors, p50Ms, p99Ms}}} over the window's intervalMs (per
+//  {calls, errors, p50Ms, p99Ms}}, p99Ms} over the window's intervalMs (per
 //  second; quantiles null when no call ended in it), or rates null on the
 //  first poll of an epoch. Before any poll: {reachable: false, error: "not polled yet"}.
 json_t *

@@ -4,7 +4,11 @@
 //  approval, and leaves a screenshot in the build directory for a reviewer;
 //  its latest calls come from the broker's audit trail, narrowed by its
 //  filters, with hostile names shown as text, and say so when the
-//  monitor's key may not read them.
+//  monitor's key may not read them. The operator's panels: 15 minutes of
+//  charts kept by the monitor (a reload shows them again), agents with a
+//  rate-limited call, errors by code, the latest failed calls with their
+//  trace ids and audit links, component details and the broker's figures,
+//  pictured in monitor-screenshot.png in the build directory.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, execFile } from 'node:child_process';
@@ -14,14 +18,19 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from '../mcp/node_modules/playwright-core/index.mjs';
 import { waitFor, dshCall } from '../mcp/helpers.mjs';
-import { stop, startBroker, brokerPort, startDemo, startMonitor, buildDir, bin } from './helpers.mjs';
+import { stop, startBroker, brokerPort, startDemo, startMonitor, freePort, buildDir, bin } from './helpers.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const chainConfig = path.join(here, '../../deploy/dsh-broker.cfg');
 const browserPath = process.env.DSH_CHROMIUM || '/usr/bin/chromium';
 const screenshot = path.join(buildDir, 'tests/monitor/dsh-monitor.png');
+//  The operator's panels (history, agents, errors, failed calls, details)
+const panelsScreenshot = path.join(buildDir, 'monitor-screenshot.png');
 
 let broker, demo, monitor, browser;
+//  The broker traces every call (to a collector that is not there: its
+//  spans are dropped), so that each audit record has its traceId
+let tracing;
 
 //  One model turn's calls through the CLI (read-only ones run in parallel).
 function batch(calls) {
@@ -34,9 +43,11 @@ function batch(calls) {
 
 before(async () => {
   //  The main job's chain, so that the page has stages and an approval to show
-  broker = await startBroker(await brokerPort(), ['-c', chainConfig]);
+  tracing = { OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${await freePort()}`, OTEL_TRACES_SAMPLER: 'always_on' };
+  broker = await startBroker(await brokerPort(), ['-c', chainConfig], tracing);
   demo = await startDemo(broker.endpoint, 'demo');
-  monitor = await startMonitor(broker.endpoint, ['--poll-ms', '250']);
+  //  A history sample every half second, so that the charts fill in a test's time
+  monitor = await startMonitor(broker.endpoint, ['--poll-ms', '250', '--history-step-ms', '500']);
   browser = await chromium.launch({ executablePath: browserPath });
 });
 
@@ -104,6 +115,144 @@ test('the page follows the swarm live, without a reload', { skip: !fs.existsSync
     approver.kill('SIGTERM');
   }
   assert.equal(await page.evaluate(() => window.dshMarker), 'still here', 'the page was never reloaded');
+  assert.deepEqual(problems, []);
+});
+
+//  Runs calls (a JSON array of {name, arguments}) as one batch of agent's;
+//  some may fail (the batch's exit 1): their results are what counts.
+function batchAs(agent, calls) {
+  return new Promise((resolve) => {
+    const child = execFile(bin.cli, ['--broker', broker.endpoint, 'call', '--batch', '-', '--agent', agent],
+      { maxBuffer: 64 << 20 }, (error, stdout, stderr) => {
+        try { resolve(JSON.parse(stdout)); } catch { console.log(`dsh call --batch: ${stderr}`); resolve([]); }
+      });
+    child.stdin.end(JSON.stringify(calls));
+  });
+}
+
+test('the operator\'s panels: 15 minutes of charts that outlive a reload, agents with a rate-limited call, errors by code, the latest failed calls with their trace ids, component details, the broker\'s figures', { skip: !fs.existsSync(browserPath) && 'no chromium' }, async () => {
+  const page = await browser.newPage({ viewport: { width: 1440, height: 1000 } });
+  const problems = [];
+  page.on('pageerror', (error) => problems.push(error.message));
+  page.on('console', (message) => { if (message.type() === 'error') problems.push(message.text()); });
+  await page.goto(monitor.url + '/');
+  await page.waitForFunction(() => document.getElementById('health').dataset.state !== 'red');
+  const hasStats = await page.evaluate(() => !document.getElementById('calls-note').textContent.includes('no STATS'));
+  if (!hasStats) return;
+
+  //  A runaway loop: more calls than its quota (`dsh limit`, at run time:
+  //  a burst of 20 and one call a second, however fast the machine), so
+  //  that some are RATE_LIMITED; and calls that fail, so that there are
+  //  errors to chart
+  await new Promise((resolve, reject) => execFile(bin.cli, ['--broker', broker.endpoint, 'limit', 'set', 'runaway-*', '*',
+    '--rate', '1', '--burst', '20'], (error) => (error ? reject(error) : resolve())));
+  const loop = [];
+  for (let index = 0; index < 160; index++) loop.push({ name: 'echo', arguments: { message: `loop ${index}` } });
+  let limited = [], results = [];
+  for (let attempt = 0; attempt < 3 && !limited.length; attempt++) {
+    results = await batchAs('runaway-1', loop);
+    limited = results.filter((result) => result.isError && result.error && result.error.code === 'RATE_LIMITED');
+  }
+  assert.ok(limited.length > 0, `the limit stage answered RATE_LIMITED to some of the loop's calls: ${results.length} results, `
+    + JSON.stringify(results.find((result) => result.isError) || null));
+  for (let index = 0; index < 3; index++)
+    await dshCall(broker.endpoint, 'fail', { message: 'on purpose' }, ['--agent', 'failer-1']).catch(() => {});
+  await batch([{ name: 'sleep_ms', arguments: { ms: 20 } }, { name: 'echo', arguments: { message: 'x' } }]);
+
+  //  The agents panel: the loop's agent, with its rate-limited calls
+  const agentCell = (agent, field) => page.evaluate(([agent, field]) => {
+    const row = [...document.querySelectorAll('#agents tbody tr[data-agent]')].find((tr) => tr.dataset.agent === agent);
+    const cell = row && row.querySelector(`[data-field="${field}"]`);
+    return cell ? Number(cell.dataset.value) : null;
+  }, [agent, field]);
+  //  (the page shows each poll: one after the last of these calls)
+  await waitFor(async () => (await agentCell('runaway-1', 'rateLimited')) >= limited.length
+    && (await agentCell('failer-1', 'errors')) >= 3, { what: 'the agents panel showing the rate-limited and failed calls' });
+  assert.ok((await agentCell('runaway-1', 'calls')) >= 160);
+  assert.ok((await agentCell('runaway-1', 'errors')) >= limited.length);
+  assert.equal(await agentCell('runaway-1', 'inFlight'), 0);
+  assert.equal(await agentCell('runaway-1', 'denied'), 0);
+  assert.ok((await agentCell('failer-1', 'errors')) >= 3);
+
+  //  Errors by code: RATE_LIMITED and TOOL_FAILED among them
+  const codeTotal = (code) => page.evaluate((code) =>
+    Number(document.querySelector(`#errors tr[data-code="${code}"] [data-total]`)?.dataset.total || 0), code);
+  await waitFor(async () => (await codeTotal('RATE_LIMITED')) >= limited.length && (await codeTotal('TOOL_FAILED')) >= 3,
+    { what: 'RATE_LIMITED and TOOL_FAILED among the errors by code' });
+
+  //  The latest failed calls, from the audit trail: the failed call with
+  //  its trace id where the record has one, and a link to its record
+  await page.waitForSelector('#failed tbody tr[data-outcome="TOOL_FAILED"]');
+  await page.waitForSelector('#failed tbody tr[data-outcome="RATE_LIMITED"]');
+  const failedRow = page.locator('#failed tbody tr[data-outcome="TOOL_FAILED"]').first();
+  const callId = await failedRow.getAttribute('data-call-id');
+  assert.match(callId, /\S/);
+  const href = await failedRow.locator('[data-field="audit-link"]').getAttribute('href');
+  assert.equal(href, `/api/audit?callId=${encodeURIComponent(callId)}&limit=1`);
+  const linked = await (await fetch(monitor.url + href)).json();
+  assert.equal(linked.ok, true);
+  assert.equal(linked.records.length, 1);
+  assert.equal(linked.records[0].record.callId, callId);
+  assert.equal(linked.records[0].record.outcome, 'TOOL_FAILED');
+  const traceCell = await failedRow.locator('[data-field="trace-id"]').textContent();
+  assert.match(traceCell, /^[0-9a-f]{32}$/);
+  assert.equal(traceCell, linked.records[0].record.traceId);
+  const limitedTrace = await page.locator('#failed tbody tr[data-outcome="RATE_LIMITED"] [data-field="trace-id"]').first().textContent();
+  assert.match(limitedTrace, /^[0-9a-f]{32}$/);
+  assert.notEqual(limitedTrace, traceCell, 'each call its own trace');
+
+  //  Component details, as the demo's ANNOUNCE said them and the broker counts
+  const details = page.locator('[data-component="demo"] [data-field="details"]');
+  await details.locator('[data-detail="version"]').waitFor();
+  assert.match(await details.locator('[data-detail="host"] b').textContent(), new RegExp(`^${os.hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`));
+  assert.match(await details.locator('[data-detail="pid"] b').textContent(), /^[1-9]\d*$/);
+  assert.equal(await details.locator('[data-detail="pid"] b').textContent(), String(demo.pid));
+  assert.match(await details.locator('[data-detail="workers"] b').textContent(), /^[1-9]\d*$/);
+  assert.match(await details.locator('[data-detail="queued"] b').textContent(), /^\d+$/);
+  assert.match(await details.locator('[data-detail="uptime"] b').textContent(), /\d (s|min|h)/);
+  assert.match(await details.locator('[data-detail="version"] b').textContent(), /^dsh-c\/\d+\.\d+\.\d+$/);
+
+  //  The broker's own figures
+  const figure = (name) => page.getAttribute(`[data-figure="${name}"]`, 'data-value');
+  assert.ok(Number(await figure('rss')) > 1 << 20, 'an RSS of more than a MiB');
+  assert.ok(Number(await figure('connections')) >= 1, 'the demo\'s WORK connection');
+  assert.match(await figure('queued'), /^\d+$/);
+  assert.match(await figure('queueBytes'), /^\d+$/);
+  assert.match(await page.textContent('[data-figure="rss"] b'), /MiB|GiB/);
+
+  //  The charts: drawn, in total and for the busiest tools, with points
+  const points = (metric) => page.evaluate((metric) => Number(document.getElementById('chart-' + metric).dataset.points), metric);
+  await waitFor(async () => (await page.evaluate(() => {
+    const svg = document.getElementById('chart-calls');
+    return [...svg.querySelectorAll('path[data-series="total"]')].some((p) => /L/.test(p.getAttribute('d')))
+      && Number(document.getElementById('chart-errors').dataset.max) > 1;
+  })), { what: 'the calls chart with a line and the errors chart with its errors' });
+  assert.ok(await points('calls') >= 2);
+  assert.ok(await points('errors') >= 2);
+  assert.ok(await points('p99Ms') >= 1, 'a p99 where calls ended');
+  assert.ok(await page.locator('#chart-calls path[data-tool="echo"]').count() === 1, 'echo is among the busiest tools');
+  assert.match(await page.textContent('#history-legend'), /all tools/);
+  //  One tool chosen: the total and that tool's line
+  await page.selectOption('#history-tool', 'fail');
+  assert.equal(await page.locator('#chart-errors path[data-series="tool"]').count(), 1);
+  assert.equal(await page.getAttribute('#chart-errors path[data-series="tool"]', 'data-tool'), 'fail');
+  await page.selectOption('#history-tool', '');
+
+  //  What the monitor keeps: /api/history, and the same charts after a reload
+  const history = await (await fetch(monitor.url + '/api/history')).json();
+  assert.equal(history.stepMs, 500);
+  assert.equal(history.kept, 180);
+  assert.ok(history.samples.length >= 2);
+  const busiest = history.samples.reduce((best, sample) => (sample.calls > best.calls ? sample : best));
+  assert.ok(busiest.calls > 0 && busiest.tools.echo && busiest.tools.echo.calls > 0);
+  assert.ok(history.samples.some((sample) => sample.errors > 0));
+  const before = await points('calls');
+  fs.mkdirSync(path.dirname(panelsScreenshot), { recursive: true });
+  await page.screenshot({ path: panelsScreenshot, fullPage: true });
+  console.log(`screenshot: ${panelsScreenshot}`);
+  await page.reload();
+  await page.waitForFunction((before) => Number(document.getElementById('chart-calls').dataset.points) >= before, before,
+    { timeout: 5000 });
   assert.deepEqual(problems, []);
 });
 
@@ -253,7 +402,7 @@ test('a broker that goes away turns the page red with a banner, keeps the last k
   assert.equal(await echoCalls(), callsBefore, 'the counters are kept');
   if (await page.locator('[data-component="demo"]').count())
     assert.match(await page.getAttribute('[data-component="demo"] .dot', 'class'), /\bunknown\b/);
-  broker = await startBroker(Number(port), ['-c', chainConfig]);
+  broker = await startBroker(Number(port), ['-c', chainConfig], tracing);
   await page.waitForFunction(() => document.getElementById('health').dataset.state !== 'red', null, { timeout: 20000 });
   assert.ok(!(await page.isVisible('#down')));
   assert.equal(await page.textContent('#chain-stale'), '');

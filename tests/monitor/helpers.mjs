@@ -4,16 +4,17 @@
 import path from 'node:path';
 import { start, stop, freePort, freshStateDir, buildDir, bin } from '../mcp/helpers.mjs';
 
-export { start, stop, buildDir, bin };
+export { start, stop, freePort, buildDir, bin };
 export const monitorBin = path.join(buildDir, 'components/monitor/dsh-monitor');
 
 //  Its store (audit trail, pins) is in a directory of its own unless extra
 //  names one: the default one keeps the pins of every earlier run.
-export async function startBroker(port, extra = []) {
+//  env: variables of its own (its tracer's, OTEL_*).
+export async function startBroker(port, extra = [], env = {}) {
   if (!extra.includes('--state-dir'))
     extra = [...freshStateDir(), ...extra];
   const endpoint = `tcp://127.0.0.1:${port}`;
-  const { child } = await start(bin.broker, ['-e', endpoint, ...extra], /listening on tcp:/);
+  const { child } = await start(bin.broker, ['-e', endpoint, ...extra], /listening on tcp:/, { env });
   return { child, endpoint };
 }
 

@@ -34,12 +34,16 @@ function run(args) {
 test('--help lists every option with its default; bad flags exit 2', () => {
   const help = run(['--help']);
   assert.equal(help.status, 0);
-  for (const option of ['--broker', '--http', '--token-file', '--poll-ms', '--events', '--cert', '--broker-cert', '-v'])
+  for (const option of ['--broker', '--http', '--token-file', '--poll-ms', '--events', '--history-step-ms', '--history',
+    '--cert', '--broker-cert', '-v'])
     assert.match(help.stdout, new RegExp(option.replace(/-/g, '\\-')));
   assert.match(help.stdout, /default 127\.0\.0\.1:7580/);
   assert.match(help.stdout, /default 1000/);
   assert.match(help.stdout, /default 100\b/);
-  for (const args of [['--bogus'], ['--poll-ms', 'x'], ['--events', '0'], ['--http'], ['extra']]) {
+  assert.match(help.stdout, /--history-step-ms N\n.*\n.*default 5000/);
+  assert.match(help.stdout, /--history N .*default 180: 15 minutes/);
+  for (const args of [['--bogus'], ['--poll-ms', 'x'], ['--events', '0'], ['--http'], ['extra'], ['--history-step-ms', '99'],
+    ['--history', '0'], ['--history', '100001']]) {
     const bad = run(args);
     assert.equal(bad.status, 2, `${args.join(' ')}: ${bad.stderr}`);
     assert.match(bad.stderr, /dsh-monitor: /);

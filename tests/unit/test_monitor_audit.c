@@ -109,8 +109,8 @@ test_query_refused (void **state)
         zstr_free (&parameters);
     }
     s_assert_refused ("{\"limit\": \"99999999999999999999\"}", "limit is a number from 1 to 500");
-    s_assert_refused ("{\"since\": \"1\"}", "unknown parameter \"since\": /api/audit takes agent, tool, outcome "
-                      "and limit");
+    s_assert_refused ("{\"since\": \"1\"}", "unknown parameter \"since\": /api/audit takes agent, tool, outcome, "
+                      "callId and limit");
     //  A name not fit to be quoted is not
     s_assert_refused ("{\"<b>\\\"x\": \"1\"}", "an unknown parameter: /api/audit takes");
     s_assert_refused ("{\"agent\": 7}", "agent is not text");

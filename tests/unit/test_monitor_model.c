@@ -5,7 +5,8 @@
     polls and the approvals sockets give them (arguments only where they
     belong), a quarantined tool's marks, what a page's decision may say,
     and the Prometheus text with untrusted names escaped, the audit
-    trail's writer in it only when the broker keeps one
+    trail's writer in it only when the broker keeps one; the history ring
+    of rate samples and the latest failed calls
     =========================================================================
 */
 
@@ -472,6 +473,299 @@ test_metrics_quarantined (void **state)
     json_decref (stats);
 }
 
+//  The history ring: a sample a step, from the poll that ended the
+//  previous one; the oldest dropped past the bound; a gap where the broker
+//  did not answer or a new epoch began; at most 16 tools a sample.
+static void
+test_history (void **state)
+{
+    (void) state;
+    dsh_monitor_model_t *model = dsh_monitor_model_new (10);
+    dsh_monitor_model_set_history (model, 1000, 3);
+    json_t *history = dsh_monitor_model_history (model);
+    assert_int_equal (json_integer_value (json_object_get (history, "stepMs")), 1000);
+    assert_int_equal (json_integer_value (json_object_get (history, "kept")), 3);
+    assert_int_equal (json_array_size (json_object_get (history, "samples")), 0);
+    json_decref (history);
+
+    //  The first poll is the base; half a step later nothing yet
+    json_t *poll = s_poll (1, 1, 0, 1, 0);
+    dsh_monitor_model_poll (model, poll, 10000, 100);
+    json_decref (poll);
+    assert_null (dsh_monitor_model_history_added (model));
+    poll = s_poll (1, 2, 0, 2, 0);
+    dsh_monitor_model_poll (model, poll, 10500, 101);
+    json_decref (poll);
+    assert_null (dsh_monitor_model_history_added (model));
+    //  A step after the base: 4 more calls (1 failed, 2 slow) over 2 s
+    poll = s_poll (1, 4, 1, 3, 2);
+    dsh_monitor_model_poll (model, poll, 12000, 102);
+    json_decref (poll);
+    const json_t *added = dsh_monitor_model_history_added (model);
+    assert_non_null (added);
+    assert_int_equal (json_integer_value (json_object_get (added, "at")), 102);
+    assert_int_equal (json_integer_value (json_object_get (added, "intervalMs")), 2000);
+    assert_float_equal (json_real_value (json_object_get (added, "calls")), 2.0, 1e-9);
+    assert_float_equal (json_real_value (json_object_get (added, "errors")), 0.5, 1e-9);
+    //  rank 3.96 of 4, 2 in (1, 10 ms]: the total's p99 is the one tool's
+    assert_float_equal (json_real_value (json_object_get (added, "p99Ms")), 1.0 + 9.0 * (3.96 - 2) / 2, 1e-9);
+    json_t *tool = json_object_get (json_object_get (added, "tools"), "t\"o\\o\nl");
+    assert_float_equal (json_real_value (json_object_get (tool, "calls")), 2.0, 1e-9);
+    assert_float_equal (json_real_value (json_object_get (tool, "errors")), 0.5, 1e-9);
+    assert_true (json_is_real (json_object_get (tool, "p99Ms")));
+    //  A poll within the step of that one adds nothing
+    poll = s_poll (1, 4, 1, 3, 2);
+    dsh_monitor_model_poll (model, poll, 12100, 103);
+    json_decref (poll);
+    assert_null (dsh_monitor_model_history_added (model));
+
+    //  Three more samples: the ring keeps the last three; a quiet one has
+    //  no calls, no p99 and no tools
+    for (int index = 0; index < 3; index++) {
+        poll = s_poll (1, 4, 1, 3, 2);
+        dsh_monitor_model_poll (model, poll, 13100 + 1000 * index, 200 + index);
+        json_decref (poll);
+        assert_non_null (dsh_monitor_model_history_added (model));
+    }
+    history = dsh_monitor_model_history (model);
+    json_t *samples = json_object_get (history, "samples");
+    assert_int_equal (json_array_size (samples), 3);
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (samples, 0), "at")), 200);
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (samples, 2), "at")), 202);
+    json_t *quiet = json_array_get (samples, 2);
+    assert_float_equal (json_real_value (json_object_get (quiet, "calls")), 0.0, 1e-9);
+    assert_true (json_is_null (json_object_get (quiet, "p99Ms")));
+    assert_int_equal (json_object_size (json_object_get (quiet, "tools")), 0);
+    json_decref (history);
+
+    //  A poll that did not reach the broker is a gap: the next answered
+    //  one is a base, and a sample comes a step after it
+    poll = s_json ("{\"reachable\": false, \"error\": \"no reply\"}");
+    dsh_monitor_model_poll (model, poll, 16100, 300);
+    json_decref (poll);
+    assert_null (dsh_monitor_model_history_added (model));
+    poll = s_poll (1, 5, 1, 4, 2);
+    dsh_monitor_model_poll (model, poll, 20000, 301);
+    json_decref (poll);
+    assert_null (dsh_monitor_model_history_added (model));
+    poll = s_poll (1, 7, 1, 6, 2);
+    dsh_monitor_model_poll (model, poll, 21000, 302);
+    json_decref (poll);
+    added = dsh_monitor_model_history_added (model);
+    assert_non_null (added);
+    assert_int_equal (json_integer_value (json_object_get (added, "intervalMs")), 1000);
+    assert_float_equal (json_real_value (json_object_get (added, "calls")), 2.0, 1e-9);
+    //  A new epoch: no sample across two brokers
+    poll = s_poll (2, 1, 0, 1, 0);
+    dsh_monitor_model_poll (model, poll, 22000, 303);
+    json_decref (poll);
+    assert_null (dsh_monitor_model_history_added (model));
+
+    //  Fewer kept drops the oldest at once
+    dsh_monitor_model_set_history (model, 1000, 1);
+    history = dsh_monitor_model_history (model);
+    samples = json_object_get (history, "samples");
+    assert_int_equal (json_array_size (samples), 1);
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (samples, 0), "at")), 302);
+    json_decref (history);
+    //  Below the smallest step: the smallest
+    dsh_monitor_model_set_history (model, 1, 0);
+    history = dsh_monitor_model_history (model);
+    assert_int_equal (json_integer_value (json_object_get (history, "stepMs")), DSH_MONITOR_HISTORY_STEP_MS_MIN);
+    assert_int_equal (json_integer_value (json_object_get (history, "kept")), 1);
+    json_decref (history);
+    dsh_monitor_model_destroy (&model);
+
+    //  Defaults: 15 minutes of 5 s samples
+    model = dsh_monitor_model_new (1);
+    history = dsh_monitor_model_history (model);
+    assert_int_equal (json_integer_value (json_object_get (history, "stepMs")), 5000);
+    assert_int_equal (json_integer_value (json_object_get (history, "kept")), 180);
+    json_decref (history);
+    dsh_monitor_model_destroy (&model);
+}
+
+//  A poll of count tools "t0", "t1", ..., tool i with calls of its own
+//  (i + 1) * scale, all ok and fast.
+static json_t *
+s_poll_tools (int count, int scale)
+{
+    json_t *tools = json_array ();
+    int calls = 0;
+    for (int index = 0; index < count; index++) {
+        char name [16];
+        snprintf (name, sizeof name, "t%d", index);
+        int its = (index + 1) * scale;
+        calls += its;
+        json_array_append_new (tools, json_pack ("{s:s, s:i, s:i, s:{s:i}, s:[iii], s:i}", "name", name,
+                                                 "replicas", 1, "inFlight", 0, "outcomes", "ok", its,
+                                                 "histogram", its, 0, 0, "sumUs", its * 500));
+    }
+    return json_pack ("{s:b, s:{s:s, s:i, s:i, s:b, s:[ii], s:i, s:i, s:{}, s:{}, s:o, s:[], s:[]}}",
+                      "reachable", 1, "stats", "broker", "x", "epoch", 1, "uptimeMs", 5, "enabled", 1,
+                      "bucketsUs", 1000, 10000, "calls", calls, "inFlight", 0, "refused", "events",
+                      "tools", tools, "components", "agents");
+}
+
+static void
+test_history_tools_bound (void **state)
+{
+    (void) state;
+    dsh_monitor_model_t *model = dsh_monitor_model_new (1);
+    dsh_monitor_model_set_history (model, 1000, 10);
+    json_t *poll = s_poll_tools (40, 0);
+    dsh_monitor_model_poll (model, poll, 1000, 1);
+    json_decref (poll);
+    poll = s_poll_tools (40, 1);
+    dsh_monitor_model_poll (model, poll, 2000, 2);
+    json_decref (poll);
+    const json_t *added = dsh_monitor_model_history_added (model);
+    assert_non_null (added);
+    json_t *tools = json_object_get (added, "tools");
+    assert_int_equal (json_object_size (tools), DSH_MONITOR_HISTORY_TOOLS);
+    //  The busiest: t39 down to t24
+    assert_non_null (json_object_get (tools, "t39"));
+    assert_non_null (json_object_get (tools, "t24"));
+    assert_null (json_object_get (tools, "t23"));
+    assert_float_equal (json_real_value (json_object_get (json_object_get (tools, "t39"), "calls")), 40.0, 1e-9);
+    //  The total counts every tool
+    assert_float_equal (json_real_value (json_object_get (added, "calls")), 40.0 * 41 / 2, 1e-9);
+    dsh_monitor_model_destroy (&model);
+}
+
+//  The latest failed calls: from the audit rows a poll brings, the failed
+//  ones only, each once, newest first, bounded, without arguments, and
+//  kept while the broker does not answer.
+static void
+test_failures (void **state)
+{
+    (void) state;
+    dsh_monitor_model_t *model = dsh_monitor_model_new (1);
+    json_t *poll = s_poll (1, 1, 0, 1, 0);
+    json_object_set_new (poll, "latestCalls", s_json (
+        "[{\"broker\": \"b\", \"seq\": 3, \"record\": {\"outcome\": \"RATE_LIMITED\", \"tool\": \"write_file\","
+        "  \"agent\": \"loop\", \"callId\": \"c3\", \"traceId\": \"0af7651916cd43dd8448eb211c80319c\","
+        "  \"answeredMs\": 30, \"arguments\": {\"secret\": 1}}},"
+        " {\"broker\": \"b\", \"seq\": 2, \"record\": {\"outcome\": \"ok\", \"tool\": \"echo\"}},"
+        " {\"broker\": \"b\", \"seq\": 1, \"record\": {\"outcome\": \"TOOL_FAILED\", \"tool\": \"fail\"}},"
+        " {\"broker\": \"b\", \"seq\": 0, \"record\": null}]"));
+    dsh_monitor_model_poll (model, poll, 1000, 1);
+    json_decref (poll);
+    json_t *stats = dsh_monitor_model_stats (model);
+    assert_null (json_object_get (stats, "latestCalls"));
+    json_t *failures = json_object_get (stats, "failures");
+    assert_int_equal (json_array_size (failures), 2);
+    json_t *first = json_array_get (failures, 0);
+    assert_string_equal (json_string_value (json_object_get (first, "outcome")), "RATE_LIMITED");
+    assert_string_equal (json_string_value (json_object_get (first, "traceId")), "0af7651916cd43dd8448eb211c80319c");
+    assert_string_equal (json_string_value (json_object_get (first, "callId")), "c3");
+    assert_int_equal (json_integer_value (json_object_get (first, "seq")), 3);
+    assert_null (json_object_get (first, "arguments"));
+    assert_string_equal (json_string_value (json_object_get (json_array_get (failures, 1), "tool")), "fail");
+    json_decref (stats);
+
+    //  The same rows again, and a newer failure: each once, newest first
+    poll = s_poll (1, 1, 0, 1, 0);
+    json_object_set_new (poll, "latestCalls", s_json (
+        "[{\"broker\": \"b\", \"seq\": 4, \"record\": {\"outcome\": \"DENIED\", \"tool\": \"tick\"}},"
+        " {\"broker\": \"b\", \"seq\": 3, \"record\": {\"outcome\": \"RATE_LIMITED\", \"tool\": \"write_file\"}}]"));
+    dsh_monitor_model_poll (model, poll, 2000, 2);
+    json_decref (poll);
+    stats = dsh_monitor_model_stats (model);
+    failures = json_object_get (stats, "failures");
+    assert_int_equal (json_array_size (failures), 3);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (failures, 0), "outcome")), "DENIED");
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (failures, 1), "seq")), 3);
+    json_decref (stats);
+
+    //  Kept while the broker does not answer
+    poll = s_json ("{\"reachable\": false, \"error\": \"no reply\"}");
+    dsh_monitor_model_poll (model, poll, 3000, 3);
+    json_decref (poll);
+    stats = dsh_monitor_model_stats_public (model);
+    assert_int_equal (json_array_size (json_object_get (stats, "failures")), 3);
+    json_decref (stats);
+
+    //  At most DSH_MONITOR_FAILURES_KEPT, the newest
+    json_t *rows = json_array ();
+    for (int seq = 100; seq > 60; seq--)
+        json_array_append_new (rows, json_pack ("{s:s, s:i, s:{s:s}}", "broker", "b", "seq", seq,
+                                                "record", "outcome", "TIMEOUT"));
+    poll = s_poll (1, 1, 0, 1, 0);
+    json_object_set_new (poll, "latestCalls", rows);
+    dsh_monitor_model_poll (model, poll, 4000, 4);
+    json_decref (poll);
+    stats = dsh_monitor_model_stats (model);
+    failures = json_object_get (stats, "failures");
+    assert_int_equal (json_array_size (failures), DSH_MONITOR_FAILURES_KEPT);
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (failures, 0), "seq")), 100);
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (failures, DSH_MONITOR_FAILURES_KEPT - 1),
+                                                           "seq")), 100 - DSH_MONITOR_FAILURES_KEPT + 1);
+    json_decref (stats);
+    //  Read again (the monitor reads from a little before the newest), with
+    //  rows long out of the ring: none comes back; another broker's are its own
+    poll = s_poll (1, 1, 0, 1, 0);
+    json_object_set_new (poll, "latestCalls", s_json (
+        "[{\"broker\": \"other\", \"seq\": 7, \"record\": {\"outcome\": \"TIMEOUT\"}},"
+        " {\"broker\": \"b\", \"seq\": 70, \"record\": {\"outcome\": \"TIMEOUT\"}},"
+        " {\"broker\": \"b\", \"seq\": 61, \"record\": {\"outcome\": \"TIMEOUT\"}}]"));
+    dsh_monitor_model_poll (model, poll, 5000, 5);
+    json_decref (poll);
+    stats = dsh_monitor_model_stats (model);
+    failures = json_object_get (stats, "failures");
+    assert_int_equal (json_array_size (failures), DSH_MONITOR_FAILURES_KEPT);
+    assert_string_equal (json_string_value (json_object_get (json_array_get (failures, 0), "broker")), "other");
+    assert_int_equal (json_integer_value (json_object_get (json_array_get (failures, 1), "seq")), 100);
+    json_decref (stats);
+    dsh_monitor_model_destroy (&model);
+}
+
+//  The broker's own figures, agents' calls in flight and components'
+//  workers and queue in /metrics; a broker that gives no figure, none.
+static void
+test_metrics_figures (void **state)
+{
+    (void) state;
+    dsh_monitor_model_t *model = dsh_monitor_model_new (1);
+    json_t *poll = s_poll (1, 1, 0, 1, 0);
+    json_t *stats = json_object_get (poll, "stats");
+    json_object_set_new (stats, "rssBytes", json_integer (20971520));
+    json_object_set_new (stats, "connections", json_integer (3));
+    json_object_set_new (stats, "queued", json_integer (2));
+    json_object_set_new (stats, "queueBytes", json_integer (512));
+    json_array_append_new (json_object_get (stats, "agents"), s_json (
+        "{\"agent\": \"loop\", \"calls\": 9, \"errors\": 4, \"inFlight\": 2, \"outcomes\": {\"RATE_LIMITED\": 4}}"));
+    json_array_append_new (json_object_get (stats, "components"), s_json (
+        "{\"id\": \"c\", \"served\": 1, \"inFlight\": 0, \"heartbeatAgeMs\": 5, \"workers\": 8, \"queued\": 1,"
+        " \"host\": \"h\", \"pid\": 7, \"version\": \"dsh-c/0.1.0\", \"uptimeMs\": 100}"));
+    dsh_monitor_model_poll (model, poll, 1000, 1);
+    json_decref (poll);
+    json_t *tools = dsh_monitor_model_tools (model);
+    json_t *last = dsh_monitor_model_stats (model);
+    char *text = dsh_monitor_metrics (tools, last);
+    assert_non_null (strstr (text, "# TYPE dsh_broker_resident_memory_bytes gauge\ndsh_broker_resident_memory_bytes 20971520\n"));
+    assert_non_null (strstr (text, "dsh_broker_connections 3\n"));
+    assert_non_null (strstr (text, "dsh_broker_queued_calls 2\n"));
+    assert_non_null (strstr (text, "dsh_broker_queue_bytes 512\n"));
+    assert_non_null (strstr (text, "dsh_agent_inflight{agent=\"loop\"} 2\n"));
+    assert_non_null (strstr (text, "dsh_component_workers{component=\"c\"} 8\n"));
+    assert_non_null (strstr (text, "dsh_component_queued{component=\"c\"} 1\n"));
+    free (text);
+    json_decref (last);
+    //  An older broker: no figures, no families
+    poll = s_poll (1, 1, 0, 1, 0);
+    dsh_monitor_model_poll (model, poll, 2000, 2);
+    json_decref (poll);
+    last = dsh_monitor_model_stats (model);
+    text = dsh_monitor_metrics (tools, last);
+    assert_null (strstr (text, "dsh_broker_resident_memory_bytes"));
+    assert_null (strstr (text, "dsh_broker_queue_bytes"));
+    free (text);
+    json_decref (last);
+    json_decref (tools);
+    dsh_monitor_model_destroy (&model);
+}
+
 int
 main (void)
 {
@@ -485,6 +779,10 @@ main (void)
         cmocka_unit_test (test_pending),
         cmocka_unit_test (test_quarantined_marks),
         cmocka_unit_test (test_decision_check),
+        cmocka_unit_test (test_history),
+        cmocka_unit_test (test_history_tools_bound),
+        cmocka_unit_test (test_failures),
+        cmocka_unit_test (test_metrics_figures),
     };
     return cmocka_run_group_tests (tests, NULL, NULL);
 }
