@@ -4,6 +4,7 @@
         dsh-bench [--quick] [--json] [--only PARTS] [--full] [--settings LIST]
         dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S]
                   [--calls N]
+        dsh-bench --limit-configs DIR
 
     In one run, on loopback tcp with free ports, it starts and measures:
 
@@ -51,6 +52,27 @@
                  rounds, tofu over off and granted over allow as ratios
                  with their range over the rounds, and NATS's calls/s of
                  the same run beside them
+      trace      dsh with the audit off and the broker's tracing off
+                 (two brokers: off against off is the noise floor), the
+                 broker of an earlier build ($DSH_BENCH_PREVIOUS_BUILD, a
+                 build directory; not measured without it), and tracing on
+                 (the standard OTEL_* variables in the broker's
+                 environment only) with 1 % sampled (traceidratio) and
+                 100 % (always_on), exporting http/protobuf to a sink in
+                 the bench (libmicrohttpd) that answers every POST
+                 /v1/traces 200, unread: calls/s and the broker's CPU time
+                 per call at 64 in flight, p50/p99 at 1, 64 B, the five in
+                 turns in ten short rounds, the ratios with their range
+                 over the rounds; what the sink received and the broker's
+                 span counters (STATS); it says so when no span left the
+                 broker
+      limit      dsh with the audit off, the empty chain, one pass stage
+                 (what any stage costs), the main job's limit stage alone
+                 and its whole chain
+                 (deploy/dsh-broker.cfg), each limit rule that the bench's
+                 calls meet raised so none is refused: the same figures,
+                 in turns, and calls/s against the raw floor's and NATS's
+                 of the same run
 
     latency (one call in flight, p50/p99) and throughput (1, 16 and 64 in
     flight) against 1 and 4 replicas, with payloads of 64 B and 4 KiB; then
@@ -71,15 +93,17 @@
     runs the issue's whole matrix, --settings one's own.
     --quick does it all with small counts (scale: 10 x 100) in a few seconds.
     --only runs some parts (raw, nats, dsh, pass3, scale, curve, stats,
-    audit, pins, swarm), e.g. --only scale to look at the broker's memory run
+    audit, pins, trace, limit, swarm), e.g. --only scale to look at the broker's memory run
     after run. Every broker keeps its audit store in a directory the bench
     makes and removes at the end ($DSH_STATE_DIR for its children, unless
     it is set), so a run does not grow ~/.local/state.
     --drive only loads an existing broker's echo tool, for profiling (and
     for tests/mcp/bench.mjs); with --inflight 1 it also prints p50/p99, and
     with more in flight p50/p99 from the send time each callId carries.
+    --limit-configs only writes the limit part's chains into a directory,
+    for tests/bench/profile_limit_trace.sh.
 
-    The targets of issues 10, 14, 24, 25 and 26 are printed, each met or
+    The targets of issues 10, 14, 24, 25, 26 and 28 are printed, each met or
     missed, never asserted; the exit status is 1 only when a dsh or floor
     figure is missing or insane (no calls completed, errors, timeouts). NATS is the
     peer, not the subject: when it fails, its column is dropped with the
@@ -95,14 +119,19 @@
 
 #include "dsh_sock.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <libpq-fe.h>
 #include <math.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 
@@ -119,7 +148,9 @@
 #define S_PART_SWARM    (S_VARIANTS + 3)
 #define S_PART_AUDIT    (S_VARIANTS + 4)
 #define S_PART_PINS     (S_VARIANTS + 5)
-#define S_PARTS         (S_VARIANTS + 6)
+#define S_PART_TRACE    (S_VARIANTS + 6)
+#define S_PART_LIMIT    (S_VARIANTS + 7)
+#define S_PARTS         (S_VARIANTS + 8)
 //  Longest wait for any one reply before a run counts as failed.
 #define S_REPLY_WAIT_MS 5000
 //  Calls --drive makes before it counts (the first one also connects).
@@ -128,9 +159,10 @@
 static const char *s_variant_names [S_VARIANTS] = { "raw floor", "NATS", "dsh (empty chain)", "dsh (3 pass stages)" };
 static const char *s_variant_keys [S_VARIANTS] = { "raw", "nats", "dsh", "dsh_pass3" };
 //  What --only takes: the variants, then the scale run, the CURVE part, the
-//  statistics part, the swarm part, the audit part and the pins part.
+//  statistics part, the swarm part, the audit part, the pins part, the
+//  trace part and the limit part.
 static const char *s_part_names [S_PARTS] = { "raw", "nats", "dsh", "pass3", "scale", "curve", "stats", "swarm",
-                                              "audit", "pins" };
+                                              "audit", "pins", "trace", "limit" };
 static const size_t s_payloads [S_PAYLOADS] = { 64, 4096 };
 static const int s_inflights [] = { 1, 16, 64 };
 #define S_INFLIGHTS     (sizeof (s_inflights) / sizeof (s_inflights [0]))
@@ -236,6 +268,62 @@ static const struct {
 };
 #define S_PINS_FIGURES  (sizeof (s_pins_figures) / sizeof (s_pins_figures [0]))
 #define S_PINS_ROWS     (S_PAYLOADS * S_PINS_FIGURES)
+
+//  The trace and limit parts (issue 28) measure as the pins part does, in
+//  turns, its figures at 64 B: a layout per column, comparisons as ratios
+#define S_TURNS_LAYOUTS_MAX     5
+#define S_TURNS_COMPARISONS_MAX 4
+typedef struct {
+    const char *key;
+    int layout;
+    int reference;
+} s_versus_t;
+
+//  The trace part: a broker with tracing off, a second one with it off
+//  (off against off: the noise floor), the broker of an earlier build
+//  ($DSH_BENCH_PREVIOUS_BUILD, before tracing; not measured without it),
+//  and tracing on with 1 % and 100 % sampled, exporting over OTLP/HTTP to
+//  a sink in the bench that accepts everything
+#define S_TRACE_LAYOUTS     5
+#define S_TRACE_OFF         0
+#define S_TRACE_TWIN        1
+#define S_TRACE_PREVIOUS    2
+#define S_TRACE_RATIO       3
+#define S_TRACE_ALWAYS      4
+#define S_TRACE_ROUNDS      10
+static const char *s_trace_layout_names [S_TRACE_LAYOUTS] = {
+    "dsh, tracing off", "dsh, tracing off (a second broker)", "dsh, the previous build's broker",
+    "dsh, tracing on, 1 % sampled", "dsh, tracing on, 100 % sampled"
+};
+static const char *s_trace_layout_keys [S_TRACE_LAYOUTS] = { "off", "off_twin", "previous", "sampled_1pct",
+                                                             "sampled_100pct" };
+#define S_TRACE_COMPARISONS 4
+static const s_versus_t s_trace_comparisons [S_TRACE_COMPARISONS] = {
+    { "off_vs_off", S_TRACE_OFF, S_TRACE_TWIN }, { "off_vs_previous", S_TRACE_OFF, S_TRACE_PREVIOUS },
+    { "1pct_vs_off", S_TRACE_RATIO, S_TRACE_OFF }, { "100pct_vs_off", S_TRACE_ALWAYS, S_TRACE_OFF }
+};
+
+//  The limit part: an empty chain, one pass stage (what any one stage
+//  costs), the main job's limit stage alone, and the main job's whole
+//  chain, each limit rule that the bench's calls meet raised so that it
+//  never refuses them; the audit off in all four
+#define S_LIMIT_LAYOUTS     4
+#define S_LIMIT_NONE        0
+#define S_LIMIT_PASS        1
+#define S_LIMIT_STAGE       2
+#define S_LIMIT_MAIN        3
+#define S_LIMIT_ROUNDS      10
+//  What a raised rule allows (the stage's largest): far above any rate here
+#define S_LIMIT_RAISED      "1000000"
+static const char *s_limit_layout_names [S_LIMIT_LAYOUTS] = {
+    "dsh, empty chain", "dsh, a pass stage", "dsh, a limit stage", "dsh, the main job's chain"
+};
+static const char *s_limit_layout_keys [S_LIMIT_LAYOUTS] = { "empty", "pass", "limit", "main_chain" };
+#define S_LIMIT_COMPARISONS 3
+static const s_versus_t s_limit_comparisons [S_LIMIT_COMPARISONS] = {
+    { "limit_vs_empty", S_LIMIT_STAGE, S_LIMIT_NONE }, { "limit_vs_pass", S_LIMIT_STAGE, S_LIMIT_PASS },
+    { "main_vs_empty", S_LIMIT_MAIN, S_LIMIT_NONE }
+};
 
 //  One setting of the swarm part.
 typedef struct {
@@ -397,6 +485,43 @@ typedef struct {
     uint64_t asked;             //  PENDINGs the approver was sent during the measured calls
 } s_pins_grant_t;
 
+//  One figure of the trace or limit part: each layout's, and for each
+//  comparison its ratio's range over the rounds (low 0: none made).
+typedef struct {
+    const char *figure;
+    int inflight;
+    double value [S_TURNS_LAYOUTS_MAX];  //  0: not measured or failed
+    double ratio_low [S_TURNS_COMPARISONS_MAX];
+    double ratio_high [S_TURNS_COMPARISONS_MAX];
+} s_turns_row_t;
+
+//  The trace or limit part: what its layouts are, which ran, its figures.
+typedef struct {
+    const char *name;
+    int layouts;
+    const char *const *layout_names;
+    const char *const *layout_keys;
+    int comparisons;
+    const s_versus_t *versus;
+    int rounds;
+    bool measured [S_TURNS_LAYOUTS_MAX];     //  the layout ran
+    s_turns_row_t rows [S_PINS_FIGURES];     //  the pins part's figures, at 64 B
+    double seconds;                          //  how long the part took
+} s_turns_t;
+
+//  What a traced layout's broker exported, by its own count (STATS) and
+//  by the sink's.
+typedef struct {
+    bool counted;               //  STATS carried the broker's tracing counters
+    uint64_t spans_ended;
+    uint64_t spans_exported;
+    uint64_t spans_dropped;
+    uint64_t export_failures;
+    uint64_t requests;          //  POST /v1/traces the sink answered
+    uint64_t bytes;             //  their bodies
+    uint64_t calls;             //  measured and warm-up calls on the layout
+} s_trace_export_t;
+
 typedef struct {
     s_plan_t plan;
     bool run [S_PARTS];         //  which parts this run measures
@@ -413,6 +538,11 @@ typedef struct {
     s_pins_row_t pins_rows [S_PINS_ROWS];
     s_pins_grant_t pins_grant;
     double pins_seconds;        //  how long the pins part took
+    s_turns_t trace;
+    s_trace_export_t trace_export [S_TRACE_LAYOUTS];
+    char trace_previous [512];  //  the previous build's directory, or why it was not measured
+    s_turns_t limit;
+    char limit_source [256];    //  where the limit stage and the chain came from
     s_swarm_setting_t swarm_settings [S_SWARM_SETTINGS_MAX];
     size_t swarm_count;
     s_swarm_plan_t swarm_plan;
@@ -2720,6 +2850,532 @@ s_bench_pins (s_bench_t *self)
 }
 
 //  ---------------------------------------------------------------------
+//  Turns: the trace and limit parts' layouts measured as the pins part's,
+//  in turns over rounds, at 64 B (issue 28)
+
+//  Sets up part's rows, every figure not measured yet.
+static void
+s_turns_init (s_turns_t *part, const char *name, int layouts, const char *const *layout_names,
+              const char *const *layout_keys, int comparisons, const s_versus_t *versus, int rounds)
+{
+    assert (layouts <= S_TURNS_LAYOUTS_MAX && comparisons <= S_TURNS_COMPARISONS_MAX);
+    *part = (s_turns_t) { name, layouts, layout_names, layout_keys, comparisons, versus, rounds, { false }, { { 0 } },
+                          0 };
+    for (size_t figure = 0; figure < S_PINS_FIGURES; figure++) {
+        part->rows [figure].figure = s_pins_figures [figure].figure;
+        part->rows [figure].inflight = s_pins_figures [figure].inflight;
+    }
+}
+
+static s_turns_row_t *
+s_turns_row (s_turns_t *part, const char *figure)
+{
+    for (size_t index = 0; index < S_PINS_FIGURES; index++)
+        if (streq (part->rows [index].figure, figure))
+            return &part->rows [index];
+    assert (false);
+    return NULL;
+}
+
+//  A layout's figure of row over its reference's in comparison compared;
+//  0 if either is missing.
+static double
+s_turns_compare (const s_turns_t *part, const s_turns_row_t *row, int compared)
+{
+    double layout = row->value [part->versus [compared].layout];
+    double reference = row->value [part->versus [compared].reference];
+    return layout > 0 && reference > 0? layout / reference: 0;
+}
+
+//  One turn on layout which: inflight calls of 64 B for a round's share of
+//  the plan. Writes the turn's tally into turn and adds it to tally.
+//  Returns 0, or -1 (and the run fails).
+static int
+s_turns_turn (s_bench_t *self, s_turns_t *part, s_layout_t *layout, int which, int inflight, s_pins_tally_t *tally,
+              s_pins_tally_t *turn)
+{
+    s_target_t *target = layout->target;
+    pid_t broker = dsh_testproc_pid (layout->server);
+    int calls = (inflight == 1? self->plan.latency_calls: self->plan.throughput_calls) * 2 / part->rounds;
+    int ms = (inflight == 1? self->plan.latency_ms: self->plan.throughput_ms) * 2 / part->rounds;
+    uint64_t replies_before = target->replies;
+    size_t first_sample = tally->sample_count;
+    int64_t cpu_before = s_proc_cpu_usecs (broker);
+    int64_t started = zclock_usecs ();
+    double rate = s_run (target, 0, inflight, calls, ms, inflight == 1? tally->samples: NULL, &tally->sample_count);
+    int64_t elapsed = zclock_usecs () - started;
+    int64_t cpu_after = s_proc_cpu_usecs (broker);
+    uint64_t done = target->replies - replies_before;
+    *turn = (s_pins_tally_t) { tally->samples + first_sample, tally->sample_count - first_sample, done, elapsed,
+                               cpu_after - cpu_before };
+    if (rate <= 0 || done == 0 || (inflight == 1 && turn->sample_count == 0) || cpu_before < 0 || cpu_after < 0) {
+        s_fail (self, "%s: run with %d in flight, 64 B failed (%s)", part->layout_names [which], inflight,
+                target->last_error [0]? target->last_error: "no reply, or no CPU time");
+        return -1;
+    }
+    tally->calls += done;
+    tally->usecs += elapsed;
+    tally->cpu_usecs += turn->cpu_usecs;
+    return 0;
+}
+
+//  The figures with inflight calls in flight on every layout that runs:
+//  the part's rounds, in each the layouts in turns, which goes first
+//  rotating. Latency is the pooled rounds' p50/p99, calls/s all calls over
+//  all their time, CPU per call all CPU time over all calls; each
+//  comparison's range is over the rounds' own. Returns 0, or -1 (the run
+//  fails).
+static int
+s_turns_figure (s_bench_t *self, s_turns_t *part, s_layout_t *layouts, int64_t **samples, int inflight)
+{
+    int order [S_TURNS_LAYOUTS_MAX], running = 0;
+    for (int which = 0; which < part->layouts; which++)
+        if (part->measured [which])
+            order [running++] = which;
+    s_pins_tally_t tallies [S_TURNS_LAYOUTS_MAX];
+    for (int which = 0; which < part->layouts; which++)
+        tallies [which] = (s_pins_tally_t) { samples [which], 0, 0, 0, 0 };
+    for (int round = 0; round < part->rounds && !zsys_interrupted; round++) {
+        s_pins_tally_t turns [S_TURNS_LAYOUTS_MAX];
+        memset (turns, 0, sizeof (turns));
+        for (int turn = 0; turn < running; turn++) {
+            int which = order [(round + turn) % running];
+            if (s_turns_turn (self, part, &layouts [which], which, inflight, &tallies [which], &turns [which]))
+                return -1;
+        }
+        for (size_t figure = 0; figure < S_PINS_FIGURES; figure++) {
+            s_turns_row_t *row = &part->rows [figure];
+            if (row->inflight != inflight)
+                continue;
+            for (int compared = 0; compared < part->comparisons; compared++) {
+                const s_versus_t *versus = &part->versus [compared];
+                if (!part->measured [versus->layout] || !part->measured [versus->reference])
+                    continue;
+                double layout = s_pins_figure_of (&turns [versus->layout], row->figure);
+                double reference = s_pins_figure_of (&turns [versus->reference], row->figure);
+                //  A short turn may use less than a clock tick of CPU
+                if (layout > 0 && reference > 0)
+                    s_ratio_range (&row->ratio_low [compared], &row->ratio_high [compared], layout / reference);
+            }
+        }
+    }
+    for (size_t figure = 0; figure < S_PINS_FIGURES && !zsys_interrupted; figure++)
+        if (part->rows [figure].inflight == inflight)
+            for (int which = 0; which < part->layouts; which++)
+                if (part->measured [which])
+                    part->rows [figure].value [which] = s_pins_figure_of (&tallies [which], part->rows [figure].figure);
+    return 0;
+}
+
+//  Warms up every layout that runs, then measures 64 in flight and one in
+//  flight. Returns 0, or -1 (the run fails).
+static int
+s_turns_measure (s_bench_t *self, s_turns_t *part, s_layout_t *layouts)
+{
+    for (int which = 0; which < part->layouts; which++)
+        if (part->measured [which])
+            s_warm_up (self, layouts [which].target);
+    int64_t *samples [S_TURNS_LAYOUTS_MAX];
+    for (int which = 0; which < part->layouts; which++) {
+        samples [which] = (int64_t *) calloc ((size_t) self->plan.latency_calls * 2, sizeof (int64_t));
+        assert (samples [which]);
+    }
+    int rc = 0;
+    for (size_t figure = 0; figure < S_PINS_FIGURES && rc == 0 && !zsys_interrupted; figure++)
+        if (figure == 0 || s_pins_figures [figure - 1].inflight != s_pins_figures [figure].inflight)
+            rc = s_turns_figure (self, part, layouts, samples, s_pins_figures [figure].inflight);
+    for (int which = 0; which < part->layouts; which++)
+        free (samples [which]);
+    return rc;
+}
+
+//  Starts a dsh-demo on the broker at endpoint and a target calling it as
+//  the bench's agent. Returns 0, or -1 (and the run fails).
+static int
+s_turns_echo_start (s_bench_t *self, s_turns_t *part, s_layout_t *layout, int which, const char *endpoint)
+{
+    char id [48];
+    snprintf (id, sizeof (id), "bench-%s-demo-%d", part->name, which);
+    layout->echo = dsh_testkit_component ("components/demo/dsh-demo", endpoint, id, NULL);
+    if (!layout->echo || s_wait_providers (endpoint, 1, 10000)) {
+        s_fail (self, "%s: did not start", part->layout_names [which]);
+        return -1;
+    }
+    layout->target = s_target_new (S_DSH, endpoint);
+    //  Calls from an agent, as an agent's are: the limit stage keys on it
+    layout->target->agent = S_CURVE_AGENT;
+    part->measured [which] = true;
+    return 0;
+}
+
+static void
+s_turns_stop (s_turns_t *part, s_layout_t *layouts)
+{
+    for (int which = 0; which < part->layouts; which++) {
+        s_target_destroy (&layouts [which].target);
+        s_stop (&layouts [which].echo);
+        s_stop (&layouts [which].server);
+    }
+}
+
+//  ---------------------------------------------------------------------
+//  Trace: the broker's tracing off, and on at 1 % and 100 % sampled
+
+//  An OTLP/HTTP receiver that accepts everything: every POST /v1/traces
+//  is answered 200 with an empty ExportTraceServiceResponse (no bytes in
+//  protobuf, {} in JSON), unread, only counted, so that the receiver
+//  costs the machine as little as it can. Its thread is libmicrohttpd's.
+typedef struct {
+    struct MHD_Daemon *daemon;
+    int port;
+    atomic_uint_fast64_t requests;      //  POST /v1/traces answered
+    atomic_uint_fast64_t bytes;         //  their bodies
+    atomic_uint_fast64_t others;        //  anything else (404)
+} s_sink_t;
+
+//  What a request's connection state points at once its headers are read
+static int s_sink_started;
+
+static enum MHD_Result
+s_sink_access (void *cls, struct MHD_Connection *connection, const char *url, const char *method,
+               const char *version, const char *upload_data, size_t *upload_data_size, void **request)
+{
+    (void) version;
+    (void) upload_data;
+    s_sink_t *self = (s_sink_t *) cls;
+    if (!*request) {
+        *request = &s_sink_started;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        atomic_fetch_add (&self->bytes, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    bool traces = streq (method, "POST") && streq (url, "/v1/traces");
+    const char *type = MHD_lookup_connection_value (connection, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    bool json = type && strncmp (type, "application/json", 16) == 0;
+    struct MHD_Response *response = MHD_create_response_from_buffer (json? 2: 0, (void *) (json? "{}": ""),
+                                                                     MHD_RESPMEM_PERSISTENT);
+    if (!response)
+        return MHD_NO;
+    MHD_add_response_header (response, MHD_HTTP_HEADER_CONTENT_TYPE, json? "application/json": "application/x-protobuf");
+    enum MHD_Result rc = MHD_queue_response (connection, traces? MHD_HTTP_OK: MHD_HTTP_NOT_FOUND, response);
+    MHD_destroy_response (response);
+    atomic_fetch_add (traces? &self->requests: &self->others, 1);
+    return rc;
+}
+
+//  Starts a sink on a free loopback port. NULL if it cannot.
+static s_sink_t *
+s_sink_new (void)
+{
+    s_sink_t *self = (s_sink_t *) zmalloc (sizeof (s_sink_t));
+    assert (self);
+    struct sockaddr_in address = { .sin_family = AF_INET, .sin_port = 0 };
+    address.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    self->daemon = MHD_start_daemon (MHD_USE_AUTO_INTERNAL_THREAD, 0, NULL, NULL, s_sink_access, self,
+                                     MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &address, MHD_OPTION_END);
+    const union MHD_DaemonInfo *info = self->daemon? MHD_get_daemon_info (self->daemon, MHD_DAEMON_INFO_BIND_PORT):
+                                                     NULL;
+    self->port = info? info->port: 0;
+    if (!self->port) {
+        if (self->daemon)
+            MHD_stop_daemon (self->daemon);
+        free (self);
+        return NULL;
+    }
+    return self;
+}
+
+static void
+s_sink_destroy (s_sink_t **self_p)
+{
+    if (*self_p) {
+        s_sink_t *self = *self_p;
+        MHD_stop_daemon (self->daemon);
+        free (self);
+        *self_p = NULL;
+    }
+}
+
+//  The standard variables that configure a process's tracing
+static const char *s_otel_variables [] = {
+    "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"
+};
+#define S_OTEL_VARIABLES (sizeof (s_otel_variables) / sizeof (s_otel_variables [0]))
+
+//  Removes every OTEL_* variable from this process's environment, so that
+//  no broker, component or client the bench starts traces unless the
+//  trace part says so.
+static void
+s_otel_clear (void)
+{
+    extern char **environ;
+    bool removed = true;
+    while (removed) {
+        removed = false;
+        for (char **variable = environ; variable && *variable && !removed; variable++)
+            if (strncmp (*variable, "OTEL_", 5) == 0) {
+                char name [256];
+                snprintf (name, sizeof (name), "%.*s", (int) strcspn (*variable, "="), *variable);
+                unsetenv (name);
+                removed = true;
+            }
+    }
+}
+
+//  The broker's tracing counters (STATS tracing or trace, as dsh_trace
+//  keeps them), into export. counted false if STATS has none.
+static void
+s_trace_counts (dsh_client_t *client, s_trace_export_t *export)
+{
+    char error [256];
+    dsh_reply_t *reply = dsh_client_request (client, DSH_STATS, NULL, 5000, error, sizeof (error));
+    const msgpack_object *body = reply? dsh_reply_body (reply): NULL;
+    const msgpack_object *counters = body? dsh_map_get (body, "tracing"): NULL;
+    if (!(counters && counters->type == MSGPACK_OBJECT_MAP))
+        counters = body? dsh_map_get (body, "trace"): NULL;
+    export->counted = counters && counters->type == MSGPACK_OBJECT_MAP
+                   && (dsh_map_get (counters, "spansExported") || dsh_map_get (counters, "spansDropped"));
+    if (export->counted) {
+        export->spans_ended = s_uint_field (counters, "spansEnded");
+        export->spans_exported = s_uint_field (counters, "spansExported");
+        export->spans_dropped = s_uint_field (counters, "spansDropped");
+        export->export_failures = s_uint_field (counters, "exportFailures");
+    }
+    dsh_reply_destroy (&reply);
+}
+
+//  Starts layout which: a broker with the audit off, traced to sink (NULL:
+//  off) at 1 % or 100 % sampled, or the previous build's; a dsh-demo and
+//  a target. Returns 0; -1 if it did not start (the run fails), 1 if it is
+//  not measured (the previous build: none given).
+static int
+s_trace_layout_start (s_bench_t *self, s_layout_t *layout, int which, s_sink_t *sink)
+{
+    const char *flags [] = { "--audit", "off", NULL };
+    char endpoint [256];
+    if (sink) {
+        char value [64];
+        snprintf (value, sizeof (value), "http://127.0.0.1:%d", sink->port);
+        setenv ("OTEL_EXPORTER_OTLP_ENDPOINT", value, 1);
+        setenv ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf", 1);
+        setenv ("OTEL_TRACES_SAMPLER", which == S_TRACE_RATIO? "traceidratio": "always_on", 1);
+        if (which == S_TRACE_RATIO)
+            setenv ("OTEL_TRACES_SAMPLER_ARG", "0.01", 1);
+    }
+    if (which == S_TRACE_PREVIOUS) {
+        //  The testkit starts broker/dsh-broker under $DSH_BUILD_DIR
+        const char *previous = getenv ("DSH_BENCH_PREVIOUS_BUILD");
+        char *program = previous && *previous? zsys_sprintf ("%s/broker/dsh-broker", previous): NULL;
+        if (!program || access (program, X_OK)) {
+            snprintf (self->trace_previous, sizeof (self->trace_previous), "not measured: %s",
+                      program? "no broker/dsh-broker in $DSH_BENCH_PREVIOUS_BUILD":
+                               "$DSH_BENCH_PREVIOUS_BUILD names no build directory");
+            zstr_free (&program);
+            return 1;
+        }
+        zstr_free (&program);
+        char *build = strdup (getenv ("DSH_BUILD_DIR"));
+        setenv ("DSH_BUILD_DIR", previous, 1);
+        layout->server = dsh_testkit_broker (1000, flags, endpoint, sizeof (endpoint));
+        setenv ("DSH_BUILD_DIR", build, 1);
+        free (build);
+        snprintf (self->trace_previous, sizeof (self->trace_previous), "%s", previous);
+    }
+    else
+        layout->server = dsh_testkit_broker (1000, flags, endpoint, sizeof (endpoint));
+    //  The broker's only: its component and the bench stay untraced
+    for (size_t index = 0; index < S_OTEL_VARIABLES; index++)
+        unsetenv (s_otel_variables [index]);
+    if (!layout->server) {
+        s_fail (self, "%s: the broker did not start", s_trace_layout_names [which]);
+        return -1;
+    }
+    return s_turns_echo_start (self, &self->trace, layout, which, endpoint);
+}
+
+static void
+s_bench_trace (s_bench_t *self)
+{
+    int64_t started = zclock_mono ();
+    s_layout_t layouts [S_TRACE_LAYOUTS];
+    memset (layouts, 0, sizeof (layouts));
+    s_sink_t *sinks [S_TRACE_LAYOUTS] = { NULL };
+    sinks [S_TRACE_RATIO] = s_sink_new ();
+    sinks [S_TRACE_ALWAYS] = s_sink_new ();
+    bool ready = sinks [S_TRACE_RATIO] && sinks [S_TRACE_ALWAYS];
+    if (!ready)
+        s_fail (self, "trace: the OTLP/HTTP sink did not start");
+    //  All up at once, measured in turns, so load that drifts falls on all
+    for (int which = 0; which < S_TRACE_LAYOUTS && ready; which++)
+        ready = s_trace_layout_start (self, &layouts [which], which, sinks [which]) >= 0;
+    if (ready)
+        ready = s_turns_measure (self, &self->trace, layouts) == 0;
+    for (int which = 0; which < S_TRACE_LAYOUTS; which++) {
+        s_trace_export_t *export = &self->trace_export [which];
+        if (layouts [which].target) {
+            export->calls = layouts [which].target->replies;
+            s_trace_counts (layouts [which].target->client, export);
+        }
+    }
+    //  What was queued when the calls ended has until the broker's stop to
+    //  go out (it flushes then); the sink's count is read after
+    s_turns_stop (&self->trace, layouts);
+    for (int which = 0; which < S_TRACE_LAYOUTS; which++)
+        if (sinks [which]) {
+            self->trace_export [which].requests = atomic_load (&sinks [which]->requests);
+            self->trace_export [which].bytes = atomic_load (&sinks [which]->bytes);
+            s_sink_destroy (&sinks [which]);
+        }
+    self->trace.seconds = (double) (zclock_mono () - started) / 1000.0;
+}
+
+//  ---------------------------------------------------------------------
+//  Limit: a limit stage, and the main job's chain
+
+//  True if rule (a limit stage's) applies to the bench's calls: its agent
+//  and tool globs take the bench's agent and echo.
+static bool
+s_limit_rule_meets (zconfig_t *rule)
+{
+    const char *agent = zconfig_get (rule, "agent", "*");
+    const char *tool = zconfig_get (rule, "tool", "*");
+    return fnmatch (agent, S_CURVE_AGENT, 0) == 0 && fnmatch (tool, "echo", 0) == 0;
+}
+
+//  Raises every rule of the limit stages in chain that the bench's calls
+//  meet, so that none refuses them; the rest stay as they are.
+static void
+s_limit_raise (zconfig_t *chain)
+{
+    for (zconfig_t *stage = zconfig_child (chain); stage; stage = zconfig_next (stage)) {
+        if (!streq (zconfig_name (stage), "stage") || !streq (zconfig_get (stage, "kind", ""), "limit"))
+            continue;
+        for (zconfig_t *rule = zconfig_child (stage); rule; rule = zconfig_next (rule))
+            if (streq (zconfig_name (rule), "rule") && s_limit_rule_meets (rule)) {
+                if (zconfig_locate (rule, "rate") || zconfig_locate (rule, "burst")) {
+                    zconfig_put (rule, "rate", S_LIMIT_RAISED);
+                    zconfig_put (rule, "burst", S_LIMIT_RAISED);
+                }
+                if (zconfig_locate (rule, "in_flight"))
+                    zconfig_put (rule, "in_flight", S_LIMIT_RAISED);
+            }
+    }
+}
+
+//  Copies source and everything under it, as the last child of parent.
+static void
+s_config_copy (zconfig_t *source, zconfig_t *parent)
+{
+    zconfig_t *copy = zconfig_new (zconfig_name (source), parent);
+    if (zconfig_value (source))
+        zconfig_set_value (copy, "%s", zconfig_value (source));
+    for (zconfig_t *child = zconfig_child (source); child; child = zconfig_next (child))
+        s_config_copy (child, copy);
+}
+
+//  Writes the part's configs into dir: pass.cfg, one pass stage;
+//  limit.cfg, a chain of the main job's limit stage alone (or, if it has
+//  none, one whose one rule is raised); and main.cfg, the main job's
+//  chain, both raised. Returns 0, or -1 with a reason.
+static int
+s_limit_configs (s_bench_t *self, const char *dir, char *error, size_t error_size)
+{
+    char *text = dsh_testkit_main_config ();
+    zconfig_t *main_config = text? zconfig_str_load (text): NULL;
+    zstr_free (&text);
+    zconfig_t *chain = main_config? zconfig_locate (main_config, "chain"): NULL;
+    if (!chain) {
+        snprintf (error, error_size, "no chain in deploy/dsh-broker.cfg (DSH_SOURCE_DIR: %s)",
+                  getenv ("DSH_SOURCE_DIR")? getenv ("DSH_SOURCE_DIR"): "unset, the working directory");
+        zconfig_destroy (&main_config);
+        return -1;
+    }
+    s_limit_raise (chain);
+    zconfig_t *stage = zconfig_child (chain);
+    while (stage && !(streq (zconfig_name (stage), "stage") && streq (zconfig_get (stage, "kind", ""), "limit")))
+        stage = zconfig_next (stage);
+    zconfig_t *limit_root = zconfig_new ("root", NULL);
+    zconfig_t *limit_chain = zconfig_new ("chain", limit_root);
+    if (stage) {
+        s_config_copy (stage, limit_chain);
+        snprintf (self->limit_source, sizeof (self->limit_source),
+                  "deploy/dsh-broker.cfg, each limit rule the bench's calls meet raised to " S_LIMIT_RAISED);
+    }
+    else {
+        zconfig_t *own = zconfig_new ("stage", limit_chain);
+        zconfig_put (own, "name", "limit");
+        zconfig_put (own, "kind", "limit");
+        zconfig_t *rule = zconfig_new ("rule", own);
+        zconfig_put (rule, "rate", S_LIMIT_RAISED);
+        zconfig_put (rule, "burst", S_LIMIT_RAISED);
+        snprintf (self->limit_source, sizeof (self->limit_source),
+                  "deploy/dsh-broker.cfg has no limit stage: the bench's own (one rule, rate " S_LIMIT_RAISED ")"
+                  ", and the main job's chain");
+    }
+    zconfig_t *main_root = zconfig_new ("root", NULL);
+    s_config_copy (chain, main_root);
+    zconfig_t *pass_root = zconfig_new ("root", NULL);
+    zconfig_t *pass_stage = zconfig_new ("stage", zconfig_new ("chain", pass_root));
+    zconfig_put (pass_stage, "name", "pass");
+    zconfig_put (pass_stage, "kind", "pass");
+    char pass_path [96], limit_path [96], main_path [96];
+    snprintf (pass_path, sizeof (pass_path), "%.63s/pass.cfg", dir);
+    snprintf (limit_path, sizeof (limit_path), "%.63s/limit.cfg", dir);
+    snprintf (main_path, sizeof (main_path), "%.63s/main.cfg", dir);
+    int rc = zconfig_save (pass_root, pass_path) || zconfig_save (limit_root, limit_path)
+          || zconfig_save (main_root, main_path)? -1: 0;
+    if (rc)
+        snprintf (error, error_size, "cannot write its configs in %s", dir);
+    zconfig_destroy (&pass_root);
+    zconfig_destroy (&limit_root);
+    zconfig_destroy (&main_root);
+    zconfig_destroy (&main_config);
+    return rc;
+}
+
+static void
+s_bench_limit (s_bench_t *self)
+{
+    int64_t started = zclock_mono ();
+    char dir [64] = "/tmp/dsh-bench-limit-XXXXXX";
+    if (!mkdtemp (dir)) {
+        s_fail (self, "limit: cannot make a directory for its configs: %s", strerror (errno));
+        return;
+    }
+    char error [512];
+    bool ready = s_limit_configs (self, dir, error, sizeof (error)) == 0;
+    if (!ready)
+        s_fail (self, "limit: %s", error);
+    s_layout_t layouts [S_LIMIT_LAYOUTS];
+    memset (layouts, 0, sizeof (layouts));
+    //  All up at once, measured in turns, so load that drifts falls on all
+    for (int which = 0; which < S_LIMIT_LAYOUTS && ready; which++) {
+        char config [96];
+        snprintf (config, sizeof (config), "%.63s/%s", dir,
+                  which == S_LIMIT_PASS? "pass.cfg": which == S_LIMIT_STAGE? "limit.cfg": "main.cfg");
+        const char *chain_flags [] = { "--audit", "off", "-c", config, NULL };
+        const char *empty_flags [] = { "--audit", "off", NULL };
+        char endpoint [256];
+        layouts [which].server = dsh_testkit_broker (1000, which == S_LIMIT_NONE? empty_flags: chain_flags, endpoint,
+                                                     sizeof (endpoint));
+        if (!layouts [which].server) {
+            s_fail (self, "%s: the broker did not start", s_limit_layout_names [which]);
+            ready = false;
+        }
+        else
+            ready = s_turns_echo_start (self, &self->limit, &layouts [which], which, endpoint) == 0;
+    }
+    if (ready)
+        s_turns_measure (self, &self->limit, layouts);
+    s_turns_stop (&self->limit, layouts);
+    s_dir_remove (dir);
+    self->limit.seconds = (double) (zclock_mono () - started) / 1000.0;
+}
+
+//  ---------------------------------------------------------------------
 //  Swarm: components, watchers, churn and calls at once (issue 24)
 
 //  The processes of one setting, and what they measured.
@@ -3556,6 +4212,66 @@ s_pins_targets (s_bench_t *self, json_t *targets)
                     self->pins_grant.id [0] != 0);
 }
 
+//  The raw floor's (peer S_RAW) or NATS's (S_NATS) calls/s at 64 in
+//  flight, 64 B, 1 replica in this run; 0 if it did not run or failed.
+static double
+s_turns_peer (s_bench_t *self, int peer)
+{
+    const s_row_t *row = s_find_row (self, "calls_per_s", 64, 1, 64);
+    if (!row || (peer == S_NATS && self->nats_dropped))
+        return 0;
+    return row->value [peer];
+}
+
+//  Layout which's calls/s at 64 in flight over peer's of this run; 0 if
+//  either is missing.
+static double
+s_turns_vs_peer (s_bench_t *self, s_turns_t *part, int which, int peer)
+{
+    double peer_rate = s_turns_peer (self, peer);
+    double rate = s_turns_row (part, "calls_per_s")->value [which];
+    return peer_rate > 0 && rate > 0? rate / peer_rate: 0;
+}
+
+//  True if the 100 % layout's broker exported anything: the sink answered
+//  a POST, or STATS counted a span.
+static bool
+s_trace_exported (s_bench_t *self)
+{
+    const s_trace_export_t *always = &self->trace_export [S_TRACE_ALWAYS];
+    return always->requests > 0 || always->spans_ended > 0 || always->spans_exported > 0;
+}
+
+//  The targets of issue 28: tracing off costs nothing measurable (against
+//  the previous build's broker), tracing 100 % sampled at most 10 % of
+//  calls/s, a limit stage under 3 %, and dsh with the main job's chain
+//  ahead of NATS.
+static void
+s_issue28_targets (s_bench_t *self, json_t *targets)
+{
+    if (self->run [S_PART_TRACE]) {
+        s_turns_t *part = &self->trace;
+        s_turns_row_t *rate = s_turns_row (part, "calls_per_s");
+        s_turns_row_t *cpu = s_turns_row (part, "broker_cpu_us_per_call");
+        s_target_add (targets, "tracing off, calls/s, 64 in flight, 64 B: >= 0.97x the previous build's",
+                      s_turns_compare (part, rate, 1), 0.97, S_AT_LEAST);
+        s_target_add (targets, "tracing off, broker CPU us/call, 64 in flight: <= 1.03x the previous build's",
+                      s_turns_compare (part, cpu, 1), 1.03, S_AT_MOST);
+        //  Not measured when no span left the broker: then it does not trace
+        s_target_add (targets, "tracing 100 % sampled, calls/s, 64 in flight, 64 B: >= 0.9x off (cost <= 10 %)",
+                      s_trace_exported (self)? s_turns_compare (part, rate, 3): 0, 0.9, S_AT_LEAST);
+    }
+    if (self->run [S_PART_LIMIT]) {
+        s_turns_t *part = &self->limit;
+        s_target_add (targets, "a limit stage, calls/s, 64 in flight, 64 B: > 0.97x none (cost < 3 %)",
+                      s_turns_compare (part, s_turns_row (part, "calls_per_s"), 0), 0.97, S_AT_LEAST);
+        s_target_add (targets, "a limit stage, calls/s, 64 in flight, 64 B: > 0.97x a pass stage",
+                      s_turns_compare (part, s_turns_row (part, "calls_per_s"), 1), 0.97, S_AT_LEAST);
+        s_target_add (targets, "the main job's chain, calls/s, 64 in flight, 64 B: >= 1x NATS",
+                      s_turns_vs_peer (self, part, S_LIMIT_MAIN, S_NATS), 1, S_AT_LEAST);
+    }
+}
+
 //  variant's figure over reference's in row, or 0 if either is missing.
 static double
 s_ratio (const s_row_t *row, int variant, int reference)
@@ -3564,7 +4280,7 @@ s_ratio (const s_row_t *row, int variant, int reference)
         row->value [variant] / row->value [reference]: 0;
 }
 
-//  The targets of issues 10, 14, 24, 25 and 26, evaluated, never asserted. A target is listed
+//  The targets of issues 10, 14, 24, 25, 26 and 28, evaluated, never asserted. A target is listed
 //  when the parts it needs were asked for (--only).
 static json_t *
 s_targets (s_bench_t *self)
@@ -3619,6 +4335,7 @@ s_targets (s_bench_t *self)
         s_audit_targets (self, targets);
     if (self->run [S_PART_PINS])
         s_pins_targets (self, targets);
+    s_issue28_targets (self, targets);
     if (self->run [S_PART_SCALE]) {
         //  The broker's peak over the first start, whichever sample saw it
         double peak_kib = 0;
@@ -3942,6 +4659,183 @@ s_print_pins (s_bench_t *self)
         printf ("no grant was made\n");
 }
 
+//  The trace or limit part's tables: each layout's figures, each
+//  comparison with its range over the rounds, calls/s against the raw
+//  floor's and NATS's of this run.
+static void
+s_print_turns (s_bench_t *self, s_turns_t *part)
+{
+    printf ("%-36s", "figure");
+    for (int which = 0; which < part->layouts; which++)
+        printf (" %14s", part->layout_keys [which]);
+    printf ("\n");
+    for (size_t index = 0; index < S_PINS_FIGURES; index++) {
+        const s_turns_row_t *row = &part->rows [index];
+        char label [80];
+        if (row->inflight > 1)
+            snprintf (label, sizeof (label), "%-18s %2d in flight   64 B",
+                      streq (row->figure, "calls_per_s")? "calls/s": "broker CPU us/call", row->inflight);
+        else
+            snprintf (label, sizeof (label), "latency %s us            64 B",
+                      streq (row->figure, "latency_p50_us")? "p50": "p99");
+        printf ("%-36s", label);
+        for (int which = 0; which < part->layouts; which++) {
+            printf ("      ");
+            s_print_value (row->value [which], "%9.1f");
+        }
+        printf ("\n");
+    }
+    printf ("%-36s", "ratio (rounds)");
+    for (int compared = 0; compared < part->comparisons; compared++)
+        printf (" %-22s", part->versus [compared].key);
+    printf ("\n");
+    for (size_t index = 0; index < S_PINS_FIGURES; index++) {
+        const s_turns_row_t *row = &part->rows [index];
+        printf ("%-36s", row->figure);
+        for (int compared = 0; compared < part->comparisons; compared++) {
+            double ratio = s_turns_compare (part, row, compared);
+            char text [48] = "-";
+            if (ratio > 0 && row->ratio_low [compared] > 0)
+                snprintf (text, sizeof (text), "%.3fx %.3f-%.3f", ratio, row->ratio_low [compared],
+                          row->ratio_high [compared]);
+            else
+            if (ratio > 0)
+                snprintf (text, sizeof (text), "%.3fx", ratio);
+            printf (" %-22s", text);
+        }
+        printf ("\n");
+    }
+    double floor = s_turns_peer (self, S_RAW), nats = s_turns_peer (self, S_NATS);
+    printf ("calls/s at 64 in flight against this run's raw floor (");
+    s_print_value (floor, "%.1f");
+    printf (") and NATS (");
+    s_print_value (nats, "%.1f");
+    printf ("):");
+    for (int which = 0; which < part->layouts; which++) {
+        double to_floor = s_turns_vs_peer (self, part, which, S_RAW);
+        double to_nats = s_turns_vs_peer (self, part, which, S_NATS);
+        printf ("%s %s ", which? ",": "", part->layout_keys [which]);
+        s_print_value (to_floor, "%.2fx");
+        printf ("/");
+        s_print_value (to_nats, "%.2fx");
+    }
+    printf ("\n");
+}
+
+static void
+s_print_trace (s_bench_t *self)
+{
+    printf ("\ntrace (issue 28), dsh -> dsh-demo, 1 replica, the audit off in all: the broker's tracing off; a second\n"
+            "broker with it off (off against off: the noise floor); the previous build's broker; tracing on, 1 %%\n"
+            "sampled (traceidratio) and 100 %% (always_on), over OTLP/HTTP (http/protobuf) to a sink in the bench\n"
+            "that answers every POST 200 unread. In turns in %d rounds, which goes first rotating. %.0f s:\n",
+            self->trace.rounds, self->trace.seconds);
+    s_print_turns (self, &self->trace);
+    printf ("previous build: %s\n", self->trace_previous [0]? self->trace_previous: "not measured");
+    for (int which = S_TRACE_RATIO; which <= S_TRACE_ALWAYS; which++) {
+        const s_trace_export_t *export = &self->trace_export [which];
+        printf ("%s: %" PRIu64 " calls; the sink had %" PRIu64 " POSTs, %" PRIu64 " bytes (%.1f a call)",
+                self->trace.layout_keys [which], export->calls, export->requests, export->bytes,
+                export->calls? (double) export->bytes / (double) export->calls: 0);
+        if (export->counted)
+            printf ("; STATS: spans ended %" PRIu64 " (%.4f a call), exported %" PRIu64 ", dropped %" PRIu64
+                    ", failed POSTs %" PRIu64 "\n", export->spans_ended,
+                    export->calls? (double) export->spans_ended / (double) export->calls: 0, export->spans_exported,
+                    export->spans_dropped, export->export_failures);
+        else
+            printf ("; STATS carries no tracing counters\n");
+    }
+    if (!s_trace_exported (self))
+        printf ("NOTHING reached the sink from the 100 %% broker: this broker does not trace, and all its layouts\n"
+                "measured the same thing\n");
+}
+
+static void
+s_print_limit (s_bench_t *self)
+{
+    printf ("\nlimit (issue 28), dsh -> dsh-demo, 1 replica, the audit off in all: an empty chain; one pass stage;\n"
+            "a limit stage; the main job's chain. From %s.\nIn turns in %d rounds, which goes first rotating. %.0f s:\n",
+            self->limit_source, self->limit.rounds, self->limit.seconds);
+    s_print_turns (self, &self->limit);
+}
+
+//  The trace or limit part's figures: each row with every layout's figure
+//  and each comparison with its range over the rounds, and calls/s against
+//  the raw floor's and NATS's of this run.
+static json_t *
+s_turns_json (s_bench_t *self, s_turns_t *part)
+{
+    json_t *calls = json_array ();
+    for (size_t index = 0; index < S_PINS_FIGURES; index++) {
+        const s_turns_row_t *row = &part->rows [index];
+        json_t *item = json_pack ("{s:s, s:i, s:i, s:i}", "figure", row->figure, "payload", 64, "replicas", 1,
+                                  "inflight", row->inflight);
+        for (int which = 0; which < part->layouts; which++)
+            json_object_set_new (item, part->layout_keys [which],
+                                 row->value [which] > 0? json_real (row->value [which]): json_null ());
+        for (int compared = 0; compared < part->comparisons; compared++) {
+            double ratio = s_turns_compare (part, row, compared);
+            char key [48];
+            json_object_set_new (item, part->versus [compared].key, ratio > 0? json_real (ratio): json_null ());
+            snprintf (key, sizeof (key), "%s_rounds", part->versus [compared].key);
+            json_object_set_new (item, key, ratio > 0 && row->ratio_low [compared] > 0?
+                json_pack ("[f, f]", row->ratio_low [compared], row->ratio_high [compared]): json_null ());
+        }
+        json_array_append_new (calls, item);
+    }
+    json_t *layouts = json_object ();
+    json_t *peers = json_object ();
+    for (int which = 0; which < part->layouts; which++) {
+        json_object_set_new (layouts, part->layout_keys [which], json_string (part->layout_names [which]));
+        double to_floor = s_turns_vs_peer (self, part, which, S_RAW);
+        double to_nats = s_turns_vs_peer (self, part, which, S_NATS);
+        json_object_set_new (peers, part->layout_keys [which],
+                             json_pack ("{s:o, s:o}", "vs_floor", to_floor > 0? json_real (to_floor): json_null (),
+                                        "vs_nats", to_nats > 0? json_real (to_nats): json_null ()));
+    }
+    double floor = s_turns_peer (self, S_RAW), nats = s_turns_peer (self, S_NATS);
+    return json_pack ("{s:i, s:f, s:o, s:o, s:{s:o, s:o, s:o}}", "rounds", part->rounds, "seconds", part->seconds,
+                      "layouts", layouts, "calls", calls, "calls_per_s_64_in_flight", "floor",
+                      floor > 0? json_real (floor): json_null (), "nats", nats > 0? json_real (nats): json_null (),
+                      "layouts", peers);
+}
+
+static json_t *
+s_trace_json (s_bench_t *self)
+{
+    if (!self->run [S_PART_TRACE])
+        return json_null ();
+    json_t *part = s_turns_json (self, &self->trace);
+    json_t *exports = json_object ();
+    for (int which = S_TRACE_RATIO; which <= S_TRACE_ALWAYS; which++) {
+        const s_trace_export_t *export = &self->trace_export [which];
+        json_t *item = json_pack ("{s:I, s:I, s:I}", "calls", (json_int_t) export->calls, "sink_posts",
+                                  (json_int_t) export->requests, "sink_bytes", (json_int_t) export->bytes);
+        json_object_set_new (item, "stats", export->counted?
+            json_pack ("{s:I, s:f, s:I, s:I, s:I}", "spans_ended", (json_int_t) export->spans_ended,
+                       "spans_ended_per_call", export->calls? (double) export->spans_ended / (double) export->calls: 0,
+                       "spans_exported", (json_int_t) export->spans_exported, "spans_dropped",
+                       (json_int_t) export->spans_dropped, "export_failures", (json_int_t) export->export_failures):
+            json_null ());
+        json_object_set_new (exports, self->trace.layout_keys [which], item);
+    }
+    json_object_set_new (part, "exports", exports);
+    json_object_set_new (part, "broker_exported", json_boolean (s_trace_exported (self)));
+    json_object_set_new (part, "previous_build", self->trace_previous [0] && self->trace.measured [S_TRACE_PREVIOUS]?
+                         json_string (self->trace_previous): json_null ());
+    return part;
+}
+
+static json_t *
+s_limit_json (s_bench_t *self)
+{
+    if (!self->run [S_PART_LIMIT])
+        return json_null ();
+    json_t *part = s_turns_json (self, &self->limit);
+    json_object_set_new (part, "source", json_string (self->limit_source));
+    return part;
+}
+
 //  The swarm part's rows: a figure of each setting, times scale.
 static const struct {
     const char *label;
@@ -4125,6 +5019,10 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
         s_print_audit (self);
     if (self->run [S_PART_PINS])
         s_print_pins (self);
+    if (self->run [S_PART_TRACE])
+        s_print_trace (self);
+    if (self->run [S_PART_LIMIT])
+        s_print_limit (self);
     if (self->run [S_PART_SCALE])
         printf ("\nscale (%d components x %d tools, %d subscribers):\n", self->plan.components, self->plan.tools,
                 S_SUBSCRIBERS);
@@ -4138,7 +5036,7 @@ s_print_table (s_bench_t *self, json_t *machine, json_t *targets)
     if (self->run [S_PART_SWARM])
         s_print_swarm (self);
     if (json_array_size (targets))
-        printf ("\ntargets of issues 10, 14, 24, 25 and 26 (reported, never asserted):\n");
+        printf ("\ntargets of issues 10, 14, 24, 25, 26 and 28 (reported, never asserted):\n");
     size_t index;
     json_array_foreach (targets, index, value) {
         const char *verdict = json_string_value (json_object_get (value, "verdict"));
@@ -4349,10 +5247,11 @@ s_json (s_bench_t *self, json_t *machine, json_t *targets)
         json_pack ("{s:f, s:O, s:{s:i, s:i, s:i}, s:O}", "seconds", self->swarm_seconds, "files", self->swarm_files,
                    "plan", "drive_s", self->swarm_plan.drive_s, "idle_s", self->swarm_plan.idle_s,
                    "cycles", self->swarm_plan.cycles, "settings", self->swarm): json_null ();
-    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:o, s:o, s:o, s:O, s:o, s:O, s:b, s:s}", "machine",
+    return json_pack ("{s:o, s:s, s:o, s:O, s:o, s:o, s:o, s:o, s:o, s:o, s:O, s:o, s:O, s:b, s:s}", "machine",
                       json_incref (machine), "mode", self->plan.quick? "quick": "full", "calls", calls, "nats", self->nats,
                       "curve", s_curve_json (self), "stats", s_stats_json (self), "audit", s_audit_json (self),
-                      "pins", s_pins_json (self), "scale", self->scale, "swarm", swarm, "targets", targets, "sane", self->sane,
+                      "pins", s_pins_json (self), "trace", s_trace_json (self),
+                      "limit", s_limit_json (self), "scale", self->scale, "swarm", swarm, "targets", targets, "sane", self->sane,
                       "failures", self->failures);
 }
 
@@ -4479,12 +5378,16 @@ s_usage (FILE *out)
     fprintf (out,
         "usage: dsh-bench [--quick] [--json] [--only PARTS] [--full] [--settings LIST]\n"
         "       dsh-bench --drive ENDPOINT [--inflight N] [--payload BYTES] [--seconds S] [--calls N]\n"
+        "       dsh-bench --limit-configs DIR\n"
         "  --quick        small counts, scale 10 x 100 tools (a few seconds)\n"
         "  --json         print the results as JSON instead of a table\n"
         "  --only PARTS   run only these, comma-separated: raw, nats, dsh, pass3, scale, curve, stats, audit,\n"
-        "                 pins, swarm (audit: the audit trail off, on SQLite and on PostgreSQL; pins: pins off\n"
-        "                 and tofu, a permission stage allowing and one asking that a grant answers; with\n"
-        "                 nats, against NATS)\n"
+        "                 pins, trace, limit, swarm (audit: the audit trail off, on SQLite and on PostgreSQL;\n"
+        "                 pins: pins off and tofu, a permission stage allowing and one asking that a grant\n"
+        "                 answers; trace: the broker's tracing off, 1 %% and 100 %% sampled, to an OTLP sink;\n"
+        "                 limit: a limit stage, the main job's chain; with raw and nats, against the floor\n"
+        "                 and NATS)\n"
+        "  DSH_BENCH_PREVIOUS_BUILD=DIR  the trace part also runs DIR/broker/dsh-broker (an earlier build)\n"
         "  --full         the swarm part's whole matrix (also DSH_BENCH_SWARM_FULL=1; 25-30 min)\n"
         "  --settings L   the swarm part's settings, a comma list of CxT:WATCHERS[:PCT/SECONDS][:BROKERS],\n"
         "                 e.g. 100x100:1000:10/10 (100 components of 100 tools, 1000 watchers, 10 %% of\n"
@@ -4492,7 +5395,8 @@ s_usage (FILE *out)
         "                 flags to its brokers, e.g. \"--events-queue-bytes 268435456\"\n"
         "  --drive EP     only load EP's echo tool (for profiling a broker or component);\n"
         "                 with --inflight 1 also print latency p50/p99\n"
-        "  --calls N      with --drive: stop after N calls (default: only --seconds)\n");
+        "  --calls N      with --drive: stop after N calls (default: only --seconds)\n"
+        "  --limit-configs DIR  only write the limit part's chains (pass.cfg, limit.cfg, main.cfg) into DIR\n");
 }
 
 int
@@ -4509,10 +5413,12 @@ main (int argc, char *argv [])
         { "payload", required_argument, NULL, 'p' }, { "seconds", required_argument, NULL, 's' },
         { "calls", required_argument, NULL, 'c' }, { "only", required_argument, NULL, 'o' },
         { "full", no_argument, NULL, 'F' }, { "settings", required_argument, NULL, 'S' },
+        { "limit-configs", required_argument, NULL, 'L' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 }
     };
     bool full = getenv ("DSH_BENCH_SWARM_FULL") && streq (getenv ("DSH_BENCH_SWARM_FULL"), "1");
     const char *settings = NULL;
+    const char *limit_configs = NULL;
     int option;
     while ((option = getopt_long (argc, argv, "h", options, NULL)) != -1)
         switch (option) {
@@ -4526,6 +5432,7 @@ main (int argc, char *argv [])
             case 'o': only = optarg; break;
             case 'F': full = true; break;
             case 'S': settings = optarg; break;
+            case 'L': limit_configs = optarg; break;
             case 'h': s_usage (stdout); return 0;
             default: s_usage (stderr); return 2;
         }
@@ -4550,12 +5457,35 @@ main (int argc, char *argv [])
     //  A child's pipe may close under us while we stop it
     signal (SIGPIPE, SIG_IGN);
     s_find_build_dir ();
+    //  The limit part reads the main job's config from the source tree:
+    //  the build directory's parent, unless meson or the caller said
+    if (!getenv ("DSH_SOURCE_DIR") && getenv ("DSH_BUILD_DIR")) {
+        char *source = zsys_sprintf ("%s/..", getenv ("DSH_BUILD_DIR"));
+        char *config = zsys_sprintf ("%s/deploy/dsh-broker.cfg", source);
+        if (access (config, R_OK) == 0)
+            setenv ("DSH_SOURCE_DIR", source, 1);
+        zstr_free (&config);
+        zstr_free (&source);
+    }
     if (drive)
         return s_drive (drive, inflight, (size_t) payload, seconds, calls);
+    if (limit_configs) {
+        //  The limit part's chains, for tests/bench/profile_limit_trace.sh
+        s_bench_t bench = { .sane = true };
+        char error [512];
+        if (s_limit_configs (&bench, limit_configs, error, sizeof (error))) {
+            fprintf (stderr, "dsh-bench: %s\n", error);
+            return 1;
+        }
+        printf ("%s\n", bench.limit_source);
+        return 0;
+    }
     //  The bench decides where CURVE is on: keys in the environment would
     //  turn it on in every broker, component and client it starts
     unsetenv ("DSH_CERT");
     unsetenv ("DSH_BROKER_CERT");
+    //  and where tracing is on: only in the trace part's brokers
+    s_otel_clear ();
     //  Every broker's audit store in a directory of the run's own, unless
     //  the caller chose one, so a run does not grow ~/.local/state
     char state_dir [64] = "";
@@ -4584,6 +5514,10 @@ main (int argc, char *argv [])
     s_curve_rows_init (self);
     s_audit_init (self);
     s_pins_init (self);
+    s_turns_init (&self->trace, "trace", S_TRACE_LAYOUTS, s_trace_layout_names, s_trace_layout_keys,
+                  S_TRACE_COMPARISONS, s_trace_comparisons, S_TRACE_ROUNDS);
+    s_turns_init (&self->limit, "limit", S_LIMIT_LAYOUTS, s_limit_layout_names, s_limit_layout_keys,
+                  S_LIMIT_COMPARISONS, s_limit_comparisons, S_LIMIT_ROUNDS);
     self->nats = json_pack ("{s:s, s:s}", "status", "not run", "reason",
                             run [S_NATS]? "interrupted before it ran": "not among --only's parts");
     self->nats_dropped = true;
@@ -4609,6 +5543,10 @@ main (int argc, char *argv [])
         s_bench_audit (self);
     if (self->run [S_PART_PINS] && !zsys_interrupted)
         s_bench_pins (self);
+    if (self->run [S_PART_TRACE] && !zsys_interrupted)
+        s_bench_trace (self);
+    if (self->run [S_PART_LIMIT] && !zsys_interrupted)
+        s_bench_limit (self);
     if (self->run [S_PART_SCALE] && !zsys_interrupted)
         s_bench_scale (self);
     if (self->run [S_PART_SWARM] && !zsys_interrupted)
@@ -4671,6 +5609,20 @@ main (int argc, char *argv [])
                 break;
             }
         }
+    s_turns_t *turned [] = { self->run [S_PART_TRACE]? &self->trace: NULL, self->run [S_PART_LIMIT]? &self->limit: NULL };
+    for (size_t part = 0; part < sizeof (turned) / sizeof (turned [0]); part++)
+        for (size_t index = 0; turned [part] && index < S_PINS_FIGURES; index++)
+            for (int which = 0; which < turned [part]->layouts; which++) {
+                const s_turns_row_t *row = &turned [part]->rows [index];
+                //  The previous build's column is there only if one was given
+                if (turned [part] == &self->trace && which == S_TRACE_PREVIOUS && !self->trace.measured [which])
+                    continue;
+                if (!(row->value [which] > 0 && isfinite (row->value [which]))) {
+                    s_fail (self, "%s: %s, %d in flight, 64 B missing", turned [part]->layout_names [which],
+                            row->figure, row->inflight);
+                    break;
+                }
+            }
     size_t expected_rows = S_PAYLOADS * 2 + S_PAYLOADS * S_INFLIGHTS * 2;
     if (rows_expected && self->row_count != expected_rows)
         s_fail (self, "%zu call figures instead of %zu", self->row_count, expected_rows);
