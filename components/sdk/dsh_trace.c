@@ -295,9 +295,19 @@ static char *
 s_utf8_copy (const char *text, size_t max_bytes)
 {
     size_t size = strlen (text);
+    const byte *in = (const byte *) text;
+    //  The usual case, names and ids: ASCII that fits, copied as it is
+    size_t ascii = 0;
+    while (ascii < size && in [ascii] < 0x80)
+        ascii++;
+    if (ascii == size && size <= max_bytes) {
+        char *copy = (char *) malloc (size + 1);
+        assert (copy);
+        memcpy (copy, text, size + 1);
+        return copy;
+    }
     char *copy = (char *) malloc (3 * size + 1);
     assert (copy);
-    const byte *in = (const byte *) text;
     size_t used = 0;
     size_t index = 0;
     while (index < size) {
