@@ -259,6 +259,19 @@ dsh_calltrace_dispatch_end (dsh_record_t *record)
     dsh_span_end (&record->trace.dispatch, 0);
 }
 
+//  True if key (size bytes of msgpack) is the str "traceparent", in any
+//  of the forms a str may take: a component need not pack it as a fixstr.
+static bool
+s_is_traceparent_key (const byte *key, size_t size)
+{
+    size_t header = size == 12? 1: size == 13? 2: size == 14? 3: size == 16? 5: 0;
+    bool form = (header == 1 && key [0] == 0xab)
+             || (header == 2 && key [0] == 0xd9 && key [1] == 11)
+             || (header == 3 && key [0] == 0xda && key [1] == 0 && key [2] == 11)
+             || (header == 5 && key [0] == 0xdb && key [1] == 0 && key [2] == 0 && key [3] == 0 && key [4] == 11);
+    return form && memcmp (key + header, S_TRACEPARENT, 11) == 0;
+}
+
 //  A result body (data: a map) with its top-level traceparent set: the
 //  entries keep their bytes and order, one named traceparent is dropped,
 //  and the new one ends the map. NULL if data is not a map, or (when one
@@ -272,7 +285,7 @@ s_result_stamped (const byte *data, size_t size, const char *traceparent)
         return NULL;
     dsh_packer_t packer;
     dsh_packer_init (&packer);
-    if (!memmem (data, size, "\xab" S_TRACEPARENT, 12)) {
+    if (!memmem (data, size, S_TRACEPARENT, 11)) {
         //  No key of that name anywhere (the usual case): the entries go
         //  as they are, after a header one larger
         size_t rest = size - header;
@@ -297,9 +310,9 @@ s_result_stamped (const byte *data, size_t size, const char *traceparent)
             whole = false;
             break;
         }
-        const byte *key_bytes = data + offset;
-        //  A fixstr of 11 bytes
-        bool old = key == 12 && key_bytes [0] == 0xab && memcmp (key_bytes + 1, S_TRACEPARENT, 11) == 0;
+        //  Every one of that name goes: the result must not carry the key
+        //  twice, which the caller's strict decode would refuse
+        bool old = s_is_traceparent_key (data + offset, key);
         if (!old) {
             msgpack_sbuffer_write (&entries, (const char *) data + offset, key + value);
             kept++;
@@ -392,6 +405,22 @@ dsh_calltrace_test (bool verbose)
     zframe_destroy (&stamped);
     //  A truncated result is left alone
     assert (!s_result_stamped (zframe_data (result), zframe_size (result) - 1, given));
+    zframe_destroy (&result);
+    //  A traceparent key packed as a str8 is replaced too, not repeated
+    dsh_packer_init (&packer);
+    msgpack_pack_map (&packer.pk, 2);
+    dsh_packer_kv_str (&packer, "callId", "c1");
+    dsh_packer_raw (&packer, "\xd9\x0b" S_TRACEPARENT "\xa3old", 17);
+    result = dsh_packer_frame (&packer);
+    dsh_packer_release (&packer);
+    stamped = s_result_stamped (zframe_data (result), zframe_size (result), given);
+    assert (stamped);
+    doc = dsh_doc_new (zframe_data (stamped), zframe_size (stamped), error, sizeof (error));
+    assert (doc);
+    assert (dsh_doc_root (doc)->via.map.size == 2);
+    assert (dsh_str_eq (dsh_map_get (dsh_doc_root (doc), S_TRACEPARENT), given));
+    dsh_doc_destroy (&doc);
+    zframe_destroy (&stamped);
     zframe_destroy (&result);
     //  Without one, fifteen entries become sixteen: a map16 header
     dsh_packer_init (&packer);

@@ -17,6 +17,10 @@
 static void
 s_take (dsh_mcp_trace_t *trace, const char *key, const char *value, size_t size)
 {
+    //  A NUL would cut the C string the value is kept as: a different
+    //  list, not the one the client sent (JSON's \u0000, or msgpack)
+    if (memchr (value, 0, size))
+        return;
     if (streq (key, "traceparent"))
         trace->valid = dsh_trace_parse (&trace->ctx, value, size) == 0;
     else

@@ -1067,8 +1067,35 @@ dsh_proto_check_tool (const msgpack_object *tool, char *error, size_t error_size
     return 0;
 }
 
+//  True if text is well-formed UTF-8: no overlong form, surrogate or
+//  code point past U+10FFFF.
+static bool
+s_utf8_valid (const char *text)
+{
+    const byte *in = (const byte *) text;
+    while (*in) {
+        byte lead = *in;
+        size_t length = lead < 0x80? 1: (lead & 0xe0) == 0xc0? 2: (lead & 0xf0) == 0xe0? 3: (lead & 0xf8) == 0xf0? 4: 0;
+        if (!length)
+            return false;
+        uint32_t point = length == 1? lead: lead & (0xff >> (length + 1));
+        for (size_t next = 1; next < length; next++) {
+            if ((in [next] & 0xc0) != 0x80)
+                return false;
+            point = point << 6 | (in [next] & 0x3f);
+        }
+        uint32_t least = length == 1? 0: length == 2? 0x80: length == 3? 0x800: 0x10000;
+        if (point < least || point > 0x10ffff || (point >= 0xd800 && point <= 0xdfff))
+            return false;
+        in += length;
+    }
+    return true;
+}
+
 //  A detail string of an ANNOUNCE: absent, or 1 to max_size bytes of
-//  text without a control character (it is shown to an operator).
+//  UTF-8 text without a control character (it is shown to an operator,
+//  and STATS, which carries it, must keep a JSON form for the monitor
+//  and the SDKs: one component's bytes must not take STATS from all).
 static int
 s_get_detail (dsh_doc_t *doc, const char *key, size_t max_size, const char **value, char *error, size_t error_size)
 {
@@ -1077,6 +1104,8 @@ s_get_detail (dsh_doc_t *doc, const char *key, size_t max_size, const char **val
     for (const char *cursor = *value; cursor && *cursor; cursor++)
         if ((unsigned char) *cursor < 0x20 || *cursor == 0x7f)
             return s_fail (error, error_size, "field \"%s\" holds a control character", key);
+    if (*value && !s_utf8_valid (*value))
+        return s_fail (error, error_size, "field \"%s\" is not UTF-8", key);
     return 0;
 }
 

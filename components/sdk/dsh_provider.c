@@ -478,8 +478,10 @@ s_pack_presence_details (dsh_packer_t *packer)
     char host [DSH_PRESENCE_HOST_MAX + 1] = "";
     if (gethostname (host, sizeof (host)) == 0 && *host) {
         host [DSH_PRESENCE_HOST_MAX] = 0;
+        //  The broker refuses a control character, and bytes that are not
+        //  UTF-8: a host name is ASCII (RFC 1123), any other byte goes as '?'
         for (char *cursor = host; *cursor; cursor++)
-            if ((unsigned char) *cursor < 0x20 || *cursor == 0x7f)
+            if ((unsigned char) *cursor < 0x20 || (unsigned char) *cursor >= 0x7f)
                 *cursor = '?';
         dsh_packer_kv_str (packer, "host", host);
     }

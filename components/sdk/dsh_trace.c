@@ -1158,9 +1158,55 @@ s_exporter (void *argument)
 //  ---------------------------------------------------------------------
 //  The tracer
 
+//  A fork keeps only the thread that called it: the child has no
+//  exporter, so there the tracer is off, its queue and configuration
+//  let go (the parent exports its own), and dsh_trace_stop does not wait
+//  for a thread that is not there. The mutex is held across the fork so
+//  that the child's copy is in a known state.
+static pthread_once_t s_fork_once = PTHREAD_ONCE_INIT;
+
+static void
+s_fork_prepare (void)
+{
+    pthread_mutex_lock (&s_tracer.mutex);
+}
+
+static void
+s_fork_parent (void)
+{
+    pthread_mutex_unlock (&s_tracer.mutex);
+}
+
+static void
+s_fork_child (void)
+{
+    pthread_mutex_init (&s_tracer.mutex, NULL);
+    if (!s_tracer.started)
+        return;
+    atomic_store (&s_tracer.enabled, false);
+    while (s_tracer.head) {
+        dsh_span_t *span = s_tracer.head;
+        s_tracer.head = span->next;
+        s_span_free (&span);
+    }
+    s_tracer.tail = NULL;
+    s_tracer.count = 0;
+    s_tracer.bytes = 0;
+    s_config_free (&s_tracer.config);
+    s_tracer.started = false;
+    s_tracer.stopping = false;
+}
+
+static void
+s_fork_handlers (void)
+{
+    pthread_atfork (s_fork_prepare, s_fork_parent, s_fork_child);
+}
+
 int
 dsh_trace_start (const char *service_name, char *error, size_t error_size)
 {
+    pthread_once (&s_fork_once, s_fork_handlers);
     pthread_mutex_lock (&s_tracer.mutex);
     if (s_tracer.started) {
         pthread_mutex_unlock (&s_tracer.mutex);

@@ -244,3 +244,14 @@ def test_run_serves_until_sigterm(tmp_path, processes, broker):
         served.kill(signal.SIGTERM)
         assert served.proc.returncode == 0
         eventually(lambda: "ran" not in client.tools().names())
+
+
+def test_presence_details_take_any_host_name(monkeypatch):
+    """ANNOUNCE's host is UTF-8 without control characters, whatever the
+    host name's bytes: one that is not UTF-8 comes decoded with surrogate
+    escapes, which go as "?" (the broker refuses bytes that are not UTF-8)."""
+    from dsh import component
+    monkeypatch.setattr(component.socket, "gethostname", lambda: "n\u00f6de\udcff-7\n")
+    details = component._presence_details()
+    assert details["host"] == "n\u00f6de?-7?"
+    details["host"].encode("utf-8")

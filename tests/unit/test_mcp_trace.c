@@ -81,6 +81,33 @@ test_read_from_json (void **state)
     free (state_text);
     free (baggage);
 
+    //  A NUL inside (a CALL's meta is msgpack): dropped whole, not cut
+    //  at the NUL
+    msgpack_sbuffer sbuf;
+    msgpack_sbuffer_init (&sbuf);
+    msgpack_packer pk;
+    msgpack_packer_init (&pk, &sbuf, msgpack_sbuffer_write);
+    const char *pairs [3][2] = { { "traceparent", TRACEPARENT }, { "tracestate", "rojo=1\0congo=2" },
+                                 { "baggage", "a=b\0c=d" } };
+    size_t sizes [3] = { strlen (TRACEPARENT), 14, 7 };
+    msgpack_pack_map (&pk, 3);
+    for (size_t index = 0; index < 3; index++) {
+        msgpack_pack_str (&pk, strlen (pairs [index][0]));
+        msgpack_pack_str_body (&pk, pairs [index][0], strlen (pairs [index][0]));
+        msgpack_pack_str (&pk, sizes [index]);
+        msgpack_pack_str_body (&pk, pairs [index][1], sizes [index]);
+    }
+    msgpack_unpacked unpacked;
+    msgpack_unpacked_init (&unpacked);
+    assert_int_equal (msgpack_unpack_next (&unpacked, sbuf.data, sbuf.size, NULL), MSGPACK_UNPACK_SUCCESS);
+    dsh_mcp_trace_from_msgpack (&trace, &unpacked.data);
+    assert_true (trace.valid);
+    assert_string_equal (trace.ctx.tracestate, "");
+    assert_null (trace.baggage);
+    dsh_mcp_trace_clear (&trace);
+    msgpack_unpacked_destroy (&unpacked);
+    msgpack_sbuffer_destroy (&sbuf);
+
     //  No _meta at all
     dsh_mcp_trace_from_json (&trace, NULL);
     assert_false (trace.valid);

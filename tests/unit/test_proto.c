@@ -1603,6 +1603,33 @@ test_decode_presence_details (void **state)
         s_assert_contains (error, bad [index].reason);
     }
     zstr_free (&too_long);
+    //  Bytes that are not UTF-8 are refused: STATS carries them, and its
+    //  JSON form (the monitor's, the SDKs') must hold for every component
+    const char *not_utf8 [] = { "h\xff", "\xc0\xaf", "\xed\xa0\x80", "ab\xe2\x82", "\xf4\x90\x80\x80" };
+    for (size_t index = 0; index < sizeof not_utf8 / sizeof not_utf8 [0]; index++)
+        for (int field = 0; field < 2; field++) {
+            dsh_packer_t packer;
+            dsh_packer_init (&packer);
+            msgpack_pack_map (&packer.pk, 4);
+            dsh_packer_kv_str (&packer, "component", "c");
+            dsh_pack_cstr (&packer.pk, "generation");
+            msgpack_pack_uint64 (&packer.pk, 1);
+            dsh_pack_cstr (&packer.pk, "tools");
+            msgpack_pack_array (&packer.pk, 0);
+            dsh_packer_kv_str (&packer, field? "version": "host", not_utf8 [index]);
+            zframe_t *frame = dsh_packer_frame (&packer);
+            dsh_packer_release (&packer);
+            doc = dsh_doc_new (zframe_data (frame), zframe_size (frame), error, sizeof error);
+            assert_non_null (doc);
+            assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), -1);
+            s_assert_contains (error, field? "field \"version\" is not UTF-8": "field \"host\" is not UTF-8");
+            dsh_doc_destroy (&doc);
+            zframe_destroy (&frame);
+        }
+    //  ... and UTF-8 beyond ASCII is kept
+    doc = s_doc ("{\"component\":\"c\",\"generation\":1,\"tools\":[],\"host\":\"n\\u00f6de-\\u6771\\ud83d\\ude00\"}");
+    assert_int_equal (dsh_proto_decode_presence (doc, DSH_ANNOUNCE, &presence, error, sizeof error), 0);
+    assert_string_equal (presence.host, "n\xc3\xb6" "de-\xe6\x9d\xb1\xf0\x9f\x98\x80");
     //  A HEARTBEAT's are not read
     doc = s_doc ("{\"component\":\"c\",\"generation\":1,\"pid\":0}");
     assert_int_equal (dsh_proto_decode_presence (doc, DSH_HEARTBEAT, &presence, error, sizeof error), 0);

@@ -498,6 +498,66 @@ test_queue_collector_down (void **state)
     s_env_clear ();
 }
 
+//  A forked child has no exporter thread: there the tracer is off (no
+//  span starts, none queues), dsh_trace_stop returns at once instead of
+//  waiting for the parent's thread, and the child may start its own; the
+//  parent's tracer goes on as before
+static void
+test_fork_child (void **state)
+{
+    (void) state;
+    s_env_clear ();
+    s_setenv_port ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:%d", s_dead_port ());
+    s_start ();
+    dsh_span_t *queued = dsh_span_start ("before the fork", DSH_SPAN_INTERNAL, NULL, 0);
+    dsh_span_end (&queued, 0);
+    pid_t pid = fork ();
+    assert_true (pid >= 0);
+    if (pid == 0) {
+        int code = 0;
+        if (dsh_trace_enabled ())
+            code = 1;
+        else {
+            dsh_span_t *span = dsh_span_start ("child", DSH_SPAN_INTERNAL, NULL, 0);
+            if (span)
+                code = 2;
+            dsh_span_end (&span, 0);
+            dsh_trace_stats_t stats;
+            dsh_trace_stats (&stats);
+            if (stats.queue_bytes)
+                code = 3;
+            dsh_trace_stop (1000);
+            char error [256] = "";
+            if (!code && (dsh_trace_start ("child", error, sizeof error) || !dsh_trace_enabled ()))
+                code = 4;
+            dsh_trace_stop (1000);
+        }
+        _exit (code);
+    }
+    //  Five seconds at most: without the fork's handlers the child waits
+    //  for ever in dsh_trace_stop
+    int status = 0;
+    pid_t ended = 0;
+    for (int tries = 0; tries < 500 && ended == 0; tries++) {
+        ended = waitpid (pid, &status, WNOHANG);
+        if (ended == 0)
+            usleep (10000);
+    }
+    if (ended == 0) {
+        kill (pid, SIGKILL);
+        waitpid (pid, &status, 0);
+        fail_msg ("the forked child hung in dsh_trace_stop");
+    }
+    assert_true (WIFEXITED (status));
+    assert_int_equal (WEXITSTATUS (status), 0);
+    assert_true (dsh_trace_enabled ());
+    dsh_span_t *span = dsh_span_start ("after the fork", DSH_SPAN_INTERNAL, NULL, 0);
+    assert_non_null (span);
+    dsh_span_end (&span, 0);
+    dsh_trace_stop (1000);
+    s_env_clear ();
+}
+
 //  A collector that hangs: the exporter waits in one POST while the queue
 //  fills to its bound in spans, then in bytes; beyond it spans are dropped
 //  at once, and a stop does not wait for the stuck POST longer than asked
@@ -958,6 +1018,7 @@ main (int argc, char *argv [])
         cmocka_unit_test (test_bad_variables),
         cmocka_unit_test (test_samplers),
         cmocka_unit_test (test_queue_collector_down),
+        cmocka_unit_test (test_fork_child),
         cmocka_unit_test (test_queue_bounds),
         cmocka_unit_test (test_export_protobuf),
         cmocka_unit_test (test_export_json),

@@ -60,7 +60,10 @@ _VERSION = "dsh-python/0.1.0 python/%d.%d.%d" % sys.version_info[:3]
 
 
 def _presence_details():
-    host = "".join(c if 0x20 <= ord(c) != 0x7f else "?" for c in socket.gethostname())
+    #  A host name that is not UTF-8 comes decoded with surrogate escapes,
+    #  which cannot be encoded: each goes as "?", as a control character does
+    host = "".join(c if 0x20 <= ord(c) != 0x7f and not 0xd800 <= ord(c) <= 0xdfff else "?"
+                   for c in socket.gethostname())
     while len(host.encode()) > 255:
         host = host[:-1]
     details = dict(pid=os.getpid(), version=_VERSION, uptimeMs=int((time.monotonic() - _STARTED_S) * 1000))
