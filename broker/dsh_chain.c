@@ -83,6 +83,8 @@ typedef struct {
     size_t stage;
     bool pass;                  //  passed down, else sent up
     zframe_t *body;
+    dsh_doc_t *doc;             //  passed down: the decode of body the stage handed on, or NULL
+    dsh_call_head_t head;       //  ... read off doc
 } s_step_t;
 
 //  A control command sent to an external stage, waiting for its reply.
@@ -180,6 +182,8 @@ static void
 s_step_destroy (s_step_t **self_p)
 {
     if (*self_p) {
+        //  The decode points into the body: it goes first
+        dsh_doc_destroy (&(*self_p)->doc);
         zframe_destroy (&(*self_p)->body);
         free (*self_p);
         *self_p = NULL;
@@ -299,9 +303,10 @@ s_parent_span (dsh_record_t *record)
 }
 
 //  Starts the span of stage slot, which is handed the call going down,
-//  and gives the body its context.
+//  and gives the body its context (dropping the decode of the body at
+//  doc_p, if any).
 static void
-s_span_start (dsh_record_t *record, s_slot_t *slot, zframe_t **body_p)
+s_span_start (dsh_record_t *record, s_slot_t *slot, zframe_t **body_p, dsh_doc_t **doc_p)
 {
     s_call_t *call = s_call (record);
     if (!call->spans)
@@ -321,8 +326,13 @@ s_span_start (dsh_record_t *record, s_slot_t *slot, zframe_t **body_p)
     dsh_span_set_str (span, "gen_ai.tool.name", record->tool);
     dsh_span_end (&call->spans [slot->index], 0);
     call->spans [slot->index] = span;
-    if (span)
+    if (span) {
+        //  The stamp rewrites the body (in place or into new bytes): a
+        //  decode of it would no longer be of exactly these bytes
+        if (doc_p)
+            dsh_doc_destroy (doc_p);
         dsh_calltrace_stamp_frame (record, span, body_p);
+    }
 }
 
 //  Says what stage slot did, on its span: attribute key = what, and an
@@ -442,40 +452,59 @@ s_let_go (s_slot_t *slot, uint64_t token)
 }
 
 static void s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p);
+static void s_up_from (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p, bool dispatched);
 
 //  Checks the call about to leave the chain: the name and callId it was
-//  decided for at FRONT, whatever a stage did to the body. Returns 0, or
-//  -1 with a reason.
+//  decided for at FRONT, whatever a stage did to the body. With the decode
+//  of exactly these bytes (doc, head: the last stage handed it on), read
+//  off that; else the body is decoded. Returns 0, or -1 with a reason.
 static int
-s_check_decided (dsh_record_t *record, zframe_t *body, char *error, size_t error_size)
+s_check_decided (dsh_record_t *record, zframe_t *body, dsh_doc_t *doc, const dsh_call_head_t *decoded,
+                 char *error, size_t error_size)
 {
-    dsh_doc_t *doc = dsh_proto_decode_body (body, error, error_size);
+    dsh_doc_t *own = NULL;
     dsh_call_head_t head;
-    int rc = doc? dsh_proto_decode_call (doc, &head, error, error_size): -1;
+    int rc = 0;
+    if (doc)
+        head = *decoded;
+    else {
+        own = dsh_proto_decode_body (body, error, error_size);
+        rc = own? dsh_proto_decode_call (own, &head, error, error_size): -1;
+    }
     if (rc == 0 && (!streq (head.name, record->tool) || !streq (head.call_id, record->call_id))) {
         snprintf (error, error_size, "a stage changed the call's %s",
                   streq (head.name, record->tool)? "callId": "tool name");
         rc = -1;
     }
-    dsh_doc_destroy (&doc);
+    dsh_doc_destroy (&own);
     return rc;
 }
 
 //  Sends the call down from stage from; past the last stage, to dispatch.
+//  doc_p (NULL, or NULL there: none) holds the strict decode of exactly
+//  the body's bytes, taken: an inline stage is handed it, so that no stage
+//  decodes a body the chain has decoded already.
 static void
-s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
+s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p,
+        dsh_doc_t **doc_p, const dsh_call_head_t *head)
 {
     s_call_t *call = s_call (record);
+    dsh_doc_t *doc = doc_p? *doc_p: NULL;
+    if (doc_p)
+        *doc_p = NULL;
     for (size_t index = from; index < self->slot_count; index++) {
         s_slot_t *slot = self->slots [index];
         s_hold (record, slot, true);
-        s_span_start (record, slot, body_p);
+        s_span_start (record, slot, body_p, &doc);
         s_set_held (call, slot->fail_open? *body_p: NULL);
         s_note_sent (record, *body_p);
         if (slot->stage) {
-            dsh_stage_inline_call (slot->stage, record->token, body_p, call->entry, record->deadline_ms);
+            dsh_stage_inline_call_decoded (slot->stage, record->token, body_p, &doc, head, call->entry,
+                                           record->deadline_ms);
             return;
         }
+        //  Another process reads its own copy
+        dsh_doc_destroy (&doc);
         int64_t left = record->deadline_ms - zclock_mono ();
         byte budget [8];
         dsh_be64_put ((uint64_t) (left > 0? left: 1), budget);
@@ -503,7 +532,9 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
     if (dsh_inflight_where (record) == DSH_AT_CHAIN)
         dsh_inflight_to_broker (record);
     char error [256];
-    if (self->slot_count && s_check_decided (record, *body_p, error, sizeof (error))) {
+    int rc = self->slot_count? s_check_decided (record, *body_p, doc, head, error, sizeof (error)): 0;
+    dsh_doc_destroy (&doc);
+    if (rc) {
         zframe_destroy (body_p);
         char text [320];
         snprintf (text, sizeof (text), "Error: the chain passed on a call that is not the one decided: %s", error);
@@ -520,12 +551,21 @@ s_down (dsh_chain_t *self, dsh_record_t *record, size_t from, zframe_t **body_p)
 static void
 s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
 {
+    s_up_from (self, record, body_p, false);
+}
+
+//  The same; dispatched: the body is the result dispatch answered with,
+//  whose outcome the record holds, so far as no stage takes it.
+static void
+s_up_from (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p, bool dispatched)
+{
     s_call_t *call = s_call (record);
     if (call)
         s_set_held (call, NULL);
     //  A stage it goes up through may change the result: its outcome is
-    //  read off the answer (dsh_inflight_answer)
-    if (call && call->hop_count)
+    //  read off the answer (dsh_inflight_answer). One that goes up through
+    //  stages that do not watch it is the result dispatch read it off.
+    if (call && call->hop_count && !dispatched)
         record->outcome = DSH_STATS_OUTCOME_UNKNOWN;
     while (call && call->hop_count) {
         //  Taken off the way back: a stage sees the result once
@@ -536,6 +576,7 @@ s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
             s_set_held (call, *body_p);
         s_note_sent (record, *body_p);
         bool taken = false;
+        bool replaced = false;
         if (slot->stage)
             taken = dsh_stage_inline_result (slot->stage, record->token, body_p);
         else {
@@ -556,10 +597,14 @@ s_up (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
                 if (!slot->fail_open) {
                     zframe_destroy (body_p);
                     *body_p = s_failure (record, slot, "is gone");
+                    replaced = true;
                 }
             }
         }
         s_hop_clear (&hop);
+        //  Taken (it may come back changed) or failed here: not dispatch's
+        if (taken || replaced)
+            record->outcome = DSH_STATS_OUTCOME_UNKNOWN;
         if (taken)
             return;
         //  Past a stage that does not watch results, or is gone
@@ -583,7 +628,7 @@ s_step (dsh_chain_t *self, s_step_t *step)
         s_call_t *call = s_call (record);
         assert (call->hop_count < self->slot_count);
         call->hops [call->hop_count++] = (s_hop_t) { step->stage, NULL, NULL };
-        s_down (self, record, step->stage + 1, &step->body);
+        s_down (self, record, step->stage + 1, &step->body, &step->doc, &step->head);
     }
     else {
         if (s_going_down (record))
@@ -636,7 +681,8 @@ s_run_timer (zloop_t *loop, int timer_id, void *arg)
 }
 
 static void
-s_post (dsh_chain_t *self, uint64_t token, s_slot_t *slot, bool pass, zframe_t **body_p)
+s_post (dsh_chain_t *self, uint64_t token, s_slot_t *slot, bool pass, zframe_t **body_p,
+        dsh_doc_t **doc_p, const dsh_call_head_t *head)
 {
     s_step_t *step = (s_step_t *) zmalloc (sizeof (s_step_t));
     assert (step);
@@ -645,6 +691,11 @@ s_post (dsh_chain_t *self, uint64_t token, s_slot_t *slot, bool pass, zframe_t *
     step->pass = pass;
     step->body = *body_p;
     *body_p = NULL;
+    if (doc_p && *doc_p) {
+        step->doc = *doc_p;
+        step->head = *head;
+        *doc_p = NULL;
+    }
     zlistx_add_end (self->steps, step);
     if (!self->running && !self->scheduled && self->loop) {
         //  A stage resumed a call from its own handler: act soon, not now
@@ -657,14 +708,22 @@ static void
 s_inline_pass (void *arg, uint64_t token, zframe_t **body_p)
 {
     s_slot_t *slot = (s_slot_t *) arg;
-    s_post (slot->chain, token, slot, true, body_p);
+    s_post (slot->chain, token, slot, true, body_p, NULL, NULL);
+}
+
+static void
+s_inline_pass_decoded (void *arg, uint64_t token, zframe_t **body_p, dsh_doc_t **doc_p,
+                       const dsh_call_head_t *head)
+{
+    s_slot_t *slot = (s_slot_t *) arg;
+    s_post (slot->chain, token, slot, true, body_p, doc_p, head);
 }
 
 static void
 s_inline_up (void *arg, uint64_t token, zframe_t **body_p)
 {
     s_slot_t *slot = (s_slot_t *) arg;
-    s_post (slot->chain, token, slot, false, body_p);
+    s_post (slot->chain, token, slot, false, body_p, NULL, NULL);
 }
 
 //  An approval a traced call waited for, as a span under its stage's:
@@ -748,6 +807,13 @@ s_inline_note (void *arg, uint64_t token, const char *note)
 void
 dsh_chain_enter (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p, zchunk_t *tool)
 {
+    dsh_chain_enter_decoded (self, record, body_p, NULL, NULL, tool);
+}
+
+void
+dsh_chain_enter_decoded (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p,
+                         dsh_doc_t **doc_p, const dsh_call_head_t *head, zchunk_t *tool)
+{
     assert (self);
     assert (record && body_p && *body_p);
     bool outer = s_enter (self);
@@ -763,7 +829,7 @@ dsh_chain_enter (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p, zch
         assert (call->spans);
         call->span_count = self->slot_count;
     }
-    s_down (self, record, 0, body_p);
+    s_down (self, record, 0, body_p, doc_p, head);
     s_leave (self, outer);
 }
 
@@ -773,7 +839,7 @@ dsh_chain_result (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p)
     assert (self);
     assert (record);
     bool outer = s_enter (self);
-    s_up (self, record, body_p);
+    s_up_from (self, record, body_p, true);
     s_leave (self, outer);
 }
 
@@ -818,7 +884,7 @@ dsh_chain_expire (dsh_chain_t *self, dsh_record_t *record)
         zframe_t *body = call->held;
         call->held = NULL;
         if (down)
-            s_down (self, record, stage + 1, &body);
+            s_down (self, record, stage + 1, &body, NULL, NULL);
         else
             s_up (self, record, &body);
     }
@@ -1077,7 +1143,7 @@ s_drain_recv_one (zsock_t *reader, void *arg)
         hop->feed_id = zmsg_pop (envelope);
         zframe_t *body = zmsg_pop (msg);
         s_note_passed (record, slot, body);
-        s_down (self, record, slot->index + 1, &body);
+        s_down (self, record, slot->index + 1, &body, NULL, NULL);
         s_leave (self, outer);
     }
     else
@@ -1307,7 +1373,7 @@ dsh_chain_start (dsh_chain_t *self, zloop_t *loop, char *error, size_t error_siz
     for (size_t index = 0; index < self->slot_count; index++) {
         s_slot_t *slot = self->slots [index];
         if (slot->stage) {
-            dsh_stage_host_t host = { s_inline_pass, s_inline_up, slot, s_inline_note };
+            dsh_stage_host_t host = { s_inline_pass, s_inline_up, slot, s_inline_note, s_inline_pass_decoded };
             if (dsh_stage_start_inline (slot->stage, loop, &host)) {
                 snprintf (error, error_size, "chain/%s: the stage did not start", slot->name);
                 return -1;

@@ -80,6 +80,13 @@ size_t
 void
     dsh_chain_enter (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p, zchunk_t *tool);
 
+//  The same, with FRONT's strict decode of exactly the body's bytes (doc
+//  taken, pointing into the body; head read off it): the stages read the
+//  call from it, and no stage decodes the body again until one changes it.
+void
+    dsh_chain_enter_decoded (dsh_chain_t *self, dsh_record_t *record, zframe_t **body_p,
+                             dsh_doc_t **doc_p, const dsh_call_head_t *head, zchunk_t *tool);
+
 //  The result of a call the chain dispatched (or an error the host made
 //  for it): run it back up through the stages it passed.
 void

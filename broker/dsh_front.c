@@ -61,6 +61,7 @@ typedef struct {
     const msgpack_object *root;
     const msgpack_object *id;
     dsh_identity_t peer;        //  who sent it, under CURVE
+    zframe_t *frame;            //  a CALL for the chain: the body's copy that doc decoded, or NULL
 } s_request_t;
 
 //  ---------------------------------------------------------------------
@@ -360,8 +361,20 @@ s_handle_call (self_t *self, s_request_t *request)
         dsh_calltrace_id_hex (record, trace_id);
         dsh_audit_trail_trace (record->trail, trace_id);
     }
+    //  A body that goes into the chain as it came goes with its decode:
+    //  no stage decodes it again
+    if (request->frame && !stamped && !stamp_trace) {
+        dsh_doc_t *doc = request->doc;
+        zframe_t *body = request->frame;
+        request->doc = NULL;
+        request->frame = NULL;
+        dsh_chain_enter_decoded (self->chain, record, &body, &doc, &head,
+                                 dsh_catalog_tool (self->catalog, record->tool));
+        return;
+    }
     //  The head points into the body; done with it before the body moves
     dsh_doc_destroy (&request->doc);
+    zframe_destroy (&request->frame);
     if (stamped) {
         zmq_msg_close (request->body);
         dsh_sock_part_frame (request->body, &stamped);
@@ -1230,9 +1243,16 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
         s_front_refuse (self, parts, error);
         return;
     }
-    s_request_t request = { parts, &parts->part [parts->body], NULL, NULL, NULL, { NULL, NULL, NULL, NULL, NULL, NULL } };
+    s_request_t request = { parts, &parts->part [parts->body], NULL, NULL, NULL, { NULL, NULL, NULL, NULL, NULL, NULL }, NULL };
     char reason [256];
-    request.doc = dsh_doc_new (zmq_msg_data (request.body), zmq_msg_size (request.body), reason, sizeof (reason));
+    if (streq (parts->command, DSH_CALL) && dsh_chain_size (self->chain)) {
+        //  The chain takes the body as a frame of its own: decoded there, the
+        //  one decode goes into the chain with it
+        request.frame = dsh_dispatch_frame_of (request.body);
+        request.doc = dsh_doc_new (zframe_data (request.frame), zframe_size (request.frame), reason, sizeof (reason));
+    }
+    else
+        request.doc = dsh_doc_new (zmq_msg_data (request.body), zmq_msg_size (request.body), reason, sizeof (reason));
     if (!request.doc || dsh_doc_root (request.doc)->type != MSGPACK_OBJECT_MAP) {
         snprintf (error, sizeof (error), "malformed %s body: %s", parts->command,
                   request.doc? "the body is not a map": reason);
@@ -1241,6 +1261,7 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
         else
             s_front_refuse_body (self, &request, error);
         dsh_doc_destroy (&request.doc);
+        zframe_destroy (&request.frame);
         return;
     }
     request.root = dsh_doc_root (request.doc);
@@ -1264,6 +1285,7 @@ s_front_request (self_t *self, dsh_sock_msg_t *parts)
         s_request_error (self, &request, DSH_E_BAD_REQUEST, error);
     }
     dsh_doc_destroy (&request.doc);
+    zframe_destroy (&request.frame);
 }
 
 static int

@@ -22,6 +22,7 @@ struct _dsh_call_t {
     const void *body;           //  borrowed, until read (unread calls)
     size_t body_size;
     bool read;                  //  the body is decoded into doc and head
+    bool decoded;               //  ... and read strictly: a decode to hand on
     dsh_doc_t *doc;
     dsh_call_head_t head;
     atomic_bool cancelled;
@@ -70,7 +71,43 @@ dsh_call_new (const void *body, size_t size, char *error, size_t error_size)
     else
     if (dsh_proto_decode_call (doc, &self->head, error, error_size))
         dsh_call_destroy (&self);
+    else
+        self->decoded = true;
     return self;
+}
+
+dsh_call_t *
+dsh_call_new_decoded (const void *body, size_t size, dsh_doc_t **doc_p, const dsh_call_head_t *head)
+{
+    assert (doc_p && *doc_p);
+    assert (head);
+    dsh_call_t *self = dsh_call_new_unread (body, size);
+    self->doc = *doc_p;
+    *doc_p = NULL;
+    self->head = *head;
+    self->read = true;
+    self->decoded = true;
+    self->body = NULL;
+    return self;
+}
+
+int
+dsh_call_take_decoded (dsh_call_t *self, dsh_doc_t **doc_p, dsh_call_head_t *head)
+{
+    assert (self);
+    assert (doc_p && !*doc_p);
+    assert (head);
+    if (!self->decoded)
+        return -1;
+    *doc_p = self->doc;
+    *head = self->head;
+    self->doc = NULL;
+    self->decoded = false;
+    //  Read now, it would read as a call that did not decode
+    memset (&self->head, 0, sizeof (self->head));
+    self->head.call_id = "";
+    self->head.name = "";
+    return 0;
 }
 
 dsh_call_t *
@@ -101,7 +138,7 @@ s_head (dsh_call_t *self)
             snprintf (error, sizeof (error), "body is not a map");
         else
         if (self->doc)
-            dsh_proto_decode_call (self->doc, &self->head, error, sizeof (error));
+            self->decoded = dsh_proto_decode_call (self->doc, &self->head, error, sizeof (error)) == 0;
         if (*error)
             dsh_log_warning ("bad CALL: %s", error);
         if (!self->head.call_id)

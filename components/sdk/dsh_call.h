@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dsh_proto.h"
 #include "dsh_trace.h"
 
 #ifdef __cplusplus
@@ -47,6 +48,21 @@ dsh_call_t *
 //  call with an empty callId and name (and is logged).
 dsh_call_t *
     dsh_call_new_unread (const void *body, size_t size);
+
+//  A call over a CALL body the broker has checked already (borrowed, as
+//  above) together with that check's decode of exactly these bytes: doc
+//  (taken; it points into body) and head (read off doc). The call is read
+//  from them, never decoded again.
+dsh_call_t *
+    dsh_call_new_decoded (const void *body, size_t size, dsh_doc_t **doc_p, const dsh_call_head_t *head);
+
+//  Hand on the call's decode of its body, if it has one that was read
+//  strictly (a call read from a body that did not decode has none): moves
+//  it into *doc_p and *head and returns 0, else -1. The call must not be
+//  read afterwards; the decode points into the body, which the caller
+//  keeps alive with it.
+int
+    dsh_call_take_decoded (dsh_call_t *self, dsh_doc_t **doc_p, dsh_call_head_t *head);
 
 //  Destroy; safe twice.
 void

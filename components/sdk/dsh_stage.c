@@ -99,16 +99,20 @@ typedef struct {
     void (*data_destructor) (void *);
 } s_call_t;
 
-//  A new record for a call whose body is taken.
+//  A new record for a call whose body is taken, with the host's decode of
+//  it (taken) if it has one.
 static s_call_t *
-s_call_new (dsh_stage_t *stage, s_link_t *link, zframe_t *body)
+s_call_new (dsh_stage_t *stage, s_link_t *link, zframe_t *body, dsh_doc_t **doc_p, const dsh_call_head_t *head)
 {
     s_call_t *self = (s_call_t *) zmalloc (sizeof (s_call_t));
     assert (self);
     self->stage = stage;
     self->link = link;
     self->body = body;
-    self->reader = dsh_call_new_unread (body? zframe_data (body): NULL, body? zframe_size (body): 0);
+    if (body && doc_p && *doc_p)
+        self->reader = dsh_call_new_decoded (zframe_data (body), zframe_size (body), doc_p, head);
+    else
+        self->reader = dsh_call_new_unread (body? zframe_data (body): NULL, body? zframe_size (body): 0);
     dsh_call_hooks_t none = { NULL, NULL };
     dsh_call_set_hooks (self->reader, &none, self);
     return self;
@@ -377,7 +381,16 @@ s_pass (dsh_stage_t *self, s_call_t *call)
         }
         if (body && self->inline_mode) {
             zframe_destroy (&tool);
-            self->host.pass (self->host.arg, call->token, &body);
+            //  The same frame goes on: so may its one decode, if this stage
+            //  made it or was handed it (a rewritten or copied body is
+            //  new bytes, decoded when first read)
+            dsh_doc_t *doc = NULL;
+            dsh_call_head_t head;
+            if (!self->host.pass_decoded || s_changed (call) || call->watch
+            ||  dsh_call_take_decoded (call->reader, &doc, &head))
+                self->host.pass (self->host.arg, call->token, &body);
+            else
+                self->host.pass_decoded (self->host.arg, call->token, &body, &doc, &head);
             return true;
         }
         if (body && s_send (call->link->downstream, call->envelope, DSH_CALL, &body, &tool) == 0)
@@ -434,7 +447,7 @@ static void
 s_handle_call (s_link_t *link, zmsg_t **envelope_p, zmsg_t *msg)
 {
     dsh_stage_t *self = link->stage;
-    s_call_t *call = s_call_new (self, link, zmsg_pop (msg));
+    s_call_t *call = s_call_new (self, link, zmsg_pop (msg), NULL, NULL);
     call->envelope = *envelope_p;
     *envelope_p = NULL;
     call->tool = zmsg_pop (msg);
@@ -1227,10 +1240,22 @@ dsh_stage_start_inline (dsh_stage_t *self, zloop_t *loop, const dsh_stage_host_t
 void
 dsh_stage_inline_call (dsh_stage_t *self, uint64_t token, zframe_t **body_p, zframe_t *tool, int64_t deadline_ms)
 {
+    dsh_stage_inline_call_decoded (self, token, body_p, NULL, NULL, tool, deadline_ms);
+}
+
+void
+dsh_stage_inline_call_decoded (dsh_stage_t *self, uint64_t token, zframe_t **body_p,
+                               dsh_doc_t **doc_p, const dsh_call_head_t *head,
+                               zframe_t *tool, int64_t deadline_ms)
+{
     assert (self && self->inline_mode);
     assert (body_p && *body_p);
-    s_call_t *call = s_call_new (self, (s_link_t *) zlistx_first (self->links), *body_p);
+    assert (!doc_p || !*doc_p || head);
+    s_call_t *call = s_call_new (self, (s_link_t *) zlistx_first (self->links), *body_p, doc_p, head);
     *body_p = NULL;
+    //  A decode the call did not take (none to take) is the host's to free
+    if (doc_p)
+        dsh_doc_destroy (doc_p);
     call->token = token;
     call->tool = tool? zframe_dup (tool): zframe_new_empty ();
     call->deadline_ms = deadline_ms;

@@ -171,6 +171,12 @@ typedef struct {
     //  Optional: what the stage tells the broker's audit about a call
     //  (dsh_stage_call_note), as JSON text.
     void (*note) (void *arg, uint64_t token, const char *note);
+    //  Optional: the stage passed the call on down untouched (body taken)
+    //  with the strict decode of exactly those bytes (doc taken, pointing
+    //  into body; head read off it), for the next stage to read instead of
+    //  decoding the body again. Without it, pass is used.
+    void (*pass_decoded) (void *arg, uint64_t token, zframe_t **body_p, dsh_doc_t **doc_p,
+                          const dsh_call_head_t *head);
 } dsh_stage_host_t;
 
 //  Start the stage inside loop (its on_init runs now, with this loop as
@@ -184,6 +190,14 @@ int
 void
     dsh_stage_inline_call (dsh_stage_t *self, uint64_t token, zframe_t **body_p,
                            zframe_t *tool, int64_t deadline_ms);
+
+//  The same, with the strict decode the host holds of exactly the body's
+//  bytes (doc taken, pointing into the body; head read off it; NULL *doc_p:
+//  none), so that the stage reads the call without decoding it again.
+void
+    dsh_stage_inline_call_decoded (dsh_stage_t *self, uint64_t token, zframe_t **body_p,
+                                   dsh_doc_t **doc_p, const dsh_call_head_t *head,
+                                   zframe_t *tool, int64_t deadline_ms);
 
 //  The result of a call this inline stage passed, coming up. Returns true
 //  if the stage took it (it will send it up through host->up), false if
