@@ -327,8 +327,9 @@ s_setup (void **state)
     const char *source = getenv ("DSH_SOURCE_DIR");
     if (!source || !realpath (source, s_source))
         snprintf (s_source, sizeof (s_source), "%s", ".");
-    char command [PATH_MAX + 64];
-    snprintf (command, sizeof (command), "sh '%s/tests/otel/install.sh'", s_source);
+    char command [2 * PATH_MAX + 128];
+    snprintf (command, sizeof (command), "sh '%s/tests/otel/install.sh' && sh '%s/tests/kit/node_package.sh'",
+              s_source, s_source);
     int rc = system (command);
     char built [PATH_MAX + 64];
     snprintf (built, sizeof (built), "%s/components/node/dist/index.js", s_source);

@@ -16,12 +16,9 @@ if [ "$major" -lt 18 ]; then
     echo "run.sh: node $major is older than 18; skipping"
     exit 77
 fi
+#  npm ci when the lock changed, and tsc, one test at a time
+sh "$here/../kit/node_package.sh" || exit 1
 cd "$package" || exit 1
-#  npm ci again when package-lock.json is newer than what it installed
-if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    npm ci --no-audit --no-fund || exit 1
-fi
-npm run --silent build || exit 1
 npm run --silent build:test || exit 1
 #  One file at a time where node can say so (20+): each starts its own broker
 concurrency=""

@@ -13,6 +13,9 @@ if [ "$major" -lt 18 ]; then
     echo "install.sh: node $major is older than 18; skipping" >&2
     exit 77
 fi
+#  Tests that use the receiver may run side by side: one npm ci at a time
+exec 9>"$here/.dsh-tests.lock"
+flock -w 600 9 || { echo "install.sh: tests/otel is locked by another test for 600 s" >&2; exit 1; }
 if ! (cd "$here" && node -e 'const deps = require("./package.json").dependencies;
         for (const name of Object.keys(deps)) require("fs").statSync("node_modules/" + name + "/package.json");' \
       2>/dev/null); then
