@@ -506,6 +506,14 @@ static void
 test_fork_child (void **state)
 {
     (void) state;
+    //  Under valgrind the child is valgrind's too, and its exit checks for
+    //  leaks a heap it took whole from the parent: exit 99, whatever the
+    //  tracer did. The plain and sanitizer runs check the child
+    const char *preload = getenv ("LD_PRELOAD");
+    if (preload && strstr (preload, "vgpreload")) {
+        print_message ("test_fork_child: under valgrind, not run (the child's exit would be valgrind's)\n");
+        return;
+    }
     s_env_clear ();
     s_setenv_port ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:%d", s_dead_port ());
     s_start ();
@@ -546,16 +554,21 @@ test_fork_child (void **state)
     if (ended == 0) {
         kill (pid, SIGKILL);
         waitpid (pid, &status, 0);
-        fail_msg ("the forked child hung in dsh_trace_stop");
     }
-    assert_true (WIFEXITED (status));
-    assert_int_equal (WEXITSTATUS (status), 0);
-    assert_true (dsh_trace_enabled ());
+    bool parent_on = dsh_trace_enabled ();
     dsh_span_t *span = dsh_span_start ("after the fork", DSH_SPAN_INTERNAL, NULL, 0);
-    assert_non_null (span);
+    bool parent_spans = span != NULL;
     dsh_span_end (&span, 0);
+    //  Stopped before any assertion, so that a failure here leaves the
+    //  next test a tracer that is off
     dsh_trace_stop (1000);
     s_env_clear ();
+    if (ended == 0)
+        fail_msg ("the forked child hung in dsh_trace_stop");
+    assert_true (WIFEXITED (status));
+    assert_int_equal (WEXITSTATUS (status), 0);
+    assert_true (parent_on);
+    assert_true (parent_spans);
 }
 
 //  A collector that hangs: the exporter waits in one POST while the queue
