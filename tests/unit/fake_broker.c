@@ -515,9 +515,9 @@ fake_broker_destroy (fake_broker_t **self_p)
     }
 }
 
-void
-fake_broker_tell (fake_broker_t *self, const char *command, const char *first, const char *second,
-                  const char *third)
+//  Sends a command on the actor's pipe, without waiting.
+static void
+s_tell (fake_broker_t *self, const char *command, const char *first, const char *second, const char *third)
 {
     zmsg_t *msg = zmsg_new ();
     zmsg_addstr (msg, command);
@@ -527,10 +527,27 @@ fake_broker_tell (fake_broker_t *self, const char *command, const char *first, c
     zmsg_send (&msg, self->actor);
 }
 
+void
+fake_broker_tell (fake_broker_t *self, const char *command, const char *first, const char *second,
+                  const char *third)
+{
+    s_tell (self, command, first, second, third);
+    //  The actor reads its pipe and its sockets in no set order: a command
+    //  that changes what it answers (SLOT, TOOLS, ...) must be applied before
+    //  the test goes on to send what it should be answered. A query behind it
+    //  on the pipe is answered only once the command was applied
+    if (strneq (command, "COUNT") && strneq (command, "LAST")) {
+        s_tell (self, "COUNT", "-", NULL, NULL);
+        char *count = zstr_recv (self->actor);
+        assert (count);
+        zstr_free (&count);
+    }
+}
+
 int
 fake_broker_count (fake_broker_t *self, const char *command)
 {
-    fake_broker_tell (self, "COUNT", command, NULL, NULL);
+    s_tell (self, "COUNT", command, NULL, NULL);
     char *count = zstr_recv (self->actor);
     assert (count);
     int value = atoi (count);
@@ -553,7 +570,7 @@ fake_broker_wait_count (fake_broker_t *self, const char *command, int count)
 zframe_t *
 fake_broker_last (fake_broker_t *self, const char *command)
 {
-    fake_broker_tell (self, "LAST", command, NULL, NULL);
+    s_tell (self, "LAST", command, NULL, NULL);
     zframe_t *frame = zframe_recv (self->actor);
     if (frame && zframe_size (frame) == 0)
         zframe_destroy (&frame);

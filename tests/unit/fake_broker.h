@@ -58,7 +58,8 @@ fake_broker_t *
 void
     fake_broker_destroy (fake_broker_t **self_p);
 
-//  Send a command of one to three strings (NULL for fewer).
+//  Send a command of one to three strings (NULL for fewer); returns once the
+//  broker has applied it.
 void
     fake_broker_tell (fake_broker_t *self, const char *command, const char *first, const char *second,
                       const char *third);
